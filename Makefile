@@ -1,0 +1,43 @@
+# lm-assets: `make demo` runs the whole asset graph on the shipped sample crawl; `make test` runs the tests.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU wheel by default; on a CUDA machine e.g. TORCH_SPEC="torch==2.13.0 --index-url <your CUDA index>".
+TORCH_SPEC ?= torch==2.13.0
+DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+export DAGSTER_HOME
+export OMP_NUM_THREADS ?= 1
+
+.PHONY: install demo test ui bench sample-crawl clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH_SPEC)
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $@
+
+$(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
+	mkdir -p $(DAGSTER_HOME)
+	cp deploy/dagster.yaml $@
+
+demo: install $(DAGSTER_HOME)/dagster.yaml
+	LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} $(BIN)/python -m lm_assets.demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+ui: install $(DAGSTER_HOME)/dagster.yaml
+	LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
+
+bench: install
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	$(BIN)/python bench/curation.py
+
+sample-crawl: install
+	$(BIN)/python scripts/build_sample_crawl.py --out data/sample-crawl
+
+clean:
+	rm -rf storage $(DAGSTER_HOME)

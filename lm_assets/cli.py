@@ -1,0 +1,40 @@
+"""`lm-assets`: small command-line helpers around the code location."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_shards(args) -> int:
+    import dagster as dg
+
+    from lm_assets.defs.automation import is_shard_file
+    from lm_assets.defs.partitions import shard_partitions
+    from lm_assets.defs.resources import LandingResource, default_resources, s3_resource_from_env
+
+    landing = LandingResource(root=args.landing, s3=s3_resource_from_env()) if args.landing else default_resources()["landing"]
+    shards = [key for key in landing.storage().list() if is_shard_file(key)]
+    instance = dg.DagsterInstance.get()
+    known = set(instance.get_dynamic_partitions(shard_partitions.name))
+    new = [s for s in shards if s not in known]
+    if new:
+        instance.add_dynamic_partitions(shard_partitions.name, new)
+    print(f"{len(new)} new shard partitions added, {len(shards) - len(new)} already known")
+    for shard in new:
+        print(f"  {shard}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lm-assets")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("add-shards", help="register every shard file in the landing location as a partition")
+    p.add_argument("--landing", help="landing folder or s3:// prefix (default: $LM_ASSETS_LANDING_ROOT)")
+    p.set_defaults(func=add_shards)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,601 @@
+"""Heuristic quality rules after Gopher (quality and repetition), C4 and FineWeb, aware of CJK text.
+
+The rules follow the published thresholds as datatrove implements them. Chinese, Japanese and
+Korean are measured in characters rather than whitespace words: each CJK character is one "word",
+repetition n-grams run over characters (n scaled by `cjk_chars_per_word`), length uses
+`min_doc_chars_cjk`, CJK sentence punctuation ends a line, stop words are common function
+characters, and FineWeb's short-line length is `short_line_length_cjk`.
+
+Signals are computed once per document into `q_*` columns; `reasons_from_signals` turns stored
+signals into a drop reason, so thresholds can be changed without recomputing (see QualityConfig
+for the few settings that shape the signals themselves). As in datatrove's FineWeb pipeline, the
+Gopher families read the original text and FineWeb reads what C4's line filter leaves behind.
+
+Deliberate departures from datatrove: tokens come from one regex instead of nltk/spacy, the
+top-n-gram rule only counts n-grams that occur at least twice, stop words match case-insensitively,
+and lines are whitespace-stripped before their last character is checked.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from itertools import accumulate, filterfalse, islice
+from typing import Any
+
+import polars as pl
+
+from lm_assets.corpus.stage import StageResult, split_by_reason
+
+STAGE = "quality"
+FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
+
+CJK_LANGS = frozenset({"zh", "ja", "ko"})
+_LANG_ALIASES = {"zho": "zh", "cmn": "zh", "yue": "zh", "wuu": "zh", "jpn": "ja", "kor": "ko", "eng": "en"}
+
+DEFAULT_STOP_WORDS: dict[str, tuple[str, ...]] = {
+    "en": ("the", "be", "to", "of", "and", "that", "have", "with"),
+    "zh": (
+        "的", "了", "是", "在", "和", "有", "我", "不", "这", "這", "也", "就", "都", "他", "她", "它",
+        "们", "們", "一", "个", "個", "与", "與", "着", "著", "之", "而", "及", "被", "把", "对", "對",
+        "从", "從", "但", "所", "以", "说", "說", "要", "会", "會", "能", "到", "很", "你", "那", "为", "為",
+    ),
+    "ja": (
+        "の", "に", "は", "を", "た", "が", "で", "て", "と", "し", "も", "な", "か", "だ",
+        "です", "ます", "する", "いる", "ある", "こと",
+    ),
+    "ko": ("이", "가", "은", "는", "을", "를", "의", "에", "도", "와", "과", "고", "다", "로", "에서", "하다", "있다"),
+}
+
+
+@dataclass(frozen=True)
+class QualityConfig:
+    """Every threshold of the four rule families. `None` switches a single rule off.
+
+    Most fields are thresholds that `reasons_from_signals` can re-apply to stored signals. These
+    shape the signals and need a recompute: `families`, `stop_words`, the n of `top_n_grams` and
+    `dup_n_grams`, `cjk_chars_per_word`, the C4 line settings (`c4_filter_lines` through
+    `c4_filter_policy`) and `short_line_length` / `short_line_length_cjk`.
+    """
+
+    families: tuple[str, ...] = FAMILIES
+
+    # Gopher quality
+    min_doc_words: int | None = 50
+    max_doc_words: int | None = 100_000
+    min_doc_chars_cjk: int | None = 100
+    max_doc_chars_cjk: int | None = 150_000
+    min_avg_word_length: float | None = 3
+    max_avg_word_length: float | None = 10
+    max_symbol_word_ratio: float | None = 0.1
+    max_bullet_lines_ratio: float | None = 0.9
+    max_ellipsis_lines_ratio: float | None = 0.3
+    # datatrove's name; it is a lower bound on the fraction of words holding an alphabetic character.
+    max_non_alpha_words_ratio: float | None = 0.8
+    min_stop_words: int | None = 2
+    stop_words: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_STOP_WORDS))
+
+    # Gopher repetition
+    dup_line_frac: float | None = 0.3
+    dup_para_frac: float | None = 0.3
+    dup_line_char_frac: float | None = 0.2
+    dup_para_char_frac: float | None = 0.2
+    top_n_grams: tuple[tuple[int, float], ...] = ((2, 0.2), (3, 0.18), (4, 0.16))
+    dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+    # A CJK word n-gram spans about this many characters, so character n-grams use round(n * this).
+    cjk_chars_per_word: float = 1.5
+
+    # C4
+    c4_filter_lines: bool = True
+    c4_filter_no_terminal_punct: bool = True
+    c4_remove_citations: bool = True
+    c4_min_words_per_line: int = 3
+    # CJK lines are measured in characters, punctuation included.
+    c4_min_chars_per_line_cjk: int = 5
+    c4_max_word_length: int | None = 1000
+    c4_filter_javascript: bool = True
+    c4_filter_policy: bool = True
+    c4_filter_lorem_ipsum: bool = True
+    c4_filter_curly_bracket: bool = True
+    c4_min_sentences: int | None = 5
+
+    # FineWeb
+    line_punct_thr: float | None = 0.12
+    line_punct_exclude_zero: bool = False
+    short_line_thr: float | None = 0.67
+    short_line_length: int = 30
+    short_line_length_cjk: int = 10
+    char_duplicates_ratio: float | None = 0.01
+    new_line_ratio: float | None = 0.3
+
+    def __post_init__(self):
+        unknown = set(self.families) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown quality rule families {sorted(unknown)}; choose from {FAMILIES}")
+
+    def cjk_ngram_size(self, n: int) -> int:
+        return max(n, int(n * self.cjk_chars_per_word + 0.5))
+
+
+# ---------------------------------------------------------------------------------------------
+# Text primitives
+# ---------------------------------------------------------------------------------------------
+
+_CJK = (
+    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002ffff"
+)
+# A word is one CJK character, or a run of other letters/digits joined by apostrophes, dots or hyphens.
+_WORD_RE = re.compile(rf"[^\W_{_CJK}]+(?:['’.\-][^\W_{_CJK}]+)*|[{_CJK}]")
+_LETTER_RE = re.compile(r"[^\W\d_]")
+_LINE_SPLIT_RE = re.compile(r"\n+")
+_PARAGRAPH_SPLIT_RE = re.compile(r"\n{2,}")
+
+_BULLETS = ("•", "-")
+_ELLIPSES = ("...", "…")
+
+_C4_END = (".", "?", "!", '"', "'")
+_CJK_END = ("。", "！", "？", "；", "…", "｡", "．", "”", "’", "」", "』")
+_C4_END_CJK = _C4_END + _CJK_END
+_FINEWEB_END = (".", "!", "?", '"', "'", "؟", "۔", "।", "॥", "።", "᠃", "︒", "﹒", "﹖", "﹗") + _CJK_END
+_C4_POLICY = (
+    "terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies",
+    "隐私政策", "隱私政策", "使用条款", "使用條款", "服务条款", "服務條款",
+)
+_CITATION_RE = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]|\[编辑\]|\[編輯\]|\[来源请求\]|\[來源請求\]", re.I)
+_SENTENCE_END_RE = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)")
+_SENTENCE_END_CJK_RE = re.compile(r"[。！？｡!?]+|\.(?=\s|$)")
+
+
+@functools.lru_cache(maxsize=1024)
+def base_lang(lang: str | None) -> str:
+    """"zh-Hant" -> "zh", "cmn" -> "zh"; unknown or missing -> ""."""
+    if not lang:
+        return ""
+    code = re.split(r"[-_]", lang.strip().lower(), maxsplit=1)[0]
+    return _LANG_ALIASES.get(code, code)
+
+
+def is_cjk_lang(lang: str | None) -> bool:
+    return base_lang(lang) in CJK_LANGS
+
+
+@functools.lru_cache(maxsize=64)
+def _cjk_stop_word_regex(words: tuple[str, ...]) -> re.Pattern:
+    return re.compile("|".join(re.escape(w) for w in sorted(words, key=len, reverse=True)))
+
+
+@functools.lru_cache(maxsize=64)
+def _lowercase_set(words: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(w.lower() for w in words)
+
+
+def _count_stop_words(doc: _Doc, stop_words: tuple[str, ...]) -> int:
+    # CJK function words sit inside runs of characters, so they are found in the text, not among tokens.
+    if doc.cjk:
+        return len(_cjk_stop_word_regex(stop_words).findall(doc.text))
+    return sum(map(_lowercase_set(stop_words).__contains__, map(str.lower, doc.words)))
+
+
+def _duplicate_counts(items: list[str]) -> tuple[int, int]:
+    """How many items repeat an earlier one, and how many characters those repeats hold."""
+    if len(set(items)) == len(items):
+        return 0, 0
+    seen: set[str] = set()
+    duplicates = duplicate_chars = 0
+    for item in items:
+        if item in seen:
+            duplicates += 1
+            duplicate_chars += len(item)
+        else:
+            seen.add(item)
+    return duplicates, duplicate_chars
+
+
+def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
+    return list(zip(*(islice(words, i, None) for i in range(n))))
+
+
+def _top_ngram_chars(words: list[str], n: int, separator_len: int) -> int:
+    """Characters covered by the most frequent n-gram, counting only n-grams seen at least twice."""
+    if len(words) < n:
+        return 0
+    gram, count = Counter(_ngrams(words, n)).most_common(1)[0]
+    if count < 2:
+        return 0
+    return (sum(map(len, gram)) + separator_len * (n - 1)) * count
+
+
+def _duplicated_ngram_chars(grams: list[tuple[str, ...]], prefix_len: list[int], n: int) -> int:
+    """Characters in n-grams that repeat an earlier one, skipping past each repeat so no character counts twice."""
+    seen: set[tuple[str, ...]] = set()
+    total = i = 0
+    while i < len(grams):
+        gram = grams[i]
+        if gram in seen:
+            total += prefix_len[i + n] - prefix_len[i]
+            i += n
+        else:
+            seen.add(gram)
+            i += 1
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# Signals per family
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Doc:
+    """One document tokenized once and shared by all families.
+
+    `words` are the non-symbol tokens; `n_tokens` also counts each other non-space character as a
+    symbol token, as a word tokenizer that splits off punctuation would.
+    """
+
+    text: str
+    lang: str
+    cjk: bool
+    words: list[str]
+    word_chars: int
+    n_tokens: int
+
+    @classmethod
+    def parse(cls, text: str | None, lang: str | None) -> _Doc:
+        text = text or ""
+        words, word_chars, n_tokens = _tokenize(text)
+        return cls(text, base_lang(lang), is_cjk_lang(lang), words, word_chars, n_tokens)
+
+
+def _tokenize(text: str) -> tuple[list[str], int, int]:
+    words = _WORD_RE.findall(text)
+    word_chars = sum(map(len, words))
+    symbols = sum(map(len, text.split())) - word_chars
+    return words, word_chars, len(words) + symbols
+
+
+def _gopher_quality_signals(doc: _Doc, cfg: QualityConfig) -> dict:
+    words, text = doc.words, doc.text
+    n_tokens = max(doc.n_tokens, 1)
+    lines = text.splitlines() or [""]
+    non_alpha_words = sum(1 for w in filterfalse(str.isalpha, words) if not _LETTER_RE.search(w))
+    stop_list = cfg.stop_words.get(doc.lang)
+    return {
+        "q_word_count": len(words),
+        "q_mean_word_length": doc.word_chars / len(words) if words else 0.0,
+        "q_hash_word_ratio": text.count("#") / n_tokens,
+        "q_ellipsis_word_ratio": (text.count("...") + text.count("…")) / n_tokens,
+        "q_bullet_lines_ratio": sum(1 for line in lines if line.lstrip().startswith(_BULLETS)) / len(lines),
+        "q_ellipsis_lines_ratio": sum(1 for line in lines if line.rstrip().endswith(_ELLIPSES)) / len(lines),
+        "q_alpha_words_ratio": (len(words) - non_alpha_words) / n_tokens,
+        "q_stop_words": _count_stop_words(doc, tuple(stop_list)) if stop_list else None,
+    }
+
+
+def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> dict:
+    text = doc.text.strip()
+    text_len = max(len(doc.text), 1)
+    paragraphs = _PARAGRAPH_SPLIT_RE.split(text)
+    para_dups, para_dup_chars = _duplicate_counts(paragraphs)
+    lines = _LINE_SPLIT_RE.split(text)
+    line_dups, line_dup_chars = _duplicate_counts(lines)
+    signals = {
+        "q_dup_para_frac": para_dups / len(paragraphs),
+        "q_dup_para_char_frac": para_dup_chars / text_len,
+        "q_dup_line_frac": line_dups / len(lines),
+        "q_dup_line_char_frac": line_dup_chars / text_len,
+    }
+    size = cfg.cjk_ngram_size if doc.cjk else (lambda n: n)
+    separator_len = 0 if doc.cjk else 1
+    for n, _ in cfg.top_n_grams:
+        signals[f"q_top_{n}gram_frac"] = _top_ngram_chars(doc.words, size(n), separator_len) / text_len
+    prefix_len = list(accumulate(map(len, doc.words), initial=0))
+    no_repeats = False  # once n-grams of some size are all unique, longer ones are too
+    for n, _ in sorted(cfg.dup_n_grams):
+        chars = 0
+        if not no_repeats:
+            grams = _ngrams(doc.words, size(n))
+            no_repeats = len(set(grams)) == len(grams)
+            if not no_repeats:
+                chars = _duplicated_ngram_chars(grams, prefix_len, size(n))
+        signals[f"q_dup_{n}gram_frac"] = chars / text_len
+    return signals
+
+
+@dataclass
+class _C4Outcome:
+    kept_lines: list[str]
+    lines_removed: int
+    citations_removed: bool
+    sentences: int
+    lorem_ipsum: bool
+    curly_bracket: bool
+
+
+def _c4_line_has_too_few_words(line: str, words: list[str], cjk: bool, cfg: QualityConfig) -> bool:
+    if cjk:
+        return len(line) < cfg.c4_min_chars_per_line_cjk
+    return len(words) < cfg.c4_min_words_per_line
+
+
+def _c4_scan(doc: _Doc, cfg: QualityConfig) -> _C4Outcome:
+    """Walk lines the way C4 does: drop bad lines, flag lorem ipsum and curly brackets, count sentences.
+
+    Flags are set whatever the config says, so they can be switched on later from stored signals.
+    """
+    end_marks = _C4_END_CJK if doc.cjk else _C4_END
+    sentence_end = _SENTENCE_END_CJK_RE if doc.cjk else _SENTENCE_END_RE
+    kept: list[str] = []
+    removed = sentences = 0
+    lorem = curly = cited = False
+    for raw_line in doc.text.splitlines():
+        line = raw_line.strip()
+        if not line:
+            continue
+        words = line.split()
+        max_word = cfg.c4_max_word_length
+        if max_word and len(line) > max_word and any(len(w) > max_word for w in words):
+            removed += 1
+            continue
+        if cfg.c4_remove_citations and "[" in line:
+            line, citations = _CITATION_RE.subn("", line)
+            cited = cited or citations > 0
+        if cfg.c4_filter_no_terminal_punct and (not line.endswith(end_marks) or line.endswith("...")):
+            removed += 1
+            continue
+        if _c4_line_has_too_few_words(line, words, doc.cjk, cfg):
+            removed += 1
+            continue
+        lowered = line.lower()
+        lorem = lorem or "lorem ipsum" in lowered
+        if cfg.c4_filter_javascript and "javascript" in lowered:
+            removed += 1
+            continue
+        curly = curly or "{" in line
+        if cfg.c4_filter_policy and any(p in lowered for p in _C4_POLICY):
+            removed += 1
+            continue
+        sentences += max(1, len(sentence_end.findall(line)))
+        kept.append(line)
+    return _C4Outcome(kept, removed, cited, sentences, lorem, curly)
+
+
+def _c4_signals(outcome: _C4Outcome) -> dict:
+    return {
+        "q_c4_lorem_ipsum": outcome.lorem_ipsum,
+        "q_c4_curly_bracket": outcome.curly_bracket,
+        "q_c4_sentences": outcome.sentences,
+        "q_c4_lines_removed": outcome.lines_removed,
+    }
+
+
+def _fineweb_signals(text: str, cjk: bool, n_tokens: int, cfg: QualityConfig) -> dict:
+    lines = [line.strip() for line in text.split("\n")]
+    lines = [line for line in lines if line]
+    if not lines:
+        return {"q_fw_line_punct_ratio": 0.0, "q_fw_short_line_ratio": 0.0, "q_fw_char_dup_ratio": 0.0,
+                "q_fw_new_line_ratio": 0.0}
+    short_length = cfg.short_line_length_cjk if cjk else cfg.short_line_length
+    newlines = text.count("\n")
+    return {
+        "q_fw_line_punct_ratio": sum(1 for line in lines if line.endswith(_FINEWEB_END)) / len(lines),
+        "q_fw_short_line_ratio": sum(1 for line in lines if len(line) <= short_length) / len(lines),
+        "q_fw_char_dup_ratio": _duplicate_counts(lines)[1] / max(len(text) - newlines, 1),
+        "q_fw_new_line_ratio": newlines / max(n_tokens, 1),
+    }
+
+
+def _count_tokens(text: str) -> int:
+    return _tokenize(text)[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Signal table
+# ---------------------------------------------------------------------------------------------
+
+
+def _signal_schema(cfg: QualityConfig) -> dict[str, pl.DataType]:
+    schema: dict[str, pl.DataType] = {"q_cjk": pl.Boolean}
+    if "gopher_quality" in cfg.families:
+        schema |= {"q_word_count": pl.Int64, "q_mean_word_length": pl.Float64, "q_hash_word_ratio": pl.Float64,
+                   "q_ellipsis_word_ratio": pl.Float64, "q_bullet_lines_ratio": pl.Float64,
+                   "q_ellipsis_lines_ratio": pl.Float64, "q_alpha_words_ratio": pl.Float64,
+                   "q_stop_words": pl.Int64}
+    if "gopher_repetition" in cfg.families:
+        names = ["q_dup_para_frac", "q_dup_para_char_frac", "q_dup_line_frac", "q_dup_line_char_frac"]
+        names += [f"q_top_{n}gram_frac" for n, _ in cfg.top_n_grams]
+        names += [f"q_dup_{n}gram_frac" for n, _ in sorted(cfg.dup_n_grams)]
+        schema |= dict.fromkeys(names, pl.Float64)
+    if "c4" in cfg.families:
+        schema |= {"q_c4_lorem_ipsum": pl.Boolean, "q_c4_curly_bracket": pl.Boolean, "q_c4_sentences": pl.Int64,
+                   "q_c4_lines_removed": pl.Int64}
+    if "fineweb" in cfg.families:
+        schema |= dict.fromkeys(
+            ["q_fw_line_punct_ratio", "q_fw_short_line_ratio", "q_fw_char_dup_ratio", "q_fw_new_line_ratio"],
+            pl.Float64,
+        )
+    return schema
+
+
+def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig):
+    """Signals for every document, plus each document's text after C4 line filtering (None if unchanged)."""
+    families = set(cfg.families)
+    rewrites_lines = "c4" in families and cfg.c4_filter_lines
+    rows: list[dict] = []
+    filtered_texts: list[str | None] = []
+    for text, lang in zip(texts, langs, strict=True):
+        doc = _Doc.parse(text, lang)
+        signals = {"q_cjk": doc.cjk}
+        if "gopher_quality" in families:
+            signals |= _gopher_quality_signals(doc, cfg)
+        if "gopher_repetition" in families:
+            signals |= _gopher_repetition_signals(doc, cfg)
+        fineweb_text, fineweb_tokens, filtered = doc.text, doc.n_tokens, None
+        if "c4" in families:
+            outcome = _c4_scan(doc, cfg)
+            signals |= _c4_signals(outcome)
+            if rewrites_lines:
+                # FineWeb runs after C4 in the pipeline, so it sees the text C4 leaves behind.
+                filtered = fineweb_text = "\n".join(outcome.kept_lines)
+                if outcome.lines_removed or outcome.citations_removed:
+                    fineweb_tokens = _count_tokens(filtered)
+        if "fineweb" in families:
+            signals |= _fineweb_signals(fineweb_text, doc.cjk, fineweb_tokens, cfg)
+        rows.append(signals)
+        filtered_texts.append(filtered)
+    return pl.DataFrame(rows, schema=_signal_schema(cfg)), filtered_texts
+
+
+def quality_signals(texts: list[str], langs: list[str], cfg: QualityConfig | None = None) -> pl.DataFrame:
+    """One row of `q_*` signals per document, for the families enabled in `cfg`."""
+    signals, _ = _score(texts, langs, cfg or QualityConfig())
+    return signals
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules
+# ---------------------------------------------------------------------------------------------
+
+
+# (rule name, threshold or None when switched off, threshold -> "document fails" expression)
+_Rule = tuple[str, Any, Callable[[Any], pl.Expr]]
+
+
+def _gopher_quality_rules(cfg: QualityConfig) -> list[_Rule]:
+    cjk, words = pl.col("q_cjk"), pl.col("q_word_count")
+    mean_len = pl.col("q_mean_word_length")
+    return [
+        ("min_doc_words", cfg.min_doc_words, lambda t: ~cjk & (words < t)),
+        ("max_doc_words", cfg.max_doc_words, lambda t: ~cjk & (words > t)),
+        ("min_doc_chars_cjk", cfg.min_doc_chars_cjk, lambda t: cjk & (words < t)),
+        ("max_doc_chars_cjk", cfg.max_doc_chars_cjk, lambda t: cjk & (words > t)),
+        # One character per word makes the mean word length meaningless for CJK.
+        ("min_avg_word_length", cfg.min_avg_word_length, lambda t: ~cjk & (mean_len < t)),
+        ("max_avg_word_length", cfg.max_avg_word_length, lambda t: ~cjk & (mean_len > t)),
+        ("hash_word_ratio", cfg.max_symbol_word_ratio, lambda t: pl.col("q_hash_word_ratio") > t),
+        ("ellipsis_word_ratio", cfg.max_symbol_word_ratio, lambda t: pl.col("q_ellipsis_word_ratio") > t),
+        ("bullet_lines_ratio", cfg.max_bullet_lines_ratio, lambda t: pl.col("q_bullet_lines_ratio") > t),
+        ("ellipsis_lines_ratio", cfg.max_ellipsis_lines_ratio, lambda t: pl.col("q_ellipsis_lines_ratio") > t),
+        ("alpha_words_ratio", cfg.max_non_alpha_words_ratio, lambda t: pl.col("q_alpha_words_ratio") < t),
+        # Languages without a stop-word list have a null count and pass.
+        ("min_stop_words", cfg.min_stop_words, lambda t: pl.col("q_stop_words") < t),
+    ]
+
+
+def _above(column: str) -> Callable[[Any], pl.Expr]:
+    return lambda t: pl.col(column) > t
+
+
+def _gopher_repetition_rules(cfg: QualityConfig) -> list[_Rule]:
+    rules: list[_Rule] = [
+        (name, threshold, _above(f"q_{name}"))
+        for name, threshold in (
+            ("dup_para_frac", cfg.dup_para_frac),
+            ("dup_para_char_frac", cfg.dup_para_char_frac),
+            ("dup_line_frac", cfg.dup_line_frac),
+            ("dup_line_char_frac", cfg.dup_line_char_frac),
+        )
+    ]
+    rules += [(f"top_{n}gram", frac, _above(f"q_top_{n}gram_frac")) for n, frac in cfg.top_n_grams]
+    rules += [(f"dup_{n}gram", frac, _above(f"q_dup_{n}gram_frac")) for n, frac in sorted(cfg.dup_n_grams)]
+    return rules
+
+
+def _c4_rules(cfg: QualityConfig) -> list[_Rule]:
+    return [
+        ("lorem_ipsum", cfg.c4_filter_lorem_ipsum or None, lambda _: pl.col("q_c4_lorem_ipsum")),
+        ("curly_bracket", cfg.c4_filter_curly_bracket or None, lambda _: pl.col("q_c4_curly_bracket")),
+        ("min_sentences", cfg.c4_min_sentences, lambda t: pl.col("q_c4_sentences") < t),
+    ]
+
+
+def _too_little_line_punct(exclude_zero: bool) -> Callable[[Any], pl.Expr]:
+    punct = pl.col("q_fw_line_punct_ratio")
+    if exclude_zero:
+        return lambda t: (punct < t) & (punct > 0)
+    return lambda t: punct < t
+
+
+def _fineweb_rules(cfg: QualityConfig) -> list[_Rule]:
+    return [
+        ("line_punct_ratio", cfg.line_punct_thr, _too_little_line_punct(cfg.line_punct_exclude_zero)),
+        ("short_line_ratio", cfg.short_line_thr, lambda t: pl.col("q_fw_short_line_ratio") >= t),
+        ("char_dup_ratio", cfg.char_duplicates_ratio, lambda t: pl.col("q_fw_char_dup_ratio") >= t),
+        ("new_line_ratio", cfg.new_line_ratio, _above("q_fw_new_line_ratio")),
+    ]
+
+
+_RULES_BY_FAMILY = {
+    "gopher_quality": _gopher_quality_rules,
+    "gopher_repetition": _gopher_repetition_rules,
+    "c4": _c4_rules,
+    "fineweb": _fineweb_rules,
+}
+
+
+def rule_reasons(cfg: QualityConfig | None = None) -> list[str]:
+    """Every reason string the enabled rules can produce, in the order they are checked."""
+    cfg = cfg or QualityConfig()
+    return [
+        f"{family}:{name}"
+        for family in cfg.families
+        for name, threshold, _ in _RULES_BY_FAMILY[family](cfg)
+        if threshold is not None
+    ]
+
+
+def _reason_expr(cfg: QualityConfig) -> pl.Expr:
+    chain = None
+    for family in cfg.families:
+        for name, threshold, failed in _RULES_BY_FAMILY[family](cfg):
+            if threshold is None:
+                continue
+            condition = failed(threshold).fill_null(False)
+            reason = pl.lit(f"{family}:{name}")
+            chain = pl.when(condition).then(reason) if chain is None else chain.when(condition).then(reason)
+    if chain is None:
+        return pl.lit(None, dtype=pl.String)
+    return chain.otherwise(pl.lit(None, dtype=pl.String))
+
+
+def reasons_from_signals(signals_df: pl.DataFrame, cfg: QualityConfig | None = None) -> pl.Series:
+    """The first failing rule per document as `family:rule`, or null for documents that pass."""
+    return signals_df.select(_reason_expr(cfg or QualityConfig()).alias("reason")).to_series()
+
+
+def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None) -> StageResult:
+    """Score `df` (columns `doc_id`, `text`, `lang`), drop failing documents and keep their signals.
+
+    With C4 line filtering on, kept documents carry the text C4 leaves behind.
+    """
+    cfg = cfg or QualityConfig()
+    signals, filtered_texts = _score(df["text"].to_list(), df["lang"].to_list(), cfg)
+    # Signals from an earlier run are replaced, not duplicated.
+    scored = pl.concat([df.select(pl.exclude("^q_.*$")), signals], how="horizontal")
+    if "c4" in cfg.families and cfg.c4_filter_lines:
+        scored = scored.with_columns(pl.Series("text", filtered_texts, dtype=pl.String))
+    scored = scored.with_columns(reasons_from_signals(signals, cfg).alias("_quality_reason"))
+
+    result = split_by_reason(scored, "_quality_reason", stage=STAGE)
+    result.kept = result.kept.drop("_quality_reason")
+    result.stats = _stats(df.height, result, cfg)
+    return result
+
+
+def _stats(docs_in: int, result: StageResult, cfg: QualityConfig) -> dict:
+    stats = {
+        "docs_in": docs_in,
+        "docs_out": result.kept.height,
+        "docs_dropped": result.dropped.height,
+        "dropped_by_reason": dict(result.dropped["reason"].value_counts(sort=True).rows()),
+    }
+    if "c4" in cfg.families:
+        # Only kept documents had their text rewritten.
+        removed = result.kept["q_c4_lines_removed"] if cfg.c4_filter_lines else pl.Series([], dtype=pl.Int64)
+        stats["c4_lines_removed"] = int(removed.sum())
+        stats["c4_docs_with_lines_removed"] = int((removed > 0).sum())
+    return stats

@@ -1,0 +1,431 @@
+"""Read a crawl shard (WARC, WARC.gz, WET, JSONL, JSONL.gz, Parquet) into normalized documents.
+
+Every record read ends up in exactly one of three tables:
+- `documents`: `doc_id, url, source, record_index, fetched_at, content_type, html, text`
+  (`html` for HTML payloads, `text` for text payloads, the other one null);
+- `dropped`: records that are not documents (warcinfo, request, non-2xx, non-text), with a reason;
+- `quarantine`: records that could not be read (truncated, undecodable, corrupt), with a reason.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from lm_assets.corpus.stage import DROPPED_SCHEMA
+
+DOCUMENT_SCHEMA = {
+    "doc_id": pl.String,
+    "url": pl.String,
+    "source": pl.String,
+    "record_index": pl.Int64,
+    "fetched_at": pl.String,
+    "content_type": pl.String,
+    "html": pl.String,
+    "text": pl.String,
+}
+QUARANTINE_SCHEMA = {
+    "doc_id": pl.String,
+    "source": pl.String,
+    "record_index": pl.Int64,
+    "byte_offset": pl.Int64,
+    "url": pl.String,
+    "reason": pl.String,
+    "detail": pl.String,
+}
+SUPPORTED_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz", ".jsonl", ".jsonl.gz", ".parquet")
+TEXT_TYPES = ("text/plain",)
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+GZIP_MAGIC = b"\x1f\x8b\x08"
+
+
+@dataclass
+class ReaderConfig:
+    max_doc_bytes: int = 10_000_000
+    text_field: str = "text"
+    url_field: str = "url"
+    id_field: str = "id"
+    default_charset: str = "utf-8"
+
+
+@dataclass
+class ShardRead:
+    source: str
+    documents: list[dict] = field(default_factory=list)
+    dropped: list[dict] = field(default_factory=list)
+    quarantine: list[dict] = field(default_factory=list)
+    records: int = 0
+
+    def doc_id(self, index: int) -> str:
+        return make_doc_id(self.source, index)
+
+    def keep(self, index, url, fetched_at, content_type, html=None, text=None):
+        self.documents.append(
+            {
+                "doc_id": self.doc_id(index),
+                "url": url,
+                "source": self.source,
+                "record_index": index,
+                "fetched_at": fetched_at,
+                "content_type": content_type,
+                "html": html,
+                "text": text,
+            }
+        )
+
+    def drop(self, index: int, reason: str):
+        self.dropped.append({"doc_id": self.doc_id(index), "stage": "raw", "reason": reason})
+
+    def quarantine_record(self, index: int, reason: str, detail: str = "", offset=None, url=None):
+        self.quarantine.append(
+            {
+                "doc_id": self.doc_id(index),
+                "source": self.source,
+                "record_index": index,
+                "byte_offset": offset,
+                "url": url,
+                "reason": reason,
+                "detail": detail[:500],
+            }
+        )
+
+    def frames(self) -> "RawShard":
+        return RawShard(
+            documents=pl.DataFrame(self.documents, schema=DOCUMENT_SCHEMA),
+            dropped=pl.DataFrame(self.dropped, schema=DROPPED_SCHEMA),
+            quarantine=pl.DataFrame(self.quarantine, schema=QUARANTINE_SCHEMA),
+            records=self.records,
+        )
+
+
+@dataclass
+class RawShard:
+    """The three tables of one shard, and how many records the reader saw (counted independently)."""
+
+    documents: pl.DataFrame
+    dropped: pl.DataFrame
+    quarantine: pl.DataFrame
+    records: int
+
+
+def make_doc_id(source: str, index: int) -> str:
+    """Stable id from the shard name and the record's position in it."""
+    return hashlib.blake2b(f"{source}\x00{index}".encode(), digest_size=8).hexdigest()
+
+
+def shard_format(name: str) -> str:
+    lower = name.lower()
+    for suffix in SUPPORTED_SUFFIXES:
+        if lower.endswith(suffix):
+            return suffix.split(".")[1]
+    raise ValueError(f"unsupported shard file {name!r}: expected one of {', '.join(SUPPORTED_SUFFIXES)}")
+
+
+def read_shard(path: str | Path, source: str | None = None, config: ReaderConfig | None = None) -> RawShard:
+    """Read one shard file into documents, dropped and quarantine tables."""
+    path = Path(path)
+    config = config or ReaderConfig()
+    read = ShardRead(source=source or path.name)
+    fmt = shard_format(path.name)
+    if path.stat().st_size == 0:
+        read.quarantine_record(0, "empty_shard", "the file has 0 bytes")
+        read.records = 1
+        return read.frames()
+    if fmt in ("warc", "wet"):
+        _read_warc(path, read, config)
+    elif fmt == "jsonl":
+        _read_jsonl(path, read, config)
+    else:
+        _read_parquet(path, read, config)
+    if read.records == 0:
+        read.quarantine_record(0, "empty_shard", "the file holds no records")
+        read.records = 1
+    return read.frames()
+
+
+# WARC -----------------------------------------------------------------------------------------
+def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> None:
+    """Iterate with fastwarc; on a corrupt gzip member, quarantine it and resume at the next one."""
+    from fastwarc.warc import ArchiveIterator
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        gzipped = f.read(3) == GZIP_MAGIC
+        start = 0
+        while start < size:
+            f.seek(start)
+            last_good = None
+            try:
+                for record in ArchiveIterator(f, parse_http=False, auto_decode="none"):
+                    last_good = record.stream_pos  # absolute: fastwarc reads from the seeked file
+                    _handle_warc_record(record, last_good, read, config)
+            except Exception as exc:  # noqa: BLE001 - fastwarc raises OSError/ValueError on damage
+                reason, error = ("corrupt_gzip" if gzipped else "corrupt_record"), str(exc)
+                # The damaged member itself may not decompress: find it by its magic bytes alone.
+                bad = start if last_good is None else _find(f, GZIP_MAGIC if gzipped else b"WARC/1.", last_good + 1, size)
+            else:
+                # fastwarc can end quietly before a record cut off mid-gzip: look for one after the last record.
+                reason, error = "truncated_record", "record cut off before its end"
+                bad = start if last_good is None else _next_member(f, last_good + 1, size, gzipped)
+            if bad >= size:
+                return
+            resume = _next_member(f, bad + 1, size, gzipped)
+            index = read.records
+            read.records += 1
+            read.quarantine_record(index, reason, f"{error}; bytes {bad}-{resume} skipped", offset=bad)
+            start = resume
+
+
+def _next_member(f, start: int, size: int, gzipped: bool) -> int:
+    """Offset of the next record start (a gzip member holding a WARC record) after `start`, or the file size."""
+    marker = GZIP_MAGIC if gzipped else b"WARC/1."
+    pos = start
+    while pos < size:
+        hit = _find(f, marker, pos, size)
+        if hit >= size or _is_record_start(f, hit, gzipped):
+            return hit
+        pos = hit + 1
+    return size
+
+
+def _find(f, marker: bytes, start: int, size: int) -> int:
+    f.seek(start)
+    offset, tail = start, b""
+    while True:
+        chunk = f.read(1 << 20)
+        if not chunk:
+            return size
+        buf = tail + chunk
+        hit = buf.find(marker)
+        if hit >= 0:
+            return offset - len(tail) + hit
+        tail = buf[-(len(marker) - 1) :]
+        offset += len(chunk)
+
+
+def _is_record_start(f, offset: int, gzipped: bool) -> bool:
+    """The gzip magic also turns up inside compressed data: a real member decompresses to a WARC header.
+    Uncompressed, a record starts a file or follows the blank line that ends the one before."""
+    if not gzipped:
+        f.seek(max(offset - 4, 0))
+        return offset == 0 or f.read(4) == b"\r\n\r\n"
+    f.seek(offset)
+    try:
+        head = zlib.decompressobj(wbits=31).decompress(f.read(1 << 16), 16)
+    except zlib.error:
+        return False
+    return head.startswith(b"WARC/")
+
+
+def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConfig) -> None:
+    index = read.records
+    read.records += 1
+    headers = record.headers
+    rtype = (headers.get("WARC-Type") or "").lower()
+    url = headers.get("WARC-Target-URI")
+    fetched_at = headers.get("WARC-Date")
+    if headers.get("Content-Length") is None:
+        read.quarantine_record(index, "truncated_record", "WARC header cut off (no Content-Length)", offset, url)
+        return
+    if rtype not in ("response", "conversion", "resource"):
+        read.drop(index, f"not_a_document:{rtype or 'unknown'}")
+        return
+    block = record.reader.read(config.max_doc_bytes + 1)
+    expected = record.content_length
+    if len(block) > config.max_doc_bytes:
+        read.quarantine_record(
+            index, "oversize", f"record larger than {config.max_doc_bytes} bytes", offset, url
+        )
+        return
+    if len(block) < expected:
+        read.quarantine_record(
+            index, "truncated_record", f"{len(block)} of {expected} bytes present", offset, url
+        )
+        return
+    if rtype == "response" and block.startswith(b"HTTP/"):
+        try:
+            status, http_headers, payload = parse_http_response(block)
+        except ValueError as exc:
+            read.quarantine_record(index, "bad_http", str(exc), offset, url)
+            return
+        if not 200 <= status < 300:
+            read.drop(index, f"http_status:{status}")
+            return
+        content_type = http_headers.get("content-type", "")
+    else:
+        payload = block
+        content_type = headers.get("Content-Type") or ("text/plain" if rtype == "conversion" else "")
+    _keep_payload(read, index, url, fetched_at, content_type, payload, offset, config)
+
+
+def _keep_payload(read, index, url, fetched_at, content_type, payload, offset, config):
+    mime, charset = parse_content_type(content_type)
+    if mime not in HTML_TYPES and mime not in TEXT_TYPES:
+        read.drop(index, f"content_type:{mime or 'missing'}")
+        return
+    try:
+        body = decode_payload(payload, charset, is_html=mime in HTML_TYPES, default=config.default_charset)
+    except UnicodeDecodeError as exc:
+        read.quarantine_record(index, "undecodable", f"{exc.encoding}: {exc.reason} at byte {exc.start}", offset, url)
+        return
+    except LookupError as exc:
+        read.quarantine_record(index, "undecodable", f"unknown charset: {exc}", offset, url)
+        return
+    if mime in HTML_TYPES:
+        read.keep(index, url, fetched_at, mime, html=body)
+    else:
+        read.keep(index, url, fetched_at, mime, text=body)
+
+
+def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Split an HTTP response into status, lower-cased headers and the decoded body."""
+    head, sep, body = block.partition(b"\r\n\r\n")
+    if not sep:
+        head, sep, body = block.partition(b"\n\n")
+    lines = head.decode("latin-1").splitlines()
+    if not lines:
+        raise ValueError("empty HTTP head")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[1].isdigit():
+        raise ValueError(f"bad HTTP status line {lines[0][:80]!r}")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = _dechunk(body)
+    encoding = headers.get("content-encoding", "").lower()
+    if encoding in ("gzip", "x-gzip"):
+        body = gzip.decompress(body)
+    elif encoding == "deflate":
+        body = zlib.decompress(body)
+    return int(parts[1]), headers, body
+
+
+def _dechunk(body: bytes) -> bytes:
+    out, pos = bytearray(), 0
+    while True:
+        eol = body.find(b"\r\n", pos)
+        if eol < 0:
+            raise ValueError("chunked body without a chunk size line")
+        size = int(body[pos:eol].split(b";")[0] or b"0", 16)
+        if size == 0:
+            return bytes(out)
+        out += body[eol + 2 : eol + 2 + size]
+        pos = eol + 2 + size + 2
+
+
+def parse_content_type(value: str) -> tuple[str, str | None]:
+    mime, *params = [p.strip() for p in (value or "").split(";")]
+    charset = None
+    for param in params:
+        key, _, val = param.partition("=")
+        if key.strip().lower() == "charset":
+            charset = val.strip().strip("\"'").lower() or None
+    return mime.lower(), charset
+
+
+def decode_payload(payload: bytes, charset: str | None, is_html: bool, default: str = "utf-8") -> str:
+    """Decode strictly with the declared charset, else a `<meta charset>`, else `default`.
+
+    Bytes that do not decode raise UnicodeDecodeError: we quarantine them rather than guess.
+    """
+    if charset is None and is_html:
+        charset = _meta_charset(payload[:4096])
+    return payload.decode(_normalize_charset(charset or default), errors="strict")
+
+
+def _meta_charset(head: bytes) -> str | None:
+    lower = head.lower()
+    pos = lower.find(b"charset=")
+    if pos < 0:
+        return None
+    value = lower[pos + 8 : pos + 40].lstrip(b"\"' ")
+    end = 0
+    while end < len(value) and (chr(value[end]).isalnum() or value[end] in b"-_"):
+        end += 1
+    return value[:end].decode("ascii") or None
+
+
+def _normalize_charset(charset: str) -> str:
+    # Browsers decode these labels as the wider superset; so do we.
+    return {"gb2312": "gb18030", "gbk": "gb18030", "iso-8859-1": "cp1252", "latin1": "cp1252"}.get(
+        charset, charset
+    )
+
+
+# JSONL ----------------------------------------------------------------------------------------
+def _read_jsonl(path: Path, read: ShardRead, config: ReaderConfig) -> None:
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for line in f:
+                index = read.records
+                read.records += 1
+                _handle_jsonl_line(line, index, read, config)
+    except (OSError, EOFError, zlib.error) as exc:
+        index = read.records
+        read.records += 1
+        read.quarantine_record(index, "corrupt_gzip", f"{exc} after {index} lines")
+
+
+def _handle_jsonl_line(line: bytes, index: int, read: ShardRead, config: ReaderConfig) -> None:
+    if not line.strip():
+        read.drop(index, "blank_line")
+        return
+    if len(line) > config.max_doc_bytes:
+        read.quarantine_record(index, "oversize", f"line larger than {config.max_doc_bytes} bytes")
+        return
+    try:
+        obj = json.loads(line)
+    except UnicodeDecodeError as exc:
+        read.quarantine_record(index, "undecodable", f"{exc.encoding}: {exc.reason} at byte {exc.start}")
+        return
+    except json.JSONDecodeError as exc:
+        read.quarantine_record(index, "malformed_json", f"line {index + 1}: {exc.msg} at column {exc.colno}")
+        return
+    if not isinstance(obj, dict):
+        read.quarantine_record(index, "malformed_json", f"line {index + 1}: not a JSON object")
+        return
+    text = obj.get(config.text_field)
+    url = obj.get(config.url_field)
+    if not isinstance(text, str):
+        read.quarantine_record(index, "missing_text", f"no string field {config.text_field!r}", url=url)
+        return
+    fetched_at = obj.get("fetched_at") or obj.get("date")
+    read.keep(index, url, str(fetched_at) if fetched_at else None, "text/plain", text=text)
+
+
+# Parquet --------------------------------------------------------------------------------------
+def _read_parquet(path: Path, read: ShardRead, config: ReaderConfig) -> None:
+    import pyarrow.parquet as pq
+
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged files
+        raise ValueError(f"{path.name}: not a readable Parquet file: {exc}") from exc
+    if config.text_field not in schema.names:
+        raise ValueError(
+            f"{path.name}: Parquet shard has no text column {config.text_field!r} "
+            f"(columns: {', '.join(schema.names)}); set the reader's text_field to the right column"
+        )
+    table = pl.read_parquet(path)
+    urls = table[config.url_field].to_list() if config.url_field in table.columns else [None] * len(table)
+    dates = table["fetched_at"].cast(pl.String).to_list() if "fetched_at" in table.columns else None
+    for i, (text, url) in enumerate(zip(table[config.text_field].to_list(), urls)):
+        index = read.records
+        read.records += 1
+        if not isinstance(text, str):
+            read.quarantine_record(index, "missing_text", f"row {i}: null or non-string text", url=url)
+            continue
+        if len(text.encode("utf-8", "surrogatepass")) > config.max_doc_bytes:
+            read.quarantine_record(index, "oversize", f"row {i}: text larger than {config.max_doc_bytes} bytes", url=url)
+            continue
+        read.keep(index, url, dates[i] if dates else None, "text/plain", text=text)

@@ -1,0 +1,34 @@
+"""The uniform shape of a processing stage: kept rows, dropped rows with a reason, and stats."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+DROPPED_SCHEMA = {"doc_id": pl.String, "stage": pl.String, "reason": pl.String}
+
+
+@dataclass
+class StageResult:
+    """What one stage made of its input.
+
+    `kept` holds the surviving rows (possibly with new columns), `dropped` holds
+    `doc_id, stage, reason` for each removed row, and `stats` holds counters for metadata.
+    Every input row is in exactly one of the two.
+    """
+
+    kept: pl.DataFrame
+    dropped: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DROPPED_SCHEMA))
+    stats: dict = field(default_factory=dict)
+
+
+def split_by_reason(df: pl.DataFrame, reason: pl.Expr | str, stage: str) -> StageResult:
+    """Split `df` on a reason column or expression: null reason means kept."""
+    expr = pl.col(reason) if isinstance(reason, str) else reason
+    tagged = df.with_columns(expr.alias("_reason"))
+    kept = tagged.filter(pl.col("_reason").is_null()).drop("_reason")
+    dropped = tagged.filter(pl.col("_reason").is_not_null()).select(
+        pl.col("doc_id"), pl.lit(stage).alias("stage"), pl.col("_reason").alias("reason")
+    )
+    return StageResult(kept=kept, dropped=dropped.cast(DROPPED_SCHEMA))

@@ -1,0 +1,132 @@
+"""Toxicity scoring, line by line, with an explicitly chosen backend.
+
+- `detoxify`: Unitary's Detoxify BERT models. Its release checkpoint is downloaded from GitHub
+  unless `checkpoint` points at a local file in the same format (with `hf_config_path` holding the
+  model's config.json and tokenizer files for offline use).
+- `profanity_check`: alt-profanity-check, a linear model trained on English toxic comments that
+  ships inside its wheel, so it works offline.
+
+A model that cannot be loaded raises ToxicityModelError; nothing falls back to another backend.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from importlib import metadata
+
+import polars as pl
+
+from lm_assets.corpus.stage import StageResult, split_by_reason
+
+BACKENDS = ("detoxify", "profanity_check")
+
+
+class ToxicityModelError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ToxicityConfig:
+    backend: str = "detoxify"
+    detoxify_model_type: str = "original"
+    detoxify_checkpoint: str | None = None
+    detoxify_hf_config_path: str | None = None
+    device: str = "cpu"
+    line_threshold: float = 0.8
+    max_toxic_fraction: float = 0.2
+    batch_size: int = 64
+
+
+class DetoxifyScorer:
+    def __init__(self, config: ToxicityConfig):
+        try:
+            from detoxify import Detoxify
+        except ImportError as exc:
+            raise ToxicityModelError(f"toxicity backend 'detoxify' is not installed: {exc}") from exc
+        if config.detoxify_checkpoint and not os.path.exists(config.detoxify_checkpoint):
+            raise ToxicityModelError(f"detoxify checkpoint not found: {config.detoxify_checkpoint}")
+        if config.detoxify_hf_config_path:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            self.model = Detoxify(
+                model_type=config.detoxify_model_type,
+                checkpoint=config.detoxify_checkpoint,
+                device=config.device,
+                huggingface_config_path=config.detoxify_hf_config_path,
+            )
+        except Exception as exc:  # noqa: BLE001 - download, unpickling and HF errors all end here
+            source = config.detoxify_checkpoint or f"the '{config.detoxify_model_type}' release checkpoint"
+            raise ToxicityModelError(
+                f"could not load detoxify from {source}: {type(exc).__name__}: {exc}. Offline, set "
+                "detoxify_checkpoint to a local .ckpt and detoxify_hf_config_path to its config and "
+                "tokenizer folder, or choose backend 'profanity_check'."
+            ) from exc
+        self.batch_size = config.batch_size
+        origin = config.detoxify_checkpoint or f"release:{config.detoxify_model_type}"
+        self.name = f"detoxify {metadata.version('detoxify')} ({origin}, {type(self.model.model).__name__})"
+
+    def score(self, lines: list[str]) -> list[float]:
+        out: list[float] = []
+        for i in range(0, len(lines), self.batch_size):
+            scores = self.model.predict(lines[i : i + self.batch_size])["toxicity"]
+            out.extend(scores if isinstance(scores, list) else [scores])
+        return out
+
+
+class ProfanityCheckScorer:
+    def __init__(self, config: ToxicityConfig):
+        try:
+            from profanity_check import predict_prob
+        except Exception as exc:  # noqa: BLE001 - sklearn version mismatches surface as many types
+            raise ToxicityModelError(f"could not load alt-profanity-check: {type(exc).__name__}: {exc}") from exc
+        self.predict_prob = predict_prob
+        self.name = f"alt-profanity-check {metadata.version('alt-profanity-check')} (bundled sklearn model)"
+
+    def score(self, lines: list[str]) -> list[float]:
+        return [float(p) for p in self.predict_prob(lines)] if lines else []
+
+
+@functools.lru_cache(maxsize=4)
+def load_scorer(config: ToxicityConfig):
+    if config.backend == "detoxify":
+        return DetoxifyScorer(config)
+    if config.backend == "profanity_check":
+        return ProfanityCheckScorer(config)
+    raise ToxicityModelError(f"unknown toxicity backend {config.backend!r}; choose one of {BACKENDS}")
+
+
+def score_documents(texts: list[str], config: ToxicityConfig) -> tuple[list[float], list[float], str]:
+    """Per document: the highest line score, and the share of characters in toxic lines."""
+    scorer = load_scorer(config)
+    doc_lines = [[ln for ln in text.split("\n") if ln.strip()] for text in texts]
+    flat = [ln for lines in doc_lines for ln in lines]
+    flat_scores = iter(scorer.score(flat))
+    maxima, fractions = [], []
+    for lines in doc_lines:
+        total = toxic = 0
+        top = 0.0
+        for line in lines:
+            s = next(flat_scores)
+            top = max(top, s)
+            total += len(line)
+            toxic += len(line) if s >= config.line_threshold else 0
+        maxima.append(top)
+        fractions.append(toxic / total if total else 0.0)
+    return maxima, fractions, scorer.name
+
+
+def score_toxicity(docs: pl.DataFrame, config: ToxicityConfig | None = None) -> StageResult:
+    config = config or ToxicityConfig()
+    maxima, fractions, model_name = score_documents(docs["text"].to_list(), config)
+    scored = docs.with_columns(
+        pl.Series("tox_max", maxima, dtype=pl.Float64), pl.Series("tox_frac", fractions, dtype=pl.Float64)
+    )
+    result = split_by_reason(
+        scored,
+        pl.when(pl.col("tox_frac") >= config.max_toxic_fraction).then(pl.lit("toxicity:toxic_fraction")),
+        stage="toxicity",
+    )
+    result.stats = {"model": model_name, "docs_with_toxic_lines": int(sum(f > 0 for f in fractions))}
+    return result

@@ -1,0 +1,21 @@
+"""The lm-assets code location."""
+
+import dagster as dg
+
+from lm_assets.defs.automation import landing_sensor, nightly_curation_refresh, shard_curation_job
+from lm_assets.defs.curated import curated_shard, extracted_shard
+from lm_assets.defs.expectations import curated_expectations
+from lm_assets.defs.raw import raw_shard
+from lm_assets.defs.resources import default_resources
+
+defs = dg.Definitions(
+    assets=[raw_shard, extracted_shard, curated_shard],
+    asset_checks=[curated_expectations],
+    jobs=[shard_curation_job],
+    sensors=[landing_sensor],
+    schedules=[nightly_curation_refresh],
+    resources=default_resources(),
+    # Shard partitions are small: one process per run beats a process per step. Point this at
+    # dagster-k8s's executor (or a run launcher) to scale out.
+    executor=dg.in_process_executor,
+)

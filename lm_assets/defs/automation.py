@@ -1,0 +1,69 @@
+"""How shards enter and move: a sensor on the landing location, and a nightly refresh of stale curation."""
+
+
+import dagster as dg
+
+from lm_assets.corpus.readers import SUPPORTED_SUFFIXES
+from lm_assets.defs.curated import CuratedShardConfig, ExtractedShardConfig, curated_shard, extracted_shard
+from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.raw import RawShardConfig, raw_shard
+from lm_assets.defs.reporting import config_hash
+from lm_assets.defs.resources import LandingResource
+
+shard_curation_job = dg.define_asset_job(
+    "shard_curation_job",
+    selection=dg.AssetSelection.assets(raw_shard, extracted_shard, curated_shard),
+    partitions_def=shard_partitions,
+    description="Read, extract and curate one shard.",
+)
+
+
+def is_shard_file(key: str) -> bool:
+    name = key.rsplit("/", 1)[-1]
+    return "/" not in key and not name.startswith(".") and name.lower().endswith(SUPPORTED_SUFFIXES)
+
+
+@dg.sensor(job=shard_curation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource) -> dg.SensorResult:
+    """Adds one `shards` partition per new file at the top of the landing location and runs it."""
+    known = set(context.instance.get_dynamic_partitions(shard_partitions.name))
+    new = [key for key in landing.storage().list() if is_shard_file(key) and key not in known]
+    if not new:
+        return dg.SensorResult(skip_reason=f"no new shard files ({len(known)} known)")
+    return dg.SensorResult(
+        run_requests=[dg.RunRequest(partition_key=key, run_key=f"shard:{key}") for key in new],
+        dynamic_partitions_requests=[shard_partitions.build_add_request(new)],
+    )
+
+
+CURRENT_CONFIG_HASHES = {
+    raw_shard.key: config_hash(RawShardConfig()),
+    extracted_shard.key: config_hash(ExtractedShardConfig()),
+    curated_shard.key: config_hash(CuratedShardConfig()),
+}
+
+
+def stale_shards(instance: dg.DagsterInstance, shards: list[str]) -> list[str]:
+    """Shards whose latest materialization of some stage ran with another config than the current default."""
+    stale = []
+    for shard in shards:
+        for key, current in CURRENT_CONFIG_HASHES.items():
+            records = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[shard]), limit=1
+            ).records
+            mat = records[0].asset_materialization if records else None
+            recorded = mat.metadata.get("config_hash") if mat else None
+            if recorded is None or recorded.value != current:
+                stale.append(shard)
+                break
+    return stale
+
+
+@dg.schedule(job=shard_curation_job, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.STOPPED)
+def nightly_curation_refresh(context: dg.ScheduleEvaluationContext):
+    """Re-runs curation for every shard whose stages last ran with a different config (or never ran)."""
+    shards = context.instance.get_dynamic_partitions(shard_partitions.name)
+    stale = stale_shards(context.instance, shards)
+    if not stale:
+        return dg.SkipReason(f"all {len(shards)} shards are current")
+    return [dg.RunRequest(partition_key=s, run_key=f"refresh:{s}:{context.scheduled_execution_time:%Y%m%d}") for s in stale]

@@ -1,0 +1,269 @@
+"""extracted_shard and curated_shard: main text out of HTML, then language ID, quality, toxicity and PII."""
+
+
+import dataclasses
+import json
+import os
+import re
+import time
+from typing import Any
+
+import dagster as dg
+import polars as pl
+
+from lm_assets.corpus.accounting import conservation
+from lm_assets.corpus.curation import STEPS, CurationConfig, curate
+from lm_assets.corpus.extract import CONTROL_CHARS, ExtractConfig, extract_documents
+from lm_assets.corpus.langid import LangIdConfig
+from lm_assets.corpus.pii import find_pii
+from lm_assets.corpus.quality import QualityConfig
+from lm_assets.corpus.toxicity import ToxicityConfig
+from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.raw import raw_keys, raw_shard
+from lm_assets.defs.reporting import (
+    config_hash,
+    conservation_result,
+    drop_metadata,
+    length_histogram,
+    markdown_table,
+    non_empty_result,
+    preview,
+    schema_result,
+    standard_check_specs,
+)
+from lm_assets.defs.resources import StorageResource
+
+EXTRACTED_SCHEMA = {
+    "doc_id": pl.String,
+    "url": pl.String,
+    "source": pl.String,
+    "fetched_at": pl.String,
+    "text": pl.String,
+    "title": pl.String,
+    "lang_hint": pl.String,
+    "control_chars_stripped": pl.Int64,
+}
+CURATED_SCHEMA = {
+    **EXTRACTED_SCHEMA,
+    "lang": pl.String,
+    "lang_score": pl.Float64,
+    "tox_max": pl.Float64,
+    "tox_frac": pl.Float64,
+}
+
+
+def stage_keys(stage: str, shard: str) -> dict[str, str]:
+    return {t: f"{stage}/{shard}/{t}.parquet" for t in ("documents", "dropped")}
+
+
+# extracted_shard --------------------------------------------------------------------------------
+class ExtractedShardConfig(dg.Config):
+    main_content: bool = True
+    unicode_form: str = "NFC"
+    keep_alt_texts: bool = False
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name="curation",
+    kinds={"polars", "resiliparse"},
+    deps=[raw_shard],
+    check_specs=standard_check_specs(
+        "extracted_shard",
+        [
+            dg.AssetCheckSpec(
+                "no_control_chars", asset="extracted_shard", blocking=True,
+                description="No NUL or other control characters remain in the text.",
+            )
+        ],
+    ),
+    description="Main text of each document (resiliparse), Unicode-normalized, control characters stripped.",
+)
+def extracted_shard(
+    context: dg.AssetExecutionContext, config: ExtractedShardConfig, storage: StorageResource
+) -> dg.MaterializeResult:
+    shard = context.partition_key
+    store = storage.storage()
+    started = time.perf_counter()
+    raw = store.read_parquet(raw_keys(shard)["documents"])
+    result = extract_documents(
+        raw, ExtractConfig(main_content=config.main_content, unicode_form=config.unicode_form, keep_alt_texts=config.keep_alt_texts)
+    )
+    keys = stage_keys("extracted", shard)
+    store.write_parquet(keys["documents"], result.kept)
+    store.write_parquet(keys["dropped"], result.dropped)
+    docs = result.kept
+    residue = int(docs["text"].str.count_matches(CONTROL_CHARS.pattern).sum()) if docs.height else 0
+    html_bytes = int(docs["html_bytes"].sum()) if docs.height else 0
+    seconds = time.perf_counter() - started
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
+            "documents_in": raw.height,
+            "documents_out": docs.height,
+            "dropped": result.dropped.height,
+            "control_chars_stripped": result.stats["control_chars_stripped"],
+            "docs_with_control_chars": result.stats["docs_with_control_chars"],
+            **drop_metadata(result.dropped),
+            "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
+            "preview": preview(docs, ["doc_id", "title", "lang_hint", "text"]),
+            "seconds": round(seconds, 3),
+            "html_mb_per_second": round(html_bytes / 1e6 / seconds, 2) if seconds else 0.0,
+            "config_hash": config_hash(config),
+        },
+        check_results=[
+            schema_result("schema", docs, EXTRACTED_SCHEMA),
+            non_empty_result("non_empty", docs),
+            conservation_result("conservation", conservation(raw.height, docs.height, result.dropped.height)),
+            dg.AssetCheckResult(check_name="no_control_chars", passed=residue == 0, metadata={"found": residue}),
+        ],
+    )
+
+
+# curated_shard ----------------------------------------------------------------------------------
+class ToxicityRulesConfig(dg.Config):
+    backend: str = os.environ.get("LM_ASSETS_TOXICITY_BACKEND", "detoxify")
+    detoxify_model_type: str = "original"
+    detoxify_checkpoint: str | None = None
+    detoxify_hf_config_path: str | None = None
+    device: str = "cpu"
+    line_threshold: float = 0.8
+    max_toxic_fraction: float = 0.2
+
+
+class CuratedShardConfig(dg.Config):
+    order: list[str] = list(STEPS)
+    allowed_languages: list[str] = ["en", "zh"]
+    min_language_score: float = 0.5
+    language_share_bounds: dict[str, list[float]] = {"en": [0.05, 1.0], "zh": [0.05, 1.0]}
+    quality_overrides: dict[str, Any] = {}
+    toxicity: ToxicityRulesConfig = ToxicityRulesConfig()
+
+    def curation_config(self) -> CurationConfig:
+        return CurationConfig(
+            order=tuple(self.order),
+            langid=LangIdConfig(allowed=tuple(self.allowed_languages), min_score=self.min_language_score),
+            quality=quality_config(self.quality_overrides),
+            toxicity=ToxicityConfig(**self.toxicity.model_dump()),
+        )
+
+
+def quality_config(overrides: dict[str, Any]) -> QualityConfig:
+    known = {f.name for f in dataclasses.fields(QualityConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise dg.Failure(f"unknown quality thresholds {unknown}; known: {sorted(known)}")
+    return dataclasses.replace(QualityConfig(), **overrides)
+
+
+def language_shares(docs: pl.DataFrame) -> dict[str, float]:
+    if docs.height == 0:
+        return {}
+    return {lang: n / docs.height for lang, n in docs["lang"].value_counts().rows()}
+
+
+def pii_residue(texts: list[str]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for text in texts:
+        for kind, _ in find_pii(text):
+            found[kind] = found.get(kind, 0) + 1
+    return found
+
+
+def shard_account(store, shard: str, curated_kept: int, curated_dropped: int) -> dict:
+    """Whole-shard conservation: records read = finally kept + dropped at every stage + quarantined."""
+    raw = raw_keys(shard)
+    records = json.loads(store.read_bytes(raw["summary"]))["records"]
+    earlier_dropped = store.read_parquet(raw["dropped"], columns=["doc_id"]).height + store.read_parquet(
+        stage_keys("extracted", shard)["dropped"], columns=["doc_id"]
+    ).height
+    quarantined = store.read_parquet(raw["quarantine"], columns=["doc_id"]).height
+    return conservation(records, curated_kept, earlier_dropped + curated_dropped, quarantined)
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name="curation",
+    kinds={"polars", "fasttext", "sklearn"},
+    deps=[extracted_shard],
+    check_specs=standard_check_specs(
+        "curated_shard",
+        [
+            dg.AssetCheckSpec(
+                "shard_conservation", asset="curated_shard", blocking=True,
+                description="Records read = kept + Σ dropped over all stages + quarantined.",
+            ),
+            dg.AssetCheckSpec(
+                "pii_residue", asset="curated_shard", blocking=True,
+                description="A regex scan of the output finds none of the redacted PII types.",
+            ),
+            dg.AssetCheckSpec(
+                "language_share", asset="curated_shard",
+                description="Each configured language's share of kept documents is within its bounds (warns).",
+            ),
+        ],
+    ),
+    description="Documents that pass language ID, quality rules and toxicity, with PII redacted; scores kept as columns.",
+)
+def curated_shard(
+    context: dg.AssetExecutionContext, config: CuratedShardConfig, storage: StorageResource
+) -> dg.MaterializeResult:
+    shard = context.partition_key
+    store = storage.storage()
+    extracted = store.read_parquet(stage_keys("extracted", shard)["documents"])
+    curation_config = config.curation_config()
+    try:
+        result = curate(extracted, curation_config)
+    except RuntimeError as exc:
+        raise dg.Failure(description=str(exc)) from exc
+    keys = stage_keys("curated", shard)
+    store.write_parquet(keys["documents"], result.kept)
+    store.write_parquet(keys["dropped"], result.dropped)
+    docs = result.kept
+    shares = language_shares(docs)
+    out_of_bounds = {
+        lang: round(shares.get(lang, 0.0), 3)
+        for lang, (low, high) in config.language_share_bounds.items()
+        if not low <= shares.get(lang, 0.0) <= high
+    }
+    residue = pii_residue(docs["text"].to_list())
+    step_stats = result.stats
+    timings = pl.DataFrame(
+        [{"step": s, "docs_in": v["docs_in"], "docs_out": v["docs_out"], "seconds": v["seconds"]} for s, v in step_stats.items()]
+    )
+    pii_totals = step_stats.get("pii", {}).get("redacted", {})
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
+            "documents_in": extracted.height,
+            "documents_out": docs.height,
+            "dropped": result.dropped.height,
+            **drop_metadata(result.dropped),
+            "steps": markdown_table(timings),
+            "language_shares": dg.MetadataValue.json({k: round(v, 4) for k, v in shares.items()}),
+            "langid_model": step_stats.get("langid", {}).get("model", "not run"),
+            "toxicity_model": step_stats.get("toxicity", {}).get("model", "not run"),
+            "pii_redacted": dg.MetadataValue.json(pii_totals),
+            "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
+            "preview": preview(docs, ["doc_id", "lang", "lang_score", "tox_max", "text"]),
+            "effective_config": dg.MetadataValue.json(
+                json.loads(json.dumps(dataclasses.asdict(curation_config), default=str))
+            ),
+            "config_hash": config_hash(config),
+        },
+        check_results=[
+            schema_result("schema", docs, CURATED_SCHEMA),
+            non_empty_result("non_empty", docs),
+            conservation_result("conservation", conservation(extracted.height, docs.height, result.dropped.height)),
+            conservation_result("shard_conservation", shard_account(store, shard, docs.height, result.dropped.height)),
+            dg.AssetCheckResult(
+                check_name="pii_residue", passed=not residue, metadata={"found": dg.MetadataValue.json(residue)}
+            ),
+            dg.AssetCheckResult(
+                check_name="language_share",
+                passed=not out_of_bounds,
+                severity=dg.AssetCheckSeverity.WARN,
+                metadata={"shares": dg.MetadataValue.json(shares), "out_of_bounds": dg.MetadataValue.json(out_of_bounds)},
+            ),
+        ],
+    )

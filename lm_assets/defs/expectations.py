@@ -1,0 +1,63 @@
+"""A Great Expectations suite over curated_shard, run inside a Dagster asset check.
+
+GX 1.x cannot read polars frames, so a sample goes through pandas. GX is imported lazily:
+its import alone costs seconds.
+"""
+
+
+import dagster as dg
+
+from lm_assets.defs.curated import CuratedShardConfig, curated_shard, stage_keys
+from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.resources import StorageResource
+
+SAMPLE_ROWS = 2_000
+
+
+def curated_suite(allowed_languages: list[str]):
+    import great_expectations as gx
+
+    suite = gx.ExpectationSuite(name="curated_shard")
+    for expectation in (
+        gx.expectations.ExpectColumnValuesToNotBeNull(column="doc_id"),
+        gx.expectations.ExpectColumnValuesToBeUnique(column="doc_id"),
+        gx.expectations.ExpectColumnValuesToNotBeNull(column="text"),
+        gx.expectations.ExpectColumnValueLengthsToBeBetween(column="text", min_value=1),
+        gx.expectations.ExpectColumnValuesToBeInSet(column="lang", value_set=allowed_languages),
+        gx.expectations.ExpectColumnValuesToBeBetween(column="lang_score", min_value=0.0, max_value=1.0),
+        gx.expectations.ExpectColumnValuesToBeBetween(column="tox_frac", min_value=0.0, max_value=1.0),
+    ):
+        suite.add_expectation(expectation)
+    return suite
+
+
+def validate_frame(frame, allowed_languages: list[str]) -> dict:
+    import great_expectations as gx
+
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = gx.data_context.types.base.ProgressBarsConfig(globally=False)
+    source = context.data_sources.add_pandas("lm_assets")
+    batch_definition = source.add_dataframe_asset("curated_shard").add_batch_definition_whole_dataframe("sample")
+    batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
+    result = batch.validate(curated_suite(allowed_languages))
+    failed = [
+        r.expectation_config.type + ":" + str(r.expectation_config.kwargs.get("column"))
+        for r in result.results
+        if not r.success
+    ]
+    return {"success": bool(result.success), "evaluated": len(result.results), "failed": failed}
+
+
+@dg.asset_check(
+    asset=curated_shard,
+    partitions_def=shard_partitions,
+    description="Great Expectations suite on a sample of the curated shard: ids, text, language and score ranges.",
+)
+def curated_expectations(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    docs = storage.storage().read_parquet(stage_keys("curated", context.partition_key)["documents"])
+    sample = docs.head(SAMPLE_ROWS).select("doc_id", "text", "lang", "lang_score", "tox_frac").to_pandas()
+    outcome = validate_frame(sample, CuratedShardConfig().allowed_languages)
+    return dg.AssetCheckResult(
+        passed=outcome["success"],
+        metadata={"rows_validated": len(sample), "expectations": outcome["evaluated"], "failed": dg.MetadataValue.json(outcome["failed"])},
+    )

@@ -1,0 +1,3 @@
+import dagster as dg
+
+shard_partitions = dg.DynamicPartitionsDefinition(name="shards")

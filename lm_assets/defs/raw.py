@@ -1,0 +1,89 @@
+"""raw_shard: one landing file, read into normalized documents, with everything else accounted for."""
+
+
+import json
+import time
+
+import dagster as dg
+import polars as pl
+
+from lm_assets.corpus.accounting import conservation
+from lm_assets.corpus.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
+from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.reporting import (
+    config_hash,
+    conservation_result,
+    drop_metadata,
+    length_histogram,
+    non_empty_result,
+    preview,
+    schema_result,
+    standard_check_specs,
+)
+from lm_assets.defs.resources import LandingResource, StorageResource
+
+
+class RawShardConfig(dg.Config):
+    max_doc_bytes: int = 10_000_000
+    text_field: str = "text"
+    url_field: str = "url"
+    default_charset: str = "utf-8"
+
+
+def raw_keys(shard: str) -> dict[str, str]:
+    keys = {t: f"raw/{shard}/{t}.parquet" for t in ("documents", "dropped", "quarantine")}
+    return {**keys, "summary": f"raw/{shard}/summary.json"}
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name="ingest",
+    kinds={"polars", "parquet"},
+    check_specs=standard_check_specs("raw_shard"),
+    description="Documents read from one landing shard (WARC, WET, JSONL or Parquet); "
+    "non-documents dropped and unreadable records quarantined, each with a reason.",
+)
+def raw_shard(
+    context: dg.AssetExecutionContext, config: RawShardConfig, storage: StorageResource, landing: LandingResource
+) -> dg.MaterializeResult:
+    shard = context.partition_key
+    started = time.perf_counter()
+    reader_config = ReaderConfig(
+        max_doc_bytes=config.max_doc_bytes,
+        text_field=config.text_field,
+        url_field=config.url_field,
+        default_charset=config.default_charset,
+    )
+    with landing.storage().local_copy(shard) as path:
+        size = path.stat().st_size
+        shard_read = read_shard(path, source=shard, config=reader_config)
+    docs, dropped, quarantine = shard_read.documents, shard_read.dropped, shard_read.quarantine
+    store = storage.storage()
+    keys = raw_keys(shard)
+    store.write_parquet(keys["documents"], docs)
+    store.write_parquet(keys["dropped"], dropped)
+    store.write_parquet(keys["quarantine"], quarantine)
+    store.write_bytes(keys["summary"], json.dumps({"records": shard_read.records, "bytes": size}).encode())
+    records = shard_read.records
+    account = conservation(records, docs.height, dropped.height, quarantine.height)
+    payload_chars = docs.select(pl.coalesce("html", "text").str.len_chars()).to_series()
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
+            "shard_bytes": size,
+            "records_in": records,
+            "documents_out": docs.height,
+            "dropped": dropped.height,
+            "quarantined": quarantine.height,
+            **drop_metadata(dropped, quarantine),
+            "payload_length_histogram": length_histogram(payload_chars),
+            "preview": preview(docs, ["doc_id", "url", "content_type"]),
+            "seconds": round(time.perf_counter() - started, 3),
+            "config_hash": config_hash(config),
+        },
+        check_results=[
+            schema_result("schema", docs, DOCUMENT_SCHEMA),
+            non_empty_result("non_empty", docs),
+            conservation_result("conservation", account),
+        ],
+    )

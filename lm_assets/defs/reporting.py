@@ -1,0 +1,83 @@
+"""Metadata and check results shared by the stage assets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import dagster as dg
+import polars as pl
+
+from lm_assets.corpus.accounting import reason_counts
+
+HISTOGRAM_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
+
+
+def config_hash(config: dg.Config) -> str:
+    payload = json.dumps(config.model_dump(), sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def markdown_table(df: pl.DataFrame, max_rows: int = 20) -> dg.MetadataValue:
+    if df.height == 0:
+        return dg.MetadataValue.md("_none_")
+    head = df.head(max_rows)
+    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
+    for row in head.iter_rows():
+        cells = [str(v).replace("|", "\\|").replace("\n", " ") for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    if df.height > max_rows:
+        lines.append(f"\n_{df.height - max_rows} more rows_")
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+def length_histogram(lengths: pl.Series, unit: str = "chars") -> dg.MetadataValue:
+    counts = []
+    for low, high in zip(HISTOGRAM_EDGES, (*HISTOGRAM_EDGES[1:], None)):
+        in_bin = lengths >= low if high is None else (lengths >= low) & (lengths < high)
+        label = f"≥ {low:,}" if high is None else f"{low:,}–{high:,}"
+        counts.append({unit: label, "docs": int(in_bin.sum())})
+    return markdown_table(pl.DataFrame(counts))
+
+
+def preview(docs: pl.DataFrame, columns: list[str], chars: int = 120) -> dg.MetadataValue:
+    shown = docs.head(5).select(
+        [pl.col(c).cast(pl.String).str.slice(0, chars) if c == "text" else pl.col(c) for c in columns if c in docs.columns]
+    )
+    return markdown_table(shown)
+
+
+def drop_metadata(*tables: pl.DataFrame) -> dict:
+    return {"drop_reasons": markdown_table(reason_counts(*tables), max_rows=40)}
+
+
+def schema_result(name: str, df: pl.DataFrame, expected: dict) -> dg.AssetCheckResult:
+    actual = dict(df.schema)
+    missing = {k: str(v) for k, v in expected.items() if k not in actual}
+    wrong = {k: f"{actual[k]} (expected {v})" for k, v in expected.items() if k in actual and actual[k] != v}
+    return dg.AssetCheckResult(
+        check_name=name,
+        passed=not missing and not wrong,
+        metadata={"missing": json.dumps(missing), "wrong_type": json.dumps(wrong), "columns": len(actual)},
+    )
+
+
+def non_empty_result(name: str, df: pl.DataFrame) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(
+        check_name=name, passed=df.height > 0, severity=dg.AssetCheckSeverity.WARN, metadata={"rows": df.height}
+    )
+
+
+def conservation_result(name: str, account: dict) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(check_name=name, passed=account["holds"], metadata={k: v for k, v in account.items()})
+
+
+def standard_check_specs(asset_key: str, extra: list[dg.AssetCheckSpec] = ()) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec("schema", asset=asset_key, blocking=True, description="Columns and types match the contract."),
+        dg.AssetCheckSpec("non_empty", asset=asset_key, description="The shard kept at least one document (warns)."),
+        dg.AssetCheckSpec(
+            "conservation", asset=asset_key, blocking=True, description="received = kept + Σ dropped + quarantined."
+        ),
+        *extra,
+    ]
