@@ -43,11 +43,11 @@ CURRENT_CONFIG_HASHES = {
 }
 
 
-def stale_shards(instance: dg.DagsterInstance, shards: list[str]) -> list[str]:
+def stale_shards(instance: dg.DagsterInstance, shards: list[str], current_hashes: dict | None = None) -> list[str]:
     """Shards whose latest materialization of some stage ran with another config than the current default."""
     stale = []
     for shard in shards:
-        for key, current in CURRENT_CONFIG_HASHES.items():
+        for key, current in (current_hashes or CURRENT_CONFIG_HASHES).items():
             records = instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=key, asset_partitions=[shard]), limit=1
             ).records

@@ -124,8 +124,8 @@ def extracted_shard(
 class ToxicityRulesConfig(dg.Config):
     backend: str = os.environ.get("LM_ASSETS_TOXICITY_BACKEND", "detoxify")
     detoxify_model_type: str = "original"
-    detoxify_checkpoint: str | None = None
-    detoxify_hf_config_path: str | None = None
+    detoxify_checkpoint: str | None = os.environ.get("LM_ASSETS_DETOXIFY_CHECKPOINT")
+    detoxify_hf_config_path: str | None = os.environ.get("LM_ASSETS_DETOXIFY_HF_CONFIG")
     device: str = "cpu"
     line_threshold: float = 0.8
     max_toxic_fraction: float = 0.2

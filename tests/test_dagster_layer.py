@@ -1,0 +1,216 @@
+"""The Dagster layer on small shards: materialize, sensor, schedule logic, S3 and the real CLI."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import dagster as dg
+import polars as pl
+from dagster._core.instance.ref import InstanceRef
+
+from lm_assets.corpus.storage import Storage
+from lm_assets.defs.automation import landing_sensor, stale_shards
+from lm_assets.defs.curated import (
+    CuratedShardConfig,
+    ExtractedShardConfig,
+    ToxicityRulesConfig,
+    curated_shard,
+    extracted_shard,
+)
+from lm_assets.defs.expectations import curated_expectations
+from lm_assets.defs.raw import RawShardConfig, raw_shard
+from lm_assets.defs.reporting import config_hash
+from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
+from tests.warc_builder import WarcBuilder, page
+
+OFFLINE_TOXICITY = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
+EN = (
+    "The old lighthouse stands at the edge of the harbour, and its keeper climbs the stairs every evening. "
+    "In winter the storms come from the north, and the ships wait in the bay until the sea is calm again. "
+    "Visitors walk along the pier to watch the fishing boats return with their catch in the late afternoon. "
+    "The town has kept its narrow streets, its stone houses and a small museum about the history of the port. "
+    "Each summer a festival fills the square with music, and families from the valley come down to dance. "
+    "Fishermen still mend their nets by hand on the quay, a skill that their grandparents taught them long ago. "
+    "A narrow railway once linked the harbour with the mines in the hills, but only its bridges remain today."
+)
+ZH = (
+    "老城的东边有一座古老的石桥，桥下的河水一年四季缓缓流淌。每天清晨，附近的居民都会来到河边散步、打太极拳。"
+    "到了傍晚，孩子们在桥头追逐嬉戏，老人们坐在树荫下聊天。这座桥已经有三百多年的历史，见证了小城的变迁。"
+    "当地政府近年来对石桥进行了修缮，并在两岸种植了柳树和桃花，使这里成为游客喜爱的景点。"
+    "春天桃花盛开的时候，摄影爱好者从各地赶来，只为拍下晨雾中的石桥。桥边的茶馆也因此热闹起来。"
+    "茶馆的老板说，他的祖父就在这里卖茶，几十年来，来喝茶的人换了一代又一代，可石桥依旧如故。"
+)
+
+
+def write_shard(path: Path) -> Path:
+    return (
+        WarcBuilder()
+        .warcinfo()
+        .response("https://en.example/harbour", page("Harbour", f"<p>{EN}</p><p>You can write to the keeper at keeper@harbour.example to book a guided tour of the tower.</p>"))
+        .response("https://zh.example/qiao", page("石桥", f"<p>{ZH}</p><p>如需预约参观，请拨打管理处的电话13812345678进行登记。</p>", lang="zh"))
+        .response("https://en.example/missing", "gone", status="404 Not Found")
+        .response("https://en.example/bad", b"<p>\xff\xfe</p>")
+        .write(path)
+    )
+
+
+def resources(storage_root: str, landing_root: str) -> dict:
+    s3 = s3_resource_from_env()
+    return {"storage": StorageResource(root=storage_root, s3=s3), "landing": LandingResource(root=landing_root, s3=s3)}
+
+
+def check_results(result) -> dict:
+    return {
+        (e.asset_key.path[-1], e.check_name): e.passed
+        for e in (ev.event_specific_data for ev in result.all_events if ev.event_type_value == "ASSET_CHECK_EVALUATION")
+    }
+
+
+def test_materialize_one_shard_locally(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "s1.warc.gz")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
+    result = dg.materialize(
+        [raw_shard, extracted_shard, curated_shard, curated_expectations],
+        partition_key="s1.warc.gz",
+        instance=instance,
+        resources=resources(str(tmp_path / "storage"), str(landing)),
+        run_config=OFFLINE_TOXICITY,
+    )
+    assert result.success
+    checks = check_results(result)
+    assert all(checks.values()), checks
+    assert ("curated_shard", "curated_expectations") in checks
+    curated = pl.read_parquet(tmp_path / "storage/curated/s1.warc.gz/documents.parquet")
+    assert sorted(curated["lang"].to_list()) == ["en", "zh"]
+    assert "<EMAIL>" in curated.filter(pl.col("lang") == "en")["text"][0]
+    assert "<CN_PHONE>" in curated.filter(pl.col("lang") == "zh")["text"][0]
+    mat = result.asset_materializations_for_node("curated_shard")[0]
+    assert mat.metadata["toxicity_model"].value.startswith("alt-profanity-check")
+    assert mat.metadata["pii_redacted"].value["EMAIL"] == 1
+    raw_mat = result.asset_materializations_for_node("raw_shard")[0]
+    assert (raw_mat.metadata["records_in"].value, raw_mat.metadata["quarantined"].value) == (5, 1)
+
+
+def test_unloadable_toxicity_model_fails_the_run_with_its_reason(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "s1.warc.gz")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
+    config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "detoxify", "detoxify_checkpoint": "/no/such.ckpt"}}}}}
+    result = dg.materialize(
+        [raw_shard, extracted_shard, curated_shard],
+        partition_key="s1.warc.gz",
+        instance=instance,
+        resources=resources(str(tmp_path / "storage"), str(landing)),
+        run_config=config,
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "detoxify checkpoint not found: /no/such.ckpt" in failure.event_specific_data.error.to_string()
+    assert not (tmp_path / "storage/curated").exists()
+
+
+def test_sensor_adds_new_shards_once(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    for name in ("a.warc.gz", "b.jsonl"):
+        (landing / name).write_bytes(b"x")
+    (landing / "notes.txt").write_text("not a shard")
+    instance = dg.DagsterInstance.ephemeral()
+    landing_resource = LandingResource(root=str(landing), s3=s3_resource_from_env())
+    with dg.build_sensor_context(instance=instance, resources={"landing": landing_resource}) as context:
+        result = landing_sensor(context)
+        assert [r.partition_key for r in result.run_requests] == ["a.warc.gz", "b.jsonl"]
+        assert result.dynamic_partitions_requests[0].partition_keys == ["a.warc.gz", "b.jsonl"]
+        instance.add_dynamic_partitions("shards", ["a.warc.gz", "b.jsonl"])
+        assert landing_sensor(context).skip_reason is not None  # re-adding known files is a no-op
+        (landing / "c.warc.gz").write_bytes(b"x")
+        assert [r.partition_key for r in landing_sensor(context).run_requests] == ["c.warc.gz"]
+
+
+def test_schedule_finds_shards_whose_config_changed(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "s1.warc.gz")
+    write_shard(landing / "s2.warc.gz")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["s1.warc.gz", "s2.warc.gz"])
+    common = dict(instance=instance, resources=resources(str(tmp_path / "storage"), str(landing)))
+    assets = [raw_shard, extracted_shard, curated_shard]
+    current = {
+        raw_shard.key: config_hash(RawShardConfig()),
+        extracted_shard.key: config_hash(ExtractedShardConfig()),
+        curated_shard.key: config_hash(CuratedShardConfig(toxicity=ToxicityRulesConfig(backend="profanity_check"))),
+    }
+    dg.materialize(assets, partition_key="s1.warc.gz", run_config=OFFLINE_TOXICITY, **common)
+    assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s2.warc.gz"]  # s2 never ran
+    changed = {"ops": {"curated_shard": {"config": {"min_language_score": 0.6, "toxicity": {"backend": "profanity_check"}}}}}
+    dg.materialize(assets, partition_key="s2.warc.gz", run_config=changed, **common)
+    assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s2.warc.gz"]
+    dg.materialize(assets, partition_key="s2.warc.gz", run_config=OFFLINE_TOXICITY, **common)
+    assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == []
+
+
+def test_materialize_raw_to_curated_on_s3(tmp_path, s3_server):
+    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
+    shard = write_shard(tmp_path / "s3shard.warc.gz")
+    client.upload_file(str(shard), "lm-bucket", "landing/s3shard.warc.gz")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["s3shard.warc.gz"])
+    result = dg.materialize(
+        [raw_shard, extracted_shard, curated_shard],
+        partition_key="s3shard.warc.gz",
+        instance=instance,
+        resources=resources("s3://lm-bucket/out", "s3://lm-bucket/landing"),
+        run_config=OFFLINE_TOXICITY,
+    )
+    assert result.success and all(check_results(result).values())
+    store = Storage("s3://lm-bucket/out", s3_client=client)
+    assert store.list("curated") == [
+        "curated/s3shard.warc.gz/documents.parquet",
+        "curated/s3shard.warc.gz/dropped.parquet",
+    ]
+    assert store.read_parquet("curated/s3shard.warc.gz/documents.parquet").height == 2
+    assert json.loads(store.read_bytes("raw/s3shard.warc.gz/summary.json"))["records"] == 5
+    assert not (tmp_path / "storage").exists()
+
+
+def test_real_cli_materializes_a_partition(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "cli.warc.gz")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "LM_ASSETS_LANDING_ROOT": str(landing),
+        "LM_ASSETS_STORAGE_ROOT": str(tmp_path / "storage"),
+        "LM_ASSETS_TOXICITY_BACKEND": "profanity_check",
+    }
+    bin_dir = Path(sys.executable).parent
+    added = subprocess.run([bin_dir / "lm-assets", "add-shards"], env=env, capture_output=True, text=True, check=True)
+    assert "1 new shard partitions added" in added.stdout
+    run = subprocess.run(
+        [
+            bin_dir / "dagster", "asset", "materialize", "-m", "lm_assets.definitions",
+            "--select", "raw_shard,extracted_shard,curated_shard", "--partition", "cli.warc.gz",
+        ],
+        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "RUN_SUCCESS" in run.stderr + run.stdout
+    assert pl.read_parquet(tmp_path / "storage/curated/cli.warc.gz/documents.parquet").height == 2
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey("curated_shard"), asset_partitions=["cli.warc.gz"]), limit=1
+    ).records
+    assert records[0].asset_materialization.metadata["documents_out"].value == 2
