@@ -1,0 +1,629 @@
+"""Throughput of our extraction and quality filters against datatrove's, on the same crawl documents.
+
+Usage::
+
+    .venv/bin/python bench/curation.py [--crawl DIR] [--max-docs N]
+
+`--crawl` takes a folder made by `make_crawl.py` (gzip WARC shards `crawl-*.warc.gz` and
+`truth.json`). Without it, a crawl of 2000 source pages in shards of 500 is built into
+`bench/out/crawl` (an existing one built with the same arguments is reused).
+
+What is measured, in one process, side by side:
+
+1. Extraction, HTML record -> plain text.
+   Ours: `readers.read_shard` on every shard, then `extract.extract_documents` (resiliparse).
+   Datatrove: `WarcReader.read_file` on the same shards (warcio), then `Trafilatura.extract` per
+   document with datatrove's defaults (favour_precision, deduplicate). `Trafilatura.run` would send
+   every page to a sandbox subprocess whose CPU time this process cannot see, so `extract()` is
+   called in-process instead; datatrove's 1 s per-document timeout therefore does not apply.
+   Both sides read all records of the shards used, and both extract exactly the same HTML
+   records: our reader's HTML documents (at most `--max-docs`, in shard order), matched to
+   datatrove's documents by shard name and record index. Pages datatrove's reader yields on top
+   (its reader keeps 404 and 301 pages) are read but not extracted.
+
+2. Filters, plain text -> kept documents. Both chains get our extracted texts.
+   Ours: `langid.identify_languages` (fastText lid.176, en and zh kept) then
+   `quality.apply_quality_rules` with the families in datatrove's order.
+   Datatrove: `LanguageFilter` (en, zh) when its model can be loaded (it downloads lid.176.bin,
+   which fails offline; it is then skipped and the output says so), `GopherRepetitionFilter`,
+   `GopherQualityFilter`, `C4QualityFilter`, `FineWebQualityFilter`, all with default settings
+   (English), chained as generators exactly as a datatrove pipeline runs them.
+   Datatrove's English word tokenizer is spaCy's blank "en" pipeline (no model download); when
+   spaCy is not installed, an NLTK tokenizer that needs no downloaded data is used instead
+   (`--dt-tokenizer` picks one explicitly). The output names the one used.
+
+3. Extraction + filters: the sum of the two stages for each side. Datatrove's filters ran on our
+   texts, so its total is "datatrove extraction + datatrove filters on the same documents".
+
+CPU time is `time.process_time()` (all threads of this process); wall time is
+`time.perf_counter()`. One-time setup (imports, model and tokenizer loading) happens before the
+clocks start. docs/CPU-s counts the documents that entered a stage; the ratio is ours/datatrove
+in docs/CPU-s, so above 1 means ours is faster. MB is 10^6 bytes of UTF-8 HTML.
+
+The last line printed is one JSON object holding every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from lm_assets.corpus.extract import ExtractConfig, extract_documents, extract_html
+from lm_assets.corpus.langid import LangIdConfig, identify, identify_languages
+from lm_assets.corpus.quality import QualityConfig, apply_quality_rules
+from lm_assets.corpus.readers import read_shard
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CRAWL = REPO / "bench" / "out" / "crawl"
+MAKE_CRAWL = Path("/work/shared/bench/make_crawl.py")
+BUILD_MAX_PAGES = 2000
+BUILD_DOCS_PER_SHARD = 500
+SHARD_GLOB = "crawl-*.warc.gz"
+
+# Datatrove's FineWeb order; our quality families are checked in the same order.
+QUALITY_ORDER = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
+LANGUAGES = ["en", "zh"]
+WARM_UP_HTML = "<html lang=en><body><p>The warm-up page has one short paragraph of text.</p></body></html>"
+WARM_UP_TEXT = "The warm-up text. It has two sentences and a few words in it."
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Clock:
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+    def __add__(self, other: Clock) -> Clock:
+        return Clock(self.cpu_s + other.cpu_s, self.wall_s + other.wall_s)
+
+
+@contextmanager
+def timed(clock: Clock):
+    """Add the CPU and wall time of the block to `clock`."""
+    gc.collect()
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        yield clock
+    finally:
+        clock.cpu_s += time.process_time() - cpu
+        clock.wall_s += time.perf_counter() - wall
+
+
+def rate(docs: int, seconds: float) -> float | None:
+    return docs / seconds if seconds > 0 else None
+
+
+def figures(docs: int, clock: Clock, **extra) -> dict:
+    return {
+        "docs": docs,
+        "cpu_s": round(clock.cpu_s, 3),
+        "wall_s": round(clock.wall_s, 3),
+        "docs_per_cpu_s": _round(rate(docs, clock.cpu_s)),
+        **extra,
+    }
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# ---------------------------------------------------------------------------------------------
+# The crawl
+# ---------------------------------------------------------------------------------------------
+
+
+def find_shards(crawl: Path) -> list[Path]:
+    return sorted(crawl.glob(SHARD_GLOB))
+
+
+def is_crawl(crawl: Path) -> bool:
+    return bool(find_shards(crawl)) and (crawl / "truth.json").is_file()
+
+
+def reusable_crawl(crawl: Path) -> bool:
+    """A crawl in `crawl` that `make_crawl.py` built with our build arguments."""
+    try:
+        manifest = json.loads((crawl / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    shards = {s["file"] for s in manifest.get("shards", [])}
+    return (
+        is_crawl(crawl)
+        and manifest.get("max_pages") == BUILD_MAX_PAGES
+        and manifest.get("docs_per_shard") == BUILD_DOCS_PER_SHARD
+        and shards == {p.name for p in find_shards(crawl)}
+    )
+
+
+def build_crawl(out: Path, make_crawl: Path) -> None:
+    if not make_crawl.is_file():
+        raise RuntimeError(f"cannot build a crawl: {make_crawl} does not exist (pass --crawl DIR)")
+    command = [
+        sys.executable,
+        str(make_crawl),
+        "--out",
+        str(out),
+        "--max-pages",
+        str(BUILD_MAX_PAGES),
+        "--docs-per-shard",
+        str(BUILD_DOCS_PER_SHARD),
+    ]
+    print(f"building the crawl: {' '.join(command)}", flush=True)
+    done = subprocess.run(command, check=False)
+    if done.returncode != 0 or not is_crawl(out):
+        raise RuntimeError(f"cannot build a crawl: make_crawl.py exited with {done.returncode} (pass --crawl DIR)")
+
+
+def resolve_crawl(args: argparse.Namespace) -> Path:
+    if args.crawl is not None:
+        crawl = args.crawl.resolve()
+        if not is_crawl(crawl):
+            raise RuntimeError(f"{crawl} is not a make_crawl.py folder (no {SHARD_GLOB} or no truth.json)")
+        return crawl
+    if reusable_crawl(DEFAULT_CRAWL):
+        print(f"reusing the crawl in {DEFAULT_CRAWL}")
+    else:
+        build_crawl(DEFAULT_CRAWL, args.make_crawl)
+    return DEFAULT_CRAWL
+
+
+# ---------------------------------------------------------------------------------------------
+# Extraction
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Selection:
+    """The HTML records both sides extract, and the shards they come from."""
+
+    docs: pl.DataFrame  # our reader's rows: doc_id, source, record_index, url, html, ...
+    shards: list[Path]
+
+    def keys(self) -> dict[str, str]:
+        """`shard#record_index` -> url."""
+        rows = self.docs.select("source", "record_index", "url").iter_rows()
+        return {record_key(source, index): url for source, index, url in rows}
+
+    def html_mb(self) -> float:
+        return sum(len(html.encode()) for html in self.docs["html"]) / 1e6
+
+
+def record_key(shard_name: str, record_index: int) -> str:
+    return f"{shard_name}#{record_index}"
+
+
+def our_read(shards: list[Path], max_docs: int | None) -> tuple[Selection, Clock]:
+    """Read shards in order until `max_docs` HTML documents are in hand."""
+    clock, frames, used, count = Clock(), [], [], 0
+    with timed(clock):
+        for shard in shards:
+            documents = read_shard(shard).documents.filter(pl.col("html").is_not_null())
+            frames.append(documents)
+            used.append(shard)
+            count += documents.height
+            if max_docs is not None and count >= max_docs:
+                break
+    docs = pl.concat(frames)
+    if max_docs is not None:
+        docs = docs.head(max_docs)
+    return Selection(docs, used), clock
+
+
+def our_extraction(selection: Selection, read_clock: Clock) -> tuple[pl.DataFrame, dict]:
+    clock = Clock()
+    with timed(clock):
+        result = extract_documents(selection.docs, ExtractConfig())
+    kept = result.kept
+    stage = figures(
+        selection.docs.height,
+        read_clock + clock,
+        read=figures(selection.docs.height, read_clock),
+        extract=figures(selection.docs.height, clock),
+        docs_with_text=kept.height,
+        text_chars=int(kept["text"].str.len_chars().sum()),
+    )
+    return kept, stage
+
+
+def _keyed_adapter(self, data: dict, path: str, id_in_file: int) -> dict:
+    """Datatrove reader adapter: the document id is `shard#record_index`, as our reader counts records."""
+    return {
+        "text": data["text"],
+        "id": record_key(Path(path).name, id_in_file),
+        "metadata": {"url": data.get("url"), "date": data.get("date")},
+    }
+
+
+def datatrove_read(crawl: Path, selection: Selection) -> tuple[list, Clock, dict]:
+    """Datatrove's WarcReader over the same shards; keep the records our reader selected."""
+    from datatrove.pipeline.readers import WarcReader
+
+    reader = WarcReader(str(crawl), adapter=_keyed_adapter)
+    clock = Clock()
+    with timed(clock):
+        records = [doc for shard in selection.shards for doc in reader.read_file(shard.name)]
+    wanted = selection.keys()
+    chosen = [doc for doc in records if doc.id in wanted]
+    matching = {
+        "reader_docs": len(records),
+        "read_not_extracted": len(records) - len(chosen),
+        "selected_missing": len(wanted) - len(chosen),
+        "url_mismatches": sum(1 for doc in chosen if doc.metadata.get("url") != wanted[doc.id]),
+    }
+    return chosen, clock, matching
+
+
+def trafilatura_extract_all(extractor, docs: list) -> tuple[list[str], int]:
+    """What `BaseExtractor.run` does per document, minus the sandbox subprocess: errors and empty texts are dropped."""
+    texts, errors = [], 0
+    for doc in docs:
+        try:
+            text = extractor.extract(doc.text)
+        except Exception:  # noqa: BLE001 - datatrove counts and skips any extractor error
+            errors += 1
+            continue
+        if text:
+            texts.append(text)
+    return texts, errors
+
+
+def datatrove_extraction(crawl: Path, selection: Selection) -> dict:
+    from datatrove.pipeline.extractors import Trafilatura
+
+    docs, read_clock, matching = datatrove_read(crawl, selection)
+    extractor = Trafilatura()
+    extractor.extract(WARM_UP_HTML)
+    clock = Clock()
+    with timed(clock):
+        texts, errors = trafilatura_extract_all(extractor, docs)
+    return figures(
+        len(docs),
+        read_clock + clock,
+        read=figures(len(docs), read_clock),
+        extract=figures(len(docs), clock),
+        docs_with_text=len(texts),
+        errors=errors,
+        text_chars=sum(map(len, texts)),
+        **matching,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Filters
+# ---------------------------------------------------------------------------------------------
+
+
+def our_filters(extracted: pl.DataFrame) -> tuple[dict, dict[str, str]]:
+    """Language ID then the quality rules. Returns the figures and each input document's language."""
+    lid_clock, quality_clock = Clock(), Clock()
+    with timed(lid_clock):
+        lid = identify_languages(extracted, LangIdConfig())
+    with timed(quality_clock):
+        quality = apply_quality_rules(lid.kept, QualityConfig(families=QUALITY_ORDER))
+    languages = dict.fromkeys(extracted["doc_id"].to_list(), "other")
+    languages.update(zip(lid.kept["doc_id"].to_list(), lid.kept["lang"].to_list(), strict=True))
+    dropped = Counter(reason.split(":")[0] for reason in quality.dropped["reason"])
+    steps = survivors(lid.kept.height, [(family, dropped[family]) for family in QUALITY_ORDER])
+    stage = figures(
+        extracted.height,
+        lid_clock + quality_clock,
+        kept=quality.kept.height,
+        langid=figures(extracted.height, lid_clock, kept=lid.kept.height),
+        quality=figures(lid.kept.height, quality_clock, kept=quality.kept.height),
+        kept_after=[("langid", lid.kept.height), *steps],
+        kept_by_language=by_language(quality.kept["doc_id"].to_list(), languages),
+    )
+    return stage, languages
+
+
+def survivors(start: int, drops: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    out, left = [], start
+    for name, count in drops:
+        left -= count
+        out.append((name, left))
+    return out
+
+
+def by_language(doc_ids, languages: dict[str, str]) -> dict[str, int]:
+    return dict(Counter(languages[doc_id] for doc_id in doc_ids).most_common())
+
+
+def datatrove_tokenizer(choice: str):
+    """The word tokenizer datatrove's English filters use: its own (spaCy blank "en"), or an offline NLTK one."""
+    if choice == "spacy" or (choice == "auto" and importlib.util.find_spec("spacy")):
+        return "en", 'spaCy blank "en" (datatrove\'s English default; no model download)'
+    return offline_nltk_tokenizer(), "NLTK word tokenizer + untrained Punkt sentences (no nltk data needed)"
+
+
+def offline_nltk_tokenizer():
+    from datatrove.utils.word_tokenizers import WordTokenizer, strip_strings
+    from nltk.tokenize import NLTKWordTokenizer
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    class OfflineNLTKTokenizer(WordTokenizer):
+        """NLTK's Treebank-style word tokenizer and a Punkt sentence splitter with default parameters."""
+
+        def __init__(self):
+            super().__init__("en")
+            self.words, self.sentences = NLTKWordTokenizer(), PunktSentenceTokenizer()
+
+        def word_tokenize(self, text: str) -> list[str]:
+            return strip_strings(self.words.tokenize(text))
+
+        def sent_tokenize(self, text: str) -> list[str]:
+            return strip_strings(self.sentences.tokenize(text))
+
+        def span_tokenize(self, text: str) -> list[tuple[int, int]]:
+            return list(self.sentences.span_tokenize(text))
+
+    return OfflineNLTKTokenizer()
+
+
+def datatrove_language_filter() -> tuple[object | None, str]:
+    """Datatrove's LanguageFilter if its fastText model loads (it downloads lid.176.bin on first use)."""
+    from datatrove.data import Document
+    from datatrove.pipeline.filters import LanguageFilter
+
+    try:
+        language_filter = LanguageFilter(languages=LANGUAGES)
+        language_filter.filter(Document(text=WARM_UP_TEXT, id="warm-up"))
+    except Exception as exc:  # noqa: BLE001 - download and model errors of any kind mean "not available"
+        return None, f"skipped: its model download failed offline ({type(exc).__name__}: {str(exc)[:120]})"
+    return language_filter, "used"
+
+
+def datatrove_filter_steps(language, language_filter) -> list:
+    from datatrove.pipeline.filters import (
+        C4QualityFilter,
+        FineWebQualityFilter,
+        GopherQualityFilter,
+        GopherRepetitionFilter,
+    )
+
+    steps = [
+        GopherRepetitionFilter(language=language),
+        GopherQualityFilter(language=language),
+        C4QualityFilter(language=language),
+        FineWebQualityFilter(language=language),
+    ]
+    return ([language_filter] if language_filter is not None else []) + steps
+
+
+def warm_up_datatrove_tokenizer(language) -> None:
+    from datatrove.utils.text import split_into_sentences, split_into_words
+
+    split_into_words(WARM_UP_TEXT, language)
+    split_into_sentences(WARM_UP_TEXT, language)
+
+
+def datatrove_filters(extracted: pl.DataFrame, languages: dict[str, str], tokenizer_choice: str) -> dict:
+    from datatrove.data import Document
+
+    language, tokenizer_name = datatrove_tokenizer(tokenizer_choice)
+    language_filter, language_filter_status = datatrove_language_filter()
+    warm_up_datatrove_tokenizer(language)
+    steps = datatrove_filter_steps(language, language_filter)
+    docs = [Document(text=text, id=doc_id) for doc_id, text in extracted.select("doc_id", "text").iter_rows()]
+    clock = Clock()
+    with timed(clock):
+        stream = iter(docs)
+        for step in steps:
+            stream = step.run(stream, rank=0, world_size=1)
+        kept = [doc.id for doc in stream]
+    per_step = [step_figures(step) for step in steps]
+    return figures(
+        len(docs),
+        clock,
+        kept=len(kept),
+        kept_after=[(s["step"], s["kept"]) for s in per_step],
+        steps=per_step,
+        kept_by_language=by_language(kept, languages),
+        tokenizer=tokenizer_name,
+        language_filter=language_filter_status,
+    )
+
+
+def step_figures(step) -> dict:
+    """Kept count, drop reasons and wall time that a datatrove step recorded in its own stats."""
+    stats = step.stats.stats
+    reasons = {name.removeprefix("dropped_"): int(s.total) for name, s in stats.items() if name.startswith("dropped_")}
+    return {
+        "step": type(step).__name__,
+        "kept": int(stats["forwarded"].total),
+        "dropped": int(stats["dropped"].total),
+        "wall_s": round(step.stats.time_stats.total, 3),
+        "dropped_by_reason": reasons,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+
+def warm_up_ours() -> None:
+    extract_html(WARM_UP_HTML, ExtractConfig())
+    identify([WARM_UP_TEXT], LangIdConfig())
+
+
+def quiet_datatrove_logs() -> None:
+    """Warnings and errors only: datatrove installs its own stderr handler when first imported."""
+    from datatrove.utils.logging import logger
+
+    logger.remove()
+    logger.add(sys.stderr, level="WARNING")
+
+
+def compare(ours: dict, theirs: dict) -> dict:
+    ratio = None
+    if ours["docs_per_cpu_s"] and theirs["docs_per_cpu_s"]:
+        ratio = round(ours["docs_per_cpu_s"] / theirs["docs_per_cpu_s"], 2)
+    return {"ours": ours, "datatrove": theirs, "ratio_ours_over_datatrove": ratio}
+
+
+def total(extraction: dict, filters: dict) -> dict:
+    clock = Clock(extraction["cpu_s"] + filters["cpu_s"], extraction["wall_s"] + filters["wall_s"])
+    return figures(extraction["docs"], clock)
+
+
+def print_table(stages: dict[str, dict]) -> None:
+    header = f"{'stage':<20} {'side':<10} {'docs':>6} {'CPU s':>9} {'wall s':>9} {'docs/CPU-s':>11} {'ours/dt':>8}"
+    print(header)
+    print("-" * len(header))
+    for name, stage in stages.items():
+        for side in ("ours", "datatrove"):
+            row = stage[side]
+            ratio = stage["ratio_ours_over_datatrove"] if side == "ours" else None
+            ratio = f"{ratio:.2f}" if ratio else ""
+            label = name if side == "ours" else ""
+            print(
+                f"{label:<20} {side:<10} {row['docs']:>6} {row['cpu_s']:>9.2f} {row['wall_s']:>9.2f} "
+                f"{row['docs_per_cpu_s'] or 0:>11.1f} {ratio:>8}"
+            )
+    print("ours/dt: our docs/CPU-s divided by datatrove's (above 1: ours is faster)")
+
+
+def print_details(report: dict) -> None:
+    extraction, filters = report["extraction"], report["filters"]
+    ours_x, dt_x = extraction["ours"], extraction["datatrove"]
+    print()
+    print("extraction details")
+    for side, row in (("ours", ours_x), ("datatrove", dt_x)):
+        print(
+            f"  {side:<10} read {row['read']['cpu_s']:.2f} CPU-s, extract {row['extract']['cpu_s']:.2f} CPU-s; "
+            f"{row['docs_with_text']} docs with text, {row['text_chars']:,} chars"
+        )
+    print(
+        f"  datatrove reader yielded {dt_x['reader_docs']} docs: {dt_x['read_not_extracted']} not in our selection "
+        f"(read, not extracted), {dt_x['selected_missing']} of ours missing, "
+        f"{dt_x['url_mismatches']} URL mismatches; "
+        f"{dt_x['errors']} extraction errors"
+    )
+    print()
+    print("filter details")
+    ours_f, dt_f = filters["ours"], filters["datatrove"]
+    print(
+        f"  ours       langid {ours_f['langid']['cpu_s']:.2f} CPU-s, "
+        f"quality rules {ours_f['quality']['cpu_s']:.2f} CPU-s"
+    )
+    print(f"  ours       kept {ours_f['kept']} of {ours_f['docs']}; after each step: {_steps(ours_f['kept_after'])}")
+    print(f"  datatrove  kept {dt_f['kept']} of {dt_f['docs']}; after each step: {_steps(dt_f['kept_after'])}")
+    print(f"  kept by language (our langid): ours {ours_f['kept_by_language']}, datatrove {dt_f['kept_by_language']}")
+    print(f"  datatrove LanguageFilter: {dt_f['language_filter']}")
+    print(f"  datatrove word tokenizer: {dt_f['tokenizer']}; filters run with language=en on every document")
+    for step in dt_f["steps"]:
+        print(
+            f"    {step['step']:<24} kept {step['kept']:>5}, {step['wall_s']:.2f} wall-s (its own stats), "
+            f"dropped {step['dropped_by_reason']}"
+        )
+    print()
+    html_mb = report["html_mb"]
+    for side in ("ours", "datatrove"):
+        print(
+            f"extraction+filters, {side}: {report['html_mb_per_cpu_s'][side]:.2f} MB of HTML per CPU-s "
+            f"({html_mb:.1f} MB in {report['total'][side]['cpu_s']:.2f} CPU-s)"
+        )
+
+
+def _steps(pairs) -> str:
+    return ", ".join(f"{name} {count}" for name, count in pairs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/crawl)")
+    parser.add_argument("--max-docs", type=int, help="extract at most this many HTML records (in shard order)")
+    parser.add_argument(
+        "--dt-tokenizer",
+        choices=("auto", "spacy", "nltk"),
+        default="auto",
+        help="word tokenizer for datatrove's filters (auto: spaCy if installed, else offline NLTK)",
+    )
+    parser.add_argument(
+        "--make-crawl",
+        type=Path,
+        default=MAKE_CRAWL,
+        help=f"make_crawl.py used to build the default crawl ({MAKE_CRAWL})",
+    )
+    args = parser.parse_args(argv)
+    if args.max_docs is not None and args.max_docs < 1:
+        parser.error("--max-docs must be at least 1")
+    return args
+
+
+def run(args: argparse.Namespace) -> dict:
+    crawl = resolve_crawl(args)
+    quiet_datatrove_logs()
+    warm_up_ours()
+
+    selection, read_clock = our_read(find_shards(crawl), args.max_docs)
+    if selection.docs.height == 0:
+        raise RuntimeError(f"no HTML documents in {crawl}")
+    print(
+        f"crawl {crawl}: {selection.docs.height} HTML records from {len(selection.shards)} shard(s), "
+        f"{selection.html_mb():.1f} MB of HTML",
+        flush=True,
+    )
+
+    extracted, ours_extraction = our_extraction(selection, read_clock)
+    print("extraction: ours done; datatrove (trafilatura) running...", flush=True)
+    dt_extraction = datatrove_extraction(crawl, selection)
+    print(f"filters on {extracted.height} texts: ours running...", flush=True)
+    ours_filters, languages = our_filters(extracted)
+    print("filters: datatrove running...", flush=True)
+    dt_filters = datatrove_filters(extracted, languages, args.dt_tokenizer)
+
+    html_mb = selection.html_mb()
+    report = {
+        "crawl": str(crawl),
+        "shards": [shard.name for shard in selection.shards],
+        "html_docs": selection.docs.height,
+        "html_mb": round(html_mb, 3),
+        "extraction": compare(ours_extraction, dt_extraction),
+        "filters": compare(ours_filters, dt_filters),
+        "total": compare(total(ours_extraction, ours_filters), total(dt_extraction, dt_filters)),
+    }
+    report["html_mb_per_cpu_s"] = {
+        side: _round(rate(html_mb, report["total"][side]["cpu_s"]), 3) for side in ("ours", "datatrove")
+    }
+    return report
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        report = run(args)
+    except RuntimeError as exc:
+        print(f"bench/curation.py: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print_table(
+        {"extraction": report["extraction"], "filters": report["filters"], "extraction+filters": report["total"]}
+    )
+    print_details(report)
+    print(json.dumps(report, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
