@@ -23,9 +23,10 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import accumulate, filterfalse, islice
+from itertools import accumulate, filterfalse
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from lm_assets.corpus.stage import StageResult, split_by_reason
@@ -195,33 +196,50 @@ def _duplicate_counts(items: list[str]) -> tuple[int, int]:
     return duplicates, duplicate_chars
 
 
-def _ngrams(words: list[str], n: int) -> list[tuple[str, ...]]:
-    return list(zip(*(islice(words, i, None) for i in range(n))))
+_KEY_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _top_ngram_chars(words: list[str], n: int, separator_len: int) -> int:
+def _word_ids(words: list[str]) -> np.ndarray:
+    vocab: dict[str, int] = {}
+    return np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), dtype=np.uint64, count=len(words))
+
+
+def _ngram_keys(ids: np.ndarray, n: int) -> np.ndarray:
+    """One 64-bit key per n-gram of word ids (a polynomial hash, wrapping): equal n-grams, equal keys."""
+    count = len(ids) - n + 1
+    keys = np.zeros(max(count, 0), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in range(n):
+            keys = keys * _KEY_MULTIPLIER + ids[k : k + count] + np.uint64(1)
+    return keys
+
+
+def _top_ngram_chars(words: list[str], keys: np.ndarray, n: int, separator_len: int) -> int:
     """Characters covered by the most frequent n-gram, counting only n-grams seen at least twice."""
-    if len(words) < n:
+    if len(keys) == 0:
         return 0
-    gram, count = Counter(_ngrams(words, n)).most_common(1)[0]
+    _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+    count = int(counts.max())
     if count < 2:
         return 0
-    return (sum(map(len, gram)) + separator_len * (n - 1)) * count
+    start = int(first[counts == count].min())  # the earliest of the most frequent, as Counter would pick
+    return (sum(map(len, words[start : start + n])) + separator_len * (n - 1)) * count
 
 
-def _duplicated_ngram_chars(grams: list[tuple[str, ...]], prefix_len: list[int], n: int) -> int:
-    """Characters in n-grams that repeat an earlier one, skipping past each repeat so no character counts twice."""
-    seen: set[tuple[str, ...]] = set()
-    total = i = 0
-    while i < len(grams):
-        gram = grams[i]
-        if gram in seen:
-            total += prefix_len[i + n] - prefix_len[i]
-            i += n
-        else:
-            seen.add(gram)
-            i += 1
-    return total
+def _duplicated_ngram_chars(keys: np.ndarray, word_lengths: np.ndarray, n: int) -> int:
+    """Characters covered by n-grams that repeat an earlier n-gram, each character counted once
+    (Gopher's "fraction of characters in duplicate n-grams", over the union of their spans)."""
+    _, first = np.unique(keys, return_index=True)
+    repeats = np.ones(len(keys), dtype=bool)
+    repeats[first] = False
+    starts = np.flatnonzero(repeats)
+    if len(starts) == 0:
+        return 0
+    edges = np.zeros(len(word_lengths) + 1, dtype=np.int64)
+    np.add.at(edges, starts, 1)
+    np.add.at(edges, starts + n, -1)
+    covered = np.cumsum(edges[:-1]) > 0
+    return int(word_lengths[covered].sum())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -291,17 +309,17 @@ def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> dict:
     }
     size = cfg.cjk_ngram_size if doc.cjk else (lambda n: n)
     separator_len = 0 if doc.cjk else 1
+    ids = _word_ids(doc.words)
     for n, _ in cfg.top_n_grams:
-        signals[f"q_top_{n}gram_frac"] = _top_ngram_chars(doc.words, size(n), separator_len) / text_len
-    prefix_len = list(accumulate(map(len, doc.words), initial=0))
+        keys = _ngram_keys(ids, size(n))
+        signals[f"q_top_{n}gram_frac"] = _top_ngram_chars(doc.words, keys, size(n), separator_len) / text_len
+    word_lengths = np.fromiter(map(len, doc.words), dtype=np.int64, count=len(doc.words))
     no_repeats = False  # once n-grams of some size are all unique, longer ones are too
     for n, _ in sorted(cfg.dup_n_grams):
         chars = 0
         if not no_repeats:
-            grams = _ngrams(doc.words, size(n))
-            no_repeats = len(set(grams)) == len(grams)
-            if not no_repeats:
-                chars = _duplicated_ngram_chars(grams, prefix_len, size(n))
+            chars = _duplicated_ngram_chars(_ngram_keys(ids, size(n)), word_lengths, size(n))
+            no_repeats = chars == 0
         signals[f"q_dup_{n}gram_frac"] = chars / text_len
     return signals
 
