@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import accumulate, filterfalse
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -280,7 +280,10 @@ def _gopher_quality_signals(doc: _Doc, cfg: QualityConfig) -> dict:
     words, text = doc.words, doc.text
     n_tokens = max(doc.n_tokens, 1)
     lines = text.splitlines() or [""]
-    non_alpha_words = sum(1 for w in filterfalse(str.isalpha, words) if not _LETTER_RE.search(w))
+    # Gopher's rule counts whitespace-separated words: "debian/*" or "(7.0," hold a letter or not as a whole,
+    # instead of their punctuation counting as extra non-alphabetic words.
+    spaced = text.split()
+    alpha_words = sum(1 for w in spaced if w.isalpha() or _LETTER_RE.search(w))
     stop_list = cfg.stop_words.get(doc.lang)
     return {
         "q_word_count": len(words),
@@ -289,7 +292,7 @@ def _gopher_quality_signals(doc: _Doc, cfg: QualityConfig) -> dict:
         "q_ellipsis_word_ratio": (text.count("...") + text.count("…")) / n_tokens,
         "q_bullet_lines_ratio": sum(1 for line in lines if line.lstrip().startswith(_BULLETS)) / len(lines),
         "q_ellipsis_lines_ratio": sum(1 for line in lines if line.rstrip().endswith(_ELLIPSES)) / len(lines),
-        "q_alpha_words_ratio": (len(words) - non_alpha_words) / n_tokens,
+        "q_alpha_words_ratio": alpha_words / len(spaced) if spaced else 0.0,
         "q_stop_words": _count_stop_words(doc, tuple(stop_list)) if stop_list else None,
     }
 
