@@ -1,5 +1,7 @@
 import os
 import socket
+import uuid
+from dataclasses import dataclass
 
 import pytest
 
@@ -13,9 +15,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@dataclass
+class S3Server:
+    endpoint: str
+    bucket: str
+
+
 @pytest.fixture
 def s3_server(monkeypatch):
-    """A real S3-protocol server on loopback (moto), with a bucket; yields its endpoint URL."""
+    """A real S3-protocol server on loopback (moto), with a fresh bucket of its own."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -31,6 +39,7 @@ def s3_server(monkeypatch):
         "LM_ASSETS_S3_ENDPOINT_URL": endpoint,
     }.items():
         monkeypatch.setenv(key, value)
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="lm-bucket")
-    yield endpoint
+    bucket = f"lm-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    yield S3Server(endpoint=endpoint, bucket=bucket)
     server.stop()

@@ -160,20 +160,20 @@ def test_schedule_finds_shards_whose_config_changed(tmp_path):
 
 
 def test_materialize_raw_to_curated_on_s3(tmp_path, s3_server):
-    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1")
     shard = write_shard(tmp_path / "s3shard.warc.gz")
-    client.upload_file(str(shard), "lm-bucket", "landing/s3shard.warc.gz")
+    client.upload_file(str(shard), s3_server.bucket, "landing/s3shard.warc.gz")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", ["s3shard.warc.gz"])
     result = dg.materialize(
         [raw_shard, extracted_shard, curated_shard],
         partition_key="s3shard.warc.gz",
         instance=instance,
-        resources=resources("s3://lm-bucket/out", "s3://lm-bucket/landing"),
+        resources=resources(f"s3://{s3_server.bucket}/out", f"s3://{s3_server.bucket}/landing"),
         run_config=OFFLINE_TOXICITY,
     )
     assert result.success and all(check_results(result).values())
-    store = Storage("s3://lm-bucket/out", s3_client=client)
+    store = Storage(f"s3://{s3_server.bucket}/out", s3_client=client)
     assert store.list("curated") == [
         "curated/s3shard.warc.gz/documents.parquet",
         "curated/s3shard.warc.gz/dropped.parquet",

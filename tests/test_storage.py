@@ -35,9 +35,9 @@ def test_local_storage_writes_atomically(tmp_path):
 
 
 def test_s3_storage_against_a_real_s3_protocol_server(s3_server):
-    client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
-    exercise(Storage("s3://lm-bucket/prefix/run", s3_client=client))
-    keys = [o["Key"] for o in client.list_objects_v2(Bucket="lm-bucket")["Contents"]]
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1")
+    exercise(Storage(f"s3://{s3_server.bucket}/prefix/run", s3_client=client))
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
     assert keys == ["prefix/run/raw/s2/documents.parquet"]
 
 
