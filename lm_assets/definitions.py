@@ -2,16 +2,23 @@
 
 import dagster as dg
 
-from lm_assets.defs.automation import landing_sensor, nightly_curation_refresh, shard_curation_job
+from lm_assets.defs.automation import (
+    dedup_job,
+    deduplicated_shard_job,
+    landing_sensor,
+    nightly_curation_refresh,
+    shard_curation_job,
+)
 from lm_assets.defs.curated import curated_shard, extracted_shard
+from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.expectations import curated_expectations
 from lm_assets.defs.raw import raw_shard
 from lm_assets.defs.resources import default_resources
 
 defs = dg.Definitions(
-    assets=[raw_shard, extracted_shard, curated_shard],
+    assets=[raw_shard, extracted_shard, curated_shard, minhash_signatures, dedup_clusters, deduplicated_shard],
     asset_checks=[curated_expectations],
-    jobs=[shard_curation_job],
+    jobs=[shard_curation_job, dedup_job, deduplicated_shard_job],
     sensors=[landing_sensor],
     schedules=[nightly_curation_refresh],
     resources=default_resources(),

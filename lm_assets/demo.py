@@ -30,6 +30,7 @@ def shard_summary(store, shard: str) -> dict:
         "quarantined": height(f"raw/{shard}/quarantine.parquet"),
         "extracted": height(f"extracted/{shard}/documents.parquet"),
         "curated": height(f"curated/{shard}/documents.parquet"),
+        "deduplicated": height(f"deduplicated/{shard}/documents.parquet"),
     }
 
 
@@ -44,13 +45,17 @@ def main() -> int:
         print(f"no shard files found in {landing.root}", file=sys.stderr)
         return 1
     instance.add_dynamic_partitions(shard_partitions.name, shards)
-    job = defs.resolve_job_def("shard_curation_job")
     started = time.perf_counter()
-    for shard in shards:
-        print(f"materializing raw_shard → extracted_shard → curated_shard for {shard} ...", flush=True)
-        result = job.execute_in_process(partition_key=shard, instance=instance, run_config=DEMO_RUN_CONFIG)
+    steps = [("shard_curation_job", shard, "raw_shard → extracted_shard → curated_shard → minhash_signatures") for shard in shards]
+    steps += [("dedup_job", None, "dedup_clusters across all shards")]
+    steps += [("deduplicated_shard_job", shard, "deduplicated_shard") for shard in shards]
+    for job_name, shard, what in steps:
+        print(f"materializing {what}" + (f" for {shard}" if shard else "") + " ...", flush=True)
+        job = defs.resolve_job_def(job_name)
+        run_config = DEMO_RUN_CONFIG if job_name == "shard_curation_job" else None
+        result = job.execute_in_process(partition_key=shard, instance=instance, run_config=run_config)
         if not result.success:
-            print(f"run for {shard} failed: see `make ui`, run {result.run_id}", file=sys.stderr)
+            print(f"{job_name} failed: see `make ui`, run {result.run_id}", file=sys.stderr)
             return 1
     elapsed = time.perf_counter() - started
 
@@ -58,7 +63,8 @@ def main() -> int:
     tables = []
     for shard in shards:
         for key in (f"raw/{shard}/dropped.parquet", f"raw/{shard}/quarantine.parquet",
-                    f"extracted/{shard}/dropped.parquet", f"curated/{shard}/dropped.parquet"):
+                    f"extracted/{shard}/dropped.parquet", f"curated/{shard}/dropped.parquet",
+                    f"deduplicated/{shard}/dropped.parquet"):
             tables.append(store.read_parquet(key))
     with pl.Config(tbl_rows=60, tbl_hide_dataframe_shape=True, tbl_width_chars=120, fmt_str_lengths=60):
         print("\nDocuments per shard and stage:")
@@ -66,7 +72,8 @@ def main() -> int:
         print("\nWhy documents were dropped or quarantined (all shards):")
         print(reason_counts(*tables))
     print(f"\nMaterialized {len(shards)} shard partitions in {elapsed:.0f} s.")
-    print(f"Outputs:          {store.root}/{{raw,extracted,curated}}/<shard>/*.parquet")
+    print(f"Outputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated}}/<shard>/*.parquet")
+    print(f"                  {store.root}/dedup/clusters.parquet")
     print(f"Dagster instance: {os.environ.get('DAGSTER_HOME', '(ephemeral)')}")
     print("Open the UI:      make ui   then browse http://127.0.0.1:3000 (asset graph, checks, metadata)")
     return 0

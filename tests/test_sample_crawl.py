@@ -9,6 +9,7 @@ import pytest
 
 from lm_assets.corpus.pii import find_pii
 from lm_assets.defs.curated import curated_shard, extracted_shard
+from lm_assets.defs.dedup import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.expectations import curated_expectations
 from lm_assets.defs.raw import raw_shard
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
@@ -21,19 +22,36 @@ RUN_CONFIG = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "prof
 
 @pytest.fixture(scope="module")
 def materialized(tmp_path_factory):
+    """The first two shards go through dedup together, the third arrives later and is deduplicated
+    incrementally against them."""
     root = tmp_path_factory.mktemp("storage")
     instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("shards", SHARDS)
+    instance.add_dynamic_partitions("shards", SHARDS[:2])
     s3 = s3_resource_from_env()
-    resources = {"storage": StorageResource(root=str(root), s3=s3), "landing": LandingResource(root=str(CRAWL), s3=s3)}
-    results = {
-        shard: dg.materialize(
-            [raw_shard, extracted_shard, curated_shard, curated_expectations],
-            partition_key=shard, instance=instance, resources=resources, run_config=RUN_CONFIG,
-        )
+    resources = {
+        "storage": StorageResource(root=str(root), s3=s3),
+        "landing": LandingResource(root=str(CRAWL), s3=s3),
+        "dedup": DedupSettings(),
+    }
+    shard_assets = [raw_shard, extracted_shard, curated_shard, curated_expectations, minhash_signatures]
+
+    def curate(shard):
+        return dg.materialize(shard_assets, partition_key=shard, instance=instance, resources=resources, run_config=RUN_CONFIG)
+
+    def cluster():
+        return dg.materialize([dedup_clusters], instance=instance, resources=resources, selection=[dedup_clusters])
+
+    results = {shard: curate(shard) for shard in SHARDS[:2]}
+    first = cluster()
+    first_clusters = pl.read_parquet(root / "dedup" / "clusters.parquet")
+    instance.add_dynamic_partitions("shards", SHARDS[2:])
+    results[SHARDS[2]] = curate(SHARDS[2])
+    second = cluster()
+    dedup_results = {
+        shard: dg.materialize([deduplicated_shard], partition_key=shard, instance=instance, resources=resources)
         for shard in SHARDS
     }
-    return root, results
+    return root, results, {"first": first, "second": second, "first_clusters": first_clusters, "shards": dedup_results}
 
 
 def table(root: Path, stage: str, name: str) -> pl.DataFrame:
@@ -46,18 +64,20 @@ def urls(category) -> list[str]:
 
 
 def test_every_run_succeeds_and_every_check_passes(materialized):
-    _, results = materialized
-    for shard, result in results.items():
+    _, results, dedup = materialized
+    runs = [*results.values(), dedup["first"], dedup["second"], *dedup["shards"].values()]
+    expected_checks = [3 + 4 + 6 + 1 + 1] * 3 + [2, 2] + [4] * 3
+    for result, n_checks in zip(runs, expected_checks):
         assert result.success
         evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
-        assert len(evaluations) == 3 + 4 + 6 + 1
+        assert len(evaluations) == n_checks
         failed = [(e.asset_key.path[-1], e.check_name) for e in evaluations if not e.passed]
-        assert failed == [], shard
+        assert failed == []
 
 
 @pytest.mark.parametrize("shard", SHARDS)
 def test_raw_counts_match_the_crawl(materialized, shard):
-    root, _ = materialized
+    root, _, _ = materialized
     expected = EXPECTED["shards"][shard]
     summary = json.loads((root / "raw" / shard / "summary.json").read_text())
     assert summary["records"] == expected["records"]
@@ -79,7 +99,7 @@ def test_raw_counts_match_the_crawl(materialized, shard):
 
 
 def test_gbk_page_is_decoded(materialized):
-    root, _ = materialized
+    root, _, _ = materialized
     extracted = table(root, "extracted", "documents")
     (gbk,) = EXPECTED["categories"]["encodings"]["gbk"]
     gbk_url = gbk["url"]
@@ -88,7 +108,7 @@ def test_gbk_page_is_decoded(materialized):
 
 
 def test_curation_outcomes(materialized):
-    root, _ = materialized
+    root, _, _ = materialized
     curated = table(root, "curated", "documents")
     kept = set(curated["url"])
     assert not kept & set(urls("low_quality"))
@@ -99,7 +119,7 @@ def test_curation_outcomes(materialized):
 
 
 def test_pii_is_redacted_and_negatives_are_kept(materialized):
-    root, _ = materialized
+    root, _, _ = materialized
     curated = table(root, "curated", "documents").select("url", "text")
     text_by_url = dict(curated.iter_rows())
     pages = [p for p in EXPECTED["categories"]["pii"] if p["url"] in text_by_url]
@@ -114,10 +134,50 @@ def test_pii_is_redacted_and_negatives_are_kept(materialized):
 
 
 def test_every_record_is_accounted_for(materialized):
-    root, _ = materialized
+    root, _, _ = materialized
     records = sum(json.loads((root / "raw" / s / "summary.json").read_text())["records"] for s in SHARDS)
-    kept = table(root, "curated", "documents").height
-    dropped = sum(table(root, stage, "dropped").height for stage in ("raw", "extracted", "curated"))
+    kept = table(root, "deduplicated", "documents").height
+    dropped = sum(table(root, stage, "dropped").height for stage in ("raw", "extracted", "curated", "deduplicated"))
     quarantined = table(root, "raw", "quarantine").height
     assert records == EXPECTED["totals"]["warcinfo"] + EXPECTED["totals"]["request"] + 376 + 12 + 3 + 3 + 1
     assert records == kept + dropped + quarantined
+
+
+def test_dedup_keeps_one_document_per_injected_group(materialized):
+    root, _, _ = materialized
+    clusters = pl.read_parquet(root / "dedup" / "clusters.parquet").join(
+        table(root, "minhash", "sketches").select("doc_id", "url"), on="doc_id"
+    )
+    kept = dict(zip(clusters["url"], clusters["kept"]))
+    cluster_of = dict(zip(clusters["url"], clusters["cluster_id"]))
+    checked = 0
+    for kind in ("exact_dup_groups", "near_dup_groups"):
+        for group in EXPECTED["categories"][kind]:
+            present = [u for u in group if u in kept]
+            if len(present) < 2:
+                continue  # the quality rules removed the page before dedup
+            checked += 1
+            assert sum(kept[u] for u in present) == 1, (kind, present)
+            assert len({cluster_of[u] for u in present}) == 1, (kind, present)
+    assert checked >= 12
+    dropped = table(root, "deduplicated", "dropped")
+    assert set(dropped["reason"]) == {"exact_duplicate", "near_duplicate"}
+    assert dropped["kept_doc_id"].is_in(table(root, "deduplicated", "documents")["doc_id"].implode()).all()
+
+
+def test_the_third_shard_is_deduplicated_incrementally(materialized):
+    root, _, dedup = materialized
+    first_meta = dedup["first"].asset_materializations_for_node("dedup_clusters")[0].metadata
+    second_meta = dedup["second"].asset_materializations_for_node("dedup_clusters")[0].metadata
+    assert first_meta["mode"].value == "full: no earlier index"
+    assert second_meta["mode"].value == "incremental"
+    assert second_meta["shards_processed"].value == [SHARDS[2]]
+    before = dedup["first_clusters"]
+    after = pl.read_parquet(root / "dedup" / "clusters.parquet")
+    unchanged = before.join(after, on="doc_id", suffix="_after")
+    assert unchanged.height == before.height
+    assert (unchanged["kept"] == unchanged["kept_after"]).all()
+    assert (unchanged["kept_doc_id"] == unchanged["kept_doc_id_after"]).all()
+    new_removed = after.join(before, on="doc_id", how="anti").filter(~pl.col("kept"))
+    assert new_removed.height > 0
+    assert new_removed["kept_doc_id"].is_in(before["doc_id"].implode()).any()  # new copies of old documents

@@ -531,7 +531,14 @@ def deduplicate(docs: pl.DataFrame, cfg: DedupConfig | None = None, band_parts: 
     """Exact then near-duplicate clusters over all of `docs`, in memory (steps 1-5)."""
     cfg = cfg or DedupConfig()
     sketches = sketch_documents(docs, cfg)
-    bands = band_table(sketches, cfg)
+    return deduplicate_sketches(sketches, band_table(sketches, cfg), cfg, band_parts)
+
+
+def deduplicate_sketches(
+    sketches: pl.DataFrame, bands: pl.DataFrame, cfg: DedupConfig | None = None, band_parts: int = 1
+) -> DedupResult:
+    """Steps 2-5 over sketches and band tables made per shard by steps 1."""
+    cfg = cfg or DedupConfig()
     ranked = rank_documents(sketches, cfg.duckdb)
     edges = _fuzzy_edges(bands, sketches, exact_representatives(ranked), cfg, band_parts)
     clusters = sketches.select("doc_id").join(

@@ -5,6 +5,7 @@ import dagster as dg
 
 from lm_assets.corpus.readers import SUPPORTED_SUFFIXES
 from lm_assets.defs.curated import CuratedShardConfig, ExtractedShardConfig, curated_shard, extracted_shard
+from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.raw import RawShardConfig, raw_shard
 from lm_assets.defs.reporting import config_hash
@@ -12,9 +13,18 @@ from lm_assets.defs.resources import LandingResource
 
 shard_curation_job = dg.define_asset_job(
     "shard_curation_job",
-    selection=dg.AssetSelection.assets(raw_shard, extracted_shard, curated_shard),
+    selection=dg.AssetSelection.assets(raw_shard, extracted_shard, curated_shard, minhash_signatures),
     partitions_def=shard_partitions,
-    description="Read, extract and curate one shard.",
+    description="Read, extract and curate one shard, and sketch it for dedup.",
+)
+dedup_job = dg.define_asset_job(
+    "dedup_job", selection=dg.AssetSelection.assets(dedup_clusters), description="Cluster duplicates across shards."
+)
+deduplicated_shard_job = dg.define_asset_job(
+    "deduplicated_shard_job",
+    selection=dg.AssetSelection.assets(deduplicated_shard),
+    partitions_def=shard_partitions,
+    description="Apply the dedup decisions to one shard.",
 )
 
 

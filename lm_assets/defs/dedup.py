@@ -1,0 +1,349 @@
+"""Cross-shard dedup: per-shard MinHash sketches, global clusters (exact, then MinHash-LSH), per-shard decisions."""
+
+import hashlib
+import json
+import time
+
+import dagster as dg
+import polars as pl
+
+from lm_assets.corpus.accounting import conservation
+from lm_assets.corpus.dedup import (
+    CLUSTER_SCHEMA,
+    DedupConfig,
+    DedupState,
+    DuckDBConfig,
+    apply_dedup,
+    band_table,
+    deduplicate_incremental,
+    deduplicate_sketches,
+    dedup_stats,
+    merge_clusters,
+    sketch_documents,
+)
+from lm_assets.corpus.minhash import MinHashConfig, lsh_params
+from lm_assets.defs.curated import CURATED_SCHEMA, curated_shard, shard_account, stage_keys
+from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.reporting import (
+    conservation_result,
+    drop_metadata,
+    markdown_table,
+    non_empty_result,
+    schema_result,
+    standard_check_specs,
+)
+from lm_assets.defs.resources import StorageResource
+
+CLUSTERS_KEY = "dedup/clusters.parquet"
+INDEX_KEY = "dedup/index.json"
+
+
+class DedupSettings(dg.ConfigurableResource):
+    """MinHash-LSH settings shared by the sketches and the clusters, so the two always agree."""
+
+    num_perm: int = 128
+    seed: int = 1
+    threshold: float = 0.6
+    word_ngram: int = 5
+    char_ngram: int = 4
+    verify: bool = True
+    verify_margin: float = 0.05
+    duckdb_memory_limit: str = "2GB"
+    duckdb_temp_directory: str | None = None
+    band_parts: int = 1
+
+    def dedup_config(self) -> DedupConfig:
+        minhash = MinHashConfig(
+            num_perm=self.num_perm, seed=self.seed, threshold=self.threshold,
+            word_ngram=self.word_ngram, char_ngram=self.char_ngram,
+        )
+        duckdb = DuckDBConfig(memory_limit=self.duckdb_memory_limit, temp_directory=self.duckdb_temp_directory)
+        return DedupConfig(minhash=minhash, verify=self.verify, verify_margin=self.verify_margin, duckdb=duckdb)
+
+    def sketch_fingerprint(self) -> str:
+        """What sketches and bands depend on: a change means every shard needs new sketches."""
+        payload = json.dumps([self.num_perm, self.seed, self.threshold, self.word_ngram, self.char_ngram])
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def content_digest(sketches: pl.DataFrame) -> str:
+    """Changes exactly when the shard's documents or their texts change."""
+    digest = hashlib.sha256()
+    for doc_id, content in sketches.select("doc_id", "content_hash").iter_rows():
+        digest.update(f"{doc_id}:{content};".encode())
+    return digest.hexdigest()[:16]
+
+
+def minhash_keys(shard: str) -> dict[str, str]:
+    return {t: f"minhash/{shard}/{t}.parquet" for t in ("sketches", "bands")} | {"info": f"minhash/{shard}/info.json"}
+
+
+# minhash_signatures ------------------------------------------------------------------------------
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name="dedup",
+    kinds={"numpy", "datasketch", "parquet"},
+    deps=[curated_shard],
+    automation_condition=dg.AutomationCondition.eager(),
+    check_specs=[
+        dg.AssetCheckSpec(
+            "one_sketch_per_document", asset="minhash_signatures", blocking=True,
+            description="Every curated document has exactly one sketch.",
+        )
+    ],
+    description="Per document: normalized content hash and MinHash signature (vectorised, equal to datasketch's); "
+    "per LSH band: its hash.",
+)
+def minhash_signatures(
+    context: dg.AssetExecutionContext, storage: StorageResource, dedup: DedupSettings
+) -> dg.MaterializeResult:
+    shard = context.partition_key
+    store = storage.storage()
+    docs = store.read_parquet(stage_keys("curated", shard)["documents"])
+    config = dedup.dedup_config()
+    started = time.perf_counter()
+    sketches = sketch_documents(docs, config).with_columns(
+        pl.lit(shard).alias("source"), docs["url"].alias("url"), docs["lang"].alias("lang")
+    )
+    bands = band_table(sketches, config)
+    seconds = time.perf_counter() - started
+    keys = minhash_keys(shard)
+    store.write_parquet(keys["sketches"], sketches)
+    store.write_parquet(keys["bands"], bands)
+    info = {"fingerprint": dedup.sketch_fingerprint(), "documents": docs.height, "digest": content_digest(sketches)}
+    store.write_bytes(keys["info"], json.dumps(info).encode())
+    n_bands, rows = lsh_params(config.minhash)
+    ids_match = sketches["doc_id"].n_unique() == sketches.height == docs.height
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(keys["sketches"])),
+            "documents": docs.height,
+            "empty_documents": int(sketches["empty"].sum()),
+            "num_perm": config.minhash.num_perm,
+            "bands_x_rows": f"{n_bands} x {rows}",
+            "threshold": config.minhash.threshold,
+            "docs_per_second": round(docs.height / seconds, 1) if seconds else 0.0,
+            "sketch_fingerprint": dedup.sketch_fingerprint(),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="one_sketch_per_document", passed=ids_match,
+                metadata={"documents": docs.height, "sketches": sketches.height},
+            )
+        ],
+    )
+
+
+# dedup_clusters --------------------------------------------------------------------------------
+class DedupClustersConfig(dg.Config):
+    full_rebuild: bool = False
+
+
+def sketched_shards(instance: dg.DagsterInstance, store, fingerprint: str) -> dict[str, str]:
+    """Known shards with sketches: shard -> digest of its documents."""
+    out = {}
+    for shard in instance.get_dynamic_partitions(shard_partitions.name):
+        keys = minhash_keys(shard)
+        if not store.exists(keys["info"]):
+            continue
+        info = json.loads(store.read_bytes(keys["info"]))
+        if info["fingerprint"] != fingerprint:
+            raise dg.Failure(
+                f"sketches of {shard} were made with other MinHash settings; re-materialize minhash_signatures for it"
+            )
+        out[shard] = info["digest"]
+    return out
+
+
+def read_shards(store, shards: list[str], table: str) -> pl.DataFrame:
+    return pl.concat([store.read_parquet(minhash_keys(s)[table]) for s in shards], how="vertical_relaxed")
+
+
+def plan(index: dict | None, available: dict[str, str], fingerprint: str, full_rebuild: bool) -> tuple[str, list[str]]:
+    """`("full", all shards)` or `("incremental", new shards)`, and why a full run was needed."""
+    if full_rebuild:
+        return "full: requested", sorted(available)
+    if index is None:
+        return "full: no earlier index", sorted(available)
+    if index["fingerprint"] != fingerprint:
+        return "full: MinHash settings changed", sorted(available)
+    changed = sorted(s for s, digest in index["shards"].items() if available.get(s) != digest)
+    if changed:
+        return f"full: sketches changed for {', '.join(changed[:5])}", sorted(available)
+    return "incremental", sorted(set(available) - set(index["shards"]))
+
+
+@dg.asset(
+    group_name="dedup",
+    kinds={"duckdb", "polars"},
+    deps=[minhash_signatures],
+    automation_condition=dg.AutomationCondition.eager(),
+    check_specs=[
+        dg.AssetCheckSpec(
+            "clusters_consistent", asset="dedup_clusters", blocking=True,
+            description="Every sketched document is in exactly one cluster, and each cluster keeps exactly one.",
+        ),
+        dg.AssetCheckSpec(
+            "no_exact_duplicates_kept", asset="dedup_clusters", blocking=True,
+            description="No two kept documents share a normalized-content hash.",
+        ),
+    ],
+    description="Clusters of duplicate documents across all shards (exact hash, then MinHash-LSH with verified "
+    "edges and union-find) and which document each cluster keeps. New shards are deduplicated against the "
+    "persisted index of earlier ones; earlier decisions never change.",
+)
+def dedup_clusters(
+    context: dg.AssetExecutionContext, config: DedupClustersConfig, storage: StorageResource, dedup: DedupSettings
+) -> dg.MaterializeResult:
+    store = storage.storage()
+    fingerprint = dedup.sketch_fingerprint()
+    available = sketched_shards(context.instance, store, fingerprint)
+    index = json.loads(store.read_bytes(INDEX_KEY)) if store.exists(INDEX_KEY) else None
+    mode, shards = plan(index, available, fingerprint, config.full_rebuild)
+    cfg = dedup.dedup_config()
+    started = time.perf_counter()
+    if mode.startswith("full"):
+        result = deduplicate_sketches(read_shards(store, shards, "sketches"), read_shards(store, shards, "bands"), cfg, dedup.band_parts) if shards else None
+        clusters = result.clusters if result else pl.DataFrame(schema=CLUSTER_SCHEMA)
+    elif shards:
+        earlier = sorted(index["shards"])
+        state = DedupState(
+            sketches=read_shards(store, earlier, "sketches"),
+            bands=read_shards(store, earlier, "bands"),
+            clusters=store.read_parquet(CLUSTERS_KEY),
+        )
+        result = deduplicate_incremental(
+            read_shards(store, shards, "sketches"), read_shards(store, shards, "bands"), state, cfg, dedup.band_parts
+        )
+        clusters = merge_clusters(state.clusters, result.clusters)
+    else:
+        clusters = store.read_parquet(CLUSTERS_KEY)
+    seconds = time.perf_counter() - started
+    store.write_parquet(CLUSTERS_KEY, clusters)
+    store.write_bytes(INDEX_KEY, json.dumps({"fingerprint": fingerprint, "shards": available}, indent=1).encode())
+
+    sketches = read_shards(store, sorted(available), "sketches").select("doc_id", "content_hash", "source", "url") if available else None
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(CLUSTERS_KEY)),
+            "mode": mode,
+            "shards_processed": dg.MetadataValue.json(shards),
+            "shards_in_index": len(available),
+            **cluster_metadata(clusters, sketches),
+            "seconds": round(seconds, 3),
+            "threshold": cfg.minhash.threshold,
+            "verify_threshold": cfg.effective_verify_threshold,
+        },
+        check_results=cluster_checks(clusters, sketches),
+    )
+
+
+def cluster_metadata(clusters: pl.DataFrame, sketches: pl.DataFrame | None) -> dict:
+    stats = dedup_stats(clusters)
+    meta = {
+        "documents": stats["documents"],
+        "kept": stats["kept"],
+        "exact_duplicates": stats["exact_duplicates"],
+        "near_duplicates": stats["near_duplicates"],
+        "dup_rate": round(stats["dup_rate"], 4),
+        "cluster_size_histogram": markdown_table(
+            pl.DataFrame({"cluster_size": list(stats["cluster_size_histogram"]), "clusters": list(stats["cluster_size_histogram"].values())})
+        ),
+    }
+    if sketches is None or clusters.height == 0:
+        return meta
+    joined = clusters.join(sketches, on="doc_id", how="left")
+    per_shard = (
+        joined.group_by("source")
+        .agg(pl.len().alias("documents"), (~pl.col("kept")).sum().alias("removed"))
+        .with_columns((pl.col("removed") / pl.col("documents")).round(4).alias("dup_rate"))
+        .sort("source")
+    )
+    largest = (
+        joined.filter(pl.col("cluster_size") > 1)
+        .group_by("cluster_id")
+        .agg(pl.col("cluster_size").first(), pl.col("url").head(3).str.join("  ").alias("sample_urls"))
+        .sort(["cluster_size", "cluster_id"], descending=[True, False])
+        .head(10)
+    )
+    return meta | {"dup_rate_per_shard": markdown_table(per_shard), "largest_clusters": markdown_table(largest)}
+
+
+def cluster_checks(clusters: pl.DataFrame, sketches: pl.DataFrame | None) -> list[dg.AssetCheckResult]:
+    expected_ids = sketches["doc_id"] if sketches is not None else pl.Series([], dtype=pl.String)
+    per_cluster = clusters.group_by("cluster_id").agg(
+        pl.col("kept").sum().alias("kept"), pl.len().alias("members"), pl.col("cluster_size").first()
+    )
+    problems = {
+        "documents_without_cluster": expected_ids.is_in(clusters["doc_id"].implode()).not_().sum(),
+        "rows_without_sketch": clusters["doc_id"].is_in(expected_ids.implode()).not_().sum(),
+        "duplicate_rows": clusters.height - clusters["doc_id"].n_unique(),
+        "clusters_not_keeping_one": per_cluster.filter(pl.col("kept") != 1).height,
+        "wrong_cluster_size": per_cluster.filter(pl.col("members") != pl.col("cluster_size")).height,
+    }
+    kept_hashes = (
+        clusters.filter("kept").join(sketches.select("doc_id", "content_hash"), on="doc_id")["content_hash"]
+        if sketches is not None else pl.Series([], dtype=pl.String)
+    )
+    shared = kept_hashes.len() - kept_hashes.n_unique()
+    return [
+        dg.AssetCheckResult(
+            check_name="clusters_consistent", passed=not any(problems.values()),
+            metadata={k: int(v) for k, v in problems.items()},
+        ),
+        dg.AssetCheckResult(check_name="no_exact_duplicates_kept", passed=shared == 0, metadata={"kept_sharing_a_hash": shared}),
+    ]
+
+
+# deduplicated_shard ----------------------------------------------------------------------------
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name="dedup",
+    kinds={"polars", "parquet"},
+    deps=[curated_shard, dedup_clusters],
+    automation_condition=dg.AutomationCondition.eager(),
+    check_specs=standard_check_specs(
+        "deduplicated_shard",
+        [
+            dg.AssetCheckSpec(
+                "shard_conservation", asset="deduplicated_shard", blocking=True,
+                description="Records read = kept + Σ dropped over all stages + quarantined.",
+            )
+        ],
+    ),
+    description="The shard's curated documents that their cluster keeps; removed ones are in the dropped table "
+    "with their reason and the doc_id of the document kept instead.",
+)
+def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    shard = context.partition_key
+    store = storage.storage()
+    docs = store.read_parquet(stage_keys("curated", shard)["documents"])
+    clusters = pl.scan_parquet(store.local_path(CLUSTERS_KEY)) if not store.is_s3 else store.read_parquet(CLUSTERS_KEY).lazy()
+    shard_clusters = clusters.filter(pl.col("doc_id").is_in(docs["doc_id"].implode())).collect()
+    try:
+        result = apply_dedup(docs, shard_clusters)
+    except ValueError as exc:
+        raise dg.Failure(f"{exc}: materialize dedup_clusters after this shard's minhash_signatures") from exc
+    keys = stage_keys("deduplicated", shard)
+    store.write_parquet(keys["documents"], result.kept)
+    store.write_parquet(keys["dropped"], result.dropped)
+    curated_dropped = store.read_parquet(stage_keys("curated", shard)["dropped"], columns=["doc_id"]).height
+    whole = shard_account(store, shard, result.kept.height, curated_dropped + result.dropped.height)
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
+            "documents_in": docs.height,
+            "documents_out": result.kept.height,
+            "exact_duplicates": result.stats["exact_duplicates"],
+            "near_duplicates": result.stats["near_duplicates"],
+            "dup_rate": round(1 - result.kept.height / docs.height, 4) if docs.height else 0.0,
+            **drop_metadata(result.dropped),
+            "removed_sample": markdown_table(result.dropped.head(10)),
+        },
+        check_results=[
+            schema_result("schema", result.kept, CURATED_SCHEMA),
+            non_empty_result("non_empty", result.kept),
+            conservation_result("conservation", conservation(docs.height, result.kept.height, result.dropped.height)),
+            conservation_result("shard_conservation", whole),
+        ],
+    )
