@@ -13,11 +13,8 @@ import dagster as dg
 import polars as pl
 
 from lm_assets.corpus.accounting import reason_counts
-from lm_assets.defs.automation import is_shard_file
-from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.resources import default_resources
-
-DEMO_RUN_CONFIG = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
+from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph, shard_files
 
 
 def shard_summary(store, shard: str) -> dict:
@@ -40,23 +37,15 @@ def main() -> int:
     instance = dg.DagsterInstance.get()
     resources = default_resources()
     landing, store = resources["landing"].storage(), resources["storage"].storage()
-    shards = [key for key in landing.list() if is_shard_file(key)]
+    shards = shard_files(landing)
     if not shards:
         print(f"no shard files found in {landing.root}", file=sys.stderr)
         return 1
-    instance.add_dynamic_partitions(shard_partitions.name, shards)
     started = time.perf_counter()
-    steps = [("shard_curation_job", shard, "raw_shard → extracted_shard → curated_shard → minhash_signatures") for shard in shards]
-    steps += [("dedup_job", None, "dedup_clusters across all shards")]
-    steps += [("deduplicated_shard_job", shard, "deduplicated_shard") for shard in shards]
-    for job_name, shard, what in steps:
-        print(f"materializing {what}" + (f" for {shard}" if shard else "") + " ...", flush=True)
-        job = defs.resolve_job_def(job_name)
-        run_config = DEMO_RUN_CONFIG if job_name == "shard_curation_job" else None
-        result = job.execute_in_process(partition_key=shard, instance=instance, run_config=run_config)
-        if not result.success:
-            print(f"{job_name} failed: see `make ui`, run {result.run_id}", file=sys.stderr)
-            return 1
+    results = run_shard_graph(defs, instance, shards, OFFLINE_RUN_CONFIG, progress=lambda m: print(m + " ...", flush=True))
+    if not results[-1].success:
+        print(f"run {results[-1].run_id} failed: see `make ui`", file=sys.stderr)
+        return 1
     elapsed = time.perf_counter() - started
 
     summary = pl.DataFrame([shard_summary(store, s) for s in shards])
