@@ -214,3 +214,31 @@ def test_real_cli_materializes_a_partition(tmp_path):
         dg.AssetRecordsFilter(asset_key=dg.AssetKey("curated_shard"), asset_partitions=["cli.warc.gz"]), limit=1
     ).records
     assert records[0].asset_materialization.metadata["documents_out"].value == 2
+
+
+def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
+    from lm_assets.defs.dedup import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "s1.warc.gz")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
+    res = resources(str(tmp_path / "storage"), str(landing)) | {"dedup": DedupSettings()}
+    dg.materialize(
+        [raw_shard, extracted_shard, curated_shard, minhash_signatures],
+        partition_key="s1.warc.gz", instance=instance, resources=res, run_config=OFFLINE_TOXICITY,
+    )
+    missing = dg.materialize(
+        [deduplicated_shard], partition_key="s1.warc.gz", instance=instance, resources=res, raise_on_error=False
+    )
+    assert not missing.success
+    failure = next(e for e in missing.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "no dedup clusters yet" in failure.event_specific_data.error.to_string()
+    other = res | {"dedup": DedupSettings(num_perm=64)}
+    mismatch = dg.materialize([dedup_clusters], instance=instance, resources=other, raise_on_error=False)
+    assert not mismatch.success
+    failure = next(e for e in mismatch.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "made with other MinHash settings" in failure.event_specific_data.error.to_string()
+    assert dg.materialize([dedup_clusters], instance=instance, resources=res).success
+    assert dg.materialize([deduplicated_shard], partition_key="s1.warc.gz", instance=instance, resources=res).success
