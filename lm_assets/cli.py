@@ -26,12 +26,30 @@ def add_shards(args) -> int:
     return 0
 
 
+def lineage(args) -> int:
+    import polars as pl
+
+    from lm_assets.defs.resources import default_resources
+    from lm_assets.lineage_view import trace_sequence
+
+    store = default_resources()["storage"].storage()
+    table = trace_sequence(store, args.split, args.index)
+    with pl.Config(tbl_rows=100, tbl_width_chars=200, fmt_str_lengths=80, tbl_hide_dataframe_shape=True):
+        print(f"{args.split} sequence {args.index}:")
+        print(table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lm-assets")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("add-shards", help="register every shard file in the landing location as a partition")
     p.add_argument("--landing", help="landing folder or s3:// prefix (default: $LM_ASSETS_LANDING_ROOT)")
     p.set_defaults(func=add_shards)
+    p = sub.add_parser("lineage", help="the documents (doc_id, URL, shard, WARC record, token span) in a packed sequence")
+    p.add_argument("--split", default="train", choices=["train", "val"])
+    p.add_argument("--index", type=int, required=True, help="sequence index within the split")
+    p.set_defaults(func=lineage)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -5,6 +5,9 @@ import dagster as dg
 from lm_assets.defs.automation import (
     dedup_job,
     deduplicated_shard_job,
+    packing_job,
+    tokenized_shard_job,
+    tokenizer_job,
     landing_sensor,
     nightly_curation_refresh,
     shard_curation_job,
@@ -13,12 +16,30 @@ from lm_assets.defs.curated import curated_shard, extracted_shard
 from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.expectations import curated_expectations
 from lm_assets.defs.raw import raw_shard
+from lm_assets.defs.tokens import (
+    decontaminated_shard,
+    packed_dataset,
+    tokenized_shard,
+    tokenized_with_current_tokenizer,
+    tokenizer,
+)
 from lm_assets.defs.resources import default_resources
 
 defs = dg.Definitions(
-    assets=[raw_shard, extracted_shard, curated_shard, minhash_signatures, dedup_clusters, deduplicated_shard],
-    asset_checks=[curated_expectations],
-    jobs=[shard_curation_job, dedup_job, deduplicated_shard_job],
+    assets=[
+        raw_shard,
+        extracted_shard,
+        curated_shard,
+        minhash_signatures,
+        dedup_clusters,
+        deduplicated_shard,
+        decontaminated_shard,
+        tokenizer,
+        tokenized_shard,
+        packed_dataset,
+    ],
+    asset_checks=[curated_expectations, tokenized_with_current_tokenizer],
+    jobs=[shard_curation_job, dedup_job, deduplicated_shard_job, tokenizer_job, tokenized_shard_job, packing_job],
     sensors=[landing_sensor],
     schedules=[nightly_curation_refresh],
     resources=default_resources(),

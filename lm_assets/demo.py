@@ -5,6 +5,7 @@ Runs against the instance in $DAGSTER_HOME (SQLite), so everything shows up in `
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -14,7 +15,7 @@ import polars as pl
 
 from lm_assets.corpus.accounting import reason_counts
 from lm_assets.defs.resources import default_resources
-from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph, shard_files
+from lm_assets.local_run import DEMO_RUN_CONFIG, run_shard_graph, shard_files
 
 
 def shard_summary(store, shard: str) -> dict:
@@ -28,6 +29,8 @@ def shard_summary(store, shard: str) -> dict:
         "extracted": height(f"extracted/{shard}/documents.parquet"),
         "curated": height(f"curated/{shard}/documents.parquet"),
         "deduplicated": height(f"deduplicated/{shard}/documents.parquet"),
+        "decontaminated": height(f"decontaminated/{shard}/documents.parquet"),
+        "tokens": json.loads(store.read_bytes(f"tokenized/{shard}/tokens.json"))["token_count"],
     }
 
 
@@ -42,7 +45,7 @@ def main() -> int:
         print(f"no shard files found in {landing.root}", file=sys.stderr)
         return 1
     started = time.perf_counter()
-    results = run_shard_graph(defs, instance, shards, OFFLINE_RUN_CONFIG, progress=lambda m: print(m + " ...", flush=True))
+    results = run_shard_graph(defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, progress=lambda m: print(m + " ...", flush=True))
     if not results[-1].success:
         print(f"run {results[-1].run_id} failed: see `make ui`", file=sys.stderr)
         return 1
@@ -53,7 +56,7 @@ def main() -> int:
     for shard in shards:
         for key in (f"raw/{shard}/dropped.parquet", f"raw/{shard}/quarantine.parquet",
                     f"extracted/{shard}/dropped.parquet", f"curated/{shard}/dropped.parquet",
-                    f"deduplicated/{shard}/dropped.parquet"):
+                    f"deduplicated/{shard}/dropped.parquet", f"decontaminated/{shard}/dropped.parquet"):
             tables.append(store.read_parquet(key))
     with pl.Config(tbl_rows=60, tbl_hide_dataframe_shape=True, tbl_width_chars=120, fmt_str_lengths=60):
         print("\nDocuments per shard and stage:")
@@ -61,8 +64,16 @@ def main() -> int:
         print("\nWhy documents were dropped or quarantined (all shards):")
         print(reason_counts(*tables))
     print(f"\nMaterialized {len(shards)} shard partitions in {elapsed:.0f} s.")
-    print(f"Outputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated}}/<shard>/*.parquet")
-    print(f"                  {store.root}/dedup/clusters.parquet")
+    manifest = json.loads(store.read_bytes("packed/manifest.json"))
+    splits = manifest["splits"]
+    print(
+        f"\nPacked dataset: {splits['train']['sequences']} train + {splits['val']['sequences']} val sequences of "
+        f"{manifest['seq_len']} tokens ({manifest['dtype']}), tokenizer {manifest['tokenizer_hash'][:12]}, "
+        f"packing efficiency {manifest['efficiency']:.3f}"
+    )
+    print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
+    print(f"                  {store.root}/dedup/clusters.parquet, {store.root}/tokenizer/, {store.root}/packed/")
+    print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")
     print(f"Dagster instance: {os.environ.get('DAGSTER_HOME', '(ephemeral)')}")
     print("Open the UI:      make ui   then browse http://127.0.0.1:3000 (asset graph, checks, metadata)")
     return 0

@@ -13,6 +13,14 @@ from lm_assets.defs.automation import is_shard_file
 from lm_assets.defs.partitions import shard_partitions
 
 OFFLINE_RUN_CONFIG = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
+# The sample crawl holds about 200 documents: a small vocabulary, short sequences, a larger val split.
+DEMO_RUN_CONFIG = {
+    "ops": {
+        **OFFLINE_RUN_CONFIG["ops"],
+        "tokenizer": {"config": {"vocab_size": 4000}},
+        "packed_dataset": {"config": {"seq_len": 257, "val_fraction": 0.05}},
+    }
+}
 
 
 def run_shard_graph(
@@ -20,20 +28,26 @@ def run_shard_graph(
     instance: dg.DagsterInstance,
     shards: list[str],
     run_config: dict | None = None,
+    through_packing: bool = False,
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[dg.ExecuteInProcessResult]:
-    """Curate and sketch each shard, cluster across shards, then apply the decisions per shard.
-    Stops at the first failed run, which is returned last."""
+    """Curate and sketch each shard, cluster across shards, apply the decisions per shard and, with
+    `through_packing`, train the tokenizer, tokenize and pack. Stops at the first failed run, which
+    is returned last."""
     new = [s for s in shards if s not in set(instance.get_dynamic_partitions(shard_partitions.name))]
     if new:
         instance.add_dynamic_partitions(shard_partitions.name, new)
     steps = [("shard_curation_job", s, "raw_shard → extracted_shard → curated_shard → minhash_signatures") for s in shards]
     steps += [("dedup_job", None, "dedup_clusters across all shards")]
-    steps += [("deduplicated_shard_job", s, "deduplicated_shard") for s in shards]
+    steps += [("deduplicated_shard_job", s, "deduplicated_shard → decontaminated_shard") for s in shards]
+    if through_packing:
+        steps += [("tokenizer_job", None, "tokenizer")]
+        steps += [("tokenized_shard_job", s, "tokenized_shard") for s in shards]
+        steps += [("packing_job", None, "packed_dataset")]
     results = []
     for job_name, shard, what in steps:
         progress(f"materializing {what}" + (f" for {shard}" if shard else ""))
-        config = run_config if job_name == "shard_curation_job" else None
+        config = run_config_for(run_config, job_name)
         result = defs.resolve_job_def(job_name).execute_in_process(
             partition_key=shard, instance=instance, run_config=config, raise_on_error=False
         )
@@ -41,6 +55,25 @@ def run_shard_graph(
         if not result.success:
             break
     return results
+
+
+def run_config_for(run_config: dict | None, job_name: str) -> dict | None:
+    """The part of a graph-wide run config (`{"ops": {asset: ...}}`) that a job's assets take."""
+    if not run_config:
+        return None
+    assets = JOB_ASSETS[job_name]
+    ops = {name: cfg for name, cfg in run_config.get("ops", {}).items() if name in assets}
+    return {"ops": ops} if ops else None
+
+
+JOB_ASSETS = {
+    "shard_curation_job": {"raw_shard", "extracted_shard", "curated_shard", "minhash_signatures"},
+    "dedup_job": {"dedup_clusters"},
+    "deduplicated_shard_job": {"deduplicated_shard", "decontaminated_shard"},
+    "tokenizer_job": {"tokenizer"},
+    "tokenized_shard_job": {"tokenized_shard"},
+    "packing_job": {"packed_dataset"},
+}
 
 
 def shard_files(storage) -> list[str]:

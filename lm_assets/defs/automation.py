@@ -7,6 +7,7 @@ from lm_assets.corpus.readers import SUPPORTED_SUFFIXES
 from lm_assets.defs.curated import CuratedShardConfig, ExtractedShardConfig, curated_shard, extracted_shard
 from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.tokens import decontaminated_shard, packed_dataset, tokenized_shard, tokenizer
 from lm_assets.defs.raw import RawShardConfig, raw_shard
 from lm_assets.defs.reporting import config_hash
 from lm_assets.defs.resources import LandingResource
@@ -22,9 +23,21 @@ dedup_job = dg.define_asset_job(
 )
 deduplicated_shard_job = dg.define_asset_job(
     "deduplicated_shard_job",
-    selection=dg.AssetSelection.assets(deduplicated_shard),
+    selection=dg.AssetSelection.assets(deduplicated_shard, decontaminated_shard),
     partitions_def=shard_partitions,
-    description="Apply the dedup decisions to one shard.",
+    description="Apply the dedup decisions to one shard and drop what overlaps the evaluation sets.",
+)
+tokenizer_job = dg.define_asset_job(
+    "tokenizer_job", selection=dg.AssetSelection.assets(tokenizer), description="Train the tokenizer."
+)
+tokenized_shard_job = dg.define_asset_job(
+    "tokenized_shard_job",
+    selection=dg.AssetSelection.assets(tokenized_shard),
+    partitions_def=shard_partitions,
+    description="Tokenize one shard with the current tokenizer.",
+)
+packing_job = dg.define_asset_job(
+    "packing_job", selection=dg.AssetSelection.assets(packed_dataset), description="Pack training sequences."
 )
 
 

@@ -1,0 +1,373 @@
+"""From deduplicated text to what the trainer reads: decontamination, tokenizer, tokenized shards, packed sequences."""
+
+import functools
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from lm_assets.corpus.accounting import conservation
+from lm_assets.corpus.decontam import ContaminationIndex, DecontamConfig, evaluation_texts, find_contamination, load_ceval, load_mmlu
+from lm_assets.corpus.tokenizer import (
+    TokenizerConfig,
+    VocabSizeError,
+    load_tokenizer,
+    sample_documents,
+    tokenizer_report,
+    train_tokenizer,
+)
+from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
+from lm_assets.corpus.tokens import is_stale, tokenize_shard
+from lm_assets.defs.curated import CURATED_SCHEMA, shard_account, stage_keys
+from lm_assets.defs.dedup import deduplicated_shard
+from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.reporting import (
+    conservation_result,
+    drop_metadata,
+    markdown_table,
+    non_empty_result,
+    schema_result,
+    standard_check_specs,
+)
+from lm_assets.defs.resources import StorageResource
+
+DEFAULT_MMLU_PATH = "data/eval/mmlu.zip"
+TOKENIZER_KEYS = {"model": "tokenizer/tokenizer.model", "info": "tokenizer/info.json"}
+CHECK_SAMPLE_DOCS = 200
+
+
+def tokenized_keys(shard: str) -> dict[str, str]:
+    base = f"tokenized/{shard}"
+    return {"tokens": f"{base}/tokens.bin", "index": f"{base}/index.parquet", "sidecar": f"{base}/tokens.json"}
+
+
+def all_dropped_before(store, shard: str, stages: tuple[str, ...]) -> int:
+    return sum(store.read_parquet(stage_keys(s, shard)["dropped"], columns=["doc_id"]).height for s in stages)
+
+
+# decontaminated_shard ---------------------------------------------------------------------------
+class DecontaminatedShardConfig(dg.Config):
+    mmlu_path: str | None = os.environ.get("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)
+    ceval_paths: list[str] = []
+    word_ngram: int = 13
+    cjk_ngram: int = 20
+    min_matches: int = 1
+
+
+@functools.lru_cache(maxsize=4)
+def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], word_ngram: int, cjk_ngram: int):
+    texts = {}
+    if mmlu_path:
+        texts["mmlu"] = evaluation_texts(load_mmlu(mmlu_path))
+    if ceval_paths:
+        texts["ceval"] = [t for path in ceval_paths for t in evaluation_texts(load_ceval(path))]
+    return ContaminationIndex.build(texts, DecontamConfig(word_ngram=word_ngram, cjk_ngram=cjk_ngram))
+
+
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name="tokens",
+    kinds={"polars", "numpy"},
+    deps=[deduplicated_shard],
+    automation_condition=dg.AutomationCondition.eager(),
+    check_specs=standard_check_specs(
+        "decontaminated_shard",
+        [dg.AssetCheckSpec("shard_conservation", asset="decontaminated_shard", blocking=True,
+                           description="Records read = kept + Σ dropped over all stages + quarantined.")],
+    ),
+    description="Deduplicated documents minus those sharing 13-word (20-character for Chinese) n-grams with "
+    "MMLU's questions or the configured C-Eval files.",
+)
+def decontaminated_shard(
+    context: dg.AssetExecutionContext, config: DecontaminatedShardConfig, storage: StorageResource
+) -> dg.MaterializeResult:
+    shard = context.partition_key
+    store = storage.storage()
+    docs = store.read_parquet(stage_keys("deduplicated", shard)["documents"])
+    for path in [config.mmlu_path, *config.ceval_paths]:
+        if path and not Path(path).exists():
+            raise dg.Failure(f"evaluation set not found: {path} (set mmlu_path / ceval_paths in the config)")
+    index = contamination_index(config.mmlu_path, tuple(config.ceval_paths), config.word_ngram, config.cjk_ngram)
+    result = find_contamination(docs, index, DecontamConfig(word_ngram=config.word_ngram, cjk_ngram=config.cjk_ngram, min_matches=config.min_matches))
+    keys = stage_keys("decontaminated", shard)
+    store.write_parquet(keys["documents"], result.kept)
+    store.write_parquet(keys["dropped"], result.dropped)
+    earlier = all_dropped_before(store, shard, ("curated", "deduplicated"))
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
+            "documents_in": docs.height,
+            "documents_out": result.kept.height,
+            "dropped_per_benchmark": dg.MetadataValue.json(result.stats["dropped_per_benchmark"]),
+            "ngrams_indexed": dg.MetadataValue.json(result.stats["ngrams_indexed"]),
+            **drop_metadata(result.dropped),
+        },
+        check_results=[
+            schema_result("schema", result.kept, CURATED_SCHEMA),
+            non_empty_result("non_empty", result.kept),
+            conservation_result("conservation", conservation(docs.height, result.kept.height, result.dropped.height)),
+            conservation_result(
+                "shard_conservation", shard_account(store, shard, result.kept.height, earlier + result.dropped.height)
+            ),
+        ],
+    )
+
+
+# tokenizer ----------------------------------------------------------------------------------------
+class TokenizerTrainingConfig(dg.Config):
+    vocab_size: int = int(os.environ.get("LM_ASSETS_VOCAB_SIZE", "32000"))
+    sample_docs: int = 100_000
+    sample_seed: int = 0
+    character_coverage: float = 0.9995
+    num_threads: int = max(os.cpu_count() or 1, 1)
+
+
+def decontaminated_shards(instance: dg.DagsterInstance, store) -> list[str]:
+    return [
+        s for s in instance.get_dynamic_partitions(shard_partitions.name)
+        if store.exists(stage_keys("decontaminated", s)["documents"])
+    ]
+
+
+@dg.asset(
+    group_name="tokens",
+    kinds={"sentencepiece"},
+    deps=[decontaminated_shard],
+    check_specs=[
+        dg.AssetCheckSpec("roundtrip", asset="tokenizer", blocking=True,
+                          description="decode(encode(x)) == x on a sample of English and Chinese documents."),
+        dg.AssetCheckSpec("no_unk", asset="tokenizer", blocking=True, description="No <unk> on the sample."),
+    ],
+    description="A SentencePiece BPE model (byte fallback, split digits, CJK character coverage, lossless "
+    "identity normalization) trained on a seeded sample drawn across all shards.",
+)
+def tokenizer(
+    context: dg.AssetExecutionContext, config: TokenizerTrainingConfig, storage: StorageResource
+) -> dg.MaterializeResult:
+    store = storage.storage()
+    shards = decontaminated_shards(context.instance, store)
+    if not shards:
+        raise dg.Failure("no decontaminated shards yet: materialize decontaminated_shard first")
+    frames = [store.read_parquet(stage_keys("decontaminated", s)["documents"], columns=["doc_id", "text", "lang"]) for s in shards]
+    cfg = TokenizerConfig(
+        vocab_size=config.vocab_size, sample_docs=config.sample_docs, sample_seed=config.sample_seed,
+        character_coverage=config.character_coverage, num_threads=config.num_threads,
+    )
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            trained = train_tokenizer(sample_documents(frames, cfg), cfg, tmp)
+        except VocabSizeError as exc:
+            raise dg.Failure(str(exc)) from exc
+    seconds = time.perf_counter() - started
+    store.write_bytes(TOKENIZER_KEYS["model"], trained.model)
+    store.write_bytes(TOKENIZER_KEYS["info"], json.dumps(trained.metadata(), indent=1).encode())
+    check_docs = check_sample(pl.concat(frames))
+    report = tokenizer_report(trained.processor(), check_docs["text"].to_list(), check_docs["lang"].to_list())
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(TOKENIZER_KEYS["model"])),
+            "tokenizer_hash": trained.hash,
+            "vocab_size": trained.vocab_size,
+            "sample_docs": trained.sample_docs,
+            "sample_chars": trained.sample_chars,
+            "shards": len(shards),
+            "fertility_en_tokens_per_word": round(report["fertility"].get("en", 0.0), 3),
+            "fertility_zh_tokens_per_char": round(report["fertility"].get("zh", 0.0), 3),
+            "byte_fallback_share": round(report["byte_fallback_share"], 5),
+            "normalization": "identity (lossless; text is NFC from extraction); newline is its own piece",
+            "seconds": round(seconds, 2),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="roundtrip", passed=report["roundtrip_failures"] == 0,
+                metadata={"docs": report["docs"], "failures": report["roundtrip_failures"],
+                          "first_failures": dg.MetadataValue.json(report["first_roundtrip_failures"])},
+            ),
+            dg.AssetCheckResult(check_name="no_unk", passed=report["unk_count"] == 0, metadata={"unk": report["unk_count"]}),
+        ],
+    )
+
+
+def check_sample(docs: pl.DataFrame) -> pl.DataFrame:
+    """Up to CHECK_SAMPLE_DOCS documents of each of English and Chinese, seeded."""
+    parts = [g.sample(min(g.height, CHECK_SAMPLE_DOCS), seed=0) for _, g in docs.group_by("lang", maintain_order=True)]
+    return pl.concat(parts) if parts else docs
+
+
+def current_tokenizer(store):
+    if not store.exists(TOKENIZER_KEYS["model"]):
+        raise dg.Failure("no tokenizer yet: materialize tokenizer first")
+    info = json.loads(store.read_bytes(TOKENIZER_KEYS["info"]))
+    return load_tokenizer(store.read_bytes(TOKENIZER_KEYS["model"])), info
+
+
+# tokenized_shard --------------------------------------------------------------------------------
+@dg.asset(
+    partitions_def=shard_partitions,
+    group_name="tokens",
+    kinds={"sentencepiece", "numpy"},
+    deps=[decontaminated_shard, tokenizer],
+    automation_condition=dg.AutomationCondition.eager(),
+    check_specs=[
+        dg.AssetCheckSpec("index_matches_tokens", asset="tokenized_shard", blocking=True,
+                          description="Offsets and lengths tile the token file exactly, one row per document."),
+    ],
+    description="A flat little-endian token file (uint16 below 65,536 pieces, else uint32), a document index "
+    "(doc_id, offset, length) and a JSON sidecar (dtype, token count, tokenizer hash).",
+)
+def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    shard = context.partition_key
+    store = storage.storage()
+    sp, info = current_tokenizer(store)
+    docs = store.read_parquet(stage_keys("decontaminated", shard)["documents"], columns=["doc_id", "text"])
+    started = time.perf_counter()
+    shard_tokens = tokenize_shard(docs, sp, info["tokenizer_hash"], num_threads=os.cpu_count() or 1)
+    seconds = time.perf_counter() - started
+    keys = tokenized_keys(shard)
+    store.write_bytes(keys["tokens"], shard_tokens.to_bytes())
+    store.write_parquet(keys["index"], shard_tokens.index)
+    store.write_bytes(keys["sidecar"], json.dumps(shard_tokens.sidecar, indent=1).encode())
+    index = shard_tokens.index
+    offsets, lengths = index["offset"], index["length"]
+    tiles = index.height == docs.height and (
+        index.height == 0 or (offsets[0] == 0 and (offsets.shift(-1).drop_nulls() == (offsets + lengths).head(-1)).all())
+    ) and int(lengths.sum()) == shard_tokens.sidecar["token_count"]
+    mb = docs["text"].str.len_bytes().sum() / 1e6
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(keys["tokens"])),
+            "documents": docs.height,
+            "tokens": shard_tokens.sidecar["token_count"],
+            "dtype": shard_tokens.sidecar["dtype"],
+            "tokenizer_hash": info["tokenizer_hash"],
+            "mb_per_second": round(mb / seconds, 2) if seconds else 0.0,
+        },
+        check_results=[dg.AssetCheckResult(check_name="index_matches_tokens", passed=bool(tiles))],
+    )
+
+
+@dg.asset_check(
+    asset=tokenized_shard,
+    partitions_def=shard_partitions,
+    description="The shard was tokenized with the current tokenizer; otherwise it is stale and must be re-run.",
+)
+def tokenized_with_current_tokenizer(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    store = storage.storage()
+    info = json.loads(store.read_bytes(TOKENIZER_KEYS["info"]))
+    key = tokenized_keys(context.partition_key)["sidecar"]
+    sidecar = json.loads(store.read_bytes(key)) if store.exists(key) else None
+    stale = is_stale(sidecar, info["tokenizer_hash"])
+    return dg.AssetCheckResult(
+        passed=not stale,
+        metadata={"shard_tokenizer_hash": (sidecar or {}).get("tokenizer_hash", "none"), "current_tokenizer_hash": info["tokenizer_hash"]},
+    )
+
+
+# packed_dataset ---------------------------------------------------------------------------------
+PACKED_FILES = ("train.bin", "val.bin", "train_segments.parquet", "val_segments.parquet", "manifest.json")
+
+
+class PackedDatasetConfig(dg.Config):
+    seq_len: int = int(os.environ.get("LM_ASSETS_SEQ_LEN", "2049"))
+    strategy: str = "concat"
+    val_fraction: float = 0.01
+    seed: int = 0
+    mixture: dict[str, float] = {}
+
+
+def tokenized_shards(instance: dg.DagsterInstance, store) -> list[str]:
+    return [
+        s for s in instance.get_dynamic_partitions(shard_partitions.name)
+        if store.exists(tokenized_keys(s)["sidecar"])
+    ]
+
+
+def load_shard_tokens(store, shard: str, folder: Path) -> ShardTokens:
+    keys = tokenized_keys(shard)
+    if store.is_s3:
+        local = folder / shard
+        local.mkdir(parents=True, exist_ok=True)
+        for name, key in keys.items():
+            (local / Path(key).name).write_bytes(store.read_bytes(key))
+        paths = {name: local / Path(key).name for name, key in keys.items()}
+    else:
+        paths = {name: store.local_path(key) for name, key in keys.items()}
+    documents = store.read_parquet(stage_keys("decontaminated", shard)["documents"], columns=["doc_id", "source", "lang"])
+    return ShardTokens.from_files(shard, paths["tokens"], paths["index"], paths["sidecar"], documents)
+
+
+@dg.asset(
+    group_name="tokens",
+    kinds={"numpy", "parquet"},
+    deps=[tokenized_shard, tokenizer],
+    check_specs=[
+        dg.AssetCheckSpec("one_tokenizer", asset="packed_dataset", blocking=True,
+                          description="Every input shard was tokenized with the current tokenizer."),
+        dg.AssetCheckSpec("splits_disjoint", asset="packed_dataset", blocking=True,
+                          description="No document is in both train and val."),
+    ],
+    description="Fixed-length sequences (EOS between documents) in memory-mappable train/val files, split by a "
+    "hash of doc_id, globally shuffled from a seed, mixed by source and language weights, with segment tables "
+    "for lineage and a manifest of exactly what went in.",
+)
+def packed_dataset(
+    context: dg.AssetExecutionContext, config: PackedDatasetConfig, storage: StorageResource
+) -> dg.MaterializeResult:
+    store = storage.storage()
+    _, info = current_tokenizer(store)
+    shards = tokenized_shards(context.instance, store)
+    if not shards:
+        raise dg.Failure("no tokenized shards yet: materialize tokenized_shard first")
+    cfg = PackingConfig(
+        seq_len=config.seq_len, strategy=config.strategy, val_fraction=config.val_fraction,
+        seed=config.seed, mixture=dict(config.mixture),
+    )
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        inputs = [load_shard_tokens(store, s, Path(tmp) / "in") for s in shards]
+        hashes = {s.name: s.tokenizer_hash for s in inputs}
+        stale = sorted(name for name, h in hashes.items() if h != info["tokenizer_hash"])
+        if stale:
+            raise dg.Failure(f"tokenized with another tokenizer, re-materialize tokenized_shard for: {', '.join(stale)}")
+        result = pack(inputs, cfg)
+        out = Path(tmp) / "packed"
+        manifest = write_packed(result, out)
+        train_docs = set(result.segments("train")["doc_id"].unique().to_list())
+        val_docs = set(result.segments("val")["doc_id"].unique().to_list())
+        for name in PACKED_FILES:  # the manifest last: its presence means the rest is complete
+            store.write_bytes(f"packed/{name}", (out / name).read_bytes())
+    seconds = time.perf_counter() - started
+    shares = pl.DataFrame(
+        [
+            {"key": f"{kind}:{k}", "requested_share": round(v["requested_share"], 4), "realized_share": round(v["realized_share"], 4)}
+            for kind, table in (("source", manifest["mixture"]["by_source"]), ("lang", manifest["mixture"]["by_lang"]))
+            for k, v in table.items()
+        ]
+    )
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri("packed/manifest.json")),
+            "seq_len": cfg.seq_len,
+            "strategy": cfg.strategy,
+            "train_sequences": manifest["splits"]["train"]["sequences"],
+            "val_sequences": manifest["splits"]["val"]["sequences"],
+            "tokens": sum(manifest["splits"][s]["tokens"] for s in ("train", "val")),
+            "packing_efficiency": round(manifest["efficiency"], 4),
+            "truncated_share": round(manifest["truncated_share"], 4),
+            "mixture_shares": markdown_table(shares),
+            "tokenizer_hash": info["tokenizer_hash"],
+            "tokens_per_second": round(sum(manifest["splits"][s]["tokens"] for s in ("train", "val")) / seconds) if seconds else 0,
+        },
+        check_results=[
+            dg.AssetCheckResult(check_name="one_tokenizer", passed=not stale, metadata={"shards": len(shards)}),
+            dg.AssetCheckResult(
+                check_name="splits_disjoint", passed=not (train_docs & val_docs),
+                metadata={"train_docs": len(train_docs), "val_docs": len(val_docs), "in_both": len(train_docs & val_docs)},
+            ),
+        ],
+    )

@@ -1,0 +1,157 @@
+"""Training batches from packed sequences, addressed by step number alone.
+
+Reads the output of the packing stage (numpy and torch only, no pipeline imports):
+
+- `manifest.json`: at least `dtype` (`uint16`/`uint32`), `seq_len`, `pad_id` and
+  `splits.<split>.sequences`;
+- `<split>.bin`: `[sequences, seq_len]` tokens of that dtype, little-endian, no header.
+
+Order. `batch_indices` is a pure function of `(n_sequences, seed, step, dp_rank, dp_size,
+micro_batch_size)`. The sequences are read as an endless stream of epochs; epoch `e` is a
+permutation of `range(n_sequences)` keyed by `seed + e`. The global batch of step `s` is the stream
+positions `[s*G, (s+1)*G)` with `G = micro_batch_size * dp_size` (a batch may run across an epoch
+boundary), and data-parallel rank `r` takes the contiguous slice
+`[s*G + r*micro_batch_size, s*G + (r+1)*micro_batch_size)`. Resuming at step k therefore yields
+exactly the batches of an uninterrupted run, with no loader state beyond the step number, and the
+ranks of a step partition its global batch.
+
+The permutation is a 4-round Feistel network over the next power of four >= n_sequences with
+cycle-walking back into range (expected < 4 rounds per index): a bijection computed per index, so
+a batch costs O(batch) time and no per-epoch memory, and it is integer arithmetic that no library
+upgrade can change.
+
+Inputs and targets. A row of `seq_len` tokens gives `inputs = row[:-1]` and `targets = row[1:]`
+(`seq_len - 1` positions; packing with `seq_len = context + 1` gives full-context rows). Targets
+equal to `pad_id` are replaced by -100 (`ignore_index` of `torch.nn.functional.cross_entropy`).
+Attention is not masked at document boundaries: the model sees an EOS between documents.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+_U64 = np.uint64
+_ROUNDS = 4
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 arrays (wrapping arithmetic)."""
+    x = np.asarray(x, dtype=_U64) + _U64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+def _round_keys(seed: int) -> list[np.uint64]:
+    base = _mix64(np.array([seed % (1 << 64)], dtype=_U64))
+    return list(_mix64(base ^ np.arange(1, _ROUNDS + 1, dtype=_U64)))
+
+
+def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
+    """The seeded permutation of `range(n)` evaluated at `indices` (each in `[0, n)`)."""
+    if n <= 0:
+        raise ValueError("cannot permute an empty range")
+    idx = np.asarray(indices, dtype=np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise ValueError(f"indices must lie in [0, {n})")
+    half = max(1, ((n - 1).bit_length() + 1) // 2)  # domain 4**half >= n
+    mask = _U64((1 << half) - 1)
+    shift = _U64(half)
+    keys = _round_keys(seed)
+
+    def feistel(x: np.ndarray) -> np.ndarray:
+        left, right = x >> shift, x & mask
+        for k in keys:
+            left, right = right, left ^ (_mix64(right ^ k) & mask)
+        return (left << shift) | right
+
+    out = feistel(idx.astype(_U64))
+    todo = np.flatnonzero(out >= _U64(n))
+    while todo.size:  # cycle-walk: a bijection of the domain, restricted to [0, n)
+        out[todo] = feistel(out[todo])
+        todo = todo[out[todo] >= _U64(n)]
+    return out.astype(np.int64)
+
+
+def batch_indices(
+    n_sequences: int, seed: int, step: int, dp_rank: int, dp_size: int, micro_batch_size: int
+) -> np.ndarray:
+    """Sequence indices of rank `dp_rank`'s micro-batch at `step` (see the module docstring)."""
+    if n_sequences <= 0:
+        raise ValueError("no sequences to draw from")
+    if not 0 <= dp_rank < dp_size:
+        raise ValueError(f"dp_rank {dp_rank} out of range for dp_size {dp_size}")
+    if micro_batch_size <= 0 or step < 0:
+        raise ValueError("micro_batch_size must be positive and step non-negative")
+    start = step * micro_batch_size * dp_size + dp_rank * micro_batch_size
+    positions = np.arange(start, start + micro_batch_size, dtype=np.int64)
+    epochs = positions // n_sequences
+    within = positions % n_sequences
+    out = np.empty(micro_batch_size, dtype=np.int64)
+    for epoch in np.unique(epochs).tolist():
+        m = epochs == epoch
+        out[m] = permute(within[m], n_sequences, seed + epoch)
+    return out
+
+
+class PackedDataset:
+    """One split of a packed directory, memory-mapped read-only.
+
+    `dataset[i]` is row i (numpy, the on-disk dtype); `get_batch` gives model-ready tensors.
+    `seed` keys the epoch permutations (independent of the packing seed).
+    """
+
+    def __init__(self, path: str | os.PathLike, split: str = "train", seed: int = 0):
+        self.path = Path(path)
+        self.split = split
+        self.seed = seed
+        self.manifest = json.loads((self.path / "manifest.json").read_text())
+        self.seq_len = int(self.manifest["seq_len"])
+        self.pad_id = int(self.manifest["pad_id"])
+        self.dtype = np.dtype(self.manifest["dtype"]).newbyteorder("<")
+        try:
+            n = int(self.manifest["splits"][split]["sequences"])
+        except KeyError:
+            raise KeyError(f"split {split!r} not in {self.path / 'manifest.json'}") from None
+        file = self.path / self.manifest.get("files", {}).get(split, {}).get("bin", f"{split}.bin")
+        expected = n * self.seq_len * self.dtype.itemsize
+        size = file.stat().st_size
+        if size != expected:
+            raise ValueError(f"{file} has {size} bytes; the manifest implies {expected}")
+        self.data = (
+            np.memmap(file, dtype=self.dtype, mode="r", shape=(n, self.seq_len))
+            if n
+            else np.zeros((0, self.seq_len), dtype=self.dtype)
+        )
+
+    def __len__(self) -> int:
+        return self.data.shape[0]
+
+    def __getitem__(self, index: int) -> np.ndarray:
+        return self.data[index]
+
+    def steps_per_epoch(self, dp_size: int, micro_batch_size: int) -> int:
+        """Whole global batches in one epoch (batches keep going across the boundary regardless)."""
+        return len(self) // (dp_size * micro_batch_size)
+
+    def batch_indices(self, step: int, dp_rank: int, dp_size: int, micro_batch_size: int) -> np.ndarray:
+        return batch_indices(len(self), self.seed, step, dp_rank, dp_size, micro_batch_size)
+
+    def get_batch(
+        self, step: int, dp_rank: int, dp_size: int, micro_batch_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(inputs, targets)`, int64 tensors of shape `[micro_batch_size, seq_len - 1]`."""
+        idx = self.batch_indices(step, dp_rank, dp_size, micro_batch_size)
+        order = np.argsort(idx, kind="stable")  # read the memmap in file order
+        rows = np.empty((len(idx), self.seq_len), dtype=np.int64)
+        rows[order] = self.data[idx[order]]
+        inputs = rows[:, :-1]
+        targets = rows[:, 1:].copy()
+        targets[targets == self.pad_id] = IGNORE_INDEX
+        return torch.from_numpy(np.ascontiguousarray(inputs)), torch.from_numpy(targets)
