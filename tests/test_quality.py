@@ -480,3 +480,9 @@ def test_rule_reasons_name_family_and_rule():
 def test_unknown_family_is_rejected():
     with pytest.raises(ValueError, match="unknown quality rule families"):
         QualityConfig(families=("gopher", "c4"))
+
+
+def test_documents_shorter_than_the_ngram_size():
+    values = signals("打开「」对话框。", lang="zh")
+    assert values["q_dup_5gram_frac"] == 0.0
+    assert signals("two words", families=("gopher_repetition",))["q_top_4gram_frac"] == 0.0

@@ -207,7 +207,9 @@ def _word_ids(words: list[str]) -> np.ndarray:
 def _ngram_keys(ids: np.ndarray, n: int) -> np.ndarray:
     """One 64-bit key per n-gram of word ids (a polynomial hash, wrapping): equal n-grams, equal keys."""
     count = len(ids) - n + 1
-    keys = np.zeros(max(count, 0), dtype=np.uint64)
+    if count <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    keys = np.zeros(count, dtype=np.uint64)
     with np.errstate(over="ignore"):
         for k in range(n):
             keys = keys * _KEY_MULTIPLIER + ids[k : k + count] + np.uint64(1)
