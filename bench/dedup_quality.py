@@ -10,12 +10,13 @@ crawl of `bench/curation.py` is used: built into `bench/out/crawl` (2000 source 
 500) unless one built with those arguments is already there.
 
 Every shard goes through raw_shard → extracted_shard → curated_shard → minhash_signatures, then
-dedup_clusters runs across all shards (and deduplicated_shard per shard), all by
-`local_run.run_shard_graph` in this process, on an ephemeral Dagster instance and a fresh storage
-root in a temporary folder, with the offline toxicity backend and the default dedup settings. The
-clusters, the sketches (url, lang) and the curated texts are then scored against `truth.json` by
-`lm_assets.corpus.dedup_eval` (its docstring defines the figures). The curation stages drop some
-pages before dedup; only documents that reach dedup count, and the output says how many did.
+dedup_clusters runs across all shards, then the per-shard deduplicated_shard job, all by
+`local_run.run_shard_graph(..., through_packing=False)` in this process (tokenizer and packing are
+skipped), on an ephemeral Dagster instance and a fresh storage root in a temporary folder, with the
+offline toxicity backend and the default dedup settings. The clusters, the sketches (url, lang)
+and the curated texts are then scored against `truth.json` by `lm_assets.corpus.dedup_eval` (its
+docstring defines the figures). The curation stages drop some pages before dedup; only documents
+that reach dedup count, and the output says how many did.
 
 The last line printed is the JSON object `dedup_eval.evaluate` returns.
 """
@@ -61,16 +62,13 @@ def pipeline_definitions(storage_root: Path, landing_root: Path, dedup: DedupSet
 
     s3 = s3_resource_from_env()
     resources = {
+        **defs.resources,
         "storage": StorageResource(root=str(storage_root), s3=s3),
         "landing": LandingResource(root=str(landing_root), s3=s3),
         "dedup": dedup,
     }
     return dg.Definitions(
-        assets=defs.assets,
-        asset_checks=defs.asset_checks,
-        jobs=defs.jobs,
-        resources=resources,
-        executor=defs.executor,
+        assets=defs.assets, asset_checks=defs.asset_checks, jobs=defs.jobs, resources=resources, executor=defs.executor
     )
 
 
@@ -100,8 +98,9 @@ def run_pipeline(crawl: Path, storage_root: Path, dedup: DedupSettings) -> StepC
     shards = [path.name for path in find_shards(crawl)]
     clock = StepClock()
     instance = dg.DagsterInstance.ephemeral(settings={"python_logs": {"python_log_level": "WARNING"}})
+    definitions = pipeline_definitions(storage_root, crawl, dedup)
     results = run_shard_graph(
-        pipeline_definitions(storage_root, crawl, dedup), instance, shards, OFFLINE_RUN_CONFIG, progress=clock
+        definitions, instance, shards, OFFLINE_RUN_CONFIG, through_packing=False, progress=clock
     )
     clock.stop()
     if not results[-1].success:
@@ -191,7 +190,7 @@ def run(args: argparse.Namespace) -> dict:
     steps = ", ".join(
         f"{name} {clock.total(word):.1f} s"
         for name, word in (("curation + sketches", "raw_shard"), ("dedup_clusters", "dedup_clusters"),
-                           ("deduplicated_shard", "deduplicated_shard"))
+                           ("per-shard dedup job", "deduplicated_shard"))
     )
     print(f"\nwall time: {pipeline_seconds:.1f} s for the asset graph ({steps}), {scoring_seconds:.1f} s scoring")
     print(
