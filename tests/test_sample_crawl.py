@@ -13,6 +13,13 @@ from lm_assets.defs.dedup import DedupSettings, dedup_clusters, deduplicated_sha
 from lm_assets.defs.expectations import curated_expectations
 from lm_assets.defs.raw import raw_shard
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.defs.tokens import (
+    decontaminated_shard,
+    packed_dataset,
+    tokenized_shard,
+    tokenized_with_current_tokenizer,
+    tokenizer,
+)
 
 CRAWL = Path(__file__).resolve().parents[1] / "data" / "sample-crawl"
 EXPECTED = json.loads((CRAWL / "expected.json").read_text())
@@ -48,10 +55,21 @@ def materialized(tmp_path_factory):
     results[SHARDS[2]] = curate(SHARDS[2])
     second = cluster()
     dedup_results = {
-        shard: dg.materialize([deduplicated_shard], partition_key=shard, instance=instance, resources=resources)
+        shard: dg.materialize(
+            [deduplicated_shard, decontaminated_shard], partition_key=shard, instance=instance, resources=resources
+        )
         for shard in SHARDS
     }
-    return root, results, {"first": first, "second": second, "first_clusters": first_clusters, "shards": dedup_results}
+    token_config = {"ops": {"tokenizer": {"config": {"vocab_size": 3000}}}}
+    tokens = {"tokenizer": dg.materialize([tokenizer], instance=instance, resources=resources, run_config=token_config)}
+    for shard in SHARDS:
+        tokens[shard] = dg.materialize([tokenized_shard], partition_key=shard, instance=instance, resources=resources)
+    pack_config = {"ops": {"packed_dataset": {"config": {"seq_len": 129, "val_fraction": 0.1, "mixture": {"lang:zh": 2.0}}}}}
+    tokens["packed"] = dg.materialize([packed_dataset], instance=instance, resources=resources, run_config=pack_config)
+    return root, results, {
+        "first": first, "second": second, "first_clusters": first_clusters, "shards": dedup_results, "tokens": tokens,
+        "instance": instance, "resources": resources,
+    }
 
 
 def table(root: Path, stage: str, name: str) -> pl.DataFrame:
@@ -65,8 +83,9 @@ def urls(category) -> list[str]:
 
 def test_every_run_succeeds_and_every_check_passes(materialized):
     _, results, dedup = materialized
-    runs = [*results.values(), dedup["first"], dedup["second"], *dedup["shards"].values()]
-    expected_checks = [3 + 4 + 6 + 1 + 1] * 3 + [2, 2] + [4] * 3
+    tokens = dedup["tokens"]
+    runs = [*results.values(), dedup["first"], dedup["second"], *dedup["shards"].values(), *tokens.values()]
+    expected_checks = [3 + 4 + 6 + 1 + 1] * 3 + [2, 2] + [4 + 4] * 3 + [2] + [1] * 3 + [2]
     for result, n_checks in zip(runs, expected_checks):
         assert result.success
         evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
@@ -136,8 +155,9 @@ def test_pii_is_redacted_and_negatives_are_kept(materialized):
 def test_every_record_is_accounted_for(materialized):
     root, _, _ = materialized
     records = sum(json.loads((root / "raw" / s / "summary.json").read_text())["records"] for s in SHARDS)
-    kept = table(root, "deduplicated", "documents").height
-    dropped = sum(table(root, stage, "dropped").height for stage in ("raw", "extracted", "curated", "deduplicated"))
+    kept = table(root, "decontaminated", "documents").height
+    stages = ("raw", "extracted", "curated", "deduplicated", "decontaminated")
+    dropped = sum(table(root, stage, "dropped").height for stage in stages)
     quarantined = table(root, "raw", "quarantine").height
     assert records == EXPECTED["totals"]["warcinfo"] + EXPECTED["totals"]["request"] + 376 + 12 + 3 + 3 + 1
     assert records == kept + dropped + quarantined
@@ -181,3 +201,77 @@ def test_the_third_shard_is_deduplicated_incrementally(materialized):
     new_removed = after.join(before, on="doc_id", how="anti").filter(~pl.col("kept"))
     assert new_removed.height > 0
     assert new_removed["kept_doc_id"].is_in(before["doc_id"].implode()).any()  # new copies of old documents
+
+
+def test_tokenizer_and_tokenized_shards(materialized):
+    root, _, runs = materialized
+    meta = runs["tokens"]["tokenizer"].asset_materializations_for_node("tokenizer")[0].metadata
+    assert meta["vocab_size"].value == 3000
+    assert 1.0 < meta["fertility_en_tokens_per_word"].value < 3.0
+    assert 0.3 < meta["fertility_zh_tokens_per_char"].value < 1.5
+    info = json.loads((root / "tokenizer" / "info.json").read_text())
+    for shard in SHARDS:
+        sidecar = json.loads((root / "tokenized" / shard / "tokens.json").read_text())
+        index = pl.read_parquet(root / "tokenized" / shard / "index.parquet")
+        tokens = (root / "tokenized" / shard / "tokens.bin").read_bytes()
+        assert sidecar["dtype"] == "uint16" and sidecar["tokenizer_hash"] == info["tokenizer_hash"]
+        assert len(tokens) == 2 * sidecar["token_count"] == 2 * int(index["length"].sum())
+        docs = pl.read_parquet(root / "decontaminated" / shard / "documents.parquet")
+        assert index["doc_id"].to_list() == docs["doc_id"].to_list()
+
+
+def test_retrained_tokenizer_makes_tokenized_shards_stale(materialized, tmp_path):
+    root, _, runs = materialized
+    instance, resources = runs["instance"], runs["resources"]
+    other = {"ops": {"tokenizer": {"config": {"vocab_size": 2500}}}}
+    info_before = (root / "tokenizer" / "info.json").read_bytes()
+    model_before = (root / "tokenizer" / "tokenizer.model").read_bytes()
+    try:
+        job = dg.define_asset_job("staleness", selection=dg.AssetSelection.checks(tokenized_with_current_tokenizer))
+        defs = dg.Definitions(
+            assets=[tokenized_shard], asset_checks=[tokenized_with_current_tokenizer], jobs=[job], resources=resources
+        )
+        before = defs.resolve_job_def("staleness").execute_in_process(instance=instance)
+        assert dg.materialize([tokenizer], instance=instance, resources=resources, run_config=other).success
+        after = defs.resolve_job_def("staleness").execute_in_process(instance=instance)
+        evaluations = [
+            next(e.event_specific_data for e in run.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION")
+            for run in (before, after)
+        ]
+        assert [e.passed for e in evaluations] == [True, False]
+        assert evaluations[1].metadata["stale"].value == SHARDS
+    finally:
+        (root / "tokenizer" / "info.json").write_bytes(info_before)
+        (root / "tokenizer" / "tokenizer.model").write_bytes(model_before)
+
+
+def test_packed_dataset_traces_back_to_the_warc_record(materialized):
+    from lm_assets.corpus.readers import read_shard
+    from lm_assets.corpus.storage import Storage
+    from lm_assets.corpus.tokenizer import load_tokenizer
+    from lm_assets.lineage_view import trace_sequence
+    from training.data import PackedDataset
+
+    root, _, runs = materialized
+    manifest = json.loads((root / "packed" / "manifest.json").read_text())
+    assert manifest["seq_len"] == 129 and manifest["dtype"] == "uint16"
+    assert {i["shard"] for i in manifest["inputs"]} == set(SHARDS)
+    zh = manifest["mixture"]["by_lang"]["zh"]
+    assert zh["realized_share"] > zh["natural_share"]
+    train = pl.read_parquet(root / "packed" / "train_segments.parquet")
+    val = pl.read_parquet(root / "packed" / "val_segments.parquet")
+    assert not set(train["doc_id"]) & set(val["doc_id"])
+
+    store = Storage(str(root))
+    pieces = trace_sequence(store, "train", 3)
+    assert pieces["length"].sum() <= 129
+    sp = load_tokenizer((root / "tokenizer" / "tokenizer.model").read_bytes())
+    sequence = PackedDataset(root / "packed", "train")[3]
+    for piece in pieces.iter_rows(named=True):
+        raw = read_shard(CRAWL / piece["shard"])
+        record = raw.documents.filter(pl.col("record_index") == piece["record_index"])
+        assert record["url"].to_list() == [piece["url"]]
+        text = table(root, "decontaminated", "documents").filter(pl.col("doc_id") == piece["doc_id"])["text"][0]
+        ids = sp.encode(text)
+        span = ids[piece["doc_token_start"] : piece["doc_token_start"] + piece["length"]]
+        assert sequence[piece["seq_offset"] : piece["seq_offset"] + piece["length"]].tolist() == span

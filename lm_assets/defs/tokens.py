@@ -253,18 +253,17 @@ def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource)
 
 @dg.asset_check(
     asset=tokenized_shard,
-    partitions_def=shard_partitions,
-    description="The shard was tokenized with the current tokenizer; otherwise it is stale and must be re-run.",
+    description="Every tokenized shard was made with the current tokenizer; the ones that were not are stale "
+    "and listed, to be re-materialized.",
 )
 def tokenized_with_current_tokenizer(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     store = storage.storage()
     info = json.loads(store.read_bytes(TOKENIZER_KEYS["info"]))
-    key = tokenized_keys(context.partition_key)["sidecar"]
-    sidecar = json.loads(store.read_bytes(key)) if store.exists(key) else None
-    stale = is_stale(sidecar, info["tokenizer_hash"])
+    shards = [s for s in context.instance.get_dynamic_partitions(shard_partitions.name) if store.exists(tokenized_keys(s)["sidecar"])]
+    stale = [s for s in shards if is_stale(json.loads(store.read_bytes(tokenized_keys(s)["sidecar"])), info["tokenizer_hash"])]
     return dg.AssetCheckResult(
         passed=not stale,
-        metadata={"shard_tokenizer_hash": (sidecar or {}).get("tokenizer_hash", "none"), "current_tokenizer_hash": info["tokenizer_hash"]},
+        metadata={"current_tokenizer_hash": info["tokenizer_hash"], "shards": len(shards), "stale": dg.MetadataValue.json(stale)},
     )
 
 
