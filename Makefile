@@ -29,8 +29,11 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 test: install
 	$(BIN)/python -m pytest -q
 
+# The UI's defaults suit the sample crawl: the offline toxicity model, a small vocabulary, short sequences.
 ui: install $(DAGSTER_HOME)/dagster.yaml
-	LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} $(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
+	LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} \
+	LM_ASSETS_VOCAB_SIZE=$${LM_ASSETS_VOCAB_SIZE:-4000} LM_ASSETS_SEQ_LEN=$${LM_ASSETS_SEQ_LEN:-257} \
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 
 bench: install
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
