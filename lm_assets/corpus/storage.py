@@ -18,6 +18,19 @@ from typing import Iterator
 import polars as pl
 
 
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside `path`, renamed onto it when the block succeeds and removed if it fails."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def split_s3_url(url: str) -> tuple[str, str]:
     """`s3://bucket/some/key` -> (`bucket`, `some/key`)."""
     if not url.startswith("s3://"):
@@ -52,12 +65,8 @@ class Storage:
         if self.is_s3:
             self.s3.put_object(Bucket=self.bucket, Key=self._s3_key(key), Body=data)
         else:
-            path = self.local_path(key)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            with atomic_path(self.local_path(key)) as tmp:
+                tmp.write_bytes(data)
         return self.uri(key)
 
     def read_bytes(self, key: str) -> bytes:

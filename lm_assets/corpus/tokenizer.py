@@ -32,9 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -44,6 +42,7 @@ import polars as pl
 import sentencepiece as spm
 
 from lm_assets.corpus.quality import base_lang
+from lm_assets.corpus.storage import atomic_path
 
 MODEL_FILENAME = "tokenizer.model"
 NEWLINE = "\n"
@@ -329,16 +328,8 @@ def _check_special_ids(sp: spm.SentencePieceProcessor, cfg: TokenizerConfig) -> 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Write `data` to a temporary file next to `path`, then rename it into place."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,8 +15,6 @@ Each file is written under a temporary name and renamed into place.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from lm_assets.corpus.storage import atomic_path
 from lm_assets.corpus.tokenizer import atomic_write_bytes, encode_batch
 
 FORMAT_VERSION = 1
@@ -177,18 +176,11 @@ def write_tokenized_shard(
     doc_ids, texts = _doc_columns(docs)
     # An earlier shard's sidecar must not vouch for the new token file while it is being replaced.
     sidecar_path(path).unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     lengths = []
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for flat, batch_lengths in iter_tokenized_batches(texts, sp, num_threads, batch_chars):
-                f.write(flat.tobytes())
-                lengths.append(batch_lengths)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        for flat, batch_lengths in iter_tokenized_batches(texts, sp, num_threads, batch_chars):
+            f.write(flat.tobytes())
+            lengths.append(batch_lengths)
     all_lengths = np.concatenate(lengths) if lengths else np.empty(0, dtype=np.int64)
     index = document_index(doc_ids, all_lengths)
     sidecar = make_sidecar(int(all_lengths.sum()), len(doc_ids), tokenizer_hash, sp.get_piece_size())
@@ -198,16 +190,8 @@ def write_tokenized_shard(
 
 
 def write_index(path: str | Path, index: pl.DataFrame) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         index.write_parquet(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_sidecar(path: str | Path, sidecar: dict) -> None:
