@@ -1,0 +1,637 @@
+"""The training loop: one typed `TrainConfig`, the DeepSpeed config it generates, loss-spike
+detection, and `Trainer`, which runs steps on a DeepSpeed engine and reports per-step metrics.
+
+Config. `TrainConfig` is a tree of dataclasses (parallel layout, optimizer and schedule, spike
+detection, checkpointing, test hooks). It loads from JSON or TOML (`load_config`), takes
+`a.b=value` command-line overrides (`training.config.override`), and `validate()` refuses
+combinations DeepSpeed 0.19 gets wrong or rejects: fp16 with ZeRO-0 (its loss scaling never
+scales the gradients there) and ZeRO-2/3 with pipeline parallelism (the pipeline engine supports
+ZeRO-1 at most). `deepspeed_config(cfg, dims)` is the JSON handed to `deepspeed.initialize`; it
+is written next to every checkpoint.
+
+Steps. Step `s` (0-based) of a job with data-parallel size `dp`, micro-batch `m` and `g`
+gradient-accumulation micro-steps reads micro-batch `i` of data-parallel rank `r` as
+`PackedDataset.get_batch(s*g + i, r, dp, m)`: the global batch of step `s` is the `m*dp*g`
+stream positions starting at `s*m*dp*g`, whatever the layout, so runs that differ only in
+(pp, tp, dp, g) with the same `m*dp*g` see the same data (and, in fp32 with no padding, the same
+losses up to float rounding). The loss of a step is the mean over its micro-batches and
+data-parallel ranks of each micro-batch's mean token loss.
+
+Learning rate: linear warmup from `lr/warmup_steps` to `lr` over `warmup_steps`, then cosine decay
+to `lr * min_lr_ratio` at `steps` (a `LambdaLR`, stepped once per applied update).
+
+Loss spikes. Before each optimizer update the step's global loss is checked against the window of
+the last `spike.window` accepted losses: it is a spike if it is not finite, or (once
+`spike.min_history` losses are in the window) if it exceeds `mean + k_sigma * std` (std floored
+at `min_std_frac * mean`). A spike's update is skipped: the gradients are dropped, the optimizer
+state, weights and learning-rate schedule are left as they were, the data moves on. Spikes are
+logged and reported (`"skipped": true`); after `spike.max_consecutive` consecutive spikes training
+stops with `LossSpikeError`.
+
+How the skip works, for both engines. DeepSpeed applies an update in
+`engine._take_model_step`, which the pipeline engine calls from its `OptimizerStep` instruction at
+the end of the schedule (after every forward and backward of the step and the gradient
+reduction), and the plain engine from `engine.step()` at the accumulation boundary. `Trainer`
+wraps that method on its engine instance. The wrapper first gets the step's global loss: for the
+pipeline engine it calls `engine._aggregate_total_loss()` (the last stage averages the
+micro-batch losses over the data-parallel group and broadcasts them along the pipeline, the same
+collective `train_batch` runs afterwards), for the plain engine the loop has already all-reduced
+it. Every rank sees the same number and makes the same decision. On a spike it runs DeepSpeed's
+own step with the torch optimizer's `step` and the scheduler's `step` replaced by no-ops: the
+DeepSpeed wrapper (ZeRO 1/2/3, bf16, fp16, or none) does its usual bookkeeping (gradient norm,
+clipping, zeroing and releasing gradient buffers, copying master weights, which did not change,
+back to the model), but no parameter or optimizer moment moves. This costs nothing on normal
+steps; a spike costs the wasted forward and backward only. (A NaN gradient therefore never
+reaches the weights: the test injects one.)
+
+Nothing here imports Dagster or lm_assets; `report(metrics)` is the one outlet (JSON lines on
+stdout by default, dagster-pipes on rank 0 later).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import sys
+import time
+import tomllib
+from collections import deque
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from training.config import PRESETS, ModelConfig, apply_overrides, from_preset
+from training.data import PackedDataset
+
+log = logging.getLogger("training")
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+# ---------------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ParallelConfig:
+    """Pipeline, tensor and data parallel degrees; `dp=0` takes what the world size leaves."""
+
+    pp: int = 1
+    tp: int = 1
+    dp: int = 0
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping
+
+
+@dataclass
+class SpikeConfig:
+    k_sigma: float = 6.0  # 0 disables the k-sigma test (non-finite losses are always spikes)
+    window: int = 100
+    min_history: int = 10
+    min_std_frac: float = 0.005
+    max_consecutive: int = 5
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str | None = None
+    save_every: int = 0  # 0: only at the end (when dir is set)
+    resume: bool = True  # continue from the latest checkpoint in dir, if any
+
+
+@dataclass
+class DebugConfig:
+    """Fault injection for tests."""
+
+    loss_scale: str = ""  # "step:factor,...": multiply the loss of 0-based step `step` by `factor` (nan allowed)
+    fail_at_step: int | None = None  # raise before running this 0-based step ...
+    fail_rank: int = 0  # ... on this global rank
+
+    def loss_scales(self) -> dict[int, float]:
+        out = {}
+        for item in filter(None, (t.strip() for t in self.loss_scale.split(","))):
+            step, sep, factor = item.partition(":")
+            if not sep:
+                raise ValueError(f"debug.loss_scale item {item!r} is not step:factor")
+            out[int(step)] = float(factor)
+        return out
+
+
+@dataclass
+class TrainConfig:
+    data: str = ""  # a packed dataset directory (manifest.json + <split>.bin)
+    split: str = "train"
+    data_seed: int = 0
+    model: str = "tiny"  # a preset of training.config.PRESETS
+    model_overrides: tuple[str, ...] = ()  # "field=value" applied to the preset's ModelConfig
+    vocab_size: int | None = None  # default: from the data manifest
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    zero_stage: int = 0
+    micro_batch_size: int = 1
+    grad_accum: int = 1
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    activation_checkpointing: bool = False
+    seed: int = 0
+    steps: int = 100
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    peak_flops: float | None = None  # peak FLOP/s of one device, for MFU
+    spike: SpikeConfig = field(default_factory=SpikeConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def validate(self, world_size: int | None = None) -> None:
+        """Raise `ValueError` on an invalid or unsupported combination."""
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if self.precision == "fp16" and self.zero_stage == 0:
+            raise ValueError(
+                "fp16 with ZeRO stage 0 is refused: DeepSpeed 0.19.8 never scales the gradients there, "
+                "so loss scaling is wrong; use zero_stage >= 1 or bf16"
+            )
+        p = self.parallel
+        for name in ("pp", "tp"):
+            if getattr(p, name) < 1:
+                raise ValueError(f"parallel.{name} must be >= 1, got {getattr(p, name)}")
+        if p.dp < 0:
+            raise ValueError(f"parallel.dp must be >= 0 (0: inferred), got {p.dp}")
+        if p.pp > 1 and self.zero_stage > 1:
+            raise ValueError(
+                f"ZeRO stage {self.zero_stage} with pipeline parallelism (pp={p.pp}) is refused: "
+                "DeepSpeed's pipeline engine supports ZeRO stage 0 or 1; use zero_stage=1 or pp=1"
+            )
+        if world_size is not None:
+            self.dims(world_size)
+        if self.model not in PRESETS:
+            raise ValueError(f"unknown model preset {self.model!r}; choose from {sorted(PRESETS)}")
+        for name in ("micro_batch_size", "grad_accum", "steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        o = self.optim
+        if not o.lr > 0:
+            raise ValueError(f"optim.lr must be positive, got {o.lr}")
+        if not 0 <= o.min_lr_ratio <= 1:
+            raise ValueError(f"optim.min_lr_ratio must lie in [0, 1], got {o.min_lr_ratio}")
+        if o.warmup_steps < 0 or o.grad_clip < 0 or o.weight_decay < 0:
+            raise ValueError("optim.warmup_steps, grad_clip and weight_decay must be >= 0")
+        s = self.spike
+        if s.k_sigma < 0 or s.window < 2 or s.max_consecutive < 1 or not 2 <= s.min_history <= s.window:
+            raise ValueError(
+                "spike: need k_sigma >= 0, window >= 2, 2 <= min_history <= window and max_consecutive >= 1"
+            )
+        c = self.checkpoint
+        if c.save_every < 0:
+            raise ValueError(f"checkpoint.save_every must be >= 0, got {c.save_every}")
+        if c.save_every and not c.dir:
+            raise ValueError("checkpoint.save_every needs checkpoint.dir")
+        if self.peak_flops is not None and not self.peak_flops > 0:
+            raise ValueError("peak_flops must be positive (FLOP/s of one device)")
+        self.debug.loss_scales()
+
+    def dims(self, world_size: int):
+        from training.parallel import resolve_dims
+
+        return resolve_dims(self.parallel.pp, self.parallel.tp, self.parallel.dp, world_size)
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        return apply_overrides(from_preset(self.model, vocab_size), self.model_overrides)
+
+
+def _from_dict(cls, data: dict, where: str = ""):
+    names = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise KeyError(f"{where or cls.__name__}: unknown keys {unknown}; fields: {sorted(names)}")
+    kwargs = {}
+    for name, value in data.items():
+        default = getattr(cls(), name)
+        if is_dataclass(default) and isinstance(value, dict):
+            value = _from_dict(type(default), value, f"{where}{name}.")
+        elif isinstance(default, tuple) and isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict) -> TrainConfig:
+    return _from_dict(TrainConfig, data)
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """A `TrainConfig` from a JSON or TOML file (or the defaults), then `a.b=value` overrides."""
+    cfg = TrainConfig()
+    if path is not None:
+        text = Path(path).read_text()
+        data = tomllib.loads(text) if str(path).endswith(".toml") else json.loads(text)
+        cfg = config_from_dict(data)
+    return apply_overrides(cfg, overrides)
+
+
+def config_to_dict(cfg: TrainConfig) -> dict:
+    return asdict(cfg)
+
+
+def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
+    """The DeepSpeed JSON for `cfg` at data-parallel size `dp` (scheduler is ours, not in it)."""
+    o = cfg.optim
+    ds: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "train_batch_size": cfg.micro_batch_size * cfg.grad_accum * dp,
+        "gradient_clipping": o.grad_clip,
+        "steps_per_print": 2**31 - 1,  # the training loop reports; keep DeepSpeed quiet
+        "wall_clock_breakdown": False,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {
+                "lr": o.lr,
+                "betas": [o.beta1, o.beta2],
+                "eps": o.eps,
+                "weight_decay": o.weight_decay,
+                # torch's AdamW: FusedAdam/CPUAdam JIT-compile for minutes on first use.
+                "torch_adam": True,
+            },
+        },
+        "zero_optimization": {"stage": cfg.zero_stage},
+        "bf16": {"enabled": cfg.precision == "bf16"},
+        "fp16": {"enabled": cfg.precision == "fp16"},
+    }
+    if cfg.precision == "fp16":
+        ds["fp16"].update({"loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
+                           "min_loss_scale": 1})  # fmt: skip
+    return ds
+
+
+def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
+    """Multiplier of the base lr at update `step` (0-based): linear warmup, then cosine decay."""
+
+    def f(step: int) -> float:
+        if warmup_steps > 0 and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss-spike detection
+# ---------------------------------------------------------------------------------------------
+
+
+class LossSpikeError(RuntimeError):
+    pass
+
+
+class SpikeDetector:
+    """k-sigma test of a loss against the window of recent accepted losses (see the module doc)."""
+
+    def __init__(self, cfg: SpikeConfig):
+        self.cfg = cfg
+        self.history: deque[float] = deque(maxlen=cfg.window)
+        self.consecutive = 0
+        self.total = 0
+
+    def check(self, loss: float) -> str | None:
+        """Why `loss` is a spike, or None."""
+        if not math.isfinite(loss):
+            return f"non-finite loss {loss}"
+        if self.cfg.k_sigma > 0 and len(self.history) >= self.cfg.min_history:
+            mean = float(np.mean(self.history))
+            std = max(float(np.std(self.history)), self.cfg.min_std_frac * abs(mean))
+            limit = mean + self.cfg.k_sigma * std
+            if loss > limit:
+                return (f"loss {loss:.4f} > mean {mean:.4f} + {self.cfg.k_sigma:g} * std {std:.4f} = {limit:.4f} "
+                        f"(window of {len(self.history)})")  # fmt: skip
+        return None
+
+    def record(self, loss: float, reason: str | None, step: int) -> None:
+        """Account for step `step`'s outcome; raise after too many consecutive spikes."""
+        if reason is None:
+            self.history.append(loss)
+            self.consecutive = 0
+            return
+        self.consecutive += 1
+        self.total += 1
+        if self.consecutive >= self.cfg.max_consecutive:
+            raise LossSpikeError(
+                f"{self.consecutive} consecutive loss spikes (spike.max_consecutive={self.cfg.max_consecutive}), "
+                f"last at step {step}: {reason}; stopping"
+            )
+
+    def state_dict(self) -> dict:
+        return {"history": list(self.history), "consecutive": self.consecutive, "total": self.total}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = deque(state["history"], maxlen=self.cfg.window)
+        self.consecutive = int(state["consecutive"])
+        self.total = int(state["total"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------------------------
+
+
+def print_json(metrics: dict) -> None:
+    """The default `report`: one JSON object per line on stdout."""
+    sys.stdout.write(json.dumps(metrics, allow_nan=True) + "\n")
+    sys.stdout.flush()
+
+
+def _finite_or_none(x) -> float | None:
+    return None if x is None else float(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer
+# ---------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _no_update(engine):
+    """Within: the torch optimizer's and the LR scheduler's `step` do nothing."""
+    inner = engine.basic_optimizer
+    sched = engine.lr_scheduler
+    inner.step = lambda *a, **k: None
+    if sched is not None:
+        sched.step = lambda *a, **k: None
+    try:
+        yield
+    finally:
+        del inner.step
+        if sched is not None:
+            del sched.step
+
+
+def _dataset_vocab_size(manifest: dict) -> int | None:
+    if "vocab_size" in manifest:
+        return int(manifest["vocab_size"])
+    for item in manifest.get("inputs", []):
+        version = item.get("version") or {}
+        if "vocab_size" in version:
+            return int(version["vocab_size"])
+    return None
+
+
+class Trainer:
+    """Runs `cfg` in this process (one rank of a job launched by torchrun or deepspeed).
+
+    `report` gets each step's metrics on global rank 0. Call `train()`; it returns the list of
+    reported metrics (rank 0) and leaves the process group up (the caller ends it).
+    """
+
+    def __init__(self, cfg: TrainConfig, report: Callable[[dict], None] = print_json):
+        import deepspeed
+        from deepspeed.accelerator import get_accelerator
+        from deepspeed.runtime.pipe.engine import PipelineEngine
+
+        from training.parallel import LossFn, build_model, init_distributed, setup_parallel
+
+        cfg.validate()
+        self.cfg = cfg
+        self.report = report
+        if not cfg.data:
+            raise ValueError("no data: set data=<packed dataset directory>")
+        init_distributed()
+        self.world = dist.get_world_size()
+        self.rank = dist.get_rank()
+        dims = cfg.dims(self.world)
+        cfg.validate(self.world)
+
+        random_seed(cfg.seed)
+        self.dataset = PackedDataset(cfg.data, cfg.split, seed=cfg.data_seed)
+        vocab = cfg.vocab_size or _dataset_vocab_size(self.dataset.manifest)
+        if vocab is None:
+            raise ValueError("vocab_size is not in the data manifest; set vocab_size=")
+        self.model_cfg = cfg.model_config(vocab)
+        self.tokens_per_row = self.dataset.seq_len - 1
+        if self.tokens_per_row > self.model_cfg.max_seq_len:
+            raise ValueError(
+                f"data rows of {self.tokens_per_row} tokens exceed max_seq_len {self.model_cfg.max_seq_len}"
+            )
+
+        if cfg.precision == "fp16" and get_accelerator().device_name() == "cpu":
+            # DeepSpeed's CPU accelerator reports no fp16 support; it works for testing.
+            get_accelerator().is_fp16_supported = lambda: True
+
+        self.state = setup_parallel(dims)
+        self.loss_fn = LossFn(cfg.debug.loss_scales())
+        model = build_model(self.model_cfg, self.state, cfg.seed, self.loss_fn, cfg.activation_checkpointing)
+        self.ds_config = deepspeed_config(cfg, dims.dp)
+        decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+        groups = [g for g in ({"params": decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+        schedule = lr_lambda(cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
+        self.engine, _, _, _ = deepspeed.initialize(
+            model=model,
+            model_parameters=groups,
+            config=self.ds_config,
+            lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule),
+            mpu=self.state.mpu,
+        )
+        self.pipeline = isinstance(self.engine, PipelineEngine)
+        self.dims = dims
+        self.spikes = SpikeDetector(cfg.spike)
+        self.step = 0  # completed steps == the next step's index
+        self.tokens_seen = 0
+        self._pending_loss: float | None = None
+        self._last: dict = {}
+        self._install_step_guard()
+
+    # -- data ----------------------------------------------------------------------------------
+
+    def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        g = self.cfg.grad_accum
+        device = self.engine.device
+        out = []
+        for i in range(g):
+            x, y = self.dataset.get_batch(step * g + i, self.state.dp_rank, self.dims.dp, self.cfg.micro_batch_size)
+            out.append((x.to(device), y.to(device)))
+        return out
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.cfg.micro_batch_size * self.cfg.grad_accum * self.dims.dp * self.tokens_per_row
+
+    # -- the update guard ----------------------------------------------------------------------
+
+    def _install_step_guard(self) -> None:
+        engine = self.engine
+        original = engine._take_model_step
+
+        def guarded(lr_kwargs=None):
+            if self.pipeline:
+                loss = float(engine._aggregate_total_loss())
+            else:
+                loss = self._pending_loss
+            reason = self.spikes.check(loss)
+            norm = self._plain_grad_norm()
+            if reason is None:
+                original(lr_kwargs)
+            else:
+                with _no_update(engine):
+                    original(lr_kwargs)
+            if norm is None:
+                norm = engine.get_global_grad_norm()
+            self._last = {"loss": loss, "reason": reason, "grad_norm": _finite_or_none(norm)}
+
+        engine._take_model_step = guarded
+
+    def _plain_grad_norm(self) -> float | None:
+        """The global gradient norm where DeepSpeed does not compute one (ZeRO-0 in fp32, whose
+        gradients are still on the parameters, already averaged over data-parallel ranks): each
+        weight counted once, summed over the tensor-parallel ranks and pipeline stages."""
+        if self.cfg.zero_stage != 0 or self.cfg.precision != "fp32":
+            return None
+        tp_rank = self.state.tp_rank
+        total = torch.zeros((), dtype=torch.float64, device=self.engine.device)
+        for p in self.engine.module.parameters():
+            if p.grad is not None and (tp_rank == 0 or getattr(p, "tensor_model_parallel", False)):
+                total += p.grad.detach().double().pow(2).sum()
+        group = self.engine.grid.get_model_parallel_group() if self.pipeline else self.state.tp_group
+        if self.state.dims.pp * self.state.dims.tp > 1:
+            dist.all_reduce(total, group=group)
+        return float(total.sqrt())
+
+    # -- one step ------------------------------------------------------------------------------
+
+    def train_step(self) -> dict:
+        step = self.step
+        engine = self.engine
+        if self.cfg.debug.fail_at_step == step and self.rank == self.cfg.debug.fail_rank:
+            raise RuntimeError(f"injected failure before step {step} on rank {self.rank} (debug.fail_at_step)")
+        self.loss_fn.step = step
+        lr = float(engine.get_lr()[0])
+        batches = self.micro_batches(step)
+        t0 = time.perf_counter()
+        if self.pipeline:
+            engine.train_batch(iter(batches))
+        else:
+            losses = []
+            for i, (x, y) in enumerate(batches):
+                loss = self.loss_fn(engine(x), y)
+                engine.backward(loss)
+                losses.append(loss.detach().float())
+                if i < len(batches) - 1:
+                    engine.step()
+            mean = torch.stack(losses).mean()
+            dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
+            dist.all_reduce(mean, group=dp_group)
+            self._pending_loss = float(mean) / self.dims.dp
+            engine.step()
+        dt = time.perf_counter() - t0
+        last = self._last
+        self.spikes.record(last["loss"], last["reason"], step)
+        if last["reason"] is not None:
+            log.warning("step %d: loss spike, update skipped: %s", step, last["reason"])
+        self.step += 1
+        self.tokens_seen += self.tokens_per_step
+        tokens_per_s = self.tokens_per_step / dt
+        metrics = {
+            "step": self.step,
+            "loss": last["loss"],
+            "lr": lr,
+            "grad_norm": last["grad_norm"],
+            "tokens_per_s": tokens_per_s,
+            "mfu": self._mfu(tokens_per_s),
+            "step_time_s": dt,
+            "tokens": self.tokens_seen,
+            "skipped": last["reason"] is not None,
+        }
+        if last["reason"] is not None:
+            metrics["spike_reason"] = last["reason"]
+        if self.cfg.precision == "fp16":
+            scale = getattr(engine.optimizer, "cur_scale", None) or getattr(engine.optimizer, "loss_scale", None)
+            metrics["loss_scale"] = _finite_or_none(scale)
+        return metrics
+
+    def _mfu(self, tokens_per_s: float) -> float | None:
+        if self.cfg.peak_flops is None:
+            return None
+        from training.model import mfu
+
+        return mfu(self.model_cfg, self.tokens_per_row, tokens_per_s, self.cfg.peak_flops * self.world)
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def trainer_state(self) -> dict:
+        return {"step": self.step, "tokens": self.tokens_seen, "spikes": self.spikes.state_dict()}
+
+    def load_trainer_state(self, state: dict) -> None:
+        self.step = int(state["step"])
+        self.tokens_seen = int(state["tokens"])
+        self.spikes.load_state_dict(state["spikes"])
+
+    def save(self) -> None:
+        from training import checkpoint
+
+        checkpoint.save(self, self.cfg.checkpoint.dir)
+
+    def train(self) -> list[dict]:
+        from training import checkpoint
+
+        c = self.cfg.checkpoint
+        if c.dir and c.resume:
+            state = checkpoint.resume(self, c.dir)
+            if state is not None and self.rank == 0:
+                log.info("resumed from %s at step %d", c.dir, self.step)
+        reported = []
+        last_saved = self.step if (c.dir and c.resume) else None
+        while self.step < self.cfg.steps:
+            metrics = self.train_step()
+            if self.rank == 0:
+                self.report(metrics)
+                reported.append(metrics)
+            if c.dir and c.save_every and self.step % c.save_every == 0:
+                self.save()
+                last_saved = self.step
+        if c.dir and last_saved != self.step:
+            self.save()
+        return reported
+
+
+def random_seed(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+__all__ = [
+    "CheckpointConfig",
+    "DebugConfig",
+    "LossSpikeError",
+    "OptimConfig",
+    "ParallelConfig",
+    "SpikeConfig",
+    "SpikeDetector",
+    "TrainConfig",
+    "Trainer",
+    "config_from_dict",
+    "config_to_dict",
+    "deepspeed_config",
+    "load_config",
+    "lr_lambda",
+    "print_json",
+]

@@ -1,0 +1,100 @@
+"""Entry point: `python -m training.train --config run.json [key=value ...]`.
+
+Runs one rank of a training job; start it under a launcher, one process per device:
+
+    DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 torchrun --nproc_per_node 8 -m training.train \\
+        --config run.json data=/path/to/packed parallel.pp=2 parallel.tp=2 parallel.dp=2 zero_stage=1
+    DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 deepspeed --num_gpus 8 --module training.train \\
+        --config run.json ...   (on CPU: --num_nodes 1 --num_gpus N sets the process count)
+
+A lone `python -m training.train ...` is a job of one process. Overrides use dotted paths into
+`TrainConfig` (`optim.lr=1e-3`, `checkpoint.dir=/ckpt`, `model_overrides=dim=128,n_layers=4`).
+`--print-config` prints the resolved config and the DeepSpeed JSON and exits without training.
+
+Rank 0 prints one JSON object per step on stdout (loss, lr, grad_norm, tokens_per_s, mfu, ...);
+`main(report=...)` takes another callable (dagster-pipes on rank 0). A rank that fails prints its
+error on stderr and exits 1, which makes the launcher stop the job with a non-zero status; a
+successful rank ends with a barrier and `os._exit(0)` (DeepSpeed's process-group teardown can
+otherwise abort at exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import traceback
+import warnings
+from collections.abc import Callable
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", help="a TrainConfig as JSON or TOML")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="TrainConfig overrides, e.g. parallel.pp=2")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = None) -> None:
+    args = parse_args(argv)
+    if args.local_rank is not None:
+        os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(level=logging.INFO, format=f"[rank {rank}] %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)  # fmt: skip
+    try:
+        from training.engine import config_to_dict, deepspeed_config, load_config, print_json
+
+        cfg = load_config(args.config, args.overrides)
+        if args.print_config:
+            cfg.validate()
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            dims = cfg.dims(world)
+            print(json.dumps({"train": config_to_dict(cfg), "deepspeed": deepspeed_config(cfg, dims.dp)}, indent=2))
+            return
+        _quiet_deepspeed()
+        warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
+        from training.engine import Trainer
+
+        trainer = Trainer(cfg, report=report or print_json)
+        trainer.train()
+    except BaseException as err:  # noqa: BLE001 - every failure must end this rank non-zero
+        sys.stdout.flush()
+        sys.stderr.write(f"[rank {rank}] training failed: {type(err).__name__}: {err}\n")
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(1)
+    _exit_cleanly()
+
+
+def _quiet_deepspeed() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.utils import logger
+
+    logger.setLevel(logging.WARNING)
+
+
+def _exit_cleanly() -> None:
+    import torch.distributed as dist
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
