@@ -8,6 +8,7 @@ from lm_assets.defs.automation import (
     packing_job,
     tokenized_shard_job,
     tokenizer_job,
+    training_job,
     landing_sensor,
     nightly_curation_refresh,
     shard_curation_job,
@@ -16,6 +17,7 @@ from lm_assets.defs.curated import curated_shard, extracted_shard
 from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.expectations import curated_expectations
 from lm_assets.defs.raw import raw_shard
+from lm_assets.defs.training import training
 from lm_assets.defs.tokens import (
     decontaminated_shard,
     packed_dataset,
@@ -37,9 +39,18 @@ defs = dg.Definitions(
         tokenizer,
         tokenized_shard,
         packed_dataset,
+        training,
     ],
     asset_checks=[curated_expectations, tokenized_with_current_tokenizer],
-    jobs=[shard_curation_job, dedup_job, deduplicated_shard_job, tokenizer_job, tokenized_shard_job, packing_job],
+    jobs=[
+        shard_curation_job,
+        dedup_job,
+        deduplicated_shard_job,
+        tokenizer_job,
+        tokenized_shard_job,
+        packing_job,
+        training_job,
+    ],
     sensors=[landing_sensor],
     schedules=[nightly_curation_refresh],
     resources=default_resources(),

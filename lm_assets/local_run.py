@@ -29,6 +29,7 @@ def run_shard_graph(
     shards: list[str],
     run_config: dict | None = None,
     through_packing: bool = False,
+    through_training: bool = False,
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[dg.ExecuteInProcessResult]:
     """Curate and sketch each shard, cluster across shards, apply the decisions per shard and, with
@@ -44,6 +45,8 @@ def run_shard_graph(
         steps += [("tokenizer_job", None, "tokenizer")]
         steps += [("tokenized_shard_job", s, "tokenized_shard") for s in shards]
         steps += [("packing_job", None, "packed_dataset")]
+    if through_training:
+        steps += [("training_job", None, "training_run → checkpoint (DeepSpeed, through Pipes)")]
     results = []
     for job_name, shard, what in steps:
         progress(f"materializing {what}" + (f" for {shard}" if shard else ""))
@@ -73,6 +76,7 @@ JOB_ASSETS = {
     "tokenizer_job": {"tokenizer"},
     "tokenized_shard_job": {"tokenized_shard"},
     "packing_job": {"packed_dataset"},
+    "training_job": {"training"},
 }
 
 

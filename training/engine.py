@@ -138,6 +138,7 @@ class DebugConfig:
 @dataclass
 class TrainConfig:
     data: str = ""  # a packed dataset directory (manifest.json + <split>.bin)
+    tokenizer_model: str = ""  # the SentencePiece model, copied beside the HF export
     split: str = "train"
     data_seed: int = 0
     model: str = "tiny"  # a preset of training.config.PRESETS
@@ -454,6 +455,8 @@ class Trainer:
         self.spikes = SpikeDetector(cfg.spike)
         self.step = 0  # completed steps == the next step's index
         self.tokens_seen = 0
+        self.started_at = 0
+        self.last_metrics: dict = {}
         self._pending_loss: float | None = None
         self._last: dict = {}
         self._install_step_guard()
@@ -587,6 +590,11 @@ class Trainer:
 
         checkpoint.save(self, self.cfg.checkpoint.dir)
 
+    def train_from_checkpoint(self) -> int:
+        """Train to `cfg.steps`, resuming from the latest checkpoint; returns the step it started at."""
+        self.train()
+        return self.started_at
+
     def train(self) -> list[dict]:
         from training import checkpoint
 
@@ -596,9 +604,11 @@ class Trainer:
             if state is not None and self.rank == 0:
                 log.info("resumed from %s at step %d", c.dir, self.step)
         reported = []
+        self.started_at = self.step
         last_saved = self.step if (c.dir and c.resume) else None
         while self.step < self.cfg.steps:
             metrics = self.train_step()
+            self.last_metrics = metrics
             if self.rank == 0:
                 self.report(metrics)
                 reported.append(metrics)

@@ -28,6 +28,7 @@ import sys
 import traceback
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -61,9 +62,13 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
         _quiet_deepspeed()
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
         from training.engine import Trainer
+        from training.pipes import reporting
 
-        trainer = Trainer(cfg, report=report or print_json)
-        trainer.train()
+        with reporting(int(rank)) as reporter:
+            trainer = Trainer(cfg, report=report or reporter.step)
+            resumed_from = trainer.train_from_checkpoint()
+            if trainer.rank == 0:
+                reporter.finish(finish(trainer, resumed_from))
     except BaseException as err:  # noqa: BLE001 - every failure must end this rank non-zero
         sys.stdout.flush()
         sys.stderr.write(f"[rank {rank}] training failed: {type(err).__name__}: {err}\n")
@@ -71,6 +76,32 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
         sys.stderr.flush()
         os._exit(1)
     _exit_cleanly()
+
+
+def finish(trainer, resumed_from: int) -> dict:
+    """Rank 0, after the last checkpoint: export it for HF and summarize the run."""
+    from training import checkpoint
+    from training.export import export_hf
+
+    summary = {
+        "step": trainer.step,
+        "resumed_from_step": resumed_from,
+        "tokens": trainer.tokens_seen,
+        "final_loss": trainer.last_metrics.get("loss"),
+        "tokens_per_s": trainer.last_metrics.get("tokens_per_s"),
+        "mfu": trainer.last_metrics.get("mfu"),
+        "layout": {"pp": trainer.dims.pp, "tp": trainer.dims.tp, "dp": trainer.dims.dp, "world_size": trainer.world},
+        "checkpoint_dir": None, "tag": None, "tags": [], "hf_export": None,
+    }
+    ckpt_dir = trainer.cfg.checkpoint.dir
+    if not ckpt_dir:
+        return summary
+    tag = checkpoint.latest_tag(ckpt_dir)
+    out = os.path.join(ckpt_dir, tag, "hf")
+    state = checkpoint.consolidated_state_dict(ckpt_dir, tag)
+    export_hf(state, checkpoint.model_config(ckpt_dir, tag), out, tokenizer_model_path=trainer.cfg.tokenizer_model or None)
+    tags = sorted(p.name for p in Path(ckpt_dir).iterdir() if (p / "layout.json").exists())
+    return summary | {"checkpoint_dir": ckpt_dir, "tag": tag, "tags": tags, "hf_export": out}
 
 
 def _quiet_deepspeed() -> None:

@@ -36,6 +36,11 @@ tokenized_shard_job = dg.define_asset_job(
     partitions_def=shard_partitions,
     description="Tokenize one shard with the current tokenizer.",
 )
+training_job = dg.define_asset_job(
+    "training_job",
+    selection=dg.AssetSelection.assets("training_run", "checkpoint"),
+    description="Train on the packed dataset and export the checkpoint.",
+)
 packing_job = dg.define_asset_job(
     "packing_job", selection=dg.AssetSelection.assets(packed_dataset), description="Pack training sequences."
 )

@@ -47,9 +47,12 @@ class LandingResource(dg.ConfigurableResource):
 
 def default_resources() -> dict:
     from lm_assets.defs.dedup import DedupSettings
+    from lm_assets.defs.training import TrainingLauncher
 
     s3 = s3_resource_from_env()
     return {
+        "training_launcher": TrainingLauncher(backend=os.environ.get("LM_ASSETS_TRAINING_BACKEND", "local")),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
         "dedup": DedupSettings(duckdb_temp_directory=os.environ.get("LM_ASSETS_DUCKDB_TEMP_DIR") or None),
         "storage": StorageResource(root=os.environ.get("LM_ASSETS_STORAGE_ROOT", DEFAULT_STORAGE_ROOT), s3=s3),
         "landing": LandingResource(root=os.environ.get("LM_ASSETS_LANDING_ROOT", DEFAULT_LANDING_ROOT), s3=s3),

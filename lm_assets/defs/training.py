@@ -1,0 +1,142 @@
+"""training_run and checkpoint: the standalone DeepSpeed program, launched through Dagster Pipes.
+
+Locally the launcher is torchrun (or the deepspeed launcher) with N CPU processes on gloo, as a
+`PipesSubprocessClient` subprocess. On a cluster, the same config becomes a Kubernetes
+PyTorchJob whose rank 0 writes Pipes messages to S3. Only rank 0 talks to Dagster.
+"""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import dagster as dg
+
+from lm_assets.corpus.tokenizer import load_tokenizer
+from lm_assets.defs.resources import StorageResource
+from lm_assets.defs.tokens import TOKENIZER_KEYS, packed_dataset, tokenizer
+
+checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
+
+
+class TrainingRunConfig(dg.Config):
+    """The main knobs of training/engine.py's TrainConfig; `overrides` reaches every other field."""
+
+    run_name: str = "main"
+    model: str = "tiny"
+    steps: int = 40
+    pp: int = 2
+    tp: int = 1
+    dp: int = 1
+    precision: str = "fp32"
+    zero_stage: int = 1
+    micro_batch_size: int = 4
+    grad_accum: int = 1
+    lr: float = 3e-3
+    warmup_steps: int = 4
+    save_every: int = 20
+    seed: int = 0
+    peak_flops: float | None = None
+    overrides: list[str] = []
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.tp * self.dp
+
+    def train_config(self, data: str, checkpoint_dir: str, tokenizer_model: str, seq_len: int) -> dict:
+        return {
+            "data": data,
+            "tokenizer_model": tokenizer_model,
+            "model": self.model,
+            "model_overrides": [f"max_seq_len={max(seq_len, 128)}"],
+            "parallel": {"pp": self.pp, "tp": self.tp, "dp": self.dp},
+            "precision": self.precision,
+            "zero_stage": self.zero_stage,
+            "micro_batch_size": self.micro_batch_size,
+            "grad_accum": self.grad_accum,
+            "optim": {"lr": self.lr, "warmup_steps": self.warmup_steps},
+            "seed": self.seed,
+            "steps": self.steps,
+            "checkpoint": {"dir": checkpoint_dir, "save_every": self.save_every, "resume": True},
+            **({"peak_flops": self.peak_flops} if self.peak_flops else {}),
+        }
+
+
+class TrainingLauncher(dg.ConfigurableResource):
+    """Where training runs: `local` (torchrun or deepspeed, CPU processes on gloo by default) or
+    `kubernetes` (a Kubeflow PyTorchJob; see lm_assets/defs/kubernetes.py)."""
+
+    backend: str = "local"
+    local_launcher: str = "torchrun"
+    device: str = "cpu"
+
+    def local_command(self, config_path: str, world_size: int, overrides: list[str]) -> list[str]:
+        bin_dir = Path(sys.executable).parent
+        if self.local_launcher == "torchrun":
+            head = [str(bin_dir / "torchrun"), "--standalone", f"--nproc_per_node={world_size}"]
+        elif self.local_launcher == "deepspeed":
+            head = [str(bin_dir / "deepspeed"), "--num_nodes", "1", "--num_gpus", str(world_size), "--module"]
+        else:
+            raise dg.Failure(f"unknown local launcher {self.local_launcher!r}: use torchrun or deepspeed")
+        module = ["training.train"] if self.local_launcher == "deepspeed" else ["-m", "training.train"]
+        return [*head, *module, "--config", config_path, *overrides]
+
+    def env(self) -> dict[str, str]:
+        env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        if self.device == "cpu":
+            env["DS_ACCELERATOR"] = "cpu"
+        return env
+
+
+def local_paths(store, run_name: str) -> dict[str, str]:
+    if store.is_s3:
+        raise dg.Failure("local training reads packed data from a local storage root; use the kubernetes backend with S3")
+    return {
+        "data": str(store.local_path("packed")),
+        "checkpoints": str(store.local_path(f"checkpoints/{run_name}")),
+        "tokenizer": str(store.local_path(TOKENIZER_KEYS["model"])),
+    }
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec("training_run", deps=[packed_dataset, tokenizer], group_name="training", kinds={"deepspeed", "pytorch"},
+                     description="A DeepSpeed data x tensor x pipeline parallel training run: per-step loss, lr, grad "
+                     "norm, tokens/s and MFU in the run log; final metrics and the loss curve as metadata."),
+        dg.AssetSpec("checkpoint", deps=[packed_dataset, tokenizer], group_name="training", kinds={"deepspeed", "safetensors"},
+                     description="The run's DeepSpeed checkpoints (each also a `checkpoints` partition) and a "
+                     "consolidated HF export of the latest (model.safetensors, config.json, tokenizer)."),
+    ],
+)
+def training(
+    context: dg.AssetExecutionContext,
+    config: TrainingRunConfig,
+    storage: StorageResource,
+    training_launcher: TrainingLauncher,
+    pipes_subprocess_client: dg.PipesSubprocessClient,
+):
+    store = storage.storage()
+    if training_launcher.backend != "local":
+        raise dg.Failure("the kubernetes backend submits a PyTorchJob: see lm_assets/defs/kubernetes.py (not run from here)")
+    paths = local_paths(store, config.run_name)
+    if not Path(paths["data"], "manifest.json").exists():
+        raise dg.Failure("no packed dataset yet: materialize packed_dataset first")
+    run_dir = Path(paths["checkpoints"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config_path = run_dir / "train_config.json"
+    seq_len = json.loads(Path(paths["data"], "manifest.json").read_text())["seq_len"]
+    vocab_size = load_tokenizer(Path(paths["tokenizer"]).read_bytes()).get_piece_size()
+    train_config = config.train_config(paths["data"], str(run_dir), paths["tokenizer"], seq_len) | {"vocab_size": vocab_size}
+    config_path.write_text(json.dumps(train_config, indent=2))
+    command = training_launcher.local_command(str(config_path), config.world_size, config.overrides)
+    context.log.info("launching: " + " ".join(command))
+    results = pipes_subprocess_client.run(
+        command=command, context=context, env=training_launcher.env(), cwd=str(Path(__file__).resolve().parents[2])
+    ).get_results()
+    tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
+    keys = [f"{config.run_name}-{tag}" for tag in tags]
+    new = [k for k in keys if k not in set(context.instance.get_dynamic_partitions(checkpoint_partitions.name))]
+    if new:
+        context.instance.add_dynamic_partitions(checkpoint_partitions.name, new)
+    yield from results

@@ -1,0 +1,104 @@
+"""The training assets: DeepSpeed under torchrun through Dagster Pipes, checkpoints as partitions, resume."""
+
+import json
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+
+from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
+from lm_assets.corpus.storage import Storage
+from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+from lm_assets.defs.resources import StorageResource, s3_resource_from_env
+from lm_assets.defs.training import TrainingLauncher, checkpoint_partitions, training
+
+pytestmark = pytest.mark.slow
+
+SENTENCES = [
+    "The river flows past the old mill and under the stone bridge.",
+    "河水流过老磨坊，从石桥下面穿过。",
+    "Every morning the baker opens the shop at six o'clock.",
+    "每天早上六点，面包师傅准时开门营业。",
+] * 20
+
+
+@pytest.fixture
+def packed_storage(tmp_path):
+    """A storage root holding a tokenizer and a small packed dataset made from its tokens."""
+    root = tmp_path / "storage"
+    trained = train_tokenizer(SENTENCES, TokenizerConfig(vocab_size=400, num_threads=1), tmp_path / "tok")
+    store = Storage(str(root))
+    store.write_bytes("tokenizer/tokenizer.model", trained.model)
+    sp = trained.processor()
+    docs = [np.array(sp.encode(s), dtype=np.uint16) for s in SENTENCES * 4]
+    tokens = np.concatenate(docs)
+    lengths = np.array([len(d) for d in docs])
+    index = pl.DataFrame({
+        "doc_id": [f"d{i}" for i in range(len(docs))],
+        "offset": np.concatenate(([0], np.cumsum(lengths)[:-1])),
+        "length": lengths,
+    })
+    result = pack([ShardTokens("s0", tokens, index, tokenizer_hash=trained.hash)], PackingConfig(seq_len=33, val_fraction=0.1))
+    write_packed(result, root / "packed")
+    return root
+
+
+def run_training(root, instance, steps):
+    resources = {
+        "storage": StorageResource(root=str(root), s3=s3_resource_from_env()),
+        "training_launcher": TrainingLauncher(),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
+    }
+    config = {"ops": {"training": {"config": {"steps": steps, "save_every": 3, "micro_batch_size": 2, "pp": 2}}}}
+    return dg.materialize([training], instance=instance, resources=resources, run_config=config)
+
+
+def test_training_through_pipes_then_resume(packed_storage):
+    instance = dg.DagsterInstance.ephemeral()
+    first = run_training(packed_storage, instance, steps=6)
+    assert first.success
+    run_meta = first.asset_materializations_for_node("training")
+    by_key = {m.asset_key.path[-1]: m.metadata for m in run_meta}
+    assert by_key["training_run"]["steps"].value == 6
+    assert by_key["training_run"]["resumed_from_step"].value == 0
+    assert by_key["training_run"]["layout"].value == {"pp": 2, "tp": 1, "dp": 1, "world_size": 2}
+    assert "→" in by_key["training_run"]["loss_curve"].value
+    assert by_key["checkpoint"]["tags"].value == ["step_00000003", "step_00000006"]
+    assert instance.get_dynamic_partitions(checkpoint_partitions.name) == ["main-step_00000003", "main-step_00000006"]
+    step_logs = [
+        e for e in instance.all_logs(first.run_id)
+        if e.user_message and e.user_message.startswith("train {")
+    ]
+    losses = [json.loads(e.user_message[len("train "):])["loss"] for e in step_logs]
+    assert len(losses) == 6 and all(np.isfinite(losses))
+
+    hf_dir = by_key["checkpoint"]["hf_export"].value
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    model = LlamaForCausalLM.from_pretrained(hf_dir)
+    assert model.config.num_hidden_layers >= 1
+    assert AutoTokenizer.from_pretrained(hf_dir).decode([5, 6]) is not None
+
+    second = run_training(packed_storage, instance, steps=9)
+    meta = {m.asset_key.path[-1]: m.metadata for m in second.asset_materializations_for_node("training")}
+    assert meta["training_run"]["resumed_from_step"].value == 6
+    assert meta["training_run"]["steps"].value == 9
+    assert "main-step_00000009" in instance.get_dynamic_partitions(checkpoint_partitions.name)
+
+
+def test_a_failing_rank_fails_the_asset_with_its_error(packed_storage):
+    instance = dg.DagsterInstance.ephemeral()
+    resources = {
+        "storage": StorageResource(root=str(packed_storage), s3=s3_resource_from_env()),
+        "training_launcher": TrainingLauncher(),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
+    }
+    bad = {"ops": {"training": {"config": {"steps": 2, "pp": 2, "zero_stage": 2}}}}
+    result = dg.materialize([training], instance=instance, resources=resources, run_config=bad, raise_on_error=False)
+    assert not result.success
+    closed = next(
+        e.dagster_event.engine_event_data for e in instance.all_logs(result.run_id)
+        if e.user_message == "[pipes] external process pipes closed with exception"
+    )
+    assert "ZeRO stage 2 with pipeline parallelism (pp=2) is refused" in closed.error.message

@@ -1,0 +1,104 @@
+"""Rank 0's line to Dagster, through dagster-pipes; every other rank, and a run outside Dagster,
+prints JSON lines instead.
+
+Per step, rank 0 logs the metrics to the Dagster run (they show in the run log as the run goes).
+At the end it reports two materializations: `training_run` (final metrics, the loss curve, the
+step it resumed from) and `checkpoint` (where the checkpoint and its HF export are). Messages go
+wherever the launching side said: a file or stdout for a local subprocess, or S3 objects
+(`LM_ASSETS_PIPES_MESSAGES=s3`) for a job on a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+class PrintReporter:
+    def step(self, metrics: dict) -> None:
+        print(json.dumps(metrics), flush=True)
+
+    def finish(self, summary: dict) -> None:
+        print(json.dumps({"summary": summary}), flush=True)
+
+
+class PipesReporter:
+    def __init__(self, pipes):
+        self.pipes = pipes
+        self.losses: list[tuple[int, float]] = []
+
+    def step(self, metrics: dict) -> None:
+        self.losses.append((metrics["step"], metrics["loss"]))
+        self.pipes.log.info("train " + json.dumps(metrics))
+        print(json.dumps(metrics), flush=True)
+
+    def finish(self, summary: dict) -> None:
+        curve = loss_curve(self.losses)
+        self.pipes.report_asset_materialization(
+            asset_key="training_run",
+            metadata={
+                "final_loss": summary["final_loss"],
+                "steps": summary["step"],
+                "resumed_from_step": summary["resumed_from_step"],
+                "tokens": summary["tokens"],
+                "tokens_per_s": summary["tokens_per_s"],
+                "mfu": summary["mfu"],
+                "layout": {"raw_value": summary["layout"], "type": "json"},
+                "loss_curve": {"raw_value": curve, "type": "md"},
+            },
+        )
+        self.pipes.report_asset_materialization(
+            asset_key="checkpoint",
+            metadata={
+                "checkpoint_dir": {"raw_value": summary["checkpoint_dir"], "type": "path"},
+                "tag": summary["tag"],
+                "tags": {"raw_value": summary["tags"], "type": "json"},
+                "hf_export": {"raw_value": summary["hf_export"], "type": "path"},
+                "step": summary["step"],
+            },
+        )
+
+
+def loss_curve(losses: list[tuple[int, float]], width: int = 60) -> str:
+    """A sparkline and a table of the loss, for the run's metadata."""
+    if not losses:
+        return "_no steps in this run_"
+    values = [loss for _, loss in losses]
+    low, high = min(values), max(values)
+    stride = max(1, len(values) // width)
+    picked = values[::stride]
+    spark = "".join(SPARK[min(int((v - low) / (high - low + 1e-12) * len(SPARK)), len(SPARK) - 1)] for v in picked)
+    rows = losses[:: max(1, len(losses) // 10)] + ([losses[-1]] if len(losses) > 1 else [])
+    table = "\n".join(f"| {step} | {loss:.4f} |" for step, loss in dict(rows).items())
+    return f"`{spark}`  {values[0]:.3f} → {values[-1]:.3f}\n\n| step | loss |\n|---|---|\n{table}"
+
+
+def _message_writer():
+    if os.environ.get("LM_ASSETS_PIPES_MESSAGES") == "s3":
+        import boto3
+        from dagster_pipes import PipesS3MessageWriter
+
+        client = boto3.client("s3", endpoint_url=os.environ.get("LM_ASSETS_S3_ENDPOINT_URL") or None)
+        return PipesS3MessageWriter(client=client)
+    return None
+
+
+@contextmanager
+def reporting(rank: int) -> Iterator[PrintReporter | PipesReporter]:
+    """Rank 0 under Dagster gets a Pipes reporter; everyone else prints."""
+    from dagster_pipes import PipesEnvVarParamsLoader
+
+    if rank != 0 or not PipesEnvVarParamsLoader().is_dagster_pipes_process():
+        yield PrintReporter()
+        return
+    from dagster_pipes import open_dagster_pipes
+
+    writer = _message_writer()
+    with open_dagster_pipes(**({"message_writer": writer} if writer else {})) as pipes:
+        print(f"[rank 0] reporting to Dagster through pipes ({type(writer).__name__ if writer else 'default'})", file=sys.stderr)
+        yield PipesReporter(pipes)
