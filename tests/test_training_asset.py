@@ -47,7 +47,7 @@ def packed_storage(tmp_path):
 def run_training(root, instance, steps):
     resources = {
         "storage": StorageResource(root=str(root), s3=s3_resource_from_env()),
-        "training_launcher": TrainingLauncher(),
+        "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     config = {"ops": {"training": {"config": {"steps": steps, "save_every": 3, "micro_batch_size": 2, "pp": 2}}}}
@@ -91,7 +91,7 @@ def test_a_failing_rank_fails_the_asset_with_its_error(packed_storage):
     instance = dg.DagsterInstance.ephemeral()
     resources = {
         "storage": StorageResource(root=str(packed_storage), s3=s3_resource_from_env()),
-        "training_launcher": TrainingLauncher(),
+        "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     bad = {"ops": {"training": {"config": {"steps": 2, "pp": 2, "zero_stage": 2}}}}

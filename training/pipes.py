@@ -78,14 +78,15 @@ def loss_curve(losses: list[tuple[int, float]], width: int = 60) -> str:
     return f"`{spark}`  {values[0]:.3f} → {values[-1]:.3f}\n\n| step | loss |\n|---|---|\n{table}"
 
 
-def _message_writer():
-    if os.environ.get("LM_ASSETS_PIPES_MESSAGES") == "s3":
-        import boto3
-        from dagster_pipes import PipesS3MessageWriter
+def _s3_channels() -> dict:
+    """On a cluster the context comes from, and the messages go to, S3 objects named by the launcher."""
+    if os.environ.get("LM_ASSETS_PIPES_MESSAGES") != "s3":
+        return {}
+    import boto3
+    from dagster_pipes import PipesS3ContextLoader, PipesS3MessageWriter
 
-        client = boto3.client("s3", endpoint_url=os.environ.get("LM_ASSETS_S3_ENDPOINT_URL") or None)
-        return PipesS3MessageWriter(client=client)
-    return None
+    client = boto3.client("s3", endpoint_url=os.environ.get("LM_ASSETS_S3_ENDPOINT_URL") or None)
+    return {"context_loader": PipesS3ContextLoader(client=client), "message_writer": PipesS3MessageWriter(client=client)}
 
 
 @contextmanager
@@ -98,7 +99,7 @@ def reporting(rank: int) -> Iterator[PrintReporter | PipesReporter]:
         return
     from dagster_pipes import open_dagster_pipes
 
-    writer = _message_writer()
-    with open_dagster_pipes(**({"message_writer": writer} if writer else {})) as pipes:
-        print(f"[rank 0] reporting to Dagster through pipes ({type(writer).__name__ if writer else 'default'})", file=sys.stderr)
+    channels = _s3_channels()
+    with open_dagster_pipes(**channels) as pipes:
+        print(f"[rank 0] reporting to Dagster through pipes ({'s3' if channels else 'local'})", file=sys.stderr)
         yield PipesReporter(pipes)

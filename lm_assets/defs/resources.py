@@ -51,7 +51,11 @@ def default_resources() -> dict:
 
     s3 = s3_resource_from_env()
     return {
-        "training_launcher": TrainingLauncher(backend=os.environ.get("LM_ASSETS_TRAINING_BACKEND", "local")),
+        "training_launcher": TrainingLauncher(
+            backend=os.environ.get("LM_ASSETS_TRAINING_BACKEND", "local"),
+            pipes_bucket=os.environ.get("LM_ASSETS_PIPES_BUCKET", ""),
+            s3=s3,
+        ),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
         "dedup": DedupSettings(duckdb_temp_directory=os.environ.get("LM_ASSETS_DUCKDB_TEMP_DIR") or None),
         "storage": StorageResource(root=os.environ.get("LM_ASSETS_STORAGE_ROOT", DEFAULT_STORAGE_ROOT), s3=s3),

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import dagster as dg
 
+from dagster_aws.s3 import S3Resource
+
 from lm_assets.corpus.tokenizer import load_tokenizer
+from lm_assets.defs.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens import TOKENIZER_KEYS, packed_dataset, tokenizer
 
@@ -65,11 +68,31 @@ class TrainingRunConfig(dg.Config):
 
 class TrainingLauncher(dg.ConfigurableResource):
     """Where training runs: `local` (torchrun or deepspeed, CPU processes on gloo by default) or
-    `kubernetes` (a Kubeflow PyTorchJob; see lm_assets/defs/kubernetes.py)."""
+    `kubernetes` (a Kubeflow PyTorchJob; see lm_assets/defs/kubernetes.py). On Kubernetes the storage
+    root is a volume (`pvc_name`) that every pod mounts at `data_mount`."""
 
     backend: str = "local"
     local_launcher: str = "torchrun"
     device: str = "cpu"
+    image: str = "lm-assets:latest"
+    namespace: str = "default"
+    nodes: int = 1
+    gpus_per_node: int = 8
+    pvc_name: str = "lm-assets-data"
+    data_mount: str = "/data"
+    pipes_bucket: str = ""
+    s3: dg.ResourceDependency[S3Resource]
+
+    def cluster(self) -> ClusterSpec:
+        return ClusterSpec(
+            image=self.image, namespace=self.namespace, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
+            pvc_name=self.pvc_name, data_mount=self.data_mount,
+        )
+
+    def kubernetes_client(self) -> KubernetesTrainingClient:
+        if not self.pipes_bucket:
+            raise dg.Failure("the kubernetes backend needs pipes_bucket: the S3 bucket Pipes messages go through")
+        return KubernetesTrainingClient(self.s3.get_client(), self.pipes_bucket)
 
     def local_command(self, config_path: str, world_size: int, overrides: list[str]) -> list[str]:
         bin_dir = Path(sys.executable).parent
@@ -117,8 +140,8 @@ def training(
     pipes_subprocess_client: dg.PipesSubprocessClient,
 ):
     store = storage.storage()
-    if training_launcher.backend != "local":
-        raise dg.Failure("the kubernetes backend submits a PyTorchJob: see lm_assets/defs/kubernetes.py (not run from here)")
+    if training_launcher.backend not in ("local", "kubernetes"):
+        raise dg.Failure(f"unknown training backend {training_launcher.backend!r}: use local or kubernetes")
     paths = local_paths(store, config.run_name)
     if not Path(paths["data"], "manifest.json").exists():
         raise dg.Failure("no packed dataset yet: materialize packed_dataset first")
@@ -129,11 +152,21 @@ def training(
     vocab_size = load_tokenizer(Path(paths["tokenizer"]).read_bytes()).get_piece_size()
     train_config = config.train_config(paths["data"], str(run_dir), paths["tokenizer"], seq_len) | {"vocab_size": vocab_size}
     config_path.write_text(json.dumps(train_config, indent=2))
-    command = training_launcher.local_command(str(config_path), config.world_size, config.overrides)
-    context.log.info("launching: " + " ".join(command))
-    results = pipes_subprocess_client.run(
-        command=command, context=context, env=training_launcher.env(), cwd=str(Path(__file__).resolve().parents[2])
-    ).get_results()
+    if training_launcher.backend == "kubernetes":
+        cluster = training_launcher.cluster()
+        on_cluster = train_config | {
+            "data": f"{cluster.data_mount}/packed",
+            "tokenizer_model": f"{cluster.data_mount}/{TOKENIZER_KEYS['model']}",
+            "checkpoint": train_config["checkpoint"] | {"dir": f"{cluster.data_mount}/checkpoints/{config.run_name}"},
+        }
+        name = f"lm-assets-{config.run_name}-{context.run_id[:8]}"
+        results = training_launcher.kubernetes_client().run(context, name, on_cluster, cluster)
+    else:
+        command = training_launcher.local_command(str(config_path), config.world_size, config.overrides)
+        context.log.info("launching: " + " ".join(command))
+        results = pipes_subprocess_client.run(
+            command=command, context=context, env=training_launcher.env(), cwd=str(Path(__file__).resolve().parents[2])
+        ).get_results()
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [f"{config.run_name}-{tag}" for tag in tags]
     new = [k for k in keys if k not in set(context.instance.get_dynamic_partitions(checkpoint_partitions.name))]
