@@ -45,7 +45,7 @@ def main() -> int:
         print(f"no shard files found in {landing.root}", file=sys.stderr)
         return 1
     started = time.perf_counter()
-    results = run_shard_graph(defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, progress=lambda m: print(m + " ...", flush=True))
+    results = run_shard_graph(defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, through_training=True, progress=lambda m: print(m + " ...", flush=True))
     if not results[-1].success:
         print(f"run {results[-1].run_id} failed: see `make ui`", file=sys.stderr)
         return 1
@@ -63,7 +63,7 @@ def main() -> int:
         print(summary)
         print("\nWhy documents were dropped or quarantined (all shards):")
         print(reason_counts(*tables))
-    print(f"\nMaterialized {len(shards)} shard partitions in {elapsed:.0f} s.")
+    print(f"\nMaterialized the whole graph for {len(shards)} shard partitions in {elapsed:.0f} s.")
     manifest = json.loads(store.read_bytes("packed/manifest.json"))
     splits = manifest["splits"]
     print(
@@ -71,6 +71,14 @@ def main() -> int:
         f"{manifest['seq_len']} tokens ({manifest['dtype']}), tokenizer {manifest['tokenizer_hash'][:12]}, "
         f"packing efficiency {manifest['efficiency']:.3f}"
     )
+    run_meta = instance.get_latest_materialization_event(dg.AssetKey("training_run")).asset_materialization.metadata
+    ckpt_meta = instance.get_latest_materialization_event(dg.AssetKey("checkpoint")).asset_materialization.metadata
+    layout = run_meta["layout"].value
+    print(
+        f"Training: tiny model, pp={layout['pp']} tp={layout['tp']} dp={layout['dp']} on CPU, {run_meta['steps'].value} steps, "
+        f"final loss {run_meta['final_loss'].value:.3f}; checkpoints {', '.join(ckpt_meta['tags'].value)}"
+    )
+    print(f"HF export:        {ckpt_meta['hf_export'].value}  (transformers.LlamaForCausalLM.from_pretrained)")
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.root}/dedup/clusters.parquet, {store.root}/tokenizer/, {store.root}/packed/")
     print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")

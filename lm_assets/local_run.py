@@ -19,6 +19,8 @@ DEMO_RUN_CONFIG = {
         **OFFLINE_RUN_CONFIG["ops"],
         "tokenizer": {"config": {"vocab_size": 4000}},
         "packed_dataset": {"config": {"seq_len": 257, "val_fraction": 0.05}},
+        # The tiny model as a 2-stage pipeline: two CPU processes on gloo, one per core.
+        "training": {"config": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 20}},
     }
 }
 

@@ -275,3 +275,25 @@ def test_packed_dataset_traces_back_to_the_warc_record(materialized):
         ids = sp.encode(text)
         span = ids[piece["doc_token_start"] : piece["doc_token_start"] + piece["length"]]
         assert sequence[piece["seq_offset"] : piece["seq_offset"] + piece["length"]].tolist() == span
+
+
+@pytest.mark.slow
+def test_training_on_the_packed_sample_crawl(materialized):
+    from lm_assets.defs.training import TrainingLauncher, checkpoint_partitions, training
+
+    root, _, runs = materialized
+    instance = runs["instance"]
+    resources = runs["resources"] | {
+        "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
+    }
+    config = {"ops": {"training": {"config": {"steps": 12, "save_every": 6, "pp": 2, "micro_batch_size": 2}}}}
+    result = dg.materialize([training], instance=instance, resources=resources, run_config=config)
+    assert result.success
+    meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("training")}
+    assert meta["training_run"]["steps"].value == 12
+    assert meta["training_run"]["final_loss"].value < 8.0  # ln(3000) = 8.0 at the start
+    assert meta["checkpoint"]["tags"].value == ["step_00000006", "step_00000012"]
+    assert instance.get_dynamic_partitions(checkpoint_partitions.name) == ["main-step_00000006", "main-step_00000012"]
+    hf = Path(meta["checkpoint"]["hf_export"].value)
+    assert {"model.safetensors", "config.json", "tokenizer.model"} <= {p.name for p in hf.iterdir()}
