@@ -16,6 +16,13 @@ from lm_assets.defs.automation import (
 from lm_assets.defs.curated import curated_shard, extracted_shard
 from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.expectations import curated_expectations
+from lm_assets.defs.evaluation import (
+    ceval_score,
+    checkpoint_evaluation_sensor,
+    evaluation_job,
+    mmlu_score,
+    perplexity,
+)
 from lm_assets.defs.raw import raw_shard
 from lm_assets.defs.training import training
 from lm_assets.defs.tokens import (
@@ -40,6 +47,9 @@ defs = dg.Definitions(
         tokenized_shard,
         packed_dataset,
         training,
+        perplexity,
+        mmlu_score,
+        ceval_score,
     ],
     asset_checks=[curated_expectations, tokenized_with_current_tokenizer],
     jobs=[
@@ -50,8 +60,9 @@ defs = dg.Definitions(
         tokenized_shard_job,
         packing_job,
         training_job,
+        evaluation_job,
     ],
-    sensors=[landing_sensor],
+    sensors=[landing_sensor, checkpoint_evaluation_sensor],
     schedules=[nightly_curation_refresh],
     resources=default_resources(),
     # Shard partitions are small: one process per run beats a process per step. Point this at

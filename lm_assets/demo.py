@@ -79,6 +79,15 @@ def main() -> int:
         f"final loss {run_meta['final_loss'].value:.3f}; checkpoints {', '.join(ckpt_meta['tags'].value)}"
     )
     print(f"HF export:        {ckpt_meta['hf_export'].value}  (transformers.LlamaForCausalLM.from_pretrained)")
+    scores = {k: instance.get_latest_materialization_event(dg.AssetKey(k)).asset_materialization.metadata
+              for k in ("perplexity", "mmlu_score", "ceval_score")}
+    print(
+        f"Scores of {instance.get_dynamic_partitions('checkpoints')[-1]}: perplexity {scores['perplexity']['perplexity'].value:.1f} "
+        f"({scores['perplexity']['bits_per_byte'].value:.3f} bits/byte); "
+        f"MMLU acc {scores['mmlu_score']['acc'].value:.3f} on {scores['mmlu_score']['questions'].value} questions "
+        f"(chance band {scores['mmlu_score']['chance_band'].value}); "
+        f"C-Eval sample acc {scores['ceval_score']['acc'].value:.3f} on {scores['ceval_score']['questions'].value}"
+    )
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.root}/dedup/clusters.parquet, {store.root}/tokenizer/, {store.root}/packed/")
     print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")

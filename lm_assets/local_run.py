@@ -12,6 +12,7 @@ import dagster as dg
 from lm_assets.defs.automation import is_shard_file
 from lm_assets.defs.partitions import shard_partitions
 
+DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
 OFFLINE_RUN_CONFIG = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
 # The sample crawl holds about 200 documents: a small vocabulary, short sequences, a larger val split.
 DEMO_RUN_CONFIG = {
@@ -21,6 +22,8 @@ DEMO_RUN_CONFIG = {
         "packed_dataset": {"config": {"seq_len": 257, "val_fraction": 0.05}},
         # The tiny model as a 2-stage pipeline: two CPU processes on gloo, one per core.
         "training": {"config": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 20}},
+        # A few MMLU subjects keep the demo quick; the asset's default is all 57.
+        "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
     }
 }
 
@@ -49,8 +52,11 @@ def run_shard_graph(
         steps += [("packing_job", None, "packed_dataset")]
     if through_training:
         steps += [("training_job", None, "training_run → checkpoint (DeepSpeed, through Pipes)")]
+        steps += [("evaluation_job", LATEST_CHECKPOINT, "perplexity, mmlu_score, ceval_score")]
     results = []
     for job_name, shard, what in steps:
+        if shard is LATEST_CHECKPOINT:
+            shard = instance.get_dynamic_partitions("checkpoints")[-1]
         progress(f"materializing {what}" + (f" for {shard}" if shard else ""))
         config = run_config_for(run_config, job_name)
         result = defs.resolve_job_def(job_name).execute_in_process(
@@ -60,6 +66,9 @@ def run_shard_graph(
         if not result.success:
             break
     return results
+
+
+LATEST_CHECKPOINT = object()
 
 
 def run_config_for(run_config: dict | None, job_name: str) -> dict | None:
@@ -79,6 +88,7 @@ JOB_ASSETS = {
     "tokenized_shard_job": {"tokenized_shard"},
     "packing_job": {"packed_dataset"},
     "training_job": {"training"},
+    "evaluation_job": {"perplexity", "mmlu_score", "ceval_score"},
 }
 
 

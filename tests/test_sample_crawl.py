@@ -297,3 +297,40 @@ def test_training_on_the_packed_sample_crawl(materialized):
     assert instance.get_dynamic_partitions(checkpoint_partitions.name) == ["main-step_00000006", "main-step_00000012"]
     hf = Path(meta["checkpoint"]["hf_export"].value)
     assert {"model.safetensors", "config.json", "tokenizer.model"} <= {p.name for p in hf.iterdir()}
+
+
+@pytest.mark.slow
+def test_benchmark_scores_for_a_checkpoint(materialized):
+    from lm_assets.defs.evaluation import ceval_score, checkpoint_evaluation_sensor, mmlu_score, perplexity
+    from lm_assets.defs.training import TrainingLauncher, training
+
+    root, _, runs = materialized
+    instance = runs["instance"]
+    resources = runs["resources"] | {
+        "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
+        "pipes_subprocess_client": dg.PipesSubprocessClient(),
+    }
+    if "main-step_00000012" not in instance.get_dynamic_partitions("checkpoints"):
+        config = {"ops": {"training": {"config": {"steps": 12, "save_every": 6, "pp": 2, "micro_batch_size": 2}}}}
+        assert dg.materialize([training], instance=instance, resources=resources, run_config=config).success
+    with dg.build_sensor_context(instance=instance) as context:
+        requested = [r.partition_key for r in checkpoint_evaluation_sensor(context).run_requests]
+    assert requested == ["main-step_00000006", "main-step_00000012"]
+
+    subjects = ["abstract_algebra", "world_religions"]
+    config = {"ops": {"mmlu_score": {"config": {"subjects": subjects, "limit": 20}}, "perplexity": {"config": {"max_sequences": 8}}}}
+    result = dg.materialize(
+        [perplexity, mmlu_score, ceval_score], partition_key="main-step_00000006", instance=instance,
+        resources=resources, run_config=config,
+    )
+    assert result.success
+    checks = {(e.asset_key.path[-1], e.check_name): e.passed for e in (
+        ev.event_specific_data for ev in result.all_events if ev.event_type_value == "ASSET_CHECK_EVALUATION")}
+    assert checks and all(checks.values()), checks
+    meta = {m.asset_key.path[-1]: m.metadata for m in result.get_asset_materialization_events() and
+            [e.materialization for e in result.get_asset_materialization_events()]}
+    assert meta["mmlu_score"]["questions"].value == 40
+    assert 0.0 <= meta["mmlu_score"]["acc"].value <= 1.0
+    assert meta["ceval_score"]["questions"].value > 0
+    assert 1.0 < meta["perplexity"]["perplexity"].value < 3000 * 1.5
+    assert (root / "checkpoints" / "main" / "step_00000006" / "hf" / "config.json").exists()  # exported on demand

@@ -95,6 +95,7 @@ def save(trainer, ckpt_dir: str | os.PathLike) -> str:
         _write_json(path / "train_config.json", config_to_dict(trainer.cfg))
         _write_json(path / "ds_config.json", trainer.ds_config)
         _write_json(path / "layout.json", _layout(trainer))
+        _write_json(path / "metrics.json", getattr(trainer, "last_metrics", {}))
     trainer.engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state={"trainer": trainer.trainer_state()})
     return tag
 

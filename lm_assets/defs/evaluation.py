@@ -1,0 +1,216 @@
+"""Benchmark scores per checkpoint: perplexity, MMLU and C-Eval, scored as lm-evaluation-harness scores them.
+
+Each asset is partitioned by the `checkpoints` dynamic partitions (`<run>-<tag>`); a sensor requests
+the evaluation of every checkpoint that has none yet. Scores are numeric metadata, so the UI plots
+their history across checkpoints.
+"""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from lm_assets.defs.reporting import markdown_table
+from lm_assets.defs.resources import StorageResource
+from lm_assets.defs.tokens import TOKENIZER_KEYS
+from lm_assets.defs.training import checkpoint_partitions
+from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu
+from lm_assets.evaluation.checkpoint import load_model
+from lm_assets.evaluation.perplexity import packed_perplexity
+
+DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
+UNTRAINED_LOSS_FRACTION = 0.9
+
+
+def checkpoint_dir(store, partition_key: str) -> tuple[Path, str]:
+    run, tag = partition_key.rsplit("-", 1)
+    return Path(store.local_path(f"checkpoints/{run}")), tag
+
+
+def hf_export(store, partition_key: str) -> Path:
+    """The checkpoint's HF export, made now from the DeepSpeed checkpoint if the run did not make it."""
+    from training import checkpoint
+    from training.export import export_hf
+
+    ckpt_dir, tag = checkpoint_dir(store, partition_key)
+    out = ckpt_dir / tag / "hf"
+    if not (out / "config.json").exists():
+        if not (ckpt_dir / tag / "layout.json").exists():
+            raise dg.Failure(f"checkpoint {partition_key} not found under {ckpt_dir}")
+        state = checkpoint.consolidated_state_dict(ckpt_dir, tag)
+        export_hf(state, checkpoint.model_config(ckpt_dir, tag), out, tokenizer_model_path=store.local_path(TOKENIZER_KEYS["model"]))
+    return out
+
+
+def training_loss(store, partition_key: str) -> float | None:
+    ckpt_dir, tag = checkpoint_dir(store, partition_key)
+    path = ckpt_dir / tag / "metrics.json"
+    return json.loads(path.read_text()).get("loss") if path.exists() else None
+
+
+def score_metadata(result: dict) -> dict:
+    overall = result["overall"]
+    subjects = pl.DataFrame(
+        [{"subject": s, "category": e["category"], "n": e["n"], "acc": round(e["acc"], 4), "acc_norm": round(e["acc_norm"], 4)}
+         for s, e in result["subjects"].items()]
+    )
+    categories = pl.DataFrame(
+        [{"category": c, "n": e["n"], "acc": round(e["acc"], 4), "acc_norm": round(e["acc_norm"], 4)}
+         for c, e in result["categories"].items()]
+    )
+    return {
+        "acc": dg.MetadataValue.float(overall["acc"]),
+        "acc_stderr": dg.MetadataValue.float(overall["acc_stderr"]),
+        "acc_norm": dg.MetadataValue.float(overall["acc_norm"]),
+        "questions": overall["n"],
+        "chance_band": f"{overall['chance_low']:.4f}–{overall['chance_high']:.4f}",
+        "num_fewshot": result["num_fewshot"],
+        "split": result["split"],
+        "truncated_prompts": result["truncated"],
+        "by_category": markdown_table(categories, max_rows=50),
+        "by_subject": markdown_table(subjects, max_rows=100),
+        "seconds": round(result["seconds"], 2),
+    }
+
+
+def score_checks(result: dict, expected: int, loss: float | None, vocab_size: int) -> list[dg.AssetCheckResult]:
+    overall = result["overall"]
+    in_range = all(0.0 <= e[m] <= 1.0 for e in [overall, *result["subjects"].values()] for m in ("acc", "acc_norm"))
+    untrained = loss is not None and loss >= UNTRAINED_LOSS_FRACTION * math.log(vocab_size)
+    suspicious = untrained and overall["acc"] > overall["chance_high"]
+    return [
+        dg.AssetCheckResult(check_name="scores_in_unit_interval", passed=in_range),
+        dg.AssetCheckResult(
+            check_name="all_questions_scored", passed=overall["n"] == expected,
+            metadata={"scored": overall["n"], "expected": expected},
+        ),
+        dg.AssetCheckResult(
+            check_name="chance_while_untrained", passed=not suspicious, severity=dg.AssetCheckSeverity.WARN,
+            metadata={"training_loss": loss if loss is not None else -1.0, "log_vocab": math.log(vocab_size),
+                      "acc": overall["acc"], "chance_high": overall["chance_high"]},
+            description="A model whose training loss is still near log(vocab) should score at chance.",
+        ),
+    ]
+
+
+def benchmark_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec("scores_in_unit_interval", asset=asset, description="Every accuracy lies in [0, 1]."),
+        dg.AssetCheckSpec("all_questions_scored", asset=asset, description="As many questions scored as the data holds."),
+        dg.AssetCheckSpec("chance_while_untrained", asset=asset,
+                          description="Warns when a model still near log(vocab) loss scores above chance."),
+    ]
+
+
+class MmluScoreConfig(dg.Config):
+    mmlu_path: str = os.environ.get("LM_ASSETS_MMLU_PATH", "data/eval/mmlu.zip")
+    split: str = "test"
+    num_fewshot: int = 5
+    subjects: list[str] = []
+    limit: int | None = None
+
+
+class CevalScoreConfig(dg.Config):
+    ceval_path: str = os.environ.get("LM_ASSETS_CEVAL_PATH", DEFAULT_CEVAL_PATH)
+    subject_names: str | None = None
+    split: str = "val"
+    num_fewshot: int = 5
+    subjects: list[str] = []
+
+
+class PerplexityConfig(dg.Config):
+    split: str = "val"
+    max_sequences: int | None = None
+    batch_size: int = 8
+
+
+EVAL_DEPS = ["checkpoint"]
+
+
+@dg.asset(
+    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+    description="Token perplexity and bits per byte of the checkpoint on packed_dataset's val split.",
+)
+def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
+    em = load_model(hf_export(store, context.partition_key))
+    result = packed_perplexity(em, store.local_path("packed"), config.split, batch_size=config.batch_size,
+                               max_sequences=config.max_sequences)  # fmt: skip
+    return dg.MaterializeResult(metadata={
+        "perplexity": dg.MetadataValue.float(result["perplexity"]),
+        "bits_per_byte": dg.MetadataValue.float(result["bits_per_byte"]),
+        "nll_per_token": dg.MetadataValue.float(result["nll_per_token"]),
+        "tokens": result["tokens"], "sequences": result["sequences"], "split": result["split"],
+        "seconds": round(result["seconds"], 2),
+    })
+
+
+@dg.asset(
+    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+    check_specs=benchmark_check_specs("mmlu_score"),
+    description="MMLU accuracy (acc, acc_norm) per subject, per category and overall, 5-shot from dev as "
+    "lm-evaluation-harness's `mmlu` task.",
+)
+def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
+    if not Path(config.mmlu_path).exists():
+        raise dg.Failure(f"MMLU not found at {config.mmlu_path} (set mmlu_path)")
+    em = load_model(hf_export(store, context.partition_key))
+    result = evaluate_mmlu(em, config.mmlu_path, config.split, config.num_fewshot, config.subjects or None, limit=config.limit)
+    expected = expected_questions(config.mmlu_path, "mmlu", config.split, config.subjects, config.limit)
+    return dg.MaterializeResult(
+        metadata=score_metadata(result),
+        check_results=score_checks(result, expected, training_loss(store, context.partition_key), em.cfg.vocab_size),
+    )
+
+
+@dg.asset(
+    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+    check_specs=benchmark_check_specs("ceval_score"),
+    description="C-Eval accuracy on the val split, 5-shot from dev as lm-evaluation-harness's `ceval-valid` task.",
+)
+def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
+    if not Path(config.ceval_path).exists():
+        raise dg.Failure(f"C-Eval not found at {config.ceval_path} (set ceval_path; C-Eval itself cannot be shipped)")
+    em = load_model(hf_export(store, context.partition_key))
+    result = evaluate_ceval(em, config.ceval_path, config.split, config.num_fewshot, config.subjects or None,
+                            config.subject_names)  # fmt: skip
+    expected = expected_questions(config.ceval_path, "ceval", config.split, config.subjects, None)
+    return dg.MaterializeResult(
+        metadata=score_metadata(result),
+        check_results=score_checks(result, expected, training_loss(store, context.partition_key), em.cfg.vocab_size),
+    )
+
+
+def expected_questions(path: str, benchmark: str, split: str, subjects: list[str], limit: int | None) -> int:
+    """How many questions the data holds for this selection, counted from the files themselves."""
+    from lm_assets.corpus.decontam import load_ceval, load_mmlu
+
+    frame = (load_mmlu if benchmark == "mmlu" else load_ceval)(path).filter(pl.col("split") == split)
+    if subjects:
+        frame = frame.filter(pl.col("subject").is_in(subjects))
+    counts = frame.group_by("subject").len()["len"]
+    return int(counts.clip(upper_bound=limit).sum() if limit is not None else counts.sum())
+
+
+evaluation_job = dg.define_asset_job(
+    "evaluation_job",
+    selection=dg.AssetSelection.assets(perplexity, mmlu_score, ceval_score),
+    partitions_def=checkpoint_partitions,
+    description="Perplexity, MMLU and C-Eval for one checkpoint.",
+)
+
+
+@dg.sensor(job=evaluation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+def checkpoint_evaluation_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    """Requests the evaluation of every checkpoint partition that some benchmark has not scored yet."""
+    checkpoints = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
+    done = [context.instance.get_materialized_partitions(a.key) for a in (perplexity, mmlu_score, ceval_score)]
+    todo = [k for k in checkpoints if not all(k in d for d in done)]
+    if not todo:
+        return dg.SensorResult(skip_reason=f"all {len(checkpoints)} checkpoints evaluated")
+    return dg.SensorResult(run_requests=[dg.RunRequest(partition_key=k, run_key=f"evaluate:{k}") for k in todo])

@@ -1,0 +1,46 @@
+"""Evaluation of trained checkpoints: MMLU and C-Eval scored as lm-evaluation-harness scores them,
+perplexity and bits per byte on the packed validation split. No Dagster imports (assets call this).
+
+    em = load_model("storage/checkpoints/main/step_00000040/hf")      # our Transformer + SentencePiece
+    mmlu = evaluate_mmlu(em, "data/eval/mmlu.zip")                       # 5-shot, test split
+    ceval = evaluate_ceval(em, "data/eval/ceval-sample")                 # 5-shot, val split
+    ppl = packed_perplexity(em, "storage/packed", "val")
+    low, high = chance_interval(mmlu["overall"]["n"])
+
+Modules: `checkpoint` (loading), `prompts` (the lm-eval prompt formats), `scoring` (log-likelihoods,
+batching), `benchmarks` (end-to-end runs and aggregation), `perplexity`, `stats`, `subjects`.
+"""
+
+from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu, evaluate_questions, summarize
+from lm_assets.evaluation.checkpoint import EvalModel, build_model, load_model, model_config_from_hf
+from lm_assets.evaluation.perplexity import packed_perplexity, token_byte_lengths
+from lm_assets.evaluation.prompts import MCQuestion, ceval_questions, mmlu_questions
+from lm_assets.evaluation.scoring import encode_pair, loglikelihood, loglikelihood_tokens, score_questions
+from lm_assets.evaluation.stats import chance_interval, mean_stderr, pooled_sample_stderr
+from lm_assets.evaluation.subjects import CEVAL_SUBJECTS_ZH, MMLU_CATEGORIES, ceval_subject_names
+
+__all__ = [
+    "CEVAL_SUBJECTS_ZH",
+    "MMLU_CATEGORIES",
+    "EvalModel",
+    "MCQuestion",
+    "build_model",
+    "ceval_questions",
+    "ceval_subject_names",
+    "chance_interval",
+    "encode_pair",
+    "evaluate_ceval",
+    "evaluate_mmlu",
+    "evaluate_questions",
+    "load_model",
+    "loglikelihood",
+    "loglikelihood_tokens",
+    "mean_stderr",
+    "mmlu_questions",
+    "model_config_from_hf",
+    "packed_perplexity",
+    "pooled_sample_stderr",
+    "score_questions",
+    "summarize",
+    "token_byte_lengths",
+]
