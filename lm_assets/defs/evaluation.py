@@ -20,6 +20,7 @@ from lm_assets.defs.training import checkpoint_partitions
 from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu
 from lm_assets.evaluation.checkpoint import load_model
 from lm_assets.evaluation.perplexity import packed_perplexity
+from lm_assets.evaluation.stats import question_blind_chance
 
 DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
 UNTRAINED_LOSS_FRACTION = 0.9
@@ -49,6 +50,16 @@ def training_loss(store, partition_key: str) -> float | None:
     ckpt_dir, tag = checkpoint_dir(store, partition_key)
     path = ckpt_dir / tag / "metrics.json"
     return json.loads(path.read_text()).get("loss") if path.exists() else None
+
+
+def with_blind_chance(result: dict) -> dict:
+    """Replace the per-question details by the chance band of a question-blind model with this one's
+    letter preferences (see `question_blind_chance`), which is what 'at chance' means for a model
+    that has not learned yet."""
+    questions = result.pop("questions")
+    p, low, high = question_blind_chance(questions)
+    result["overall"] |= {"blind_chance": p, "chance_low": low, "chance_high": high}
+    return result
 
 
 def score_metadata(result: dict) -> dict:
@@ -159,7 +170,9 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
     if not Path(config.mmlu_path).exists():
         raise dg.Failure(f"MMLU not found at {config.mmlu_path} (set mmlu_path)")
     em = load_model(hf_export(store, context.partition_key))
-    result = evaluate_mmlu(em, config.mmlu_path, config.split, config.num_fewshot, config.subjects or None, limit=config.limit)
+    result = with_blind_chance(evaluate_mmlu(
+        em, config.mmlu_path, config.split, config.num_fewshot, config.subjects or None, limit=config.limit, details=True
+    ))
     expected = expected_questions(config.mmlu_path, "mmlu", config.split, config.subjects, config.limit)
     return dg.MaterializeResult(
         metadata=score_metadata(result),
@@ -177,8 +190,9 @@ def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, sto
     if not Path(config.ceval_path).exists():
         raise dg.Failure(f"C-Eval not found at {config.ceval_path} (set ceval_path; C-Eval itself cannot be shipped)")
     em = load_model(hf_export(store, context.partition_key))
-    result = evaluate_ceval(em, config.ceval_path, config.split, config.num_fewshot, config.subjects or None,
-                            config.subject_names)  # fmt: skip
+    result = with_blind_chance(evaluate_ceval(
+        em, config.ceval_path, config.split, config.num_fewshot, config.subjects or None, config.subject_names, details=True
+    ))
     expected = expected_questions(config.ceval_path, "ceval", config.split, config.subjects, None)
     return dg.MaterializeResult(
         metadata=score_metadata(result),

@@ -1,0 +1,68 @@
+"""The benchmark checks: range, count, and the warning for an untrained model above chance."""
+
+import math
+
+import dagster as dg
+
+from lm_assets.defs.evaluation import expected_questions, score_checks
+from lm_assets.evaluation.stats import question_blind_chance
+
+
+def result(acc: float, n: int = 400) -> dict:
+    low, high = 0.25 - 3 * math.sqrt(0.25 * 0.75 / n), 0.25 + 3 * math.sqrt(0.25 * 0.75 / n)
+    overall = {"n": n, "acc": acc, "acc_norm": acc, "chance_low": low, "chance_high": high}
+    return {"overall": overall, "subjects": {"s": {"acc": acc, "acc_norm": acc}}}
+
+
+def by_name(checks: list[dg.AssetCheckResult]) -> dict:
+    return {c.check_name: c.passed for c in checks}
+
+
+def test_checks_pass_for_a_plausible_score():
+    assert by_name(score_checks(result(0.27), expected=400, loss=3.0, vocab_size=32000)) == {
+        "scores_in_unit_interval": True, "all_questions_scored": True, "chance_while_untrained": True,
+    }
+
+
+def test_out_of_range_and_missing_questions_fail():
+    checks = by_name(score_checks(result(1.2), expected=401, loss=3.0, vocab_size=32000))
+    assert checks["scores_in_unit_interval"] is False and checks["all_questions_scored"] is False
+
+
+def test_untrained_model_above_chance_warns():
+    near_log_vocab = math.log(32000) - 0.1
+    checks = score_checks(result(0.40), expected=400, loss=near_log_vocab, vocab_size=32000)
+    warning = next(c for c in checks if c.check_name == "chance_while_untrained")
+    assert warning.passed is False and warning.severity == dg.AssetCheckSeverity.WARN
+    trained = by_name(score_checks(result(0.40), expected=400, loss=2.0, vocab_size=32000))
+    assert trained["chance_while_untrained"] is True
+
+
+def test_expected_questions_counts_the_files():
+    assert expected_questions("data/eval/mmlu.zip", "mmlu", "test", [], None) == 14042
+    assert expected_questions("data/eval/mmlu.zip", "mmlu", "test", ["abstract_algebra"], None) == 100
+    assert expected_questions("data/eval/mmlu.zip", "mmlu", "test", ["abstract_algebra", "world_religions"], 20) == 40
+
+
+def test_a_random_model_scores_at_chance_on_the_full_mmlu_test_set(tmp_path):
+    import pytest  # noqa: F401
+    import torch
+
+    from lm_assets.corpus.decontam import load_mmlu
+    from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+    from lm_assets.evaluation import evaluate_mmlu
+    from lm_assets.evaluation.checkpoint import EvalModel
+    from training.config import from_preset
+    from training.model import Transformer
+
+    torch.set_num_threads(1)
+    mmlu = load_mmlu("data/eval/mmlu.zip")
+    dev = mmlu.filter(mmlu["split"] == "dev")["question"].to_list()
+    trained = train_tokenizer(dev, TokenizerConfig(vocab_size=1000, num_threads=1), tmp_path)
+    model = Transformer(from_preset("tiny", trained.vocab_size, max_seq_len=64), seed=0).eval()
+    result = evaluate_mmlu(EvalModel(model=model, tokenizer=trained.processor()), mmlu, split="test", details=True)
+    overall = result["overall"]
+    assert overall["n"] == 14042
+    expected, low, high = question_blind_chance(result["questions"])
+    assert low <= overall["acc"] <= high, (overall["acc"], expected, low, high)
+    assert abs(expected - 0.25) < 0.03
