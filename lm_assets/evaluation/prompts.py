@@ -132,7 +132,10 @@ def _questions(
         docs = rows.filter(pl.col("split") == split).to_dicts()
         if not docs:
             continue
-        pool = rows.filter(pl.col("split") == "dev").to_dicts()[:num_fewshot] if num_fewshot else []
+        # As lm-eval's sampler: when the scored split is the shot split itself, draw one extra shot and
+        # leave out the question being asked; otherwise the first n shots as they are.
+        same_split = split == "dev"
+        pool = rows.filter(pl.col("split") == "dev").to_dicts()[: num_fewshot + same_split] if num_fewshot else []
         if len(pool) < num_fewshot:
             raise ValueError(f"{subject}: {num_fewshot}-shot needs {num_fewshot} dev questions, found {len(pool)}")
         for k, shot in enumerate(pool):
@@ -148,7 +151,7 @@ def _questions(
             shots = [
                 (doc_to_text(s["question"], [s[c] for c in CHOICES]), s["answer"].strip())
                 for s, k in zip(pool, shot_keys)
-                if k != key
+                if not (same_split and k == key)
             ][:num_fewshot]
             context = fewshot_context(description, shots, doc_to_text(doc["question"], [doc[c] for c in CHOICES]))
             out.append(
