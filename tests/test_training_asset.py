@@ -97,8 +97,7 @@ def test_a_failing_rank_fails_the_asset_with_its_error(packed_storage):
     bad = {"ops": {"training": {"config": {"steps": 2, "pp": 2, "zero_stage": 2}}}}
     result = dg.materialize([training], instance=instance, resources=resources, run_config=bad, raise_on_error=False)
     assert not result.success
-    closed = next(
-        e.dagster_event.engine_event_data for e in instance.all_logs(result.run_id)
-        if e.user_message == "[pipes] external process pipes closed with exception"
-    )
-    assert "ZeRO stage 2 with pipeline parallelism (pp=2) is refused" in closed.error.message
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.to_string()
+    assert "training failed on rank_00000: ValueError: ZeRO stage 2 with pipeline parallelism (pp=2) is refused" in message
+

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
         sys.stdout.flush()
         sys.stderr.write(f"[rank {rank}] training failed: {type(err).__name__}: {err}\n")
         traceback.print_exc(file=sys.stderr)
+        _record_error(rank, err)
         sys.stderr.flush()
         os._exit(1)
     _exit_cleanly()
@@ -102,6 +103,16 @@ def finish(trainer, resumed_from: int) -> dict:
     export_hf(state, checkpoint.model_config(ckpt_dir, tag), out, tokenizer_model_path=trainer.cfg.tokenizer_model or None)
     tags = sorted(p.name for p in Path(ckpt_dir).iterdir() if (p / "layout.json").exists())
     return summary | {"checkpoint_dir": ckpt_dir, "tag": tag, "tags": tags, "hf_export": out}
+
+
+def _record_error(rank: str, err: BaseException) -> None:
+    """Leave the error where the launcher looks (`$LM_ASSETS_ERROR_DIR/rank_N.txt`): a rank killed by
+    the launcher after another rank failed cannot report through pipes."""
+    folder = os.environ.get("LM_ASSETS_ERROR_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"rank_{int(rank):05d}.txt"), "w") as f:
+            f.write(f"{type(err).__name__}: {err}\n\n{traceback.format_exc()}")
 
 
 def _quiet_deepspeed() -> None:

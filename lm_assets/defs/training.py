@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.errors import DagsterPipesExecutionError
 
 from dagster_aws.s3 import S3Resource
 
@@ -112,6 +113,13 @@ class TrainingLauncher(dg.ConfigurableResource):
         return env
 
 
+def rank_errors(folder: Path) -> str:
+    """What the failing ranks wrote, first line of each, for the run's failure message."""
+    files = sorted(folder.glob("rank_*.txt")) if folder.exists() else []
+    lines = [f"{f.stem}: {f.read_text().splitlines()[0]}" for f in files]
+    return ("training failed on " + "; ".join(lines)) if lines else ""
+
+
 def local_paths(store, run_name: str) -> dict[str, str]:
     if store.is_s3:
         raise dg.Failure("local training reads packed data from a local storage root; use the kubernetes backend with S3")
@@ -164,9 +172,15 @@ def training(
     else:
         command = training_launcher.local_command(str(config_path), config.world_size, config.overrides)
         context.log.info("launching: " + " ".join(command))
-        results = pipes_subprocess_client.run(
-            command=command, context=context, env=training_launcher.env(), cwd=str(Path(__file__).resolve().parents[2])
-        ).get_results()
+        errors = run_dir / "errors"
+        shutil.rmtree(errors, ignore_errors=True)
+        env = training_launcher.env() | {"LM_ASSETS_ERROR_DIR": str(errors)}
+        try:
+            results = pipes_subprocess_client.run(
+                command=command, context=context, env=env, cwd=str(Path(__file__).resolve().parents[2])
+            ).get_results()
+        except DagsterPipesExecutionError as exc:
+            raise dg.Failure(description=rank_errors(errors) or str(exc)) from exc
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [f"{config.run_name}-{tag}" for tag in tags]
     new = [k for k in keys if k not in set(context.instance.get_dynamic_partitions(checkpoint_partitions.name))]
