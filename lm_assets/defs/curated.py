@@ -29,6 +29,7 @@ from lm_assets.defs.reporting import (
     non_empty_result,
     preview,
     schema_result,
+    shard_conservation_spec,
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
@@ -189,10 +190,7 @@ def shard_account(store, shard: str, curated_kept: int, curated_dropped: int) ->
     check_specs=standard_check_specs(
         "curated_shard",
         [
-            dg.AssetCheckSpec(
-                "shard_conservation", asset="curated_shard", blocking=True,
-                description="Records read = kept + Σ dropped over all stages + quarantined.",
-            ),
+            shard_conservation_spec("curated_shard"),
             dg.AssetCheckSpec(
                 "pii_residue", asset="curated_shard", blocking=True,
                 description="A regex scan of the output finds none of the redacted PII types.",

@@ -30,6 +30,7 @@ from lm_assets.defs.reporting import (
     markdown_table,
     non_empty_result,
     schema_result,
+    shard_conservation_spec,
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
@@ -305,10 +306,7 @@ def cluster_checks(clusters: pl.DataFrame, sketches: pl.DataFrame | None) -> lis
     check_specs=standard_check_specs(
         "deduplicated_shard",
         [
-            dg.AssetCheckSpec(
-                "shard_conservation", asset="deduplicated_shard", blocking=True,
-                description="Records read = kept + Σ dropped over all stages + quarantined.",
-            )
+            shard_conservation_spec("deduplicated_shard")
         ],
     ),
     description="The shard's curated documents that their cluster keeps; removed ones are in the dropped table "

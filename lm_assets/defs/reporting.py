@@ -81,3 +81,11 @@ def standard_check_specs(asset_key: str, extra: list[dg.AssetCheckSpec] = ()) ->
         ),
         *extra,
     ]
+
+
+def shard_conservation_spec(asset_key: str) -> dg.AssetCheckSpec:
+    """The whole-shard account, checked at every per-shard stage after curation."""
+    return dg.AssetCheckSpec(
+        "shard_conservation", asset=asset_key, blocking=True,
+        description="Records read = kept + Σ dropped over all stages + quarantined.",
+    )

@@ -31,6 +31,7 @@ from lm_assets.defs.reporting import (
     markdown_table,
     non_empty_result,
     schema_result,
+    shard_conservation_spec,
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
@@ -76,8 +77,7 @@ def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], wor
     automation_condition=dg.AutomationCondition.eager(),
     check_specs=standard_check_specs(
         "decontaminated_shard",
-        [dg.AssetCheckSpec("shard_conservation", asset="decontaminated_shard", blocking=True,
-                           description="Records read = kept + Σ dropped over all stages + quarantined.")],
+        [shard_conservation_spec("decontaminated_shard")],
     ),
     description="Deduplicated documents minus those sharing 13-word (20-character for Chinese) n-grams with "
     "MMLU's questions or the configured C-Eval files.",
