@@ -203,18 +203,23 @@ def dedup_clusters(
     mode, shards = plan(index, available, fingerprint, config.full_rebuild)
     cfg = dedup.dedup_config()
     started = time.perf_counter()
+    sketched = read_shards(store, sorted(available), "sketches") if available else None
     if mode.startswith("full"):
-        result = deduplicate_sketches(read_shards(store, shards, "sketches"), read_shards(store, shards, "bands"), cfg, dedup.band_parts) if shards else None
-        clusters = result.clusters if result else pl.DataFrame(schema=CLUSTER_SCHEMA)
+        if shards:
+            result = deduplicate_sketches(sketched, read_shards(store, shards, "bands"), cfg, dedup.band_parts)
+            clusters = result.clusters
+        else:
+            clusters = pl.DataFrame(schema=CLUSTER_SCHEMA)
     elif shards:
         earlier = sorted(index["shards"])
+        is_new = pl.col("source").is_in(shards)
         state = DedupState(
-            sketches=read_shards(store, earlier, "sketches"),
+            sketches=sketched.filter(~is_new),
             bands=read_shards(store, earlier, "bands"),
             clusters=store.read_parquet(CLUSTERS_KEY),
         )
         result = deduplicate_incremental(
-            read_shards(store, shards, "sketches"), read_shards(store, shards, "bands"), state, cfg, dedup.band_parts
+            sketched.filter(is_new), read_shards(store, shards, "bands"), state, cfg, dedup.band_parts
         )
         clusters = merge_clusters(state.clusters, result.clusters)
     else:
@@ -223,7 +228,7 @@ def dedup_clusters(
     store.write_parquet(CLUSTERS_KEY, clusters)
     store.write_bytes(INDEX_KEY, json.dumps({"fingerprint": fingerprint, "shards": available}, indent=1).encode())
 
-    sketches = read_shards(store, sorted(available), "sketches").select("doc_id", "content_hash", "source", "url") if available else None
+    sketches = sketched.select("doc_id", "content_hash", "source", "url") if sketched is not None else None
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(store.uri(CLUSTERS_KEY)),
