@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python bench/eval_agreement.py [--hf-dir DIR] [--subjects a,b,c | all] [--limit N]
-                                             [--batch-size 32] [--ours auto|lm_assets|reference]
+                                             [--batch-size 32] [--ours lm_assets|auto|reference]
 
 Both sides score the same questions from `data/eval/mmlu.zip` with the same model and tokenizer:
 
@@ -542,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=None, help="at most N test questions per subject")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--num-fewshot", type=int, default=NUM_FEWSHOT, help="shots from dev (the task files say 5)")
-    p.add_argument("--ours", choices=["auto", "lm_assets", "reference"], default="auto")
+    p.add_argument("--ours", choices=["auto", "lm_assets", "reference"], default="lm_assets")
     p.add_argument("--perturb", type=float, default=None, metavar="SCALE",
                    help="score a seeded noisy copy of the export instead (noise std = SCALE x each matrix's std)")
     p.add_argument("--write-tasks", action="store_true", help="only (re)write bench/lm_eval_tasks/ and exit")
