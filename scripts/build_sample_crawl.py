@@ -16,8 +16,8 @@ Output (in --out, default data/sample-crawl):
       application/json), one HTTP 404 and one HTTP 301 response.  The pages
       include normal articles, boilerplate-heavy pages, low-quality pages,
       exact and near duplicates spread across shards, pages with PII (plus
-      near-miss negatives), toxic pages, one GBK-encoded page and one page
-      with invalid UTF-8.  The last record of the last shard is a gzip member
+      near-miss negatives), toxic pages, one GBK-encoded page declared as
+      UTF-8 and one page with invalid UTF-8.  The last record of the last shard is a gzip member
       cut short: the one corrupt record of the crawl.
   expected.json
       Ground truth for tests: record counts per shard and kind, and the URLs
@@ -1692,9 +1692,10 @@ class Planner:
         article = self.take_original("gbk-huaji")
         article.text.encode("gbk")  # the article itself must be representable in GBK
         site, path = home_for(article, self.rng)
+        # GBK bytes that the server and the page both declare as UTF-8, as misconfigured sites do.
         page = template_page(site, path, article.title, article.blocks, "zh", self.rng,
-                             ["normal", "gbk"], article.key, charset="gbk")
-        page.content_type = "text/html; charset=gbk"
+                             ["normal", "gbk"], article.key, charset="utf-8")
+        page.content_type = "text/html; charset=utf-8"
         self.add(page)
 
         article = self.take("python")
@@ -2153,7 +2154,7 @@ def build_expected(pages, logs, exact_groups, near_groups, out: Path, worst_unre
                 if "toxic" in page.categories:
                     categories["toxic"].append({"url": url, "lang": page.lang, **page.info["toxic"]})
                 if "gbk" in page.categories:
-                    categories["encodings"]["gbk"].append({"url": url, "charset": "gbk"})
+                    categories["encodings"]["gbk"].append({"url": url, "charset": "gbk", "declared_charset": "utf-8"})
                 if "invalid_utf8" in page.categories:
                     categories["encodings"]["invalid_utf8"].append(
                         {"url": url, "declared_charset": "utf-8",
@@ -2392,6 +2393,8 @@ def check(out: Path) -> list[str]:
                         continue
                     digests[url] = hashlib.sha1(body).hexdigest()
                     charset = (record.http_headers.get_header("Content-Type").split("charset=")[-1]).strip()
+                    if url in shard["gbk"]:
+                        charset = "gbk"  # declared as UTF-8 on purpose
                     try:
                         text = body.decode(charset)
                         if url in shard["invalid_utf8"]:

@@ -52,7 +52,7 @@ def write_shard(path: Path) -> Path:
         .response("https://en.example/harbour", page("Harbour", f"<p>{EN}</p><p>You can write to the keeper at keeper@harbour.example to book a guided tour of the tower.</p>"))
         .response("https://zh.example/qiao", page("石桥", f"<p>{ZH}</p><p>如需预约参观，请拨打管理处的电话13812345678进行登记。</p>", lang="zh"))
         .response("https://en.example/missing", "gone", status="404 Not Found")
-        .response("https://en.example/bad", b"<p>\xff\xfe</p>")
+        .response("https://en.example/bad", "<p>café, naïve, déjà vu: UTF-8 with a damaged byte ".encode() + b"\xff</p>")
         .write(path)
     )
 

@@ -23,7 +23,7 @@ def test_warc_sorts_records_into_documents_dropped_and_quarantine(tmp_path):
         .response("https://a.example/missing", "gone", status="404 Not Found")
         .response("https://a.example/logo.png", b"\x89PNG\r\n\x1a\n", content_type="image/png")
         .response("https://a.example/gbk", "<p>中文网页内容</p>".encode("gbk"), content_type="text/html; charset=gbk")
-        .response("https://a.example/bad", b"<p>bad \xff\xfe bytes</p>")
+        .response("https://a.example/bad", b"<p>binary \x00\x01\x02\x03 bytes</p>" * 20)
         .write(tmp_path / "s.warc.gz")
     )
     shard = read_shard(path)
@@ -36,6 +36,37 @@ def test_warc_sorts_records_into_documents_dropped_and_quarantine(tmp_path):
     assert reasons(shard.quarantine) == ["undecodable"]
     assert shard.quarantine["url"][0] == "https://a.example/bad"
     assert shard.documents["doc_id"][0] == make_doc_id("s.warc.gz", 2)
+
+
+def test_gbk_page_declared_as_utf8_is_decoded_with_the_detected_charset(tmp_path):
+    text = "安裝 manpages 和 manpages-dev 包之後，就可以用 man 命令閱讀手冊頁。Debian 是自由的作業系統。"
+    path = (
+        WarcBuilder()
+        .response("https://a.example/gbk", f"<html><body><p>{text}</p></body></html>".encode("gbk"))
+        .response("https://a.example/utf8", page("One", ARTICLE))
+        .response("https://a.example/latin", "<p>Café crème brûlée, à la carte.</p>".encode("cp1252"))
+        .write(tmp_path / "s.warc.gz")
+    )
+    shard = read_shard(path)
+    assert shard.quarantine.height == 0
+    docs = {row["url"]: row for row in shard.documents.iter_rows(named=True)}
+    assert text in docs["https://a.example/gbk"]["html"]
+    assert docs["https://a.example/gbk"]["charset"] == "gb18030"
+    assert docs["https://a.example/gbk"]["charset_detected"] is True
+    assert docs["https://a.example/utf8"]["charset"] == "utf-8"
+    assert docs["https://a.example/utf8"]["charset_detected"] is False
+    assert "Café crème brûlée" in docs["https://a.example/latin"]["html"]
+
+
+def test_binary_body_declared_as_html_is_quarantined_not_guessed(tmp_path):
+    import random
+
+    noise = bytes(random.Random(0).randrange(256) for _ in range(4000))
+    path = WarcBuilder().response("https://a.example/noise", noise).write(tmp_path / "s.warc.gz")
+    shard = read_shard(path)
+    assert shard.documents.height == 0
+    assert reasons(shard.quarantine) == ["undecodable"]
+    assert "utf-8" in shard.quarantine["detail"][0]
 
 
 def test_doc_ids_are_stable_and_unique(tmp_path):

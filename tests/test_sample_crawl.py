@@ -117,13 +117,16 @@ def test_raw_counts_match_the_crawl(materialized, shard):
         assert corrupt["byte_offset"].to_list() == [expected["corrupt"]["offset"]]
 
 
-def test_gbk_page_is_decoded(materialized):
+def test_gbk_page_declared_as_utf8_is_decoded(materialized):
     root, _, _ = materialized
     extracted = table(root, "extracted", "documents")
     (gbk,) = EXPECTED["categories"]["encodings"]["gbk"]
-    gbk_url = gbk["url"]
-    text = extracted.filter(pl.col("url") == gbk_url)["text"][0]
-    assert sum("\u4e00" <= ch <= "\u9fff" for ch in text) > 100
+    assert gbk["declared_charset"] == "utf-8"
+    row = extracted.filter(pl.col("url") == gbk["url"]).row(0, named=True)
+    assert sum("\u4e00" <= ch <= "\u9fff" for ch in row["text"]) > 100
+    assert (row["charset"], row["charset_detected"]) == ("gb18030", True)
+    detected = table(root, "raw", "documents").filter(pl.col("charset_detected"))
+    assert detected["url"].to_list() == [gbk["url"]]
 
 
 def test_curation_outcomes(materialized):

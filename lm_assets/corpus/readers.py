@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import io
 import json
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ DOCUMENT_SCHEMA = {
     "record_index": pl.Int64,
     "fetched_at": pl.String,
     "content_type": pl.String,
+    "charset": pl.String,
+    "charset_detected": pl.Boolean,
     "html": pl.String,
     "text": pl.String,
 }
@@ -66,7 +69,7 @@ class ShardRead:
     def doc_id(self, index: int) -> str:
         return make_doc_id(self.source, index)
 
-    def keep(self, index, url, fetched_at, content_type, html=None, text=None):
+    def keep(self, index, url, fetched_at, content_type, html=None, text=None, charset=None, detected=False):
         self.documents.append(
             {
                 "doc_id": self.doc_id(index),
@@ -75,6 +78,8 @@ class ShardRead:
                 "record_index": index,
                 "fetched_at": fetched_at,
                 "content_type": content_type,
+                "charset": charset,
+                "charset_detected": detected,
                 "html": html,
                 "text": text,
             }
@@ -271,17 +276,14 @@ def _keep_payload(read, index, url, fetched_at, content_type, payload, offset, c
         read.drop(index, f"content_type:{mime or 'missing'}")
         return
     try:
-        body = decode_payload(payload, charset, is_html=mime in HTML_TYPES, default=config.default_charset)
-    except UnicodeDecodeError as exc:
-        read.quarantine_record(index, "undecodable", f"{exc.encoding}: {exc.reason} at byte {exc.start}", offset, url)
-        return
-    except LookupError as exc:
-        read.quarantine_record(index, "undecodable", f"unknown charset: {exc}", offset, url)
+        decoded = decode_payload(payload, charset, is_html=mime in HTML_TYPES, default=config.default_charset)
+    except UndecodableError as exc:
+        read.quarantine_record(index, "undecodable", str(exc), offset, url)
         return
     if mime in HTML_TYPES:
-        read.keep(index, url, fetched_at, mime, html=body)
+        read.keep(index, url, fetched_at, mime, html=decoded.text, charset=decoded.charset, detected=decoded.detected)
     else:
-        read.keep(index, url, fetched_at, mime, text=body)
+        read.keep(index, url, fetched_at, mime, text=decoded.text, charset=decoded.charset, detected=decoded.detected)
 
 
 def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
@@ -332,14 +334,76 @@ def parse_content_type(value: str) -> tuple[str, str | None]:
     return mime.lower(), charset
 
 
-def decode_payload(payload: bytes, charset: str | None, is_html: bool, default: str = "utf-8") -> str:
-    """Decode strictly with the declared charset, else a `<meta charset>`, else `default`.
+class UndecodableError(ValueError):
+    """Bytes that decode as text neither with their declared charset nor with the detected one."""
 
-    Bytes that do not decode raise UnicodeDecodeError: we quarantine them rather than guess.
+
+@dataclass(frozen=True)
+class Decoded:
+    text: str
+    charset: str
+    # True when the declared charset failed and the bytes' own encoding was detected instead.
+    detected: bool
+
+
+# C0 and C1 controls other than tab, newline, carriage return and form feed: text has almost none.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
+MAX_CONTROL_SHARE = 0.001
+
+
+def decode_payload(payload: bytes, charset: str | None, is_html: bool, default: str = "utf-8") -> Decoded:
+    """Decode strictly with the declared charset (HTTP header, else `<meta charset>`, else `default`).
+
+    When that fails (a GBK page declared as UTF-8, an unknown label), the encoding is detected from the
+    bytes (resiliparse's uchardet) and used if it decodes them strictly into plausible text: no NUL and
+    at most `MAX_CONTROL_SHARE` control characters, so binary data is never taken for text. UTF-8 with
+    a few damaged bytes (more valid multi-byte characters than invalid sequences) is not re-read in
+    another charset, which would garble every valid character.
+    Raises UndecodableError when neither works; the caller quarantines the record.
     """
     if charset is None and is_html:
         charset = _meta_charset(payload[:4096])
-    return payload.decode(_normalize_charset(charset or default), errors="strict")
+    declared = _normalize_charset(charset or default)
+    try:
+        return Decoded(_as_text(payload, declared), declared, False)
+    except (UnicodeDecodeError, LookupError, UndecodableError) as exc:
+        failure = _describe(exc, declared)
+    if declared == "utf-8" and _mostly_utf8(payload):
+        raise UndecodableError(f"{failure}; the rest is UTF-8, so this is damaged UTF-8, not another charset")
+    from resiliparse.parse.encoding import detect_encoding
+
+    detected = detect_encoding(payload, html5_compatible=True)
+    detected = _normalize_charset(detected.lower()) if detected else None
+    if detected and detected != declared:
+        try:
+            return Decoded(_as_text(payload, detected), detected, True)
+        except (UnicodeDecodeError, LookupError, UndecodableError) as exc:
+            failure += f"; detected {_describe(exc, detected)}"
+    raise UndecodableError(failure)
+
+
+def _mostly_utf8(payload: bytes) -> bool:
+    """More valid multi-byte UTF-8 characters than invalid sequences: UTF-8 with some bytes damaged."""
+    text = payload.decode("utf-8", errors="replace")
+    invalid = text.count("\ufffd")
+    valid = sum(1 for char in text if char > "\x7f") - invalid
+    return valid > invalid
+
+
+def _as_text(payload: bytes, charset: str) -> str:
+    text = payload.decode(charset, errors="strict")
+    controls = len(text) if "\x00" in text else len(_CONTROL.findall(text))
+    if controls > MAX_CONTROL_SHARE * max(len(text), 1000):
+        raise UndecodableError(f"{charset}: {controls} control characters, binary rather than text")
+    return text
+
+
+def _describe(exc: Exception, charset: str) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"{charset}: {exc.reason} at byte {exc.start}"
+    if isinstance(exc, LookupError):
+        return f"unknown charset {charset!r}"
+    return str(exc)
 
 
 def _meta_charset(head: bytes) -> str | None:
