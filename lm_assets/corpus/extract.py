@@ -1,27 +1,48 @@
-"""Main-content extraction from HTML with resiliparse, plus Unicode and control-character cleanup."""
+"""Text out of HTML (main content by default, see `main_content.py`), plus Unicode and control-character cleanup."""
 
 from __future__ import annotations
 
+import html as html_lib
 import re
 import unicodedata
 from dataclasses import dataclass
 
 import polars as pl
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import HTMLTree
 
+from lm_assets.corpus.main_content import extract_main_text
 from lm_assets.corpus.stage import StageResult, split_by_reason
 
 # C0 and C1 controls except tab and newline, plus DEL. NUL and friends turn into NaN losses downstream.
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 BLANK_LINES = re.compile(r"\n{3,}")
+TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.I | re.S)
 LANG_ATTR = re.compile(r"<html[^>]*?\blang\s*=\s*[\"']?([A-Za-z]{2,3}(?:[-_][A-Za-z0-9]+)*)", re.I)
+
+
+EXTRACTORS = ("main_content", "resiliparse", "all_text")
 
 
 @dataclass
 class ExtractConfig:
-    main_content: bool = True
+    """`extractor` picks how HTML becomes text:
+
+    - `main_content` (the default): page chrome removed as whole elements, the content root chosen as
+      Readability chooses it, link blocks dropped, the rest laid out with its paragraphs, headings,
+      lists and code blocks (`main_content.py`);
+    - `resiliparse`: resiliparse's own `main_content=True` heuristics, flat text;
+    - `all_text`: every visible text of the page, with its layout.
+    """
+
+    extractor: str = "main_content"
     unicode_form: str = "NFC"
     keep_alt_texts: bool = False
     min_chars: int = 1
+
+    def __post_init__(self):
+        if self.extractor not in EXTRACTORS:
+            raise ValueError(f"unknown extractor {self.extractor!r}; choose from {EXTRACTORS}")
 
 
 def clean_text(text: str, form: str = "NFC") -> tuple[str, int]:
@@ -39,17 +60,37 @@ def clean_text(text: str, form: str = "NFC") -> tuple[str, int]:
 
 def extract_html(html: str, config: ExtractConfig) -> tuple[str, str | None, str | None]:
     """Main text, title and `<html lang>` hint of one page."""
-    from resiliparse.extract.html2text import extract_plain_text
-    from resiliparse.parse.html import HTMLTree
+    if config.extractor == "main_content":
+        text = extract_main_text(html)
+    else:
+        text = extract_plain_text(
+            HTMLTree.parse(html),
+            preserve_formatting=config.extractor == "all_text",
+            main_content=config.extractor == "resiliparse",
+            alt_texts=config.keep_alt_texts,
+            links=False,
+            comments=False,
+        )
+    return text, page_title(html), lang_hint(html)
 
-    tree = HTMLTree.parse(html)
-    text = extract_plain_text(
-        tree, main_content=config.main_content, alt_texts=config.keep_alt_texts, links=False, comments=False
-    )
-    title = (tree.title or "").strip() or None
+
+def extractor_name(config: ExtractConfig) -> str:
+    """What ran, with the versions of the libraries doing the work."""
+    from importlib.metadata import version
+
+    if config.extractor == "main_content":
+        return f"main_content (lm_assets on selectolax {version('selectolax')}, lexbor)"
+    return f"{config.extractor} (resiliparse {version('resiliparse')})"
+
+
+def page_title(html: str) -> str | None:
+    match = TITLE.search(html, 0, 65536)
+    return " ".join(html_lib.unescape(match.group(1)).split()) or None if match else None
+
+
+def lang_hint(html: str) -> str | None:
     match = LANG_ATTR.search(html[:4096])
-    lang_hint = match.group(1).lower().replace("_", "-") if match else None
-    return text, title, lang_hint
+    return match.group(1).lower().replace("_", "-") if match else None
 
 
 def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -> StageResult:
@@ -78,6 +119,7 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
         stage="extract",
     )
     result.stats = {
+        "extractor": extractor_name(config),
         "docs_in": docs.height,
         "docs_out": result.kept.height,
         "html_docs": int(docs["html"].is_not_null().sum()),

@@ -10,6 +10,7 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.curation import STEPS, CurationConfig, curate
@@ -59,7 +60,11 @@ def stage_keys(stage: str, shard: str) -> dict[str, str]:
 
 # extracted_shard --------------------------------------------------------------------------------
 class ExtractedShardConfig(dg.Config):
-    main_content: bool = True
+    extractor: str = Field(
+        default="main_content",
+        description="main_content (default: chrome pruned on lexbor's DOM, Readability's root, text with its "
+        "paragraphs, lists and code), resiliparse (its own main_content heuristics, flat), all_text",
+    )
     unicode_form: str = "NFC"
     keep_alt_texts: bool = False
 
@@ -67,7 +72,7 @@ class ExtractedShardConfig(dg.Config):
 @dg.asset(
     partitions_def=shard_partitions,
     group_name="curation",
-    kinds={"polars", "resiliparse"},
+    kinds={"polars", "selectolax"},
     deps=[raw_shard],
     check_specs=standard_check_specs(
         "extracted_shard",
@@ -78,7 +83,8 @@ class ExtractedShardConfig(dg.Config):
             )
         ],
     ),
-    description="Main text of each document (resiliparse), Unicode-normalized, control characters stripped.",
+    description="Main text of each document with its paragraphs, lists and code blocks, Unicode-normalized, "
+    "control characters stripped.",
 )
 def extracted_shard(
     context: dg.AssetExecutionContext, config: ExtractedShardConfig, storage: StorageResource
@@ -88,7 +94,7 @@ def extracted_shard(
     started = time.perf_counter()
     raw = store.read_parquet(raw_keys(shard)["documents"])
     result = extract_documents(
-        raw, ExtractConfig(main_content=config.main_content, unicode_form=config.unicode_form, keep_alt_texts=config.keep_alt_texts)
+        raw, ExtractConfig(extractor=config.extractor, unicode_form=config.unicode_form, keep_alt_texts=config.keep_alt_texts)
     )
     keys = stage_keys("extracted", shard)
     store.write_parquet(keys["documents"], result.kept)
@@ -103,6 +109,8 @@ def extracted_shard(
             "documents_in": raw.height,
             "documents_out": docs.height,
             "dropped": result.dropped.height,
+            "extractor": result.stats["extractor"],
+            "charset_detected": int(raw["charset_detected"].sum()) if "charset_detected" in raw.columns else 0,
             "control_chars_stripped": result.stats["control_chars_stripped"],
             "docs_with_control_chars": result.stats["docs_with_control_chars"],
             **drop_metadata(result.dropped),

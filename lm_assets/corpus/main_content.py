@@ -1,0 +1,541 @@
+"""Main-content extraction: one walk over lexbor's DOM, decisions on element statistics, then layout.
+
+resiliparse's `main_content=True` drops short text nodes between inline elements (so
+"安裝 <code>a</code> 和 <code>b</code>" becomes "ab"), drops bulleted lists, and keeps link bars such as
+"Prev Up Home Next". Here boilerplate goes as whole elements instead, and the text that is left is
+laid out with its paragraphs, headings, list items, table rows and `<pre>` blocks, its text nodes
+joined exactly as they stand, so no word is ever glued to its neighbour.
+
+The page is parsed by lexbor (through selectolax) and walked once (`_Page`). The walk records every
+element's tag, class and id, its text length and link-text length, and the stream of open, close and
+text events. Elements that are never read (scripts, forms fields, hidden elements) are not walked.
+The decisions are then made on those numbers, without touching the DOM again:
+
+1. Page chrome (`nav`, `aside`, `footer`, `form`, banner and navigation ARIA roles) goes, unless one
+   holds most of the page's prose (a page that wraps its content in a mislabelled landmark).
+2. Blocks whose text is mostly link text (menus, tables of contents, link lists, "Prev/Next" bars) go,
+   innermost first, so a menu inside a content block goes and the block stays.
+3. The content root is chosen as Mozilla Readability chooses it: every paragraph-like element of at
+   least 25 characters scores 1 + its commas + one per 100 characters (at most 3) and passes that to
+   its ancestors (the parent in full, the grandparent half, further ones less); an ancestor starts from
+   a score for its tag and class names and ends scaled by one minus its link density. The best one,
+   widened to the ancestor of several nearly-as-good ones, is the root; siblings that score well or
+   read as prose stay beside it. Without a clear root, or with a short one holding less than half the
+   text, the whole body stays.
+4. Inside what stays, elements whose class or id names chrome (comments, sharing, related links,
+   breadcrumbs, ...) go, unless one holds half of the text.
+
+Lengths count UTF-8 bytes of text that is not only white space, so a CJK character weighs about as much
+as a short word.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+
+from selectolax.lexbor import LexborHTMLParser
+
+# Never read by a visitor: not walked at all.
+_UNREAD = frozenset(
+    {"script", "style", "noscript", "template", "svg", "iframe", "object", "embed", "canvas", "dialog",
+     "button", "select", "textarea", "input", "label", "head", "title", "meta", "link", "option", "datalist"}
+)
+_UNREAD_ROLES = frozenset({"dialog", "alertdialog", "alert", "img", "tooltip"})
+_HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+# Site chrome, by element or ARIA role.
+_CHROME_TAGS = frozenset({"nav", "aside", "footer", "form"})
+_CHROME_ROLES = frozenset(
+    {"navigation", "banner", "contentinfo", "complementary", "search", "menu", "menubar", "toolbar"}
+)
+# Class or id names of chrome (after Readability's "unlikely candidates"), unless they also name content.
+_UNLIKELY = re.compile(
+    r"-ad-|advert|ai2html|banner|breadcrumb|combx|comment|communit|cookie|cover-wrap|disqus|extra|footer|"
+    r"gdpr|header|legends|menu|related|remark|replies|rss|shoutbox|sidebar|skyscraper|social|sponsor|"
+    r"supplemental|ad-break|agegate|pagination|pager|popup|yom-remote|share|navbar|navigation|\bnav|nav\b|"
+    r"toolbar|newsletter|subscribe|promo|skip-?link|byline|masthead|signup",
+    re.I,
+)
+_MAYBE_CONTENT = re.compile(r"and|article|body|column|content|main|mathjax|shadow", re.I)
+_POSITIVE = re.compile(
+    r"article|body|content|entry|hentry|h-entry|main|page|post|text|blog|story|section|chapter|document", re.I
+)
+_NEGATIVE = re.compile(
+    r"-ad-|hidden|banner|combx|comment|com-|contact|foot|gdpr|masthead|media|meta|outbrain|promo|related|"
+    r"scroll|share|shoutbox|sidebar|skyscraper|sponsor|shopping|tags|tool|widget|nav|menu|breadcrumb",
+    re.I,
+)
+_BLOCKS = frozenset(
+    {"p", "div", "ul", "ol", "dl", "table", "pre", "blockquote", "section", "article", "h1", "h2", "h3", "h4",
+     "h5", "h6", "hr", "header", "figure", "main", "aside", "nav", "footer", "form", "li", "tr"}
+)
+_SCORED = frozenset({"p", "pre", "td", "blockquote", "section", "h2", "h3", "h4", "h5", "h6"})
+_LINK_BLOCKS = frozenset({"ul", "ol", "dl", "table", "div", "section", "header"})
+_TAG_SCORE = {
+    "div": 5, "article": 10, "main": 10, "section": 3, "pre": 3, "td": 3, "blockquote": 3,
+    "address": -3, "ol": -3, "ul": -3, "dl": -3, "dd": -3, "dt": -3, "li": -3, "form": -3,
+    "h1": -5, "h2": -5, "h3": -5, "h4": -5, "h5": -5, "h6": -5, "th": -5,
+}
+_COMMAS = re.compile(r"[,，、;；]")
+_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
+_KEEP_IN_TREE = frozenset({"html", "body", "main", "article"})
+_VERBATIM = frozenset({"table", "pre", "code"})
+_PROSE_BLOCKS = frozenset({"p", "pre", "blockquote", "ul", "ol", "dl", "table", "h2", "h3", "h4", "h5", "h6"})
+_SENTENCE_END = (".", "!", "?", ":", "。", "！", "？", "：")
+
+# Layout: what starts a new paragraph (a blank line) or a new line.
+_PARAGRAPH_BREAK = frozenset(
+    {"p", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "ul", "ol", "dl", "table", "figure", "hr",
+     "section", "article", "main", "header", "address", "details", "fieldset", "figcaption"}
+)
+_LINE_BREAK = frozenset(
+    {"div", "li", "dt", "dd", "tr", "caption", "summary", "legend", "center", "body", "menu", "nav", "aside",
+     "footer", "form"}
+)
+_GAP = {tag: 2 for tag in _PARAGRAPH_BREAK} | {tag: 1 for tag in _LINE_BREAK}
+_LISTS = frozenset({"ul", "ol"})
+_CELLS = frozenset({"td", "th"})
+_SPACES = re.compile(r"[ \t\n\r\f\v]+")
+
+
+
+@dataclass(frozen=True)
+class MainContentConfig:
+    min_paragraph_chars: int = 25
+    # A block whose text is more than this share link text is navigation.
+    max_link_density: float = 0.5
+    # Below this score the page has no clear root and the whole (pruned) body is kept.
+    min_root_score: float = 20.0
+    # A root shorter than this that holds less than half the text is not trusted.
+    min_root_chars: int = 500
+    # Siblings of the root scoring at least this share of it stay.
+    sibling_share: float = 0.2
+
+
+def extract_main_text(html: str, config: MainContentConfig | None = None) -> str:
+    """The main content of an HTML page as plain text, with its paragraphs, headings, lists and code."""
+    config = config or MainContentConfig()
+    body = LexborHTMLParser(html).body
+    if body is None:
+        return ""
+    page = _Page(body)
+    page.remove_chrome(config)
+    page.remove_link_blocks(config)
+    root = page.content_root(config)
+    page.remove_unlikely()
+    return page.layout()
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_weight(name: str | None) -> int:
+    return 25 * (bool(_POSITIVE.search(name)) - bool(_NEGATIVE.search(name))) if name else 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_chrome(names: str) -> bool:
+    return _UNLIKELY.search(names) is not None and _MAYBE_CONTENT.search(names) is None
+
+
+def _attribute_flags(body) -> tuple[set[int], set[int]]:
+    """mem_ids of the elements hidden or unread by their attributes, and of the chrome by ARIA role:
+    one CSS query, so the walk need not read every element's attributes."""
+    unread, chrome = set(), set()
+    for element in body.css("[hidden], [aria-hidden], [style], [role], a.headerlink"):
+        attributes = element.attributes
+        role = attributes.get("role")
+        style = attributes.get("style")
+        if (
+            "hidden" in attributes
+            or attributes.get("aria-hidden") == "true"
+            or role in _UNREAD_ROLES
+            or (style and _HIDDEN_STYLE.search(style))
+            or (element.tag == "a" and "headerlink" in (attributes.get("class") or ""))
+        ):
+            unread.add(element.mem_id)
+        elif role in _CHROME_ROLES:
+            chrome.add(element.mem_id)
+    return unread, chrome
+
+
+class _Page:
+    """Elements by index in document order (so an element's subtree is the index range up to its
+    `last`), their statistics, and the walk's events: an element's index when it opens, its bitwise
+    complement when it closes, a string for a text node."""
+
+    # Deeper than this, a subtree's text is taken flat: the walk recurses, and pages can nest deeper
+    # than Python's stack.
+    MAX_DEPTH = 200
+
+    def __init__(self, body):
+        self.tag: list[str] = []
+        self.parent: list[int] = []
+        self.node: list = []
+        self.text: list[int] = []  # text length, less what has been removed inside
+        self.links: list[int] = []  # link text length, likewise
+        self.has_block: list[bool] = []
+        self.start: list[int] = []  # event index of the open event
+        self.end: list[int] = []  # event index of the close event
+        self.last: list[int] = []  # index of the last element of the subtree
+        self.chrome: list[int] = []
+        self.events: list = []
+        self.removed: set[int] = set()
+        self.root: int | None = None
+        self.kept_beside: set[int] = set()
+        self._names: dict[int, tuple[str | None, str | None]] = {}
+        self._walk(body)
+
+    def _walk(self, body) -> None:
+        tags, parents, nodes, text, links = self.tag, self.parent, self.node, self.text, self.links
+        has_block, starts, ends, lasts, events = self.has_block, self.start, self.end, self.last, self.events
+        chrome = self.chrome
+        unread, chrome_roles = _attribute_flags(body)
+        max_depth = self.MAX_DEPTH
+
+        def visit(node, index: int, in_link: bool, depth: int) -> None:
+            for child in node.iter(include_text=True):
+                if child.is_text_node:
+                    value = child.text_content
+                    if value:
+                        events.append(value)
+                        if not value.isspace():
+                            length = len(value.encode())
+                            text[index] += length
+                            if in_link:
+                                links[index] += length
+                    continue
+                tag = child.tag
+                if not tag or tag[0] == "-" or tag in _UNREAD:
+                    continue
+                key = child.mem_id
+                if key in unread:
+                    continue
+                new = len(tags)
+                tags.append(tag)
+                parents.append(index)
+                nodes.append(child)
+                text.append(0)
+                links.append(0)
+                has_block.append(False)
+                starts.append(len(events))
+                ends.append(0)
+                lasts.append(0)
+                events.append(new)
+                if tag in _BLOCKS:
+                    has_block[index] = True
+                if tag in _CHROME_TAGS or key in chrome_roles:
+                    chrome.append(new)
+                if depth < max_depth:
+                    visit(child, new, in_link or tag == "a", depth + 1)
+                else:
+                    flat = child.text(separator=" ")
+                    events.append(flat)
+                    text[new] += len(flat.encode())
+                ends[new] = len(events)
+                lasts[new] = len(tags) - 1
+                events.append(~new)
+                text[index] += text[new]
+                links[index] += links[new]
+
+        tags.append("body")
+        parents.append(-1)
+        nodes.append(body)
+        text.append(0)
+        links.append(0)
+        has_block.append(False)
+        starts.append(0)
+        ends.append(0)
+        lasts.append(0)
+        events.append(0)
+        visit(body, 0, False, 0)
+        visit = None  # noqa: F841 - the recursive closure refers to itself; break the cycle for refcounting
+        ends[0] = len(events)
+        lasts[0] = len(tags) - 1
+        events.append(~0)
+
+    def _class_and_id(self, index: int) -> tuple[str | None, str | None]:
+        names = self._names.get(index)
+        if names is None:
+            attributes = self.node[index].attributes
+            names = self._names[index] = (attributes.get("class"), attributes.get("id"))
+        return names
+
+    # Decisions -----------------------------------------------------------------------------------
+    def _gone(self, index: int) -> bool:
+        """Removed, or inside a removed element."""
+        while index >= 0:
+            if index in self.removed:
+                return True
+            index = self.parent[index]
+        return False
+
+    def _remove(self, index: int) -> None:
+        """Remove an element; its ancestors' lengths no longer count its text."""
+        text, links = self.text[index], self.links[index]
+        self.removed.add(index)
+        parent = self.parent[index]
+        while parent >= 0:
+            self.text[parent] -= text
+            self.links[parent] -= links
+            parent = self.parent[parent]
+
+    def _density(self, index: int) -> float:
+        return min(self.links[index] / self.text[index], 1.0) if self.text[index] > 0 else 0.0
+
+    def remove_chrome(self, config: MainContentConfig) -> None:
+        """Remove landmarks of chrome, except one that is the page's content under the wrong name: more than
+        half its text, a paragraph's worth at least, mostly not links."""
+        for index in self.chrome:
+            if self._gone(index):
+                continue
+            content = (
+                self.text[index] > self.text[0] / 2
+                and self.text[index] >= config.min_root_chars / 2
+                and self._density(index) <= config.max_link_density
+            )
+            if not content:
+                self._remove(index)
+
+    def remove_link_blocks(self, config: MainContentConfig) -> None:
+        # Innermost first (reverse document order): an element's lengths already leave out the blocks
+        # removed inside it.
+        for index in range(len(self.tag) - 1, 0, -1):
+            if (
+                self.tag[index] in _LINK_BLOCKS
+                and self.links[index] > 0
+                and self._density(index) > config.max_link_density
+                and not self._gone(index)
+            ):
+                self._remove(index)
+
+    def _element_text(self, index: int) -> str:
+        return "".join(event for event in self.events[self.start[index]:self.end[index]] if event.__class__ is str)
+
+    def _class_weight(self, index: int) -> int:
+        classes, ident = self._class_and_id(index)
+        return _name_weight(classes) + _name_weight(ident)
+
+    def content_root(self, config: MainContentConfig) -> int | None:
+        scores: dict[int, float] = {}
+        for index, tag in enumerate(self.tag):
+            if not (tag in _SCORED or (tag == "div" and not self.has_block[index])):
+                continue
+            if self.text[index] < config.min_paragraph_chars or self._gone(index):
+                continue
+            points = 1 + len(_COMMAS.findall(self._element_text(index))) + min(self.text[index] // 100, 3)
+            ancestor, level = self.parent[index], 0
+            while ancestor > 0 and level < 5:  # 0 is the body
+                if ancestor not in scores:
+                    scores[ancestor] = _TAG_SCORE.get(self.tag[ancestor], 0) + self._class_weight(ancestor)
+                scores[ancestor] += points / (1 if level == 0 else 2 if level == 1 else level * 3)
+                ancestor, level = self.parent[ancestor], level + 1
+        for index, score in scores.items():
+            scores[index] = score * (1 - self._density(index))
+        if not scores:
+            return None
+        ranked = sorted(scores.items(), key=lambda item: -item[1])[:5]
+        best_index, best = ranked[0]
+        if best < config.min_root_score:
+            return None
+        close = [index for index, score in ranked[1:] if score >= 0.75 * best]
+        root = self._widen(best_index, best, close, scores)
+        if self.text[root] < config.min_root_chars and self.text[root] < self.text[0] / 2:
+            return None
+        self.root = root
+        self._keep_beside(root, scores, best, config)
+        return root
+
+    def _ancestors(self, index: int) -> list[int]:
+        out = []
+        index = self.parent[index]
+        while index > 0:
+            out.append(index)
+            index = self.parent[index]
+        return out
+
+    def _widen(self, root: int, best: float, close: list[int], scores: dict[int, float]) -> int:
+        """Readability's corrections to the best candidate: the ancestor of three candidates scoring nearly
+        as well (an article cut into steps or sections), a parent that scores better, an only child's parent."""
+        if len(close) >= 3:
+            lineages = [set(self._ancestors(index)) for index in close]
+            for ancestor in self._ancestors(root):
+                if sum(1 for lineage in lineages if ancestor in lineage) >= 3:
+                    root = ancestor
+                    break
+        last = scores.get(root, best)
+        for parent in self._ancestors(root):
+            score = scores.get(parent)
+            if score is not None:
+                if score < best / 3:
+                    break
+                if score > last:
+                    root = parent
+                    break
+                last = score
+        while self.parent[root] > 0 and self._only_child(root):
+            root = self.parent[root]
+        return root
+
+    def _children(self, index: int) -> list[int]:
+        return [
+            child for child in range(index + 1, self.last[index] + 1)
+            if self.parent[child] == index and child not in self.removed
+        ]
+
+    def _only_child(self, index: int) -> bool:
+        parent = self.parent[index]
+        return self._children(parent) == [index]
+
+    def _keep_beside(self, root: int, scores: dict[int, float], best: float, config: MainContentConfig) -> None:
+        """Siblings of the root that score at least `sibling_share` of it (more easily when they share
+        its class), or are paragraphs, lists or tables of prose, stay beside it."""
+        threshold = max(10.0, max(scores.get(root, 0.0), 0.0) * config.sibling_share)
+        root_class = self._class_and_id(root)[0]
+        for sibling in self._children(self.parent[root]):
+            if sibling == root:
+                continue
+            bonus = best * 0.2 if root_class and self._class_and_id(sibling)[0] == root_class else 0
+            if scores.get(sibling, -1e9) + bonus >= threshold or self._reads_as_prose(sibling):
+                self.kept_beside.add(sibling)
+
+    def _reads_as_prose(self, index: int) -> bool:
+        if self.tag[index] not in _PROSE_BLOCKS or not self.text[index] or self._density(index) >= 0.25:
+            return False
+        return self.text[index] >= 80 or self._element_text(index).rstrip().endswith(_SENTENCE_END)
+
+    def _kept(self) -> list[int]:
+        """The elements whose text is laid out: the root and the siblings beside it, or the body."""
+        return sorted([self.root, *self.kept_beside]) if self.root is not None else [0]
+
+    def remove_unlikely(self) -> None:
+        """Remove elements whose class or id names chrome, unless one holds half of the text kept."""
+        kept = self._kept()
+        half = sum(self.text[index] for index in kept) / 2
+        for top in kept:
+            for index in range(top + 1, self.last[top] + 1):
+                # Chrome comes in blocks; inline elements are not judged by their names.
+                if self.tag[index] not in _BLOCKS or self.tag[index] in _KEEP_IN_TREE:
+                    continue
+                classes, ident = self._class_and_id(index)
+                if not classes and not ident:
+                    continue
+                names = classes or ""
+                # Generated documentation takes ids from headings ("comments", "related-work"): an
+                # element that opens with a heading is judged by its class alone.
+                first_child = index + 1 if index < self.last[index] else None
+                if ident and (first_child is None or self.tag[first_child] not in _HEADINGS):
+                    names = f"{names} {ident}"
+                if (
+                    names
+                    and _names_chrome(names)
+                    and self.text[index] <= half
+                    and not any(self.tag[a] in _VERBATIM for a in self._ancestors(index))
+                    and not self._gone(index)
+                ):
+                    self._remove(index)
+
+    # Layout --------------------------------------------------------------------------------------
+    def layout(self) -> str:
+        return _layout(self, [(self.start[top], self.end[top]) for top in self._kept()])
+
+
+def _layout(page: _Page, spans: list[tuple[int, int]]) -> str:
+    """Plain text of the event spans, with its structure: a blank line between paragraphs, headings,
+    lists, tables and code blocks; one line per list item, table row, `<br>` or `<div>`; `<pre>` text
+    verbatim. A div that holds only inline content is a paragraph. Text nodes are joined as they stand;
+    runs of white space outside `<pre>` become one space, as a browser renders them. Removed elements
+    are skipped with everything inside them."""
+    tags, has_block, removed, events = page.tag, page.has_block, page.removed, page.events
+    out: list[str] = []  # finished lines, each preceded by "\n" or "\n\n" once one is written
+    line: list[str] = []
+    gap = 0  # newlines owed before the next line
+    prefix = ""  # a list item's marker, waiting for the item's first text
+    lists: list[list[int]] = []  # per open list: [last item number], or [-1] for bullets
+    pre = 0
+
+    def end_line(keep_empty: bool = False) -> None:
+        nonlocal line, gap
+        text = "".join(line).rstrip()
+        line = []
+        if keep_empty or text.strip():
+            if out:
+                out.append("\n\n" if gap >= 2 else "\n")
+            out.append(text)
+            gap = 1
+
+    def block_gap(index: int) -> int:
+        tag = tags[index]
+        if tag in _LISTS and lists:
+            return 1  # a nested list stays with its item
+        if tag == "div":
+            return 1 if has_block[index] else 2
+        return _GAP.get(tag, 0)
+
+    for first, last in spans:
+        skipping = 0
+        for event in events[first:last + 1]:
+            if event.__class__ is str:
+                if skipping:
+                    continue
+                if pre:
+                    head, *rest = event.split("\n")
+                    if prefix and not line:
+                        line.append(prefix)
+                        prefix = ""
+                    line.append(head)
+                    for text in rest:
+                        end_line(keep_empty=True)
+                        line.append(text)
+                    continue
+                text = " " if event.isspace() else _SPACES.sub(" ", event)
+                if not line or line[-1].endswith(" "):
+                    text = text.lstrip(" ")
+                if text:
+                    if prefix and not line:
+                        line.append(prefix)
+                        prefix = ""
+                    line.append(text)
+            elif event >= 0:
+                if skipping or event in removed:
+                    skipping += 1
+                    continue
+                tag = tags[event]
+                if tag == "br":
+                    if pre:
+                        end_line(keep_empty=True)
+                    else:
+                        end_line()
+                        gap = max(gap, 1)
+                    continue
+                brk = block_gap(event)
+                if brk:
+                    end_line()
+                    gap = max(gap, brk)
+                if tag in _LISTS:
+                    lists.append([0 if tag == "ol" else -1])
+                elif tag == "li" and lists:
+                    counter = lists[-1]
+                    if counter[0] >= 0:
+                        counter[0] += 1
+                        prefix = "  " * (len(lists) - 1) + f"{counter[0]}. "
+                    else:
+                        prefix = "  " * (len(lists) - 1) + "• "
+                elif tag in _CELLS and line:
+                    line.append("\t")
+                elif tag == "pre":
+                    pre += 1
+            elif skipping:
+                skipping -= 1
+            else:
+                index = ~event
+                tag = tags[index]
+                if tag in _LISTS and lists:
+                    lists.pop()
+                elif tag == "pre":
+                    pre -= 1
+                brk = block_gap(index) if tag != "br" else 0
+                if brk:
+                    end_line()
+                    gap = max(gap, brk)
+    end_line()
+    return "".join(out)

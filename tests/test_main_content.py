@@ -1,0 +1,95 @@
+from lm_assets.corpus.extract import ExtractConfig, extract_html
+from lm_assets.corpus.main_content import extract_main_text
+
+PROSE = (
+    "The package manager keeps a database of installed packages and their files, so that it can remove "
+    "them cleanly later. "
+)
+
+
+def docbook_page(content: str) -> str:
+    """A DocBook-style page: navigation tables above and below a section."""
+    nav = (
+        '<div class="navheader"><table width="100%"><tr><td><a href="a.html">Prev</a></td>'
+        '<td><a href="index.html">Up</a></td><td><a href="index.html">Home</a></td>'
+        '<td><a href="b.html">Next</a></td></tr></table></div>'
+    )
+    return (
+        f"<html><head><title>Page</title></head><body>{nav}"
+        f'<div class="section"><div class="titlepage"><h2 class="title">2.1. Packages</h2></div>{content}</div>'
+        f'{nav.replace("navheader", "navfooter")}</body></html>'
+    )
+
+
+def test_inline_elements_never_glue_words_in_chinese_or_english():
+    html = docbook_page(
+        "<p>安裝 <code>manpages</code> 和 <code>manpages-dev</code> 包之後，就可以閱讀手冊頁。"
+        "相關工具有 <span>dpkg</span>、<span>dselect</span> 等等，都可以用來管理套件。</p>"
+        "<p>Choose <span class=\"guimenu\">Filters</span> → <span class=\"guisubmenu\">Render</span> to open it. "
+        + PROSE * 3 + "</p>"
+    )
+    text = extract_main_text(html)
+    assert "manpages 和 manpages-dev" in text
+    assert "dpkg、dselect" in text
+    assert "Filters → Render" in text
+    assert "manpagesmanpages-dev" not in text and "FiltersRender" not in text
+
+
+def test_structure_survives_and_navigation_goes():
+    html = docbook_page(
+        f"<p>{PROSE * 2}</p>"
+        "<ul><li>Each package lists the packages it depends on.</li>"
+        "<li>The database records which files every package installed.</li></ul>"
+        "<h3>Example</h3>"
+        "<pre>def installed(name):\n    return name in database\n\nclass Database:\n    pass</pre>"
+        f"<p>{PROSE}</p>"
+    )
+    text = extract_main_text(html)
+    assert "Prev" not in text and "Next" not in text and "Home" not in text
+    assert "• Each package lists the packages it depends on." in text
+    assert "• The database records which files every package installed." in text
+    assert "def installed(name):\n    return name in database\n\nclass Database:\n    pass" in text
+    paragraphs = text.split("\n\n")
+    assert paragraphs[0] == "2.1. Packages"
+    assert "Example" in paragraphs
+    assert paragraphs[-1] == PROSE.strip()
+
+
+def test_divs_of_prose_are_paragraphs_and_lists_nest():
+    html = docbook_page(
+        f'<div class="para">{PROSE}</div><div class="para">{PROSE}</div>'
+        "<ol><li>First step.<ul><li>a detail</li></ul></li><li>Second step.</li></ol>"
+    )
+    text = extract_main_text(html)
+    assert f"{PROSE.strip()}\n\n{PROSE.strip()}" in text
+    assert "1. First step.\n  • a detail\n2. Second step." in text
+
+
+def test_hidden_and_never_read_elements_are_left_out():
+    html = docbook_page(
+        f"<p>{PROSE}</p><p style=\"display: none\">hidden words</p><script>var x = 1;</script>"
+        "<div hidden>also hidden</div><p>Visible <span aria-hidden=\"true\">icon</span>ending.</p>"
+    )
+    text = extract_main_text(html)
+    assert "hidden" not in text and "var x" not in text and "icon" not in text
+    assert "Visible ending." in text
+
+
+def test_chrome_only_page_is_empty_but_mislabelled_content_is_kept():
+    assert extract_main_text("<html><body><nav><a href='/'>Home</a> x</nav></body></html>") == ""
+    wrapped = f"<html><body><nav><a href='/'>Home</a></nav><aside><p>{PROSE * 6}</p></aside></body></html>"
+    assert PROSE.strip() in extract_main_text(wrapped)
+
+
+def test_deeply_nested_markup_is_extracted_without_recursion_errors():
+    depth = 20_000
+    html = "<html><body>" + "<div>" * depth + f"<p>{PROSE}</p>" + "</div>" * depth + "</body></html>"
+    assert PROSE.strip() in extract_main_text(html)
+
+
+def test_extract_html_reports_title_and_lang_hint_for_every_extractor():
+    html = docbook_page(f"<p>{PROSE}</p>").replace("<html>", '<html lang="en_GB">')
+    for extractor in ("main_content", "resiliparse", "all_text"):
+        text, title, lang_hint = extract_html(html, ExtractConfig(extractor=extractor))
+        assert PROSE.strip()[:40] in text
+        assert (title, lang_hint) == ("Page", "en-gb")
