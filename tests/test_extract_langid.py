@@ -55,3 +55,15 @@ def test_language_id_low_score_is_dropped():
     result = identify_languages(docs, LangIdConfig(allowed=("en", "zh"), min_score=0.99))
     assert result.kept.height == 0
     assert result.dropped["reason"][0].startswith(("lang_low_score:", "lang:"))
+
+
+def test_language_id_reads_the_whole_page_not_its_opening():
+    grammar = "CREATE [ OR REPLACE ] FUNCTION name ( [ [ argmode ] [ argname ] argtype [ { DEFAULT | = } expr ] ] ) " * 30
+    prose = "The function body is executed every time the function is called, and its result is returned. " * 250
+    docs = pl.DataFrame({"doc_id": ["sql", "mixed"], "text": [grammar + "\n\n" + prose, EN * 6 + ZH * 12]})
+    result = identify_languages(docs, LangIdConfig())
+    assert result.kept["lang"].to_list() == ["en", "zh"]
+    sql, mixed = result.kept.row(0, named=True), result.kept.row(1, named=True)
+    assert len(grammar) > 2000 and sql["lang_score"] > 0.7
+    shares = {item["lang"]: item["share"] for item in mixed["lang_shares"]}
+    assert set(shares) == {"en", "zh"} and shares["zh"] > shares["en"] > 0.2
