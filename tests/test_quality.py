@@ -3,8 +3,11 @@ import pytest
 
 from lm_assets.corpus.quality import (
     FAMILIES,
+    PRESETS,
     QualityConfig,
     apply_quality_rules,
+    is_structure_line,
+    preset,
     quality_signals,
     reasons_from_signals,
     rule_reasons,
@@ -332,7 +335,8 @@ def test_c4_understands_chinese_lines():
         ]
     )
     cleaned, stats = kept_text(text, "zh")
-    assert cleaned == "\n".join([p for p in GOOD_ZH.split("\n") if p] + ["他笑着说：“明天见。”"])
+    # Removed lines go; the paragraphs keep their blank lines.
+    assert cleaned == GOOD_ZH + "\n他笑着说：“明天见。”"
     assert stats["c4_lines_removed"] == 3
     assert signals(GOOD_ZH, "zh")["q_c4_sentences"] >= 10
     assert only("c4", "今天天气很好。我们去公园散步。", "zh") == "c4:min_sentences"
@@ -486,3 +490,87 @@ def test_documents_shorter_than_the_ngram_size():
     values = signals("打开「」对话框。", lang="zh")
     assert values["q_dup_5gram_frac"] == 0.0
     assert signals("two words", families=("gopher_repetition",))["q_top_4gram_frac"] == 0.0
+
+
+# --- the lm_assets preset: documentation-safe rules --------------------------------------------
+
+DOC_PAGE = "\n\n".join(
+    [
+        "3. Installing packages",
+        "Contents\n3.1. Choosing a mirror close to you\n3.2. Installing from the network\n3.3. Verifying signatures",
+        "3.1. Choosing a mirror close to you",
+        "The installer asks for a mirror close to you. Any mirror works, but a near one is faster. "
+        "You can change it later in the sources list, which the package manager reads on every update.",
+        "3.2. Installing from the network",
+        "Packages are downloaded as they are needed. The installer keeps them in a cache, so that a second "
+        "installation of the same release does not download them again.",
+        "    def installed(name):\n        return name in database\n\n    class Database:\n        pass",
+        "3.3. Verifying signatures",
+        "Every package list is signed. The package manager refuses a list whose signature it cannot check, "
+        "and tells you which key is missing. Use {\"key\": \"value\"} in the config, or SELECT '{1,2}'::int[].",
+    ]
+)
+
+
+def test_lm_assets_preset_keeps_a_documentation_page_whole():
+    cfg = preset("lm_assets")
+    df = pl.DataFrame({"doc_id": ["doc"], "text": [DOC_PAGE], "lang": ["en"]})
+    result = apply_quality_rules(df, cfg)
+    assert result.dropped.height == 0, result.dropped
+    # Nothing removed: headings, the contents list, code and paragraphs stand as they were.
+    assert result.kept["text"][0] == DOC_PAGE
+
+
+def test_a_table_of_contents_echoing_the_headings_does_not_trip_repetition():
+    lm_assets = signals(DOC_PAGE, **{k: v for k, v in PRESETS["lm_assets"].items()})
+    published = signals(DOC_PAGE)
+    assert published["q_dup_line_frac"] > 0 and published["q_dup_5gram_frac"] > 0
+    assert lm_assets["q_dup_line_frac"] == lm_assets["q_dup_para_frac"] == lm_assets["q_dup_5gram_frac"] == 0.0
+
+
+def test_structure_lines_are_headings_labels_and_contents_entries():
+    for line in ("3.2. Installing from the network", "• See also", "Parameters", "1. 选择镜像", "第三章 安装软件包"):
+        assert is_structure_line(line), line
+    for line in ("The installer asks for a mirror close to you.", "Example:", "安装程序会询问离你最近的镜像。"):
+        assert not is_structure_line(line), line
+
+
+def test_sentences_are_counted_in_english_and_chinese_alike():
+    assert signals("One. Two! Three? 四。五！六？", families=("prose",))["q_sentences"] == 6
+    assert signals(GOOD_ZH, "zh", families=("prose",))["q_sentences"] >= 10
+    assert reason("今天天气很好。我们去公园。", "zh", families=("prose",), min_sentences=3) == "prose:min_sentences"
+
+
+def test_prose_share_drops_listings_and_licences_drop_by_share():
+    listing = "\n".join(f"def f{i}(x):\n    return x + {i}" for i in range(30)) + "\n\nA helper module."
+    assert signals(listing, families=("prose",))["q_prose_share"] < 0.1
+    assert reason(listing, families=("prose",), min_prose_share=0.2) == "prose:min_prose_share"
+    gpl = (
+        "This program is free software; you can redistribute it and/or modify it under the terms of the GNU "
+        "General Public License as published by the Free Software Foundation.\n\nThis program is distributed "
+        "WITHOUT ANY WARRANTY; without even the implied warranty of MERCHANTABILITY or FITNESS FOR A PARTICULAR "
+        "PURPOSE.\n\n" + GOOD_EN.split("\n\n")[0]
+    )
+    assert signals(gpl, families=("prose",))["q_licence_share"] > 0.5
+    assert reason(gpl, families=("prose",), max_licence_share=0.5) == "prose:max_licence_share"
+    assert signals(GOOD_EN, families=("prose",))["q_licence_share"] == 0.0
+
+
+def test_javascript_notices_go_but_lines_about_javascript_stay():
+    text = GOOD_EN + "\nPlease enable JavaScript to view the comments.\nJavaScript closures capture variables by reference."
+    kept, _ = kept_text(text, c4_javascript_notices_only=True)
+    assert "Please enable JavaScript" not in kept and "JavaScript closures capture" in kept
+    kept, _ = kept_text(text)
+    assert "JavaScript closures capture" not in kept
+
+
+def test_presets_by_name_and_overrides():
+    assert preset("lm_assets").min_sentences == 3 and preset().families == preset("lm_assets").families
+    assert preset("fineweb").families == ("gopher_repetition", "gopher_quality", "c4", "fineweb")
+    assert preset("fineweb").c4_filter_no_terminal_punct is False
+    assert preset("published") == QualityConfig()
+    assert preset("c4", c4_min_sentences=3).c4_min_sentences == 3
+    with pytest.raises(ValueError, match="unknown quality preset"):
+        preset("nope")
+    with pytest.raises(ValueError, match="unknown quality settings"):
+        preset("lm_assets", min_sentence=3)

@@ -9,7 +9,7 @@ import polars as pl
 
 from lm_assets.corpus.langid import LangIdConfig, identify_languages
 from lm_assets.corpus.pii import redact_frame
-from lm_assets.corpus.quality import QualityConfig, apply_quality_rules
+from lm_assets.corpus.quality import QualityConfig, apply_quality_rules, preset
 from lm_assets.corpus.stage import DROPPED_SCHEMA, StageResult
 from lm_assets.corpus.toxicity import ToxicityConfig, score_toxicity
 
@@ -20,7 +20,7 @@ STEPS = ("langid", "quality", "toxicity", "pii")
 class CurationConfig:
     order: tuple[str, ...] = STEPS
     langid: LangIdConfig = field(default_factory=LangIdConfig)
-    quality: QualityConfig = field(default_factory=QualityConfig)
+    quality: QualityConfig = field(default_factory=preset)
     toxicity: ToxicityConfig = field(default_factory=ToxicityConfig)
 
 

@@ -13,11 +13,14 @@ Gopher families read the original text and FineWeb reads what C4's line filter l
 
 Deliberate departures from datatrove: tokens come from one regex instead of nltk/spacy, the
 top-n-gram rule only counts n-grams that occur at least twice, stop words match case-insensitively,
-and lines are whitespace-stripped before their last character is checked.
+lines are whitespace-stripped before their last character is checked, a citation mark needs a number
+("[12]"; C4's "[]" would eat `int[]`), and a line filter removes lines but keeps the blank lines between
+paragraphs and the indentation of what it keeps. Blank lines are not lines for the line ratios.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections import Counter
@@ -32,7 +35,7 @@ import polars as pl
 from lm_assets.corpus.stage import StageResult, split_by_reason
 
 STAGE = "quality"
-FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
+FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "prose")
 
 CJK_LANGS = frozenset({"zh", "ja", "ko"})
 _LANG_ALIASES = {"zho": "zh", "cmn": "zh", "yue": "zh", "wuu": "zh", "jpn": "ja", "kor": "ko", "eng": "en"}
@@ -54,15 +57,19 @@ DEFAULT_STOP_WORDS: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True)
 class QualityConfig:
-    """Every threshold of the four rule families. `None` switches a single rule off.
+    """Every threshold of the rule families. `None` switches a single rule off.
+
+    The field defaults are the published thresholds of Gopher, C4 and FineWeb as datatrove implements
+    them (the `published` preset, without the `prose` family); `PRESETS` names the others, and the
+    pipeline runs `lm_assets` (see `preset`).
 
     Most fields are thresholds that `reasons_from_signals` can re-apply to stored signals. These
     shape the signals and need a recompute: `families`, `stop_words`, the n of `top_n_grams` and
-    `dup_n_grams`, `cjk_chars_per_word`, the C4 line settings (`c4_filter_lines` through
-    `c4_filter_policy`) and `short_line_length` / `short_line_length_cjk`.
+    `dup_n_grams`, `cjk_chars_per_word`, `repetition_skips_structure_lines`, the C4 line settings
+    (`c4_filter_lines` through `c4_filter_policy`) and `short_line_length` / `short_line_length_cjk`.
     """
 
-    families: tuple[str, ...] = FAMILIES
+    families: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
 
     # Gopher quality
     min_doc_words: int | None = 50
@@ -88,6 +95,10 @@ class QualityConfig:
     dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
     # A CJK word n-gram spans about this many characters, so character n-grams use round(n * this).
     cjk_chars_per_word: float = 1.5
+    # Count repetition over prose lines only: headings, labels and table-of-contents entries (short lines
+    # without a sentence end, see `is_structure_line`) repeat by design ("Parameters", "See also", a
+    # contents list echoing the page's own headings).
+    repetition_skips_structure_lines: bool = False
 
     # C4
     c4_filter_lines: bool = True
@@ -98,6 +109,8 @@ class QualityConfig:
     c4_min_chars_per_line_cjk: int = 5
     c4_max_word_length: int | None = 1000
     c4_filter_javascript: bool = True
+    # Only lines that are a notice about JavaScript ("please enable JavaScript"), not every line naming it.
+    c4_javascript_notices_only: bool = False
     c4_filter_policy: bool = True
     c4_filter_lorem_ipsum: bool = True
     c4_filter_curly_bracket: bool = True
@@ -112,6 +125,13 @@ class QualityConfig:
     char_duplicates_ratio: float | None = 0.01
     new_line_ratio: float | None = 0.3
 
+    # Prose (our own): sentences ending in . ! ? or 。！？ over the whole text, CJK or not; the share of
+    # the text in lines of prose.
+    min_sentences: int | None = None
+    min_prose_share: float | None = None
+    # Licence and copyright boilerplate: the share of the text in paragraphs that quote a licence.
+    max_licence_share: float | None = None
+
     def __post_init__(self):
         unknown = set(self.families) - set(FAMILIES)
         if unknown:
@@ -119,6 +139,65 @@ class QualityConfig:
 
     def cjk_ngram_size(self, n: int) -> int:
         return max(n, int(n * self.cjk_chars_per_word + 0.5))
+
+
+# The published presets, as datatrove ships them, and ours. `lm_assets` was chosen on the labelled
+# development set (bench/dev_set; README "Curation defaults"): pages of English and Chinese manuals.
+PRESETS: dict[str, dict[str, Any]] = {
+    # Gopher, C4 and FineWeb at once, C4 rewriting lines: the pipeline's earlier default.
+    "published": {},
+    "gopher": {"families": ("gopher_quality", "gopher_repetition")},
+    "c4": {"families": ("c4",)},
+    # datatrove's FineWeb pipeline: its C4 filter keeps lines without terminal punctuation.
+    "fineweb": {
+        "families": ("gopher_repetition", "gopher_quality", "c4", "fineweb"),
+        "c4_filter_no_terminal_punct": False,
+    },
+    "lm_assets": {
+        "families": ("gopher_quality", "gopher_repetition", "c4", "prose"),
+        # Gopher's 50 words at `cjk_chars_per_word` characters a word.
+        "min_doc_chars_cjk": 75,
+        # Code and SQL tokens ("x_id=3;", "--verbose") carry no letter; prose pages of a manual have 60 %+.
+        "max_non_alpha_words_ratio": 0.6,
+        # Repetition over prose lines only, at twice Gopher's thresholds: a reference page repeats whole
+        # sentences by design ("Changed in version 3.10: Added the key parameter." under every function),
+        # spam repeats far more.
+        "repetition_skips_structure_lines": True,
+        "dup_line_frac": 0.6,
+        "dup_para_frac": 0.6,
+        "dup_line_char_frac": 0.4,
+        "dup_para_char_frac": 0.4,
+        "dup_n_grams": ((5, 0.30), (6, 0.28), (7, 0.26), (8, 0.24), (9, 0.22), (10, 0.20)),
+        # C4's line rules and its curly-bracket and sentence rules are aimed at web spam; here they would
+        # remove headings, list items and code, and drop SQL, templates and short reference pages.
+        "c4_filter_no_terminal_punct": False,
+        "c4_min_words_per_line": 0,
+        "c4_min_chars_per_line_cjk": 0,
+        "c4_javascript_notices_only": True,
+        "c4_filter_curly_bracket": False,
+        "c4_min_sentences": None,
+        # About three sentences of explanation, most of the text in prose lines, not mostly a licence.
+        "min_sentences": 3,
+        "min_prose_share": 0.2,
+        "max_licence_share": 0.5,
+    },
+}
+DEFAULT_PRESET = "lm_assets"
+
+
+def preset(name: str = DEFAULT_PRESET, **overrides: Any) -> QualityConfig:
+    """The named preset's config, with `overrides` (field names of `QualityConfig`) on top."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown quality preset {name!r}; choose from {sorted(PRESETS)}")
+    known = {f.name for f in dataclasses.fields(QualityConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"unknown quality settings {unknown}; known: {sorted(known)}")
+    fields = {**PRESETS[name], **overrides}
+    for key in ("families", "top_n_grams", "dup_n_grams"):
+        if key in fields and isinstance(fields[key], list):
+            fields[key] = tuple(tuple(item) if isinstance(item, list) else item for item in fields[key])
+    return QualityConfig(**fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,7 +211,9 @@ _CJK = (
 # A word is one CJK character, or a run of other letters/digits joined by apostrophes, dots or hyphens.
 _WORD_RE = re.compile(rf"[^\W_{_CJK}]+(?:['’.\-][^\W_{_CJK}]+)*|[{_CJK}]")
 _LETTER_RE = re.compile(r"[^\W\d_]")
+_CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
 _LINE_SPLIT_RE = re.compile(r"\n+")
+_BLANK_RUNS_RE = re.compile(r"\n\s*\n(?:\s*\n)+")
 _PARAGRAPH_SPLIT_RE = re.compile(r"\n{2,}")
 
 _BULLETS = ("•", "-")
@@ -146,9 +227,53 @@ _C4_POLICY = (
     "terms of use", "privacy policy", "cookie policy", "uses cookies", "use of cookies", "use cookies",
     "隐私政策", "隱私政策", "使用条款", "使用條款", "服务条款", "服務條款",
 )
-_CITATION_RE = re.compile(r"\[\d*\]|\[edit\]|\[citation needed\]|\[编辑\]|\[編輯\]|\[来源请求\]|\[來源請求\]", re.I)
+# Phrases of licence and copyright boilerplate (GPL, GFDL, BSD, MIT, Apache, Creative Commons), English and Chinese.
+_LICENCE_RE = re.compile(
+    r"general public license|free documentation license|lesser general public|creative commons|"
+    r"permission is (?:hereby )?granted|without any warranty|without warranty of any kind|merchantability|"
+    r"fitness for a particular purpose|redistribution and use in source and binary|all rights reserved|"
+    r"licensed under the|under the terms of the|free software foundation|provided (?:by the copyright holders )?"
+    r"[\"“]?as is[\"”]?|copyright ©|copyright \(c\)|invariant sections|front-cover texts|"
+    r"通用公共许可证|通用公共授權|自由文档许可证|自由文檔許可證|自由软件基金会|自由軟體基金會|版权所有|版權所有|"
+    r"不提供任何担保|不提供任何擔保|适销性|適銷性|特定用途",
+    re.I,
+)
+_CITATION_RE = re.compile(r"\[\d+\]|\[edit\]|\[citation needed\]|\[编辑\]|\[編輯\]|\[来源请求\]|\[來源請求\]", re.I)
 _SENTENCE_END_RE = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)")
 _SENTENCE_END_CJK_RE = re.compile(r"[。！？｡!?]+|\.(?=\s|$)")
+# Both, in any text: a Chinese page quotes English sentences and the other way round.
+_SENTENCE_END_ANY_RE = re.compile(r"[。！？｡]+[”’」』）)]*|[.!?]+[\"'”’)\]]*(?=\s|$)")
+_JAVASCRIPT_NOTICE_RE = re.compile(
+    r"(?:enable|turn on|activate|allow|requires?|need|support)\w*\W+(?:\w+\W+){0,4}?javascript"
+    r"|javascript\W+(?:\w+\W+){0,3}?(?:is |be )?(?:disabled|enabled|required|turned off|not supported)",
+    re.I,
+)
+_LIST_MARKER_RE = re.compile(r"^(?:[•\-*·]|\d{1,3}[.)])\s+")
+STRUCTURE_LINE_WORDS = 12
+
+
+def is_structure_line(line: str) -> bool:
+    """A heading, label or contents entry: at most `STRUCTURE_LINE_WORDS` words (a CJK character counting
+    half), with no sentence end. Such lines repeat by design and are not prose."""
+    line = _LIST_MARKER_RE.sub("", line.strip())
+    if not line:
+        return True
+    if line.endswith(_FINEWEB_END) or line.endswith((":", "：")):
+        return False
+    tokens = _WORD_RE.findall(line)
+    cjk = sum(1 for word in tokens if len(word) == 1 and _CJK_CHAR_RE.match(word))
+    words = len(tokens) - cjk
+    return words + cjk / 2 <= STRUCTURE_LINE_WORDS
+
+
+def is_prose_line(line: str) -> bool:
+    """Not a structure line, and holding a sentence end: a line of prose, not a heading, label or code."""
+    return not is_structure_line(line) and _SENTENCE_END_ANY_RE.search(line) is not None
+
+
+def prose_lines(text: str) -> str:
+    """`text` with only its prose lines (blank lines kept, so paragraphs stay apart)."""
+    return "\n".join(line for line in text.split("\n") if not line.strip() or is_prose_line(line))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -281,15 +406,18 @@ def _tokenize(text: str) -> tuple[list[str], int, int]:
 def _gopher_quality_signals(doc: _Doc, cfg: QualityConfig) -> dict:
     words, text = doc.words, doc.text
     n_tokens = max(doc.n_tokens, 1)
-    lines = text.splitlines() or [""]
+    # Lines of text: the blank line between two paragraphs is not a line.
+    lines = [line for line in text.splitlines() if line.strip()] or [""]
     # Gopher's rule counts whitespace-separated words: "debian/*" or "(7.0," hold a letter or not as a whole,
-    # instead of their punctuation counting as extra non-alphabetic words.
-    spaced = text.split()
+    # instead of their punctuation counting as extra non-alphabetic words. A list item's marker is layout.
+    spaced = " ".join(_LIST_MARKER_RE.sub("", line.lstrip()) for line in lines).split()
     alpha_words = sum(1 for w in spaced if w.isalpha() or _LETTER_RE.search(w))
     stop_list = cfg.stop_words.get(doc.lang)
+    # In a text read by its words, the CJK characters quoted in it are not words of its language.
+    spelled = [w for w in words if not (len(w) == 1 and _CJK_CHAR_RE.match(w))] if not doc.cjk else words
     return {
         "q_word_count": len(words),
-        "q_mean_word_length": doc.word_chars / len(words) if words else 0.0,
+        "q_mean_word_length": sum(map(len, spelled)) / len(spelled) if spelled else 0.0,
         "q_hash_word_ratio": text.count("#") / n_tokens,
         "q_ellipsis_word_ratio": (text.count("...") + text.count("…")) / n_tokens,
         "q_bullet_lines_ratio": sum(1 for line in lines if line.lstrip().startswith(_BULLETS)) / len(lines),
@@ -300,6 +428,8 @@ def _gopher_quality_signals(doc: _Doc, cfg: QualityConfig) -> dict:
 
 
 def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> dict:
+    if cfg.repetition_skips_structure_lines:
+        doc = _Doc.parse(prose_lines(doc.text), doc.lang)
     text = doc.text.strip()
     text_len = max(len(doc.text), 1)
     paragraphs = _PARAGRAPH_SPLIT_RE.split(text)
@@ -358,6 +488,7 @@ def _c4_scan(doc: _Doc, cfg: QualityConfig) -> _C4Outcome:
     for raw_line in doc.text.splitlines():
         line = raw_line.strip()
         if not line:
+            kept.append("")  # blank lines stay: what a rule removes is lines, never paragraphs
             continue
         words = line.split()
         max_word = cfg.c4_max_word_length
@@ -376,14 +507,16 @@ def _c4_scan(doc: _Doc, cfg: QualityConfig) -> _C4Outcome:
         lowered = line.lower()
         lorem = lorem or "lorem ipsum" in lowered
         if cfg.c4_filter_javascript and "javascript" in lowered:
-            removed += 1
-            continue
+            if not cfg.c4_javascript_notices_only or _JAVASCRIPT_NOTICE_RE.search(line):
+                removed += 1
+                continue
         curly = curly or "{" in line
         if cfg.c4_filter_policy and any(p in lowered for p in _C4_POLICY):
             removed += 1
             continue
         sentences += max(1, len(sentence_end.findall(line)))
-        kept.append(line)
+        # The original line, indentation and all (code keeps its shape), less any citation marks.
+        kept.append(line if line != raw_line.strip() else raw_line.rstrip())
     return _C4Outcome(kept, removed, cited, sentences, lorem, curly)
 
 
@@ -403,12 +536,38 @@ def _fineweb_signals(text: str, cjk: bool, n_tokens: int, cfg: QualityConfig) ->
         return {"q_fw_line_punct_ratio": 0.0, "q_fw_short_line_ratio": 0.0, "q_fw_char_dup_ratio": 0.0,
                 "q_fw_new_line_ratio": 0.0}
     short_length = cfg.short_line_length_cjk if cjk else cfg.short_line_length
-    newlines = text.count("\n")
+    # Line breaks between lines of text: a blank line between paragraphs is one break, as in the
+    # single-newline text the published thresholds were set on.
+    breaks = len(lines) - 1
+    repeated = [line for line in lines if is_prose_line(line)] if cfg.repetition_skips_structure_lines else lines
     return {
         "q_fw_line_punct_ratio": sum(1 for line in lines if line.endswith(_FINEWEB_END)) / len(lines),
         "q_fw_short_line_ratio": sum(1 for line in lines if len(line) <= short_length) / len(lines),
-        "q_fw_char_dup_ratio": _duplicate_counts(lines)[1] / max(len(text) - newlines, 1),
-        "q_fw_new_line_ratio": newlines / max(n_tokens, 1),
+        "q_fw_char_dup_ratio": _duplicate_counts(repeated)[1] / max(sum(map(len, lines)), 1),
+        "q_fw_new_line_ratio": breaks / max(n_tokens, 1),
+    }
+
+
+def _prose_signals(doc: _Doc) -> dict:
+    """Sentences over the whole text; the share of the text (UTF-8 bytes of its non-empty lines) in lines
+    of prose, not structure lines and holding a sentence end (code listings, indexes and link lists have
+    little); and the share in paragraphs of licence or copyright boilerplate."""
+    total = prose = licence = 0
+    for paragraph in _PARAGRAPH_SPLIT_RE.split(doc.text):
+        size = 0
+        for line in paragraph.split("\n"):
+            if line.strip():
+                line_size = len(line.encode())
+                size += line_size
+                if is_prose_line(line):
+                    prose += line_size
+        total += size
+        if _LICENCE_RE.search(paragraph):
+            licence += size
+    return {
+        "q_sentences": len(_SENTENCE_END_ANY_RE.findall(doc.text)),
+        "q_prose_share": prose / total if total else 0.0,
+        "q_licence_share": licence / total if total else 0.0,
     }
 
 
@@ -441,6 +600,8 @@ def _signal_schema(cfg: QualityConfig) -> dict[str, pl.DataType]:
             ["q_fw_line_punct_ratio", "q_fw_short_line_ratio", "q_fw_char_dup_ratio", "q_fw_new_line_ratio"],
             pl.Float64,
         )
+    if "prose" in cfg.families:
+        schema |= {"q_sentences": pl.Int64, "q_prose_share": pl.Float64, "q_licence_share": pl.Float64}
     return schema
 
 
@@ -463,11 +624,13 @@ def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig)
             signals |= _c4_signals(outcome)
             if rewrites_lines:
                 # FineWeb runs after C4 in the pipeline, so it sees the text C4 leaves behind.
-                filtered = fineweb_text = "\n".join(outcome.kept_lines)
+                filtered = fineweb_text = _BLANK_RUNS_RE.sub("\n\n", "\n".join(outcome.kept_lines)).strip("\n")
                 if outcome.lines_removed or outcome.citations_removed:
                     fineweb_tokens = _count_tokens(filtered)
         if "fineweb" in families:
             signals |= _fineweb_signals(fineweb_text, doc.cjk, fineweb_tokens, cfg)
+        if "prose" in families:
+            signals |= _prose_signals(doc)
         rows.append(signals)
         filtered_texts.append(filtered)
     return pl.DataFrame(rows, schema=_signal_schema(cfg)), filtered_texts
@@ -552,11 +715,20 @@ def _fineweb_rules(cfg: QualityConfig) -> list[_Rule]:
     ]
 
 
+def _prose_rules(cfg: QualityConfig) -> list[_Rule]:
+    return [
+        ("min_sentences", cfg.min_sentences, lambda t: pl.col("q_sentences") < t),
+        ("min_prose_share", cfg.min_prose_share, lambda t: pl.col("q_prose_share") < t),
+        ("max_licence_share", cfg.max_licence_share, lambda t: pl.col("q_licence_share") > t),
+    ]
+
+
 _RULES_BY_FAMILY = {
     "gopher_quality": _gopher_quality_rules,
     "gopher_repetition": _gopher_repetition_rules,
     "c4": _c4_rules,
     "fineweb": _fineweb_rules,
+    "prose": _prose_rules,
 }
 
 
