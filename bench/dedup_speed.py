@@ -7,7 +7,7 @@ Usage::
 The documents are the extracted texts of a `make_crawl.py` crawl: `readers.read_shard`, then
 `extract.extract_documents`, then `langid.identify_languages` (its kept en and zh documents, with
 their `lang`), in shard order, at most `--max-docs` of them (default 2000). Without `--crawl`, the
-crawl in `bench/out/crawl` is built or reused exactly as `bench/curation.py` does it.
+crawl in `bench/out/dev-crawl` is built or reused exactly as `bench/curation.py` does it.
 
 What is measured:
 
@@ -372,7 +372,7 @@ def global_steps(work: Path, cfg: DedupConfig, band_parts: int, meter: StepPeaks
     with meter.step("verify"):
         verified = verify_edges(candidates, sketches, cfg.effective_verify_threshold)
     with meter.step("cluster"):
-        clusters = cluster_documents(ranked, verified)
+        clusters = cluster_documents(ranked, verified, sketches, cfg.effective_verify_threshold)
     return clusters, {"candidate_edges": candidates.height, "verified_edges": verified.height}
 
 
@@ -590,7 +590,7 @@ def replica_counts(value: str) -> list[int]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/crawl)")
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/dev-crawl)")
     parser.add_argument("--max-docs", type=int, default=2000, help="documents used, before replication (2000)")
     parser.add_argument("--replicas", type=replica_counts, default=[1, 4, 16], help="replica counts (1,4,16)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per signature side; the best counts (3)")

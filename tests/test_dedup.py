@@ -135,6 +135,14 @@ def edit_chars(text: str, rate: float, seed: int) -> str:
     return "".join(chars)
 
 
+def with_urls(rows: list[tuple]) -> pl.DataFrame:
+    """rows: (doc_id, text, lang, fetched_at, url)."""
+    return pl.DataFrame(
+        [dict(zip(["doc_id", "text", "lang", "fetched_at", "url"], row)) for row in rows],
+        schema={"doc_id": pl.String, "text": pl.String, "lang": pl.String, "fetched_at": pl.String, "url": pl.String},
+    )
+
+
 def make_docs(rows: list[tuple]) -> pl.DataFrame:
     """rows: (doc_id, text, lang, fetched_at[, quality_score])."""
     columns = ["doc_id", "text", "lang", "fetched_at", "quality_score"]
@@ -272,35 +280,75 @@ def test_verification_keeps_only_similar_pairs():
         verify_edges(pl.DataFrame({"doc_a": ["en-bread"], "doc_b": ["unknown"]}), sketches, 0.5)
 
 
-def test_keep_rule_quality_then_fetched_at_then_doc_id():
+def test_copies_of_one_text_keep_the_canonical_url_then_the_earliest_fetch():
     text = EN["garden"]
-    docs = make_docs([
-        ("d", text, "en", "2024-01-01", 0.2),
-        ("c", text, "en", "2024-02-01", 0.9),
-        ("b", text, "en", "2024-01-15", 0.9),
-        ("a", text, "en", None, float("nan")),
-        ("f", EN["library"], "en", "2024-03-01", 0.5),
-        ("e", EN["library"], "en", "2024-03-01", 0.5),
-        ("g", EN["trains"], "en", None, None),
-        ("h", EN["trains"], "en", "2024-05-01", None),
+    site = [("s1", EN["library"], "en", "2024-03-01", "https://docs.example/library.html"),
+            ("s2", EN["trains"], "en", "2024-03-01", "https://docs.example/trains.html")]
+    docs = with_urls([
+        ("query", text, "en", "2024-01-01", "https://docs.example/garden.html?utm_source=feed"),
+        ("mirror", text, "en", "2024-01-02", "https://mirror3.docs.example/garden.html"),
+        ("canonical", text, "en", "2024-02-01", "https://docs.example/garden.html"),
+        ("archive", text, "en", "2024-01-03", "https://docs.example/archive/2017/garden.html"),
+        ("plain-http", text, "en", "2024-01-04", "http://docs.example/garden.html"),
+        *site,
+        ("x-later", EN["bread"], "en", "2024-05-01", None),
+        ("x-earlier", EN["bread"], "en", "2024-04-01", None),
+        ("y-b", ZH["tea"], "zh", None, None),
+        ("y-a", ZH["tea"], "zh", None, None),
     ])
     rows = by_id(deduplicate(docs).clusters)
     kept = {d for d, r in rows.items() if r["kept"]}
-    assert kept == {"b", "e", "h"}
-    assert {d: rows[d]["kept_doc_id"] for d in "abcdfg"} == {"a": "b", "b": "b", "c": "b", "d": "b", "f": "e", "g": "h"}
-    assert rows["a"]["cluster_size"] == 4 and rows["f"]["reason"] == "exact_duplicate"
+    assert kept == {"canonical", "s1", "s2", "x-earlier", "y-a"}
+    assert {rows[d]["kept_doc_id"] for d in ("query", "mirror", "archive", "plain-http")} == {"canonical"}
+    assert rows["x-later"]["reason"] == "exact_duplicate" and rows["y-b"]["kept_doc_id"] == "y-a"
+    ranked = rank_documents(sketch_documents(docs))["doc_id"].to_list()
+    # No query string, then the bigger host, then https, then the shallower path.
+    assert ranked.index("canonical") < ranked.index("archive") < ranked.index("plain-http") < ranked.index("mirror")
+    assert ranked.index("mirror") < ranked.index("query")
 
-    ranked = rank_documents(sketch_documents(docs))
-    assert ranked["doc_id"].to_list() == ["b", "c", "e", "f", "d", "h", "a", "g"]
 
-
-def test_default_quality_score_is_text_length():
-    short = EN["bread"]
-    longer = short + " It keeps well for two days in a linen bag."
-    docs = make_docs([("a", short, "en", "2024-01-01"), ("b", longer, "en", "2024-02-01")]).drop("quality_score")
+def test_the_original_is_kept_over_a_longer_bannered_mirror_and_edited_copies():
+    original = EN["trains"]
+    docs = with_urls([
+        ("original", original, "en", "2024-03-02", "https://news.example/trains.html"),
+        ("bannered", EN_HEADER + "\n\n" + original + "\n\n" + EN_HEADER, "en", "2024-03-01",
+         "https://news.example/trains.html?print=1"),
+        ("edited", edit_words(original, 0.03, 7), "en", "2024-03-01", "https://news.example/trains.html?ref=2"),
+        ("zh-original", ZH["subway"], "zh", "2024-03-05", "https://zh.example/subway.html"),
+        ("zh-bannered", ZH_HEADER + "\n\n" + edit_chars(ZH["subway"], 0.02, 3), "zh", "2024-03-01",
+         "https://zh.example/subway.html"),
+    ])
     rows = by_id(deduplicate(docs).clusters)
-    assert rows["a"]["kept_doc_id"] == "b" and rows["a"]["reason"] == "near_duplicate" and rows["b"]["kept"]
-    assert sketch_documents(docs)["quality_score"].to_list() == [len(short), len(longer)]
+    # Three texts: the original is the one the two copies are each closest to, though it is shorter
+    # and fetched last.
+    assert rows["original"]["kept"] and rows["original"]["cluster_size"] == 3
+    assert rows["bannered"]["kept_doc_id"] == rows["edited"]["kept_doc_id"] == "original"
+    # Two texts at one URL: the earlier fetch decides, as nothing else tells them apart.
+    assert rows["zh-bannered"]["kept"] and rows["zh-original"]["kept_doc_id"] == "zh-bannered"
+
+
+def test_a_chain_of_similar_pages_removes_only_what_is_like_the_kept_one():
+    # a ~ b ~ c ~ d, each like the next but the ends far apart: eight blocks of distinct words, each
+    # page five of them in a row (Jaccard about 0.67 to the next page, 0.43 two pages on).
+    blocks = [" ".join(f"w{block}x{i}" for i in range(30)) for block in range(8)]
+    pages = [(name, " ".join(blocks[start : start + 5]), "en", f"2024-01-0{start + 1}") for start, name in enumerate("abcd")]
+    sketches = sketch_documents(make_docs(pages))
+    sigs = dict(zip(sketches["doc_id"], sketches["signature"].to_numpy()))
+    assert (sigs["a"] == sigs["b"]).mean() >= 0.55 and (sigs["b"] == sigs["d"]).mean() < 0.55
+    ranked = rank_documents(sketches)
+    edges = pl.DataFrame({"doc_a": ["a", "b", "c"], "doc_b": ["b", "c", "d"]})
+    chained = by_id(D.cluster_documents(ranked, edges))  # without signatures: the whole chain is one cluster
+    assert sum(r["kept"] for r in chained.values()) == 1
+    rows = by_id(D.cluster_documents(ranked, edges, sketches, 0.55))
+    # The centre is a middle page (the one with the highest mean estimated similarity); the pages like
+    # it go, and the far end of the chain, unlike it, stays as its own cluster.
+    mean = {x: sum((sigs[x] == sigs[y]).mean() for y in "abcd" if y != x) / 3 for x in "abcd"}
+    centre = max("abcd", key=lambda x: (mean[x], -"abcd".index(x)))
+    assert centre in "bc" and rows[centre]["kept"]
+    for page in "abcd":
+        like = (sigs[page] == sigs[centre]).mean() >= 0.55
+        assert rows[page]["kept_doc_id"] == (centre if like else page)
+    assert sum(r["kept"] for r in rows.values()) == 2
 
 
 def test_incremental_dedup_against_persisted_state(tmp_path):
@@ -322,7 +370,7 @@ def test_incremental_dedup_against_persisted_state(tmp_path):
     )
 
     new_docs = make_docs([
-        ("n-tea-copy", ZH["tea"], "zh", "2024-02-01", 0.9),  # better score than the old kept copy
+        ("n-tea-copy", ZH["tea"], "zh", "2024-02-01", 0.9),
         ("n-bread-near", edit_words(EN["bread"], 0.02, 4) + "\n\nMirrored by docs.example.", "en", "2024-02-01", 0.9),
         ("n-river-near", ZH_HEADER + edit_chars(ZH["river"], 0.02, 5), "zh", "2024-02-01", 0.5),
         ("n-library", EN["library"], "en", "2024-02-01", 0.5),
@@ -339,8 +387,8 @@ def test_incremental_dedup_against_persisted_state(tmp_path):
         "n-tea-copy": (False, "exact_duplicate", "o-tea", 2),
         "n-bread-near": (False, "near_duplicate", "o-bread", 3),
         "n-river-near": (False, "near_duplicate", "o-river", 2),
-        "n-library": (False, "near_duplicate", "n-library-near", 2),
-        "n-library-near": (True, None, "n-library-near", 2),
+        "n-library": (True, None, "n-library", 2),
+        "n-library-near": (False, "near_duplicate", "n-library", 2),
         "n-subway": (True, None, "n-subway", 1),
         "n-empty": (True, None, "n-empty", 1),
     }

@@ -25,10 +25,15 @@ polars tables between them:
 `deduplicate` runs steps 1-5 in memory; `deduplicate_incremental` deduplicates new documents against
 the persisted sketches, bands and clusters of earlier runs without touching their decisions.
 
-Keep rule (`KEEP_ORDER`), the same everywhere: the highest `quality_score`, then the earliest
-`fetched_at` (compared as stored; ISO-8601 strings order correctly), then the smallest doc_id;
-missing values sort last. The caller names the quality column; without it the score is the text
-length in characters, which keeps the most complete copy.
+Keep rule: a cluster keeps the copy that best represents it, not the longest one (a mirror's copy
+is longer by its banner). Among its distinct texts (exact groups) that is the one with the highest
+mean estimated similarity to the others, so a copy with an added header or footer, or with its own
+edits, loses to the original they were all made from. A member less similar to that centre than the
+verification threshold was only chained in through others and stays as its own cluster. Ties (a
+pair of texts, and the copies of one text) go by the URL that looks canonical (`KEEP_ORDER`): no
+query string, then the host with more documents in the corpus (a mirror holds few), then https, then
+the shallower path; then the earliest `fetched_at` (ISO-8601 strings order correctly), then the
+smallest doc_id; missing values sort last.
 
 Clusters table (`CLUSTER_SCHEMA`), one row per document, singletons included: `doc_id`,
 `cluster_id` (the doc_id of the cluster's kept document, so ids stay stable across incremental
@@ -68,7 +73,10 @@ STAGE = "dedup"
 EXACT = "exact_duplicate"
 NEAR = "near_duplicate"
 
-KEEP_ORDER = "quality_score DESC NULLS LAST, fetched_at ASC NULLS LAST, doc_id ASC"
+KEEP_ORDER = "has_query ASC, host_docs DESC, not_https ASC, depth ASC, fetched_at ASC NULLS LAST, doc_id ASC"
+# Largest number of members whose pairwise similarities decide a cluster's centre; larger clusters
+# compare every member with a seeded sample of this many.
+CENTRE_SAMPLE = 64
 
 BAND_SCHEMA = {"doc_id": pl.String, "band": pl.Int32, "band_hash": pl.UInt64}
 EDGE_SCHEMA = {"doc_a": pl.String, "doc_b": pl.String}
@@ -108,7 +116,7 @@ class DedupConfig:
     verify: bool = True
     verify_threshold: float | None = None
     verify_margin: float = 0.05
-    quality_column: str = "quality_score"
+    url_column: str = "url"
     fetched_at_column: str = "fetched_at"
     signature_batch: int = 2000
     duckdb: DuckDBConfig = field(default_factory=DuckDBConfig)
@@ -149,10 +157,10 @@ def content_hashes(texts: Sequence[str | None]) -> pl.Series:
 
 
 def sketch_documents(docs: pl.DataFrame, cfg: DedupConfig | None = None) -> pl.DataFrame:
-    """One row per document: `doc_id, content_hash, empty, quality_score, fetched_at, signature`.
+    """One row per document: `doc_id, content_hash, empty, url, fetched_at, signature`.
 
-    `docs` needs `doc_id` and `text`; `lang` picks word or character shingles, the configured
-    quality and fetched_at columns feed the keep rule. `signature` is Array(UInt32, num_perm).
+    `docs` needs `doc_id` and `text`; `lang` picks word or character shingles, the configured url and
+    fetched_at columns feed the keep rule. `signature` is Array(UInt32, num_perm).
     """
     cfg = cfg or DedupConfig()
     texts = docs["text"].to_list()
@@ -167,23 +175,17 @@ def sketch_documents(docs: pl.DataFrame, cfg: DedupConfig | None = None) -> pl.D
             docs["doc_id"].cast(pl.String),
             content_hashes(texts),
             pl.Series("empty", empty_signatures(sigs), dtype=pl.Boolean),
-            _quality_scores(docs, cfg.quality_column),
-            _fetched_at(docs, cfg.fetched_at_column),
+            _optional(docs, cfg.url_column, "url"),
+            _optional(docs, cfg.fetched_at_column, "fetched_at"),
             pl.Series("signature", sigs, dtype=pl.Array(pl.UInt32, cfg.minhash.num_perm)),
         ]
     )
 
 
-def _quality_scores(docs: pl.DataFrame, column: str) -> pl.Series:
+def _optional(docs: pl.DataFrame, column: str, name: str) -> pl.Series:
     if column in docs.columns:
-        return docs[column].cast(pl.Float64).fill_nan(None).alias("quality_score")
-    return docs["text"].str.len_chars().fill_null(0).cast(pl.Float64).alias("quality_score")
-
-
-def _fetched_at(docs: pl.DataFrame, column: str) -> pl.Series:
-    if column in docs.columns:
-        return docs[column].alias("fetched_at")
-    return pl.Series("fetched_at", [None] * docs.height, dtype=pl.String)
+        return docs[column].cast(pl.String).alias(name)
+    return pl.Series(name, [None] * docs.height, dtype=pl.String)
 
 
 def band_table(sketches: pl.DataFrame, cfg: DedupConfig | None = None) -> pl.DataFrame:
@@ -272,14 +274,25 @@ def rank_documents(sketches: Source, duckdb_cfg: DuckDBConfig | None = None) -> 
     `rank` numbers all documents 0.. in keep-rule order; `exact_rank` is the smallest rank among the
     documents sharing this one's content hash (its own rank for empty documents, never grouped).
     """
-    columns = ["doc_id", "content_hash", "empty", "quality_score", "fetched_at"]
+    columns = ["doc_id", "content_hash", "empty", "url", "fetched_at"]
     with _DuckDB(duckdb_cfg or DuckDBConfig()) as db:
         src = db.table("sketches", sketches, columns)
         ranked = db.query(
             f"""
-            WITH ranked AS (
+            WITH docs AS (
+                SELECT *, regexp_extract(url, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)', 1) AS host FROM {src}
+            ),
+            features AS (
+                SELECT doc_id, content_hash, empty, fetched_at,
+                       coalesce(strpos(url, '?') > 0, FALSE) AS has_query,
+                       count(*) OVER (PARTITION BY host) AS host_docs,
+                       NOT coalesce(starts_with(lower(url), 'https://'), FALSE) AS not_https,
+                       coalesce(length(url) - length(replace(url, '/', '')), 0) AS depth
+                FROM docs
+            ),
+            ranked AS (
                 SELECT doc_id, content_hash, empty, row_number() OVER (ORDER BY {KEEP_ORDER}) - 1 AS rank
-                FROM {src}
+                FROM features
             )
             SELECT doc_id, content_hash, empty, rank,
                    min(rank) OVER (PARTITION BY CASE WHEN empty THEN doc_id ELSE content_hash END) AS exact_rank
@@ -457,19 +470,59 @@ def _component_of(values: np.ndarray, components: np.ndarray, query: np.ndarray)
     return np.where(values[position] == query, components[position], -1)
 
 
-def _kept_ranks(group: np.ndarray, component: np.ndarray, best: np.ndarray) -> np.ndarray:
-    """Each document's kept rank: its component's best, or its exact group's best when on no edge."""
-    kept = group.copy()
-    on_edge = component >= 0
-    kept[on_edge] = best[component[on_edge]]
+def _kept_ranks(group: np.ndarray, values: np.ndarray, kept_of_value: np.ndarray) -> np.ndarray:
+    """Each document's kept rank: that of its exact group's node, or the group's best when on no edge."""
+    if len(values) == 0:
+        return group.copy()
+    position = np.minimum(np.searchsorted(values, group), len(values) - 1)
+    return np.where(values[position] == group, kept_of_value[position], group)
+
+
+def centres(
+    values: np.ndarray, components: np.ndarray, signatures: np.ndarray | None, threshold: float | None
+) -> np.ndarray:
+    """The kept node of every node (`values`, sorted ranks of exact-group bests) of every component;
+    `signatures` has a row per node.
+
+    A component keeps its centre: the node with the highest mean estimated similarity to the others,
+    the smallest rank among equals (see the module docstring). A node less similar to the centre than
+    `threshold` keeps itself: it was chained in through other members. Without signatures every
+    component keeps its smallest rank.
+    """
+    kept = values.copy()
+    if len(values) == 0:
+        return kept
+    order = np.argsort(components, kind="stable")
+    for members in np.split(order, np.flatnonzero(np.diff(components[order])) + 1):
+        nodes = values[members]  # ascending rank, as `values` is sorted and the sort is stable
+        if signatures is None or len(nodes) < 2:
+            kept[members] = nodes[0]
+            continue
+        sigs = signatures[members]
+        if len(nodes) <= CENTRE_SAMPLE:
+            sample = sigs
+        else:
+            sample = sigs[np.random.default_rng(int(nodes[0])).choice(len(nodes), CENTRE_SAMPLE, replace=False)]
+        agreement = (sigs[:, None, :] == sample[None, :, :]).mean(axis=2)
+        # Self-similarity is 1 for every node in a full comparison, so it does not change the order.
+        centre = int(np.argmax(agreement.mean(axis=1)))
+        to_centre = (sigs == sigs[centre]).mean(axis=1)
+        stays = to_centre >= threshold if threshold is not None else np.ones(len(nodes), dtype=bool)
+        kept[members] = np.where(stays, nodes[centre], nodes)
     return kept
 
 
-def cluster_documents(ranked: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame:
+def cluster_documents(
+    ranked: pl.DataFrame,
+    edges: pl.DataFrame,
+    sketches: Source | None = None,
+    threshold: float | None = None,
+) -> pl.DataFrame:
     """The clusters table (`CLUSTER_SCHEMA`) from `rank_documents` output and verified edges.
 
     Documents with equal content form exact groups; edges (between any documents of `ranked`) merge
-    groups; each cluster keeps its smallest-rank document.
+    groups; each cluster keeps its centre (`centres`), whose signatures come from `sketches` (only
+    those of documents on edges are read). Without sketches each cluster keeps its smallest rank.
     """
     ranked = ranked.sort("rank")
     if not np.array_equal(ranked["rank"].to_numpy(), np.arange(ranked.height)):
@@ -480,9 +533,25 @@ def cluster_documents(ranked: pl.DataFrame, edges: pl.DataFrame) -> pl.DataFrame
         rank_of.rename({"doc_id": "doc_b", "rank": "b"}), on="doc_b"
     )
     values, components = _components(group[pairs["a"].to_numpy()], group[pairs["b"].to_numpy()])
-    best = np.full(len(values), ranked.height, dtype=np.int64)
-    np.minimum.at(best, components, values)
-    return _clusters_frame(ranked, _kept_ranks(group, _component_of(values, components, group), best))
+    signatures = node_signatures(ranked, values, sketches) if sketches is not None else None
+    kept = centres(values, components, signatures, threshold)
+    return _clusters_frame(ranked, _kept_ranks(group, values, kept))
+
+
+def node_signatures(ranked: pl.DataFrame, ranks: np.ndarray, sketches: Source) -> np.ndarray:
+    """The signatures of the documents of `ranked` with the given ranks, one row per rank, in order."""
+    wanted = ranked.sort("rank")[ranks.tolist()].select("doc_id", pl.int_range(pl.len()).alias("row"))
+    found = (
+        _lazy(sketches).select("doc_id", "signature")
+        .filter(pl.col("doc_id").is_in(wanted["doc_id"].implode())).collect()
+        .unique("doc_id", keep="first")
+    )
+    ordered = wanted.join(found, on="doc_id", how="left").sort("row")
+    if ordered["signature"].null_count():
+        raise ValueError(f"{ordered['signature'].null_count()} clustered documents have no signature")
+    if ordered.height == 0:
+        return np.empty((0, 0), dtype=np.uint32)
+    return ordered["signature"].to_numpy()
 
 
 def _clusters_frame(ranked: pl.DataFrame, kept_rank: np.ndarray) -> pl.DataFrame:
@@ -541,9 +610,8 @@ def deduplicate_sketches(
     cfg = cfg or DedupConfig()
     ranked = rank_documents(sketches, cfg.duckdb)
     edges = _fuzzy_edges(bands, sketches, exact_representatives(ranked), cfg, band_parts)
-    clusters = sketches.select("doc_id").join(
-        cluster_documents(ranked, edges), on="doc_id", how="left", maintain_order="left"
-    )
+    clustered = cluster_documents(ranked, edges, sketches, cfg.effective_verify_threshold)
+    clusters = sketches.select("doc_id").join(clustered, on="doc_id", how="left", maintain_order="left")
     return DedupResult(clusters, sketches, bands, edges, dedup_stats(clusters))
 
 
@@ -583,9 +651,10 @@ def deduplicate_incremental(
     """Clusters rows for the new documents only, deduplicated against the earlier ones.
 
     A new document that matches an old one, exactly or through verified edges (also by way of other
-    new documents), is removed in favour of that old document's cluster's kept document; its row's
-    cluster_size counts the old members too. New documents that reach no old document are clustered
-    among themselves with the keep rule. Old rows never change and old-old edges are never
+    new documents), is removed in favour of that old document's cluster's kept document when it is
+    at least as similar to that document as the verification threshold; its row's cluster_size counts
+    the old members too. New documents that reach no old document are clustered among themselves with
+    the keep rule; one that reached an old cluster only through others stays as itself. Old rows never change and old-old edges are never
     computed; a new group that reaches several old clusters joins the one with the smallest
     cluster_id. New doc_ids must not occur in the state. `merge_clusters` folds the result into the
     persisted table; the new sketches and bands are appended to the state by the caller.
@@ -596,7 +665,7 @@ def deduplicate_incremental(
     representatives = exact_representatives(ranked.join(exact_old, on="content_hash", how="anti"))
     edges = _fuzzy_edges(new_bands, [new_sketches, state.sketches], representatives, cfg, band_parts, state.bands)
 
-    component, old_components, best_new = _components_with_old(ranked, edges)
+    component, old_components, new_values, new_components = _components_with_old(ranked, edges)
     reached = pl.concat(
         [
             ranked.select("doc_id", "content_hash").join(exact_old, on="content_hash").select("doc_id", "old_doc_id"),
@@ -613,9 +682,14 @@ def deduplicate_incremental(
         .first()
         .join(ranked.select("doc_id", "content_hash"), on="doc_id")
     )
-    joined_rows = _rows_joining_old(joining, state.sketches)
+    threshold = cfg.effective_verify_threshold
+    joined_rows = _rows_joining_old(joining, state.sketches, new_sketches, threshold)
 
-    kept_rank = _kept_ranks(ranked["exact_rank"].to_numpy(), component, best_new)
+    signatures = node_signatures(ranked, new_values, new_sketches)
+    kept = centres(new_values, new_components, signatures, threshold)
+    kept_rank = _kept_ranks(ranked["exact_rank"].to_numpy(), new_values, kept)
+    # New documents not joining an old cluster (none reached, or too unlike its kept document) keep
+    # their own group's best, or the centre of a component of new documents only.
     new_rows = _clusters_frame(ranked, kept_rank).join(joined_rows, on="doc_id", how="anti")
     clusters = new_sketches.select("doc_id").join(
         pl.concat([new_rows, joined_rows]), on="doc_id", how="left", maintain_order="left"
@@ -639,12 +713,14 @@ def _exact_matches_in_old(new_sketches: pl.DataFrame, old_sketches: Source, duck
     return matches.cast({"content_hash": pl.String, "old_doc_id": pl.String})
 
 
-def _components_with_old(ranked: pl.DataFrame, edges: pl.DataFrame) -> tuple[np.ndarray, pl.DataFrame, np.ndarray]:
+def _components_with_old(
+    ranked: pl.DataFrame, edges: pl.DataFrame
+) -> tuple[np.ndarray, pl.DataFrame, np.ndarray, np.ndarray]:
     """Components over new exact groups (by their best rank) and the old documents on edges.
 
-    Returns each new document's component (-1 when on no edge), `old_doc_id, component` for the
-    old documents, and per component the best rank among its new documents. Components holding an
-    old document are settled by that document's cluster, so their best new rank goes unused.
+    Returns each new document's component (-1 when on no edge), `old_doc_id, component` for the old
+    documents, and the new nodes of components without an old document with their components (for
+    `centres`). Components holding an old document are settled by that document's cluster.
     """
     n_new = ranked.height
     endpoints = pl.concat([edges["doc_a"], edges["doc_b"]]).unique(maintain_order=True)
@@ -661,16 +737,15 @@ def _components_with_old(ranked: pl.DataFrame, edges: pl.DataFrame) -> tuple[np.
         node_of.rename({"doc_id": "doc_b", "node": "b"}), on="doc_b"
     )
     values, components = _components(pairs["a"].to_numpy(), pairs["b"].to_numpy())
-    is_new = values < n_new
-    best_new = np.full(len(values), n_new, dtype=np.int64)
-    np.minimum.at(best_new, components[is_new], values[is_new])
     old_nodes = np.arange(n_new, n_new + old_ids.len())
+    old_component = _component_of(values, components, old_nodes)
     old_components = pl.DataFrame(
-        {"old_doc_id": old_ids, "component": _component_of(values, components, old_nodes)},
+        {"old_doc_id": old_ids, "component": old_component},
         schema={"old_doc_id": pl.String, "component": pl.Int64},
     )
+    new_only = (values < n_new) & ~np.isin(components, old_component)
     component = _component_of(values, components, ranked["exact_rank"].to_numpy())
-    return component, old_components, best_new
+    return component, old_components, values[new_only], components[new_only]
 
 
 def _old_clusters_of(doc_ids: pl.Series, clusters: Source) -> pl.DataFrame:
@@ -687,16 +762,30 @@ def _old_clusters_of(doc_ids: pl.Series, clusters: Source) -> pl.DataFrame:
     return found
 
 
-def _rows_joining_old(joining: pl.DataFrame, old_sketches: Source) -> pl.DataFrame:
-    """Clusters rows of new documents that join old clusters, whose size grows by the newcomers."""
-    kept_hashes = (
+def _rows_joining_old(
+    joining: pl.DataFrame, old_sketches: Source, new_sketches: pl.DataFrame, threshold: float | None
+) -> pl.DataFrame:
+    """Clusters rows of new documents that join old clusters, whose size grows by the newcomers: those
+    at least `threshold` similar to the cluster's kept document."""
+    kept_docs = (
         _lazy(old_sketches)
-        .select(pl.col("doc_id").alias("kept_doc_id"), pl.col("content_hash").alias("kept_hash"))
+        .select(
+            pl.col("doc_id").alias("kept_doc_id"),
+            pl.col("content_hash").alias("kept_hash"),
+            pl.col("signature").alias("kept_signature"),
+        )
         .filter(pl.col("kept_doc_id").is_in(joining["kept_doc_id"].unique().implode()))
         .collect()
     )
+    joining = joining.join(kept_docs, on="kept_doc_id", how="left").join(
+        new_sketches.select("doc_id", "signature"), on="doc_id", how="left"
+    )
+    if threshold is not None and joining.height:
+        mine = joining["signature"].to_numpy()
+        theirs = joining["kept_signature"].to_numpy()
+        joining = joining.filter(pl.Series((mine == theirs).mean(axis=1) >= threshold))
     return (
-        joining.join(kept_hashes, on="kept_doc_id", how="left")
+        joining
         .select(
             "doc_id",
             "cluster_id",

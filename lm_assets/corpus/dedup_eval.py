@@ -19,7 +19,10 @@ group or pair counts for its original's language; a removed document for its own
 Exact-duplicate recall
     An injected exact group is an original and its byte-identical copies. Over the groups with at
     least two members in `clusters`: the share whose present members all sit in one cluster with
-    exactly one of them kept.
+    exactly one of them kept, or none of them kept for a document whose text duplicates the
+    original's (true Jaccard at least the MinHash threshold): a twin page of the source that the
+    truth does not list because page navigation told the two apart before extraction (the
+    untranslated pages of a manual's other languages, say). The near recall counts such a twin too.
 
 Near-duplicate recall, per edit-rate bin
     Over the injected near copies that reached dedup together with their original: the share that
@@ -205,20 +208,38 @@ def text_lookup(texts: Mapping[str, str] | pl.DataFrame) -> Mapping[str, str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def count_exact_groups(outcome: DedupOutcome, truth: Truth, tallies: dict[str, LanguageTally]) -> None:
+def _unlisted_twin(outcome: DedupOutcome, texts: Mapping[str, str], config: MinHashConfig, original: str) -> bool:
+    """The document kept instead of `original` is a duplicate of it that the truth does not list: the
+    same text in another page of the source (an untranslated page of another language's manual, whose
+    navigation told them apart before extraction). True Jaccard at least the dedup threshold."""
+    kept_url = outcome.kept_instead_of(original)
+    if kept_url == original or kept_url not in texts or original not in texts:
+        return False
+    lang = outcome[original].lang
+    return jaccard(shingle_set(texts[original], lang, config), shingle_set(texts[kept_url], lang, config)) >= config.threshold
+
+
+def count_exact_groups(
+    outcome: DedupOutcome, truth: Truth, texts: Mapping[str, str], config: MinHashConfig,
+    tallies: dict[str, LanguageTally],
+) -> None:
     for members in truth.exact_groups():
         present = [url for url in members if url in outcome]
         if len(present) < 2:
             continue
         counts = tallies[outcome[present[0]].language]
         one_cluster = len({outcome[url].cluster_id for url in present}) == 1
-        hit = one_cluster and sum(outcome[url].kept for url in present) == 1
+        kept = sum(outcome[url].kept for url in present)
+        hit = one_cluster and (kept == 1 or (kept == 0 and _unlisted_twin(outcome, texts, config, members[0])))
         counts.exact.add(hit)
         if not hit:
             counts.missed_exact_groups.append(present)
 
 
-def count_near_copies(outcome: DedupOutcome, truth: Truth, tallies: dict[str, LanguageTally]) -> None:
+def count_near_copies(
+    outcome: DedupOutcome, truth: Truth, texts: Mapping[str, str], config: MinHashConfig,
+    tallies: dict[str, LanguageTally],
+) -> None:
     for item in truth.near_copies():
         copy, original = item["url"], item["original_url"]
         rate_bin = edit_rate_bin(item["edit_rate"])
@@ -226,7 +247,8 @@ def count_near_copies(outcome: DedupOutcome, truth: Truth, tallies: dict[str, La
             continue
         counts = tallies[outcome[original].language]
         same_cluster = outcome[copy].cluster_id == outcome[original].cluster_id
-        hit = same_cluster and outcome.kept_instead_of(original) in truth.group_members[original]
+        kept_in_group = outcome.kept_instead_of(original) in truth.group_members[original]
+        hit = same_cluster and (kept_in_group or _unlisted_twin(outcome, texts, config, original))
         counts.near[rate_bin].add(hit)
         if not hit:
             counts.missed_near_copies.append(item)
@@ -270,11 +292,12 @@ def tally(
 ) -> dict[str, LanguageTally]:
     """The counts behind `evaluate`, per language group, with the misses listed."""
     outcome, known = DedupOutcome(clusters_with_urls), Truth(truth)
+    texts, config = text_lookup(texts), minhash or MinHashConfig()
     tallies = {group: LanguageTally() for group in LANGUAGE_GROUPS}
     count_documents(outcome, tallies)
-    count_exact_groups(outcome, known, tallies)
-    count_near_copies(outcome, known, tallies)
-    count_false_removals(outcome, known, text_lookup(texts), minhash or MinHashConfig(), tallies)
+    count_exact_groups(outcome, known, texts, config, tallies)
+    count_near_copies(outcome, known, texts, config, tallies)
+    count_false_removals(outcome, known, texts, config, tallies)
     return tallies
 
 

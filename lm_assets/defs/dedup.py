@@ -103,9 +103,7 @@ def minhash_signatures(
     docs = store.read_parquet(stage_keys("curated", shard)["documents"])
     config = dedup.dedup_config()
     started = time.perf_counter()
-    sketches = sketch_documents(docs, config).with_columns(
-        pl.lit(shard).alias("source"), docs["url"].alias("url"), docs["lang"].alias("lang")
-    )
+    sketches = sketch_documents(docs, config).with_columns(pl.lit(shard).alias("source"), docs["lang"].alias("lang"))
     bands = band_table(sketches, config)
     seconds = time.perf_counter() - started
     keys = minhash_keys(shard)
