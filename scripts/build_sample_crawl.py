@@ -291,11 +291,23 @@ def prc_id_ok(number: str) -> bool:
     return len(number) == 18 and prc_id_check_digit(number[:17]) == number[17].upper()
 
 
+# Not personal data: documentation examples (RFC 5737, RFC 3849), loopback, and section numbers.
+NOT_PERSONAL_IPV4 = ("192.0.2.", "198.51.100.", "203.0.113.", "127.")
+SECTION_BEFORE_RE = re.compile(r"(?:section|chapter|§|第)\s*$", re.I)
+
+
+def ip_is_personal(match: re.Match, text: str) -> bool:
+    value = match.group()
+    if value.startswith(NOT_PERSONAL_IPV4) or value.lower().startswith("2001:db8:") or value == "::1":
+        return False
+    return not SECTION_BEFORE_RE.search(text[max(0, match.start() - 12) : match.start()])
+
+
 def find_pii(text: str) -> list[tuple[str, str]]:
     """Return (type, value) for every PII-like string: the redaction targets."""
     found = [("email", m.group()) for m in EMAIL_RE.finditer(text)]
-    found += [("ipv4", m.group()) for m in IPV4_RE.finditer(text)]
-    found += [("ipv6", m.group()) for m in IPV6_RE.finditer(text) if ":" in m.group().strip(":")]
+    found += [("ipv4", m.group()) for m in IPV4_RE.finditer(text) if ip_is_personal(m, text)]
+    found += [("ipv6", m.group()) for m in IPV6_RE.finditer(text) if ":" in m.group().strip(":") and ip_is_personal(m, text)]
     found += [("credit_card", m.group()) for m in CARD_RE.finditer(text) if luhn_ok(m.group())]
     found += [("prc_id", m.group()) for m in PRC_ID_RE.finditer(text) if prc_id_ok(m.group())]
     found += [("cn_mobile", m.group()) for m in CN_MOBILE_RE.finditer(text)]
@@ -1216,17 +1228,21 @@ def pii_pages() -> list[PiiPage]:
             ("phone", "+1 415 555 0132"), ("phone", "+44 20 7946 0958")], []),
         PiiPage("en", "forum.techtalk.example", "/t/ssh-connection-refused-after-moving-servers/8812",
                 "SSH connection refused after moving servers", [], [
-            ("ipv4", "203.0.113.45"), ("ipv4", "198.51.100.23"), ("ipv4", "192.0.2.17"),
-            ("ipv6", "2001:db8:85a3::8a2e:370:7334"), ("ipv6", "fe80::1ff:fe23:4567:890a"),
+            ("ipv4", "172.20.14.45"), ("ipv4", "192.168.1.23"), ("ipv4", "10.44.2.17"),
+            ("ipv6", "fd3c:85a3:10::8a2e:370:7334"), ("ipv6", "fe80::1ff:fe23:4567:890a"),
             ("email", "ops-team@techtalk-users.example")],
-            [("ipv4", "999.10.10.10", "octet out of range"), ("ipv4", "10.0.19045", "only three parts (a build number)")],
+            [("ipv4", "999.10.10.10", "octet out of range"), ("ipv4", "10.0.19045", "only three parts (a build number)"),
+             ("ipv4", "192.0.2.1", "a documentation example address (RFC 5737)"),
+             ("ipv4", "127.0.0.1", "loopback"), ("ipv4", "4.1.2.4", "a section number")],
             style="forum", posts=[
                 ("nightowl_admin", "2026-02-11 22:14", [
-                    ("p", "We moved our app to a new server at 203.0.113.45 last night. SSH from my "
-                          "laptop (198.51.100.23) now fails with connection refused, while the old "
-                          "box at 192.0.2.17 still accepts connections with the same key."),
-                    ("p", "The new machine also has the IPv6 address 2001:db8:85a3::8a2e:370:7334 and "
+                    ("p", "We moved our app to a new server at 172.20.14.45 last night. SSH from my "
+                          "laptop (192.168.1.23) now fails with connection refused, while the old "
+                          "box at 10.44.2.17 still accepts connections with the same key."),
+                    ("p", "The new machine also has the IPv6 address fd3c:85a3:10::8a2e:370:7334 and "
                           "the link-local fe80::1ff:fe23:4567:890a, and connecting over IPv6 fails in the same way."),
+                    ("p", "I followed the hardening guide, which uses 192.0.2.1 as its example address; see "
+                          "Section 4.1.2.4 of it. On the server itself, ssh to 127.0.0.1 works fine."),
                     ("p", "One odd thing: the old firewall config still lists 999.10.10.10 as an allowed "
                           "source, which is obviously not a real address. The server runs Windows build "
                           "10.0.19045 inside a VM, if that matters."),
@@ -1301,14 +1317,19 @@ def pii_pages() -> list[PiiPage]:
                     ]),
                 ]),
         PiiPage("zh", "bbs.jishu-luntan.example", "/thread-21007-1-1.html", "服务器日志里出现大量异常访问",
-                [], [("ipv4", "192.0.2.33"), ("ipv4", "203.0.113.8"), ("ipv6", "2001:db8:abcd:12::7"),
+                [], [("ipv4", "10.8.3.33"), ("ipv4", "172.31.200.8"), ("ipv6", "fd00:abcd:12::7"),
                      ("email", "admin@xiaozhan-jishu.example")],
-                [("ipv4", "300.1.2.3", "octet out of range")],
+                [("ipv4", "300.1.2.3", "octet out of range"),
+                 ("ipv4", "198.51.100.7", "a documentation example address (RFC 5737)"),
+                 ("ipv6", "2001:db8::7", "a documentation example address (RFC 3849)"),
+                 ("ipv4", "3.2.1.5", "a section number")],
                 style="forum", posts=[
                     ("运维小白", "2026-02-22 09:12", [
-                        ("p", "这两天网站响应很慢，查看访问日志发现 192.0.2.33 和 203.0.113.8 "
+                        ("p", "这两天网站响应很慢，查看访问日志发现 10.8.3.33 和 172.31.200.8 "
                               "两个地址在不停地请求登录页面，一分钟几百次。"),
-                        ("p", "另外还有一个 IPv6 地址 2001:db8:abcd:12::7 也在做同样的事情。"
+                        ("p", "手册第 3.2.1.5 节的例子用的是 198.51.100.7 和 2001:db8::7 这样的示例地址，"
+                              "跟我这里的情况对不上。"),
+                        ("p", "另外还有一个 IPv6 地址 fd00:abcd:12::7 也在做同样的事情。"
                               "防火墙的配置文件里居然还写着 300.1.2.3 这样的地址，不知道是谁加的。"),
                         ("p", "请问应该怎么处理比较好？有经验的朋友也可以发邮件到 admin@xiaozhan-jishu.example 指点一下。"),
                     ]),
@@ -2329,9 +2350,10 @@ stuffing, link lists, number tables, all caps, lorem ipsum, "click here" spam,
 lines without punctuation), the PII pages, the 404/301 bodies, PNG images, PDF
 stubs and JSON responses are produced by `scripts/build_sample_crawl.py`
 (Apache-2.0).  All names, addresses and numbers on the PII pages are invented
-or reserved for documentation and testing: `.example` domains, IPv4 addresses
-from 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24 and 10.0.0.0/8, IPv6
-addresses from 2001:db8::/32 and fe80::/10, North American 555-01xx and UK
+or reserved: `.example` domains, IPv4 addresses from the private ranges
+10.0.0.0/8, 172.16.0.0/12 and 192.168.0.0/16, IPv6 addresses from fd00::/8 and
+fe80::/10 (the documentation ranges 192.0.2.0/24, 198.51.100.0/24 and
+2001:db8::/32 appear as examples that are not personal data), North American 555-01xx and UK
 Ofcom drama numbers, published payment-card test numbers (4111 1111 1111 1111,
 5500 0000 0000 0004, 3782 822463 10005), Chinese mobile numbers such as
 13812345678, and resident ID numbers with invented birth dates and sequence

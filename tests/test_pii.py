@@ -153,11 +153,12 @@ def test_cn_phone_lookalikes_are_kept(text):
     [
         ("The server at 192.168.1.20 rejected the request.", "The server at <IP> rejected the request."),
         ("Gateway is 10.0.0.1.", "Gateway is <IP>."),
-        ("Use 2001:db8::1 for tests.", "Use <IP> for tests."),
+        ("Use fd12:3456::1 for tests.", "Use <IP> for tests."),
         ("Link-local fe80::1ff:fe23:4567:890a is set.", "Link-local <IP> is set."),
-        ("Full 2001:0db8:85a3:0000:0000:8a2e:0370:7334 form.", "Full <IP> form."),
+        ("Full 2a00:1450:4001:0829:0000:0000:0000:200e form.", "Full <IP> form."),
         ("服务器地址为192.168.0.1，端口8080。", "服务器地址为<IP>，端口8080。"),
-        ("内网IPv6地址2001:db8:abcd::42已启用。", "内网IPv6地址<IP>已启用。"),
+        ("内网IPv6地址fd00:abcd::42已启用。", "内网IPv6地址<IP>已启用。"),
+        ("Seen from 8.8.4.4 and 100.64.3.2 today.", "Seen from <IP> and <IP> today."),
     ],
 )
 def test_ip_is_redacted(text, expected):
@@ -179,6 +180,21 @@ def test_ip_is_redacted(text, expected):
 )
 def test_ip_lookalikes_are_kept(text):
     assert redacted(text) == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "See Section 4.1.2.4 for the rules, and section (4.1.2.5) for exceptions.",
+        "Changed in v1.2.3.4 and in release 2.10.1.3; see Table 3.1.2.1 and Appendix 1.2.3.4.",
+        "请参阅第 4.1.2.4 节，以及手册 4.1.2.5 节的说明。",
+        "The manual's examples use 192.0.2.10, 198.51.100.7, 203.0.113.254 and 2001:db8::7.",
+        "Connect to 127.0.0.1 or ::1, bind 0.0.0.0, broadcast 255.255.255.255, netmask 255.255.255.0.",
+    ],
+)
+def test_section_numbers_documentation_addresses_and_loopback_are_not_personal_data(text):
+    assert redacted(text) == text
+    assert find_pii(text) == []
 
 
 # --- CREDIT_CARD --------------------------------------------------------------------------------
@@ -267,7 +283,7 @@ def test_february_30_id_has_a_matching_check_character():
 # --- whole documents ----------------------------------------------------------------------------
 
 MIXED_EN = (
-    "Hi team, the new server is at 10.20.30.40 and the backup at 2001:db8::7. "
+    "Hi team, the new server is at 10.20.30.40 and the backup at fd00:db8::7. "
     "Send questions to ops-team@example.org or call +1 415 555 0132. "
     "Billing used card 5555 5555 5555 4444. Python 3.11.7 ships on 2026-11-29."
 )

@@ -7,6 +7,11 @@ pattern is fenced by lookarounds on ASCII letters and digits instead of `\\b`.
 
 Credit cards must pass the Luhn check and start like a major network's number (2-6); resident IDs
 must have a known province code, a real birth date and a valid ISO 7064 MOD 11-2 check character.
+
+Dotted numbers that are not anyone's address stay: section and version numbers ("see Section
+4.1.2.4", "第 4.1.2.4 节", "release 1.2.3.4"), the documentation ranges (192.0.2.0/24,
+198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32), loopback, unspecified, broadcast and netmasks.
+Private and link-local addresses are redacted: they can name a person's machine on a network.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
-from ipaddress import IPv6Address
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 
 import polars as pl
 
@@ -65,6 +70,19 @@ _PHONE_RE = re.compile(
 _NUMBER_LIKE_RE = re.compile(r"\d(?:[ ().+\-]{0,3}\d){6}")
 
 _DOTTED_DIGITS_RE = re.compile(r"\d\.\d")
+# A numbered part of a document or a release just before the number: not an address.
+_NUMBERING_BEFORE_RE = re.compile(
+    r"(?:section|sect\.|sec\.|§|chapter|chap\.|clause|paragraph|para\.|appendix|table|figure|fig\.|"
+    r"step|item|part|rule|version|ver\.|release|revision|rev\.|build|patch|v|第)[\s(]*$",
+    re.I,
+)
+_NUMBERING_AFTER_RE = re.compile(r"^\s*(?:节|章|条|款)")
+_NOT_PERSONAL_NETWORKS = tuple(
+    ip_network(net)
+    for net in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "127.0.0.0/8", "0.0.0.0/8",
+                "255.255.255.255/32", "2001:db8::/32", "::1/128", "::/128")
+)
+_NETMASK_OCTETS = frozenset({0, 128, 192, 224, 240, 248, 252, 254, 255})
 
 _ID_WEIGHTS = (7, 9, 10, 5, 8, 4, 2, 1, 6, 3, 7, 9, 10, 5, 8, 4, 2)
 _ID_CHECK_CHARS = "10X98765432"
@@ -110,6 +128,22 @@ def credit_card_valid(candidate: str) -> bool:
     return 13 <= len(digits) <= 19 and digits[0] in "23456" and luhn_valid(digits)
 
 
+def _personal_address(value: str) -> bool:
+    """An address that can point at someone's machine: not documentation, loopback or a netmask."""
+    address = ip_address(value)
+    if any(address in network for network in _NOT_PERSONAL_NETWORKS):
+        return False
+    if isinstance(address, IPv4Address):
+        octets = [int(part) for part in value.split(".")]
+        if octets[0] == 255 and all(o in _NETMASK_OCTETS for o in octets):
+            return False
+    return True
+
+
+def _ipv4_valid(candidate: str) -> bool:
+    return _personal_address(candidate)
+
+
 def _ipv6_valid(candidate: str) -> bool:
     # Rejects clock times, MAC addresses and C++ scopes such as "a::b" (no digit).
     if len(candidate) < 6 or not any(c.isdigit() for c in candidate):
@@ -118,7 +152,7 @@ def _ipv6_valid(candidate: str) -> bool:
         IPv6Address(candidate)
     except ValueError:
         return False
-    return True
+    return _personal_address(candidate)
 
 
 _PHONE_GROUP_END_RE = re.compile(r"\d(?=[ .\-]\d)")
@@ -156,6 +190,8 @@ class _Detector:
     valid_length: Callable[[str], int]
     # A cheap test that the pattern could match at all.
     applies: Callable[[str], bool]
+    # Dotted numbers: a section or version number reads like one, by the words around it.
+    numbered: bool = False
 
 
 def _has_at(text: str) -> bool:
@@ -178,11 +214,18 @@ _DETECTORS = (
     _Detector("EMAIL", _EMAIL_RE, _whole, _has_at),
     _Detector("CN_ID", _CN_ID_RE, _whole_if(cn_id_valid), _looks_numeric),
     _Detector("CREDIT_CARD", _CREDIT_CARD_RE, _whole_if(credit_card_valid), _looks_numeric),
-    _Detector("IP", _IPV4_RE, _whole, _has_dotted_digits),
+    _Detector("IP", _IPV4_RE, _whole_if(_ipv4_valid), _has_dotted_digits, numbered=True),
     _Detector("IP", _IPV6_RE, _whole_if(_ipv6_valid), _has_colons),
     _Detector("CN_PHONE", _CN_PHONE_RE, _whole, _looks_numeric),
     _Detector("PHONE", _PHONE_RE, _phone_length, _looks_numeric),
 )
+
+
+def _is_numbering(text: str, start: int, end: int) -> bool:
+    """"Section 4.1.2.4", "v1.2.3.4", "第 4.1.2.4 节": the number of a part or a release."""
+    return bool(_NUMBERING_BEFORE_RE.search(text[max(0, start - 16) : start])) or bool(
+        _NUMBERING_AFTER_RE.match(text[end : end + 4])
+    )
 
 
 def _replace_matches(text: str, detector: _Detector, on_match: Callable[[str], None]) -> str:
@@ -190,6 +233,8 @@ def _replace_matches(text: str, detector: _Detector, on_match: Callable[[str], N
     copied_up_to = search_from = 0
     while (match := detector.pattern.search(text, search_from)) is not None:
         length = detector.valid_length(match.group())
+        if length and detector.numbered and _is_numbering(text, match.start(), match.end()):
+            length = 0
         if not length:
             # A rejected candidate ("2024 4111 1111 1111") may hide a real one starting inside it.
             search_from = match.start() + 1
