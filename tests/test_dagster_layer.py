@@ -51,6 +51,7 @@ def write_shard(path: Path) -> Path:
         .warcinfo()
         .response("https://en.example/harbour", page("Harbour", f"<p>{EN}</p><p>You can write to the keeper at keeper@harbour.example to book a guided tour of the tower.</p>"))
         .response("https://zh.example/qiao", page("石桥", f"<p>{ZH}</p><p>如需预约参观，请拨打管理处的电话13812345678进行登记。</p>", lang="zh"))
+        .response("https://en.example/stub", page("Stub", "<p>Click here to win a prize today. Offer ends soon.</p>"))
         .response("https://en.example/missing", "gone", status="404 Not Found")
         .response("https://en.example/bad", "<p>café, naïve, déjà vu: UTF-8 with a damaged byte ".encode() + b"\xff</p>")
         .write(path)
@@ -94,7 +95,13 @@ def test_materialize_one_shard_locally(tmp_path):
     assert mat.metadata["toxicity_model"].value.startswith("alt-profanity-check")
     assert mat.metadata["pii_redacted"].value["EMAIL"] == 1
     raw_mat = result.asset_materializations_for_node("raw_shard")[0]
-    assert (raw_mat.metadata["records_in"].value, raw_mat.metadata["quarantined"].value) == (5, 1)
+    assert (raw_mat.metadata["records_in"].value, raw_mat.metadata["quarantined"].value) == (6, 1)
+    # Every rule's cost, as numbers that plot across runs, and the pages it dropped, to read.
+    assert mat.metadata["dropped/quality:gopher_quality:min_doc_words"].value == 1
+    assert mat.metadata["dropped/quality:prose:min_prose_share"].value == 0
+    assert mat.metadata["quality_preset"].value == "lm_assets"
+    examples = mat.metadata["drop_examples"].value
+    assert "https://en.example/stub" in examples and "Click here to win a prize today" in examples
 
 
 def test_unloadable_toxicity_model_fails_the_run_with_its_reason(tmp_path):
@@ -179,7 +186,7 @@ def test_materialize_raw_to_curated_on_s3(tmp_path, s3_server):
         "curated/s3shard.warc.gz/dropped.parquet",
     ]
     assert store.read_parquet("curated/s3shard.warc.gz/documents.parquet").height == 2
-    assert json.loads(store.read_bytes("raw/s3shard.warc.gz/summary.json"))["records"] == 5
+    assert json.loads(store.read_bytes("raw/s3shard.warc.gz/summary.json"))["records"] == 6
     assert not (tmp_path / "storage").exists()
 
 

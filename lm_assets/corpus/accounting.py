@@ -36,3 +36,31 @@ def reason_counts(*tables: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.len().alias("docs"))
         .sort(["docs", "stage", "reason"], descending=[True, False, False])
     )
+
+
+def drop_examples(dropped: pl.DataFrame, docs: pl.DataFrame, per_reason: int = 3, chars: int = 300) -> pl.DataFrame:
+    """`stage, reason, url, text` for the first `per_reason` documents each reason dropped, with the first
+    `chars` characters of the text they had: what a rule costs, to read. `docs` holds `doc_id`, `url`
+    and `text` of the stage's input."""
+    columns = {"stage": pl.String, "reason": pl.String, "url": pl.String, "text": pl.String}
+    if dropped.height == 0:
+        return pl.DataFrame(schema=columns)
+    return (
+        dropped.select("doc_id", "stage", "reason")
+        .join(docs.select("doc_id", "url", "text"), on="doc_id", how="left", maintain_order="left")
+        .group_by("stage", "reason", maintain_order=True)
+        .head(per_reason)
+        .select("stage", "reason", "url", pl.col("text").str.slice(0, chars))
+        .sort("stage", "reason", maintain_order=True)
+        .cast(columns)
+    )
+
+
+def reason_totals(dropped: pl.DataFrame, known: list[str] = ()) -> dict[str, int]:
+    """Documents dropped per `stage:reason`, with 0 for each `known` one that dropped nothing."""
+    counts = dict.fromkeys(known, 0)
+    if dropped.height:
+        keys = dropped.select(pl.concat_str("stage", pl.lit(":"), "reason").alias("key"))["key"]
+        for key, n in keys.value_counts().iter_rows():
+            counts[key] = int(n)
+    return dict(sorted(counts.items()))

@@ -17,13 +17,14 @@ from lm_assets.corpus.curation import STEPS, CurationConfig, curate
 from lm_assets.corpus.extract import CONTROL_CHARS, ExtractConfig, extract_documents
 from lm_assets.corpus.langid import LangIdConfig
 from lm_assets.corpus.pii import find_pii
-from lm_assets.corpus.quality import QualityConfig
+from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.toxicity import ToxicityConfig
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.raw import raw_keys, raw_shard
 from lm_assets.defs.reporting import (
     config_hash,
     conservation_result,
+    drop_audit_metadata,
     drop_metadata,
     length_histogram,
     markdown_table,
@@ -114,6 +115,7 @@ def extracted_shard(
             "control_chars_stripped": result.stats["control_chars_stripped"],
             "docs_with_control_chars": result.stats["docs_with_control_chars"],
             **drop_metadata(result.dropped),
+            **drop_audit_metadata(result.dropped, raw.select("doc_id", "url", pl.coalesce("text", "html").alias("text"))),
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
             "preview": preview(docs, ["doc_id", "title", "lang_hint", "text"]),
             "seconds": round(seconds, 3),
@@ -145,24 +147,28 @@ class CuratedShardConfig(dg.Config):
     allowed_languages: list[str] = ["en", "zh"]
     min_language_score: float = 0.5
     language_share_bounds: dict[str, list[float]] = {"en": [0.05, 1.0], "zh": [0.05, 1.0]}
-    quality_overrides: dict[str, Any] = {}
+    quality_preset: str = Field(
+        default=DEFAULT_PRESET,
+        description=f"quality rule preset: {', '.join(sorted(PRESETS))} (lm_assets: chosen on labelled manuals; "
+        "published: Gopher+C4+FineWeb as published)",
+    )
+    quality_overrides: dict[str, Any] = Field(default={}, description="QualityConfig fields set on top of the preset")
     toxicity: ToxicityRulesConfig = ToxicityRulesConfig()
 
     def curation_config(self) -> CurationConfig:
         return CurationConfig(
             order=tuple(self.order),
             langid=LangIdConfig(allowed=tuple(self.allowed_languages), min_score=self.min_language_score),
-            quality=quality_config(self.quality_overrides),
+            quality=quality_config(self.quality_preset, self.quality_overrides),
             toxicity=ToxicityConfig(**self.toxicity.model_dump()),
         )
 
 
-def quality_config(overrides: dict[str, Any]) -> QualityConfig:
-    known = {f.name for f in dataclasses.fields(QualityConfig)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise dg.Failure(f"unknown quality thresholds {unknown}; known: {sorted(known)}")
-    return dataclasses.replace(QualityConfig(), **overrides)
+def quality_config(name: str, overrides: dict[str, Any]) -> QualityConfig:
+    try:
+        return preset(name, **overrides)
+    except (ValueError, TypeError) as exc:
+        raise dg.Failure(str(exc)) from exc
 
 
 def language_shares(docs: pl.DataFrame) -> dict[str, float]:
@@ -245,6 +251,10 @@ def curated_shard(
             "documents_out": docs.height,
             "dropped": result.dropped.height,
             **drop_metadata(result.dropped),
+            **drop_audit_metadata(
+                result.dropped, extracted, [f"quality:{reason}" for reason in rule_reasons(curation_config.quality)]
+            ),
+            "quality_preset": config.quality_preset,
             "steps": markdown_table(timings),
             "language_shares": dg.MetadataValue.json({k: round(v, 4) for k, v in shares.items()}),
             "langid_model": step_stats.get("langid", {}).get("model", "not run"),

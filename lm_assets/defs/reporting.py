@@ -8,7 +8,7 @@ import json
 import dagster as dg
 import polars as pl
 
-from lm_assets.corpus.accounting import reason_counts
+from lm_assets.corpus.accounting import drop_examples, reason_counts, reason_totals
 
 HISTOGRAM_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
 
@@ -49,6 +49,17 @@ def preview(docs: pl.DataFrame, columns: list[str], chars: int = 120) -> dg.Meta
 
 def drop_metadata(*tables: pl.DataFrame) -> dict:
     return {"drop_reasons": markdown_table(reason_counts(*tables), max_rows=40)}
+
+
+def drop_audit_metadata(dropped: pl.DataFrame, docs: pl.DataFrame, known_reasons: list[str] = ()) -> dict:
+    """A few dropped documents per reason (URL, opening text), and per reason a numeric count under
+    `dropped/<stage:reason>` (0 for known reasons that dropped nothing), so each rule's cost plots
+    across runs."""
+    examples = drop_examples(dropped, docs)
+    return {
+        "drop_examples": markdown_table(examples, max_rows=max(examples.height, 1)),
+        **{f"dropped/{key}": n for key, n in reason_totals(dropped, known_reasons).items()},
+    }
 
 
 def schema_result(name: str, df: pl.DataFrame, expected: dict) -> dg.AssetCheckResult:
