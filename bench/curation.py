@@ -5,8 +5,9 @@ Usage::
     .venv/bin/python bench/curation.py [--crawl DIR] [--max-docs N]
 
 `--crawl` takes a folder made by `make_crawl.py` (gzip WARC shards `crawl-*.warc.gz` and
-`truth.json`). Without it, a crawl of 2000 source pages in shards of 500 is built into
-`bench/out/crawl` (an existing one built with the same arguments is reused).
+`truth.json`). Without it, the labelled development crawl (bench/dev_set/README.md: 4000 source pages
+of English and Chinese manuals in shards of 500) is built into `bench/out/dev-crawl` (an existing one
+built with the same arguments is reused).
 
 What is measured, in one process, side by side:
 
@@ -65,10 +66,16 @@ from lm_assets.corpus.quality import QualityConfig, apply_quality_rules
 from lm_assets.corpus.readers import read_shard
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CRAWL = REPO / "bench" / "out" / "crawl"
+DEFAULT_CRAWL = REPO / "bench" / "out" / "dev-crawl"
 MAKE_CRAWL = Path("/work/shared/bench/make_crawl.py")
-BUILD_MAX_PAGES = 2000
+# The labelled development crawl (bench/dev_set/README.md): English and Chinese technical manuals.
+DEV_PACKAGES = (
+    "sqlite3-doc,python-sqlalchemy-doc,python-flask-doc,python-jinja2-doc,git-doc,debian-policy,"
+    "debian-handbook,harden-doc,installation-guide-amd64,lilypond-doc-html-zh,libreoffice-help-zh-cn"
+)
+BUILD_MAX_PAGES = 4000
 BUILD_DOCS_PER_SHARD = 500
+BUILD_SEED = 0
 SHARD_GLOB = "crawl-*.warc.gz"
 
 # Datatrove's FineWeb order; our quality families are checked in the same order.
@@ -146,6 +153,8 @@ def reusable_crawl(crawl: Path) -> bool:
         is_crawl(crawl)
         and manifest.get("max_pages") == BUILD_MAX_PAGES
         and manifest.get("docs_per_shard") == BUILD_DOCS_PER_SHARD
+        and manifest.get("seed") == BUILD_SEED
+        and [p["name"] for p in manifest.get("packages", [])] == DEV_PACKAGES.split(",")
         and shards == {p.name for p in find_shards(crawl)}
     )
 
@@ -158,10 +167,14 @@ def build_crawl(out: Path, make_crawl: Path) -> None:
         str(make_crawl),
         "--out",
         str(out),
+        "--packages",
+        DEV_PACKAGES,
         "--max-pages",
         str(BUILD_MAX_PAGES),
         "--docs-per-shard",
         str(BUILD_DOCS_PER_SHARD),
+        "--seed",
+        str(BUILD_SEED),
     ]
     print(f"building the crawl: {' '.join(command)}", flush=True)
     done = subprocess.run(command, check=False)
@@ -551,7 +564,7 @@ def _steps(pairs) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/crawl)")
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/dev-crawl)")
     parser.add_argument("--max-docs", type=int, help="extract at most this many HTML records (in shard order)")
     parser.add_argument(
         "--dt-tokenizer",

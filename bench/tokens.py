@@ -6,7 +6,7 @@ Usage::
 
 The texts are the extracted, language-identified documents (en and zh) of a `make_crawl.py` crawl,
 loaded as `bench/dedup_speed.py` loads them (`readers.read_shard`, `extract.extract_documents`,
-`langid.identify_languages`); without `--crawl`, the crawl in `bench/out/crawl` is built or
+`langid.identify_languages`); without `--crawl`, the crawl in `bench/out/dev-crawl` is built or
 reused exactly as `bench/curation.py` does it. About `--mb` MB (10^6 bytes of UTF-8) of them are
 measured: whole documents in a seeded random order until the total reaches `--mb` (all of them if
 the crawl has less).
@@ -687,7 +687,7 @@ def print_packing(packing: dict) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/crawl)")
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/dev-crawl)")
     parser.add_argument("--vocab", type=int, default=32_000, help="SentencePiece vocabulary size (32000)")
     parser.add_argument("--mb", type=float, default=8.0, help="MB of text encoded (8; at most the crawl's texts)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per measurement; the fastest counts (3)")

@@ -1,0 +1,225 @@
+"""Keep/drop decisions of the real asset graph against pages labelled by reading them.
+
+Usage::
+
+    .venv/bin/python bench/curation_quality.py [--crawl DIR] [--labels FILE] [--storage DIR] [--show N]
+        [--config-json JSON]
+
+`--crawl` takes a folder made by `/work/shared/bench/make_crawl.py`; without it the labelled
+development crawl is built into (or reused from) `bench/out/dev-crawl` (bench/dev_set/README.md).
+`--labels` defaults to `bench/dev_set/labels.jsonl`: one JSON object per page with `url, package,
+lang, label (KEEP|DROP), confidence, reason` (bench/dev_set/README.md says how they were made).
+
+Every shard goes through raw_shard → extracted_shard → curated_shard → minhash_signatures, then
+dedup_clusters, then deduplicated_shard, all by `local_run.run_shard_graph` in this process with an
+ephemeral Dagster instance and the offline toxicity backend, into a temporary storage root (or
+`--storage DIR`, kept afterwards; `--reuse` scores what is already there without running anything).
+`--config-json` merges a run config over that, e.g. `'{"ops": {"curated_shard": {"config":
+{"quality_preset": "fineweb"}}}}'` to score a published preset.
+
+Printed per package, per language (of the label) and overall, by `lm_assets.corpus.curation_eval`:
+good retention (KEEP pages kept after curation), junk rejection (DROP pages dropped), balanced
+accuracy, the share of kept KEEP pages that dedup keeps as themselves (pages truth.json lists as
+natural duplicates of other source pages left out: only one of them can survive), and the rules that dropped
+KEEP pages; then the DROP pages that were kept and the KEEP pages that were dropped (`--show`), the
+text integrity of every kept document (paragraphs kept, characters removed, code lines kept), and
+for the crawl's injected duplicate groups (truth.json) the share whose original is the copy dedup
+keeps. The last line printed is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from curation import MAKE_CRAWL, REPO, find_shards, resolve_crawl
+from lm_assets.corpus.curation_eval import (
+    decision_figures,
+    decisions,
+    grouped_figures,
+    outcomes,
+    read_labels,
+    text_integrity,
+)
+from lm_assets.corpus.storage import Storage
+from lm_assets.defs.curated import stage_keys
+from lm_assets.defs.dedup import CLUSTERS_KEY, DedupSettings
+from lm_assets.defs.raw import raw_keys
+from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
+
+DEFAULT_LABELS = REPO / "bench" / "dev_set" / "labels.jsonl"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: bench/out/dev-crawl)")
+    parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
+    parser.add_argument("--labels", type=Path, default=DEFAULT_LABELS)
+    parser.add_argument("--storage", type=Path, help="storage root to write (kept); default a temporary one")
+    parser.add_argument("--reuse", action="store_true", help="score --storage as it is, without running the graph")
+    parser.add_argument("--config-json", default="{}", help="run config merged over the offline defaults")
+    parser.add_argument("--show", type=int, default=8, help="pages listed per kind of error")
+    return parser.parse_args(argv)
+
+
+def merged_config(extra: dict) -> dict:
+    config = json.loads(json.dumps(OFFLINE_RUN_CONFIG))
+    for op, body in extra.get("ops", {}).items():
+        target = config["ops"].setdefault(op, {}).setdefault("config", {})
+        target.update(body.get("config", {}))
+    return config
+
+
+def run_pipeline(crawl: Path, storage_root: Path, run_config: dict) -> float:
+    from dedup_quality import pipeline_definitions
+
+    shards = [path.name for path in find_shards(crawl)]
+    instance = dg.DagsterInstance.ephemeral(settings={"python_logs": {"python_log_level": "WARNING"}})
+    definitions = pipeline_definitions(storage_root, crawl, DedupSettings())
+    started = time.perf_counter()
+    results = run_shard_graph(
+        definitions, instance, shards, run_config, through_packing=False, progress=lambda m: print(f"  {m}", flush=True)
+    )
+    if not results[-1].success:
+        raise RuntimeError(f"the run of {results[-1].job_def.name} failed")
+    return time.perf_counter() - started
+
+
+def load_tables(storage_root: Path, shards: list[str]) -> dict[str, pl.DataFrame]:
+    store = Storage(str(storage_root))
+
+    def concat(key, columns=None) -> pl.DataFrame:
+        return pl.concat([store.read_parquet(key(shard), columns=columns) for shard in shards], how="diagonal_relaxed")
+
+    dropped = pl.concat(
+        [
+            concat(lambda s: raw_keys(s)["dropped"], ["doc_id", "stage", "reason"]),
+            concat(lambda s: stage_keys("extracted", s)["dropped"], ["doc_id", "stage", "reason"]),
+            concat(lambda s: stage_keys("curated", s)["dropped"], ["doc_id", "stage", "reason"]),
+        ]
+    )
+    return {
+        "raw": concat(lambda s: raw_keys(s)["documents"], ["doc_id", "url"]),
+        "quarantine": concat(lambda s: raw_keys(s)["quarantine"], ["url", "reason"]),
+        "dropped": dropped,
+        "extracted": concat(lambda s: stage_keys("extracted", s)["documents"], ["doc_id", "url", "text"]),
+        "curated": concat(lambda s: stage_keys("curated", s)["documents"], ["doc_id", "url", "text"]),
+        "clusters": store.read_parquet(CLUSTERS_KEY, columns=["doc_id", "kept", "kept_doc_id"]),
+    }
+
+
+def originals_kept(truth: dict, tables: dict[str, pl.DataFrame]) -> dict:
+    """Of the injected duplicate groups whose original reaches dedup with a copy, the share where dedup keeps
+    the original itself."""
+    at_dedup = tables["clusters"].join(tables["raw"], on="doc_id")
+    kept_by_url = dict(zip(at_dedup["url"].to_list(), at_dedup["kept"].to_list()))
+    groups: dict[str, list[str]] = {}
+    for item in truth.get("injected", []):
+        groups.setdefault(item["original_url"], []).append(item["url"])
+    figures = {}
+    for kind in ("exact", "near"):
+        originals = {item["original_url"] for item in truth.get("injected", []) if item["kind"] == kind}
+        contested = [u for u in originals if u in kept_by_url and any(c in kept_by_url for c in groups[u])]
+        kept = sum(1 for u in contested if kept_by_url[u])
+        figures[kind] = {"groups": len(contested), "original_kept": kept,
+                         "share": round(kept / len(contested), 4) if contested else None}
+    return figures
+
+
+def fmt(value) -> str:
+    return "  n/a " if value is None else f"{value:6.3f}"
+
+
+def print_figures(title: str, groups: dict[str, dict]) -> None:
+    print(f"\n{title:<28} {'KEEP':>5} {'DROP':>5} {'retain':>7} {'reject':>7} {'bal.acc':>7} {'dedup':>7}  KEEP pages dropped by")
+    for name, f in groups.items():
+        rules = ", ".join(f"{rule} {n}" for rule, n in list(f["keep_dropped_by"].items())[:4])
+        print(
+            f"{name:<28} {f['keep']:>5} {f['drop']:>5} {fmt(f['good_retention'])} {fmt(f['junk_rejection'])} "
+            f"{fmt(f['balanced_accuracy'])} {fmt(f['keep_survived_dedup'])}  {rules}"
+        )
+
+
+def print_errors(table: pl.DataFrame, show: int) -> None:
+    found = table.filter(pl.col("found"))
+    junk = found.filter((pl.col("label") == "DROP") & pl.col("kept"))
+    lost = found.filter((pl.col("label") == "KEEP") & ~pl.col("kept"))
+    print(f"\nDROP pages kept ({junk.height}):")
+    for row in junk.head(show).iter_rows(named=True):
+        print(f"  {row['url']}  ({row['reason']})")
+    print(f"KEEP pages dropped ({lost.height}):")
+    for row in lost.head(show).iter_rows(named=True):
+        print(f"  {row['drop_reason']:<40} {row['url']}")
+
+
+def run(args: argparse.Namespace) -> dict:
+    crawl = resolve_crawl(args)
+    shards = [path.name for path in find_shards(crawl)]
+    truth = json.loads((crawl / "truth.json").read_text())
+    labels = read_labels(args.labels)
+    run_config = merged_config(json.loads(args.config_json))
+    print(f"crawl: {crawl} ({len(shards)} shards), labels: {args.labels} ({labels.height} pages)")
+    with tempfile.TemporaryDirectory(prefix="curation-quality-") as scratch:
+        storage_root = args.storage or Path(scratch)
+        seconds = None
+        if not args.reuse:
+            print(f"materializing the asset graph into {storage_root}:")
+            seconds = run_pipeline(crawl, storage_root, run_config)
+        tables = load_tables(storage_root, shards)
+    outcome = outcomes(tables["raw"], tables["dropped"], tables["quarantine"], tables["curated"], tables["clusters"])
+    natural = {url for group in truth.get("natural_duplicates", []) for url in group}
+    natural |= {url for a, b, _ in truth.get("natural_near_pairs", []) for url in (a, b)}
+    table = decisions(labels, outcome, natural)
+    missing = table.filter(~pl.col("found"))["url"].to_list()
+    if missing:
+        print(f"warning: {len(missing)} labelled URLs are not in this crawl, e.g. {missing[:3]}")
+    overall = decision_figures(table)
+    print_figures("package", grouped_figures(table, "package"))
+    print_figures("language", grouped_figures(table, "lang"))
+    print_figures("overall", {"all labelled pages": overall})
+    print_errors(table, args.show)
+    integrity = text_integrity(tables["extracted"], tables["curated"])
+    print(
+        f"\ntext integrity over {integrity['documents']} kept documents: "
+        f"{fmt(integrity['still_have_paragraphs'])} of the {integrity['had_paragraphs']} with paragraphs still have them, "
+        f"{fmt(integrity['code_lines_survive'])} of the {integrity['had_code_lines']} with def/class lines keep them all, "
+        f"{fmt(integrity['chars_removed_share'])} of extracted characters removed by curation"
+    )
+    originals = originals_kept(truth, tables)
+    print(
+        "injected duplicate groups whose original dedup keeps: "
+        + ", ".join(f"{kind} {fmt(f['share'])} ({f['original_kept']}/{f['groups']})" for kind, f in originals.items())
+    )
+    if seconds is not None:
+        print(f"asset graph: {seconds:.1f} s wall")
+    return {
+        "overall": overall,
+        "packages": grouped_figures(table, "package"),
+        "languages": grouped_figures(table, "lang"),
+        "text_integrity": integrity,
+        "originals_kept": originals,
+        "missing_labels": len(missing),
+    }
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        result = run(args)
+    except RuntimeError as exc:
+        print(f"bench/curation_quality.py: {exc}", file=sys.stderr)
+        return 2
+    print()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
