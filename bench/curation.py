@@ -23,8 +23,8 @@ What is measured, in one process, side by side:
    (its reader keeps 404 and 301 pages) are read but not extracted.
 
 2. Filters, plain text -> kept documents. Both chains get our extracted texts.
-   Ours: `langid.identify_languages` (fastText lid.176, en and zh kept) then
-   `quality.apply_quality_rules` with the families in datatrove's order.
+   Ours: `langid.identify_languages` (fastText lid.176 over windows of the whole text, en and zh
+   kept) then `quality.apply_quality_rules` with the pipeline's default preset (`lm_assets`).
    Datatrove: `LanguageFilter` (en, zh) when its model can be loaded (it downloads lid.176.bin,
    which fails offline; it is then skipped and the output says so), `GopherRepetitionFilter`,
    `GopherQualityFilter`, `C4QualityFilter`, `FineWebQualityFilter`, all with default settings
@@ -62,7 +62,7 @@ import polars as pl
 
 from lm_assets.corpus.extract import ExtractConfig, extract_documents, extract_html
 from lm_assets.corpus.langid import LangIdConfig, identify, identify_languages
-from lm_assets.corpus.quality import QualityConfig, apply_quality_rules
+from lm_assets.corpus.quality import apply_quality_rules, preset
 from lm_assets.corpus.readers import read_shard
 
 REPO = Path(__file__).resolve().parent.parent
@@ -80,6 +80,8 @@ SHARD_GLOB = "crawl-*.warc.gz"
 
 # Datatrove's FineWeb order; our quality families are checked in the same order.
 QUALITY_ORDER = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
+# Ours runs the pipeline's default preset, the rules `curated_shard` applies.
+OUR_QUALITY = preset()
 LANGUAGES = ["en", "zh"]
 WARM_UP_HTML = "<html lang=en><body><p>The warm-up page has one short paragraph of text.</p></body></html>"
 WARM_UP_TEXT = "The warm-up text. It has two sentences and a few words in it."
@@ -327,11 +329,11 @@ def our_filters(extracted: pl.DataFrame) -> tuple[dict, dict[str, str]]:
     with timed(lid_clock):
         lid = identify_languages(extracted, LangIdConfig())
     with timed(quality_clock):
-        quality = apply_quality_rules(lid.kept, QualityConfig(families=QUALITY_ORDER))
+        quality = apply_quality_rules(lid.kept, OUR_QUALITY)
     languages = dict.fromkeys(extracted["doc_id"].to_list(), "other")
     languages.update(zip(lid.kept["doc_id"].to_list(), lid.kept["lang"].to_list(), strict=True))
     dropped = Counter(reason.split(":")[0] for reason in quality.dropped["reason"])
-    steps = survivors(lid.kept.height, [(family, dropped[family]) for family in QUALITY_ORDER])
+    steps = survivors(lid.kept.height, [(family, dropped[family]) for family in OUR_QUALITY.families])
     stage = figures(
         extracted.height,
         lid_clock + quality_clock,

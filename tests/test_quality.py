@@ -554,6 +554,10 @@ def test_prose_share_drops_listings_and_licences_drop_by_share():
     assert signals(gpl, families=("prose",))["q_licence_share"] > 0.5
     assert reason(gpl, families=("prose",), max_licence_share=0.5) == "prose:max_licence_share"
     assert signals(GOOD_EN, families=("prose",))["q_licence_share"] == 0.0
+    for phrase in ("Redistribution and use in source and binary forms, with or without modification.",
+                   "The software is sold without MERCHANTABILITY of any kind.", "本文件依通用公共授權條款發布。",
+                   "Licensed under the Apache License, Version 2.0.", "版权所有，保留一切权利。"):
+        assert signals(phrase, families=("prose",))["q_licence_share"] == 1.0, phrase
 
 
 def test_javascript_notices_go_but_lines_about_javascript_stay():

@@ -26,8 +26,8 @@ class LangIdConfig:
     allowed: tuple[str, ...] = ("en", "zh")
     min_score: float = 0.5
     # Windows of about this many characters, at most `max_windows` of them spread over the text.
-    window_chars: int = 1000
-    max_windows: int = 8
+    window_chars: int = 500
+    max_windows: int = 6
     # Each window votes for its `top_k` languages by probability: a window of half Chinese, half English
     # counts for both.
     top_k: int = 3

@@ -43,6 +43,8 @@ _UNREAD = frozenset(
      "button", "select", "textarea", "input", "label", "head", "title", "meta", "link", "option", "datalist"}
 )
 _UNREAD_ROLES = frozenset({"dialog", "alertdialog", "alert", "img", "tooltip"})
+# Attributes that can hide an element (see `_unread`).
+_HIDING = frozenset({"hidden", "aria-hidden", "role", "style"})
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
 # Site chrome, by element or ARIA role.
 _CHROME_TAGS = frozenset({"nav", "aside", "footer", "form"})
@@ -54,17 +56,15 @@ _UNLIKELY = re.compile(
     r"-ad-|advert|ai2html|banner|breadcrumb|combx|comment|communit|cookie|cover-wrap|disqus|extra|footer|"
     r"gdpr|header|legends|menu|related|remark|replies|rss|shoutbox|sidebar|skyscraper|social|sponsor|"
     r"supplemental|ad-break|agegate|pagination|pager|popup|yom-remote|share|navbar|navigation|\bnav|nav\b|"
-    r"toolbar|newsletter|subscribe|promo|skip-?link|byline|masthead|signup",
-    re.I,
+    r"toolbar|newsletter|subscribe|promo|skip-?link|byline|masthead|signup"
 )
-_MAYBE_CONTENT = re.compile(r"and|article|body|column|content|main|mathjax|shadow", re.I)
+_MAYBE_CONTENT = re.compile(r"and|article|body|column|content|main|mathjax|shadow")
 _POSITIVE = re.compile(
-    r"article|body|content|entry|hentry|h-entry|main|page|post|text|blog|story|section|chapter|document", re.I
+    r"article|body|content|entry|hentry|h-entry|main|page|post|text|blog|story|section|chapter|document"
 )
 _NEGATIVE = re.compile(
     r"-ad-|hidden|banner|combx|comment|com-|contact|foot|gdpr|masthead|media|meta|outbrain|promo|related|"
-    r"scroll|share|shoutbox|sidebar|skyscraper|sponsor|shopping|tags|tool|widget|nav|menu|breadcrumb",
-    re.I,
+    r"scroll|share|shoutbox|sidebar|skyscraper|sponsor|shopping|tags|tool|widget|nav|menu|breadcrumb"
 )
 _BLOCKS = frozenset(
     {"p", "div", "ul", "ol", "dl", "table", "pre", "blockquote", "section", "article", "h1", "h2", "h3", "h4",
@@ -77,9 +77,9 @@ _TAG_SCORE = {
     "address": -3, "ol": -3, "ul": -3, "dl": -3, "dd": -3, "dt": -3, "li": -3, "form": -3,
     "h1": -5, "h2": -5, "h3": -5, "h4": -5, "h5": -5, "h6": -5, "th": -5,
 }
-_COMMAS = re.compile(r"[,，、;；]")
+_COMMAS = (",", "，", "、", ";", "；")
 _HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
-_KEEP_IN_TREE = frozenset({"html", "body", "main", "article"})
+_CONTAINERS = frozenset({"div", "section", "aside", "header", "footer", "nav", "ul", "ol", "dl", "table", "figure", "p", "form"})
 _VERBATIM = frozenset({"table", "pre", "code"})
 _PROSE_BLOCKS = frozenset({"p", "pre", "blockquote", "ul", "ol", "dl", "table", "h2", "h3", "h4", "h5", "h6"})
 _SENTENCE_END = (".", "!", "?", ":", "。", "！", "？", "：")
@@ -95,6 +95,7 @@ _LINE_BREAK = frozenset(
 )
 _GAP = {tag: 2 for tag in _PARAGRAPH_BREAK} | {tag: 1 for tag in _LINE_BREAK}
 _LISTS = frozenset({"ul", "ol"})
+_NESTED_LISTS = frozenset({"ul", "ol", "dl"})
 _CELLS = frozenset({"td", "th"})
 _SPACES = re.compile(r"[ \t\n\r\f\v]+")
 
@@ -127,35 +128,32 @@ def extract_main_text(html: str, config: MainContentConfig | None = None) -> str
     return page.layout()
 
 
+# The name patterns are matched against lower-cased names: case-insensitive alternations cost several
+# times as much, and ids are mostly unique, so a cache does not help them.
 @functools.lru_cache(maxsize=4096)
 def _name_weight(name: str | None) -> int:
-    return 25 * (bool(_POSITIVE.search(name)) - bool(_NEGATIVE.search(name))) if name else 0
+    if not name:
+        return 0
+    name = name.lower()
+    return 25 * (bool(_POSITIVE.search(name)) - bool(_NEGATIVE.search(name)))
 
 
 @functools.lru_cache(maxsize=4096)
 def _names_chrome(names: str) -> bool:
+    names = names.lower()
     return _UNLIKELY.search(names) is not None and _MAYBE_CONTENT.search(names) is None
 
 
-def _attribute_flags(body) -> tuple[set[int], set[int]]:
-    """mem_ids of the elements hidden or unread by their attributes, and of the chrome by ARIA role:
-    one CSS query, so the walk need not read every element's attributes."""
-    unread, chrome = set(), set()
-    for element in body.css("[hidden], [aria-hidden], [style], [role], a.headerlink"):
-        attributes = element.attributes
-        role = attributes.get("role")
-        style = attributes.get("style")
-        if (
-            "hidden" in attributes
-            or attributes.get("aria-hidden") == "true"
-            or role in _UNREAD_ROLES
-            or (style and _HIDDEN_STYLE.search(style))
-            or (element.tag == "a" and "headerlink" in (attributes.get("class") or ""))
-        ):
-            unread.add(element.mem_id)
-        elif role in _CHROME_ROLES:
-            chrome.add(element.mem_id)
-    return unread, chrome
+def _unread(tag: str, attributes: dict) -> bool:
+    """Hidden from a reader by its attributes, or an anchor of a heading ("¶")."""
+    if "hidden" in attributes or attributes.get("aria-hidden") == "true":
+        return True
+    if attributes.get("role") in _UNREAD_ROLES:
+        return True
+    style = attributes.get("style")
+    if style and _HIDDEN_STYLE.search(style):
+        return True
+    return tag == "a" and "headerlink" in (attributes.get("class") or "")
 
 
 class _Page:
@@ -170,7 +168,7 @@ class _Page:
     def __init__(self, body):
         self.tag: list[str] = []
         self.parent: list[int] = []
-        self.node: list = []
+        self.attrs: list[dict] = []
         self.text: list[int] = []  # text length, less what has been removed inside
         self.links: list[int] = []  # link text length, likewise
         self.has_block: list[bool] = []
@@ -182,14 +180,12 @@ class _Page:
         self.removed: set[int] = set()
         self.root: int | None = None
         self.kept_beside: set[int] = set()
-        self._names: dict[int, tuple[str | None, str | None]] = {}
         self._walk(body)
 
     def _walk(self, body) -> None:
-        tags, parents, nodes, text, links = self.tag, self.parent, self.node, self.text, self.links
+        tags, parents, attrs, text, links = self.tag, self.parent, self.attrs, self.text, self.links
         has_block, starts, ends, lasts, events = self.has_block, self.start, self.end, self.last, self.events
         chrome = self.chrome
-        unread, chrome_roles = _attribute_flags(body)
         max_depth = self.MAX_DEPTH
 
         def visit(node, index: int, in_link: bool, depth: int) -> None:
@@ -199,7 +195,7 @@ class _Page:
                     if value:
                         events.append(value)
                         if not value.isspace():
-                            length = len(value.encode())
+                            length = len(value) if value.isascii() else len(value.encode())
                             text[index] += length
                             if in_link:
                                 links[index] += length
@@ -207,13 +203,13 @@ class _Page:
                 tag = child.tag
                 if not tag or tag[0] == "-" or tag in _UNREAD:
                     continue
-                key = child.mem_id
-                if key in unread:
+                attributes = child.attributes
+                if attributes and (tag == "a" or not _HIDING.isdisjoint(attributes)) and _unread(tag, attributes):
                     continue
                 new = len(tags)
                 tags.append(tag)
                 parents.append(index)
-                nodes.append(child)
+                attrs.append(attributes)
                 text.append(0)
                 links.append(0)
                 has_block.append(False)
@@ -223,7 +219,7 @@ class _Page:
                 events.append(new)
                 if tag in _BLOCKS:
                     has_block[index] = True
-                if tag in _CHROME_TAGS or key in chrome_roles:
+                if tag in _CHROME_TAGS or ("role" in attributes and attributes["role"] in _CHROME_ROLES):
                     chrome.append(new)
                 if depth < max_depth:
                     visit(child, new, in_link or tag == "a", depth + 1)
@@ -239,7 +235,7 @@ class _Page:
 
         tags.append("body")
         parents.append(-1)
-        nodes.append(body)
+        attrs.append({})
         text.append(0)
         links.append(0)
         has_block.append(False)
@@ -252,13 +248,6 @@ class _Page:
         ends[0] = len(events)
         lasts[0] = len(tags) - 1
         events.append(~0)
-
-    def _class_and_id(self, index: int) -> tuple[str | None, str | None]:
-        names = self._names.get(index)
-        if names is None:
-            attributes = self.node[index].attributes
-            names = self._names[index] = (attributes.get("class"), attributes.get("id"))
-        return names
 
     # Decisions -----------------------------------------------------------------------------------
     def _gone(self, index: int) -> bool:
@@ -312,17 +301,28 @@ class _Page:
         return "".join(event for event in self.events[self.start[index]:self.end[index]] if event.__class__ is str)
 
     def _class_weight(self, index: int) -> int:
-        classes, ident = self._class_and_id(index)
-        return _name_weight(classes) + _name_weight(ident)
+        attributes = self.attrs[index]
+        return _name_weight(attributes.get("class")) + _name_weight(attributes.get("id"))
+
+    def _gone_flags(self) -> list[bool]:
+        """`_gone` of every element at once: parents come before their children."""
+        gone = [False] * len(self.tag)
+        parent, removed = self.parent, self.removed
+        for index in range(len(gone)):
+            gone[index] = index in removed or (index > 0 and gone[parent[index]])
+        return gone
 
     def content_root(self, config: MainContentConfig) -> int | None:
         scores: dict[int, float] = {}
+        gone, has_block, text, minimum = self._gone_flags(), self.has_block, self.text, config.min_paragraph_chars
         for index, tag in enumerate(self.tag):
-            if not (tag in _SCORED or (tag == "div" and not self.has_block[index])):
+            if not (tag in _SCORED or (tag == "div" and not has_block[index])):
                 continue
-            if self.text[index] < config.min_paragraph_chars or self._gone(index):
+            if text[index] < minimum or gone[index]:
                 continue
-            points = 1 + len(_COMMAS.findall(self._element_text(index))) + min(self.text[index] // 100, 3)
+            paragraph = self._element_text(index)
+            commas = sum(paragraph.count(comma) for comma in _COMMAS)
+            points = 1 + commas + min(text[index] // 100, 3)
             ancestor, level = self.parent[index], 0
             while ancestor > 0 and level < 5:  # 0 is the body
                 if ancestor not in scores:
@@ -390,11 +390,11 @@ class _Page:
         """Siblings of the root that score at least `sibling_share` of it (more easily when they share
         its class), or are paragraphs, lists or tables of prose, stay beside it."""
         threshold = max(10.0, max(scores.get(root, 0.0), 0.0) * config.sibling_share)
-        root_class = self._class_and_id(root)[0]
+        root_class = self.attrs[root].get("class")
         for sibling in self._children(self.parent[root]):
             if sibling == root:
                 continue
-            bonus = best * 0.2 if root_class and self._class_and_id(sibling)[0] == root_class else 0
+            bonus = best * 0.2 if root_class and self.attrs[sibling].get("class") == root_class else 0
             if scores.get(sibling, -1e9) + bonus >= threshold or self._reads_as_prose(sibling):
                 self.kept_beside.add(sibling)
 
@@ -413,10 +413,13 @@ class _Page:
         half = sum(self.text[index] for index in kept) / 2
         for top in kept:
             for index in range(top + 1, self.last[top] + 1):
-                # Chrome comes in blocks; inline elements are not judged by their names.
-                if self.tag[index] not in _BLOCKS or self.tag[index] in _KEEP_IN_TREE:
+                # Chrome comes in containers; inline elements, list items and rows are not judged by name.
+                if self.tag[index] not in _CONTAINERS:
                     continue
-                classes, ident = self._class_and_id(index)
+                attributes = self.attrs[index]
+                if not attributes:
+                    continue
+                classes, ident = attributes.get("class"), attributes.get("id")
                 if not classes and not ident:
                     continue
                 names = classes or ""
@@ -445,7 +448,11 @@ def _layout(page: _Page, spans: list[tuple[int, int]]) -> str:
     verbatim. A div that holds only inline content is a paragraph. Text nodes are joined as they stand;
     runs of white space outside `<pre>` become one space, as a browser renders them. Removed elements
     are skipped with everything inside them."""
-    tags, has_block, removed, events = page.tag, page.has_block, page.removed, page.events
+    tags, removed, events = page.tag, page.removed, page.events
+    # Newlines each element asks for around itself; a div of inline content is a paragraph.
+    gaps = [
+        (1 if block else 2) if tag == "div" else _GAP.get(tag, 0) for tag, block in zip(tags, page.has_block)
+    ]
     out: list[str] = []  # finished lines, each preceded by "\n" or "\n\n" once one is written
     line: list[str] = []
     gap = 0  # newlines owed before the next line
@@ -463,14 +470,6 @@ def _layout(page: _Page, spans: list[tuple[int, int]]) -> str:
             out.append(text)
             gap = 1
 
-    def block_gap(index: int) -> int:
-        tag = tags[index]
-        if tag in _LISTS and lists:
-            return 1  # a nested list stays with its item
-        if tag == "div":
-            return 1 if has_block[index] else 2
-        return _GAP.get(tag, 0)
-
     for first, last in spans:
         skipping = 0
         for event in events[first:last + 1]:
@@ -487,7 +486,14 @@ def _layout(page: _Page, spans: list[tuple[int, int]]) -> str:
                         end_line(keep_empty=True)
                         line.append(text)
                     continue
-                text = " " if event.isspace() else _SPACES.sub(" ", event)
+                if event.isspace():
+                    if line and line[-1][-1] != " ":
+                        line.append(" ")
+                    continue
+                if "\n" in event or "  " in event or "\t" in event or "\r" in event or "\f" in event:
+                    text = _SPACES.sub(" ", event)
+                else:
+                    text = event
                 if not line or line[-1].endswith(" "):
                     text = text.lstrip(" ")
                 if text:
@@ -504,12 +510,16 @@ def _layout(page: _Page, spans: list[tuple[int, int]]) -> str:
                     if pre:
                         end_line(keep_empty=True)
                     else:
-                        end_line()
+                        if line:
+                            end_line()
                         gap = max(gap, 1)
                     continue
-                brk = block_gap(event)
+                brk = gaps[event]
                 if brk:
-                    end_line()
+                    if brk == 2 and lists and tag in _NESTED_LISTS:
+                        brk = 1  # a nested list stays with its item
+                    if line:
+                        end_line()
                     gap = max(gap, brk)
                 if tag in _LISTS:
                     lists.append([0 if tag == "ol" else -1])
@@ -528,14 +538,18 @@ def _layout(page: _Page, spans: list[tuple[int, int]]) -> str:
                 skipping -= 1
             else:
                 index = ~event
+                brk = gaps[index]
+                if not brk:
+                    continue
                 tag = tags[index]
                 if tag in _LISTS and lists:
                     lists.pop()
                 elif tag == "pre":
                     pre -= 1
-                brk = block_gap(index) if tag != "br" else 0
-                if brk:
+                if brk == 2 and lists and tag in _NESTED_LISTS:
+                    brk = 1
+                if line:
                     end_line()
-                    gap = max(gap, brk)
+                gap = max(gap, brk)
     end_line()
     return "".join(out)

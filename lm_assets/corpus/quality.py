@@ -210,8 +210,11 @@ _CJK = (
 )
 # A word is one CJK character, or a run of other letters/digits joined by apostrophes, dots or hyphens.
 _WORD_RE = re.compile(rf"[^\W_{_CJK}]+(?:['’.\-][^\W_{_CJK}]+)*|[{_CJK}]")
+_ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+(?:['.\-][A-Za-z0-9]+)*")
 _LETTER_RE = re.compile(r"[^\W\d_]")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
+# A whitespace-separated token without a letter: digits, punctuation and symbols only.
+_NO_LETTER_TOKEN_RE = re.compile(r"(?<!\S)(?:[^\w\s]|[\d_])+(?!\S)")
 _LINE_SPLIT_RE = re.compile(r"\n+")
 _BLANK_RUNS_RE = re.compile(r"\n\s*\n(?:\s*\n)+")
 _PARAGRAPH_SPLIT_RE = re.compile(r"\n{2,}")
@@ -235,9 +238,15 @@ _LICENCE_RE = re.compile(
     r"licensed under the|under the terms of the|free software foundation|provided (?:by the copyright holders )?"
     r"[\"“]?as is[\"”]?|copyright ©|copyright \(c\)|invariant sections|front-cover texts|"
     r"通用公共许可证|通用公共授權|自由文档许可证|自由文檔許可證|自由软件基金会|自由軟體基金會|版权所有|版權所有|"
-    r"不提供任何担保|不提供任何擔保|适销性|適銷性|特定用途",
-    re.I,
+    r"不提供任何担保|不提供任何擔保|适销性|適銷性|特定用途"
+)  # matched against lower-cased text
+_LICENCE_HINTS = (
+    "licen", "warrant", "copyright", "permission is", "rights reserved", "free software", "creative commons",
+    "as is", "under the terms", "invariant sections", "cover texts", "merchantab", "particular purpose",
+    "redistribution", "lesser general public", "许可", "許可", "授權", "版权", "版權", "担保",
+    "擔保", "适销", "適銷", "特定用途", "自由软件", "自由軟體",
 )
+_C4_POLICY_RE = re.compile("|".join(map(re.escape, _C4_POLICY)))
 _CITATION_RE = re.compile(r"\[\d+\]|\[edit\]|\[citation needed\]|\[编辑\]|\[編輯\]|\[来源请求\]|\[來源請求\]", re.I)
 _SENTENCE_END_RE = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)")
 _SENTENCE_END_CJK_RE = re.compile(r"[。！？｡!?]+|\.(?=\s|$)")
@@ -249,31 +258,29 @@ _JAVASCRIPT_NOTICE_RE = re.compile(
     re.I,
 )
 _LIST_MARKER_RE = re.compile(r"^(?:[•\-*·]|\d{1,3}[.)])\s+")
+_MARKER_STARTS = frozenset("•-*·0123456789")
 STRUCTURE_LINE_WORDS = 12
 
 
 def is_structure_line(line: str) -> bool:
     """A heading, label or contents entry: at most `STRUCTURE_LINE_WORDS` words (a CJK character counting
     half), with no sentence end. Such lines repeat by design and are not prose."""
-    line = _LIST_MARKER_RE.sub("", line.strip())
+    line = line.strip()
+    if line[:1] in _MARKER_STARTS:
+        line = _LIST_MARKER_RE.sub("", line)
     if not line:
         return True
     if line.endswith(_FINEWEB_END) or line.endswith((":", "：")):
         return False
-    tokens = _WORD_RE.findall(line)
-    cjk = sum(1 for word in tokens if len(word) == 1 and _CJK_CHAR_RE.match(word))
-    words = len(tokens) - cjk
-    return words + cjk / 2 <= STRUCTURE_LINE_WORDS
+    if line.isascii():
+        return len(line.split()) <= STRUCTURE_LINE_WORDS
+    cjk = len(_CJK_CHAR_RE.findall(line))
+    return len(_CJK_CHAR_RE.sub(" ", line).split()) + cjk / 2 <= STRUCTURE_LINE_WORDS
 
 
 def is_prose_line(line: str) -> bool:
     """Not a structure line, and holding a sentence end: a line of prose, not a heading, label or code."""
     return not is_structure_line(line) and _SENTENCE_END_ANY_RE.search(line) is not None
-
-
-def prose_lines(text: str) -> str:
-    """`text` with only its prose lines (blank lines kept, so paragraphs stay apart)."""
-    return "\n".join(line for line in text.split("\n") if not line.strip() or is_prose_line(line))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -325,8 +332,8 @@ _KEY_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
 def _word_ids(words: list[str]) -> np.ndarray:
-    vocab: dict[str, int] = {}
-    return np.fromiter((vocab.setdefault(w, len(vocab)) for w in words), dtype=np.uint64, count=len(words))
+    """A 64-bit id per word, equal for equal words: their string hashes (cached on the str objects)."""
+    return np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
 
 
 def _ngram_keys(ids: np.ndarray, n: int) -> np.ndarray:
@@ -389,15 +396,47 @@ class _Doc:
     word_chars: int
     n_tokens: int
 
+    lines: list[str] = field(default_factory=list)
+    # Words per line: words never span a line break, so tokenizing line by line gives the same words.
+    line_words: list[int] = field(default_factory=list)
+    _prose: list[bool] | None = None
+
+    def prose_mask(self) -> list[bool]:
+        """`is_prose_line` of every line, computed once per document."""
+        if self._prose is None:
+            self._prose = [bool(line.strip()) and is_prose_line(line) for line in self.lines]
+        return self._prose
+
+    def prose_only(self) -> _Doc:
+        """The document with its other lines emptied (blank lines stay, so paragraphs stay apart)."""
+        lines, words, start = [], [], 0
+        for line, count, prose in zip(self.lines, self.line_words, self.prose_mask()):
+            if prose:
+                lines.append(line)
+                words += self.words[start : start + count]
+            else:
+                lines.append("")
+            start += count
+        return _Doc("\n".join(lines), self.lang, self.cjk, words, sum(map(len, words)), len(words), lines)
+
     @classmethod
     def parse(cls, text: str | None, lang: str | None) -> _Doc:
         text = text or ""
-        words, word_chars, n_tokens = _tokenize(text)
-        return cls(text, base_lang(lang), is_cjk_lang(lang), words, word_chars, n_tokens)
+        lines = text.split("\n")
+        words: list[str] = []
+        line_words: list[int] = []
+        for line in lines:
+            # The same words, found faster in an ASCII line by a pattern without Unicode classes.
+            found = (_ASCII_WORD_RE if line.isascii() else _WORD_RE).findall(line) if line else []
+            words += found
+            line_words.append(len(found))
+        word_chars = sum(map(len, words))
+        symbols = sum(map(len, text.split())) - word_chars
+        return cls(text, base_lang(lang), is_cjk_lang(lang), words, word_chars, len(words) + symbols, lines, line_words)
 
 
 def _tokenize(text: str) -> tuple[list[str], int, int]:
-    words = _WORD_RE.findall(text)
+    words = (_ASCII_WORD_RE if text.isascii() else _WORD_RE).findall(text)
     word_chars = sum(map(len, words))
     symbols = sum(map(len, text.split())) - word_chars
     return words, word_chars, len(words) + symbols
@@ -410,26 +449,28 @@ def _gopher_quality_signals(doc: _Doc, cfg: QualityConfig) -> dict:
     lines = [line for line in text.splitlines() if line.strip()] or [""]
     # Gopher's rule counts whitespace-separated words: "debian/*" or "(7.0," hold a letter or not as a whole,
     # instead of their punctuation counting as extra non-alphabetic words. A list item's marker is layout.
-    spaced = " ".join(_LIST_MARKER_RE.sub("", line.lstrip()) for line in lines).split()
-    alpha_words = sum(1 for w in spaced if w.isalpha() or _LETTER_RE.search(w))
+    spaced = " ".join(_LIST_MARKER_RE.sub("", line.lstrip()) if line.lstrip()[:1] in _MARKER_STARTS else line for line in lines)
+    n_spaced = len(spaced.split())
+    alpha_words = n_spaced - len(_NO_LETTER_TOKEN_RE.findall(spaced))
     stop_list = cfg.stop_words.get(doc.lang)
     # In a text read by its words, the CJK characters quoted in it are not words of its language.
-    spelled = [w for w in words if not (len(w) == 1 and _CJK_CHAR_RE.match(w))] if not doc.cjk else words
+    quoted_cjk = 0 if doc.cjk or text.isascii() else len(_CJK_CHAR_RE.findall(text))
+    spelled = len(words) - quoted_cjk
     return {
         "q_word_count": len(words),
-        "q_mean_word_length": sum(map(len, spelled)) / len(spelled) if spelled else 0.0,
+        "q_mean_word_length": (doc.word_chars - quoted_cjk) / spelled if spelled > 0 else 0.0,
         "q_hash_word_ratio": text.count("#") / n_tokens,
         "q_ellipsis_word_ratio": (text.count("...") + text.count("…")) / n_tokens,
         "q_bullet_lines_ratio": sum(1 for line in lines if line.lstrip().startswith(_BULLETS)) / len(lines),
         "q_ellipsis_lines_ratio": sum(1 for line in lines if line.rstrip().endswith(_ELLIPSES)) / len(lines),
-        "q_alpha_words_ratio": alpha_words / len(spaced) if spaced else 0.0,
+        "q_alpha_words_ratio": alpha_words / n_spaced if n_spaced else 0.0,
         "q_stop_words": _count_stop_words(doc, tuple(stop_list)) if stop_list else None,
     }
 
 
 def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> dict:
     if cfg.repetition_skips_structure_lines:
-        doc = _Doc.parse(prose_lines(doc.text), doc.lang)
+        doc = doc.prose_only()
     text = doc.text.strip()
     text_len = max(len(doc.text), 1)
     paragraphs = _PARAGRAPH_SPLIT_RE.split(text)
@@ -511,7 +552,7 @@ def _c4_scan(doc: _Doc, cfg: QualityConfig) -> _C4Outcome:
                 removed += 1
                 continue
         curly = curly or "{" in line
-        if cfg.c4_filter_policy and any(p in lowered for p in _C4_POLICY):
+        if cfg.c4_filter_policy and _C4_POLICY_RE.search(lowered):
             removed += 1
             continue
         sentences += max(1, len(sentence_end.findall(line)))
@@ -552,18 +593,19 @@ def _prose_signals(doc: _Doc) -> dict:
     """Sentences over the whole text; the share of the text (UTF-8 bytes of its non-empty lines) in lines
     of prose, not structure lines and holding a sentence end (code listings, indexes and link lists have
     little); and the share in paragraphs of licence or copyright boilerplate."""
-    total = prose = licence = 0
-    for paragraph in _PARAGRAPH_SPLIT_RE.split(doc.text):
-        size = 0
-        for line in paragraph.split("\n"):
-            if line.strip():
-                line_size = len(line.encode())
-                size += line_size
-                if is_prose_line(line):
-                    prose += line_size
-        total += size
-        if _LICENCE_RE.search(paragraph):
-            licence += size
+    total = prose = 0
+    for line, is_prose in zip(doc.lines, doc.prose_mask()):
+        if is_prose or line.strip():
+            size = len(line) if line.isascii() else len(line.encode())
+            total += size
+            prose += size if is_prose else 0
+    licence = 0
+    lowered = doc.text.lower()
+    # Most texts quote no licence: a few substring tests settle them before the pattern runs.
+    if any(hint in lowered for hint in _LICENCE_HINTS) and _LICENCE_RE.search(lowered):
+        for paragraph in _PARAGRAPH_SPLIT_RE.split(lowered):
+            if _LICENCE_RE.search(paragraph):
+                licence += sum(len(line.encode()) for line in paragraph.split("\n") if line.strip())
     return {
         "q_sentences": len(_SENTENCE_END_ANY_RE.findall(doc.text)),
         "q_prose_share": prose / total if total else 0.0,
