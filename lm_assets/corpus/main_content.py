@@ -45,7 +45,7 @@ _UNREAD = frozenset(
 _UNREAD_ROLES = frozenset({"dialog", "alertdialog", "alert", "img", "tooltip"})
 # Attributes that can hide an element (see `_unread`).
 _HIDING = frozenset({"hidden", "aria-hidden", "role", "style"})
-_HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.I)
+_HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden")  # on lower-cased styles
 # Site chrome, by element or ARIA role.
 _CHROME_TAGS = frozenset({"nav", "aside", "footer", "form"})
 _CHROME_ROLES = frozenset(
@@ -98,6 +98,7 @@ _LISTS = frozenset({"ul", "ol"})
 _NESTED_LISTS = frozenset({"ul", "ol", "dl"})
 _CELLS = frozenset({"td", "th"})
 _SPACES = re.compile(r"[ \t\n\r\f\v]+")
+_ASCII_SPACES = frozenset(" \t\n\r\f\v")
 
 
 
@@ -151,7 +152,7 @@ def _unread(tag: str, attributes: dict) -> bool:
     if attributes.get("role") in _UNREAD_ROLES:
         return True
     style = attributes.get("style")
-    if style and _HIDDEN_STYLE.search(style):
+    if style and ("none" in (style := style.lower()) or "hidden" in style) and _HIDDEN_STYLE.search(style):
         return True
     return tag == "a" and "headerlink" in (attributes.get("class") or "")
 
@@ -491,7 +492,15 @@ def _layout(page: _Page, spans: list[tuple[int, int]]) -> str:
                         line.append(" ")
                     continue
                 if "\n" in event or "  " in event or "\t" in event or "\r" in event or "\f" in event:
-                    text = _SPACES.sub(" ", event)
+                    if event.isascii():
+                        # str.split collapses the same runs (and the rare \x1c-\x1f controls), faster.
+                        text = " ".join(event.split())
+                        if event[0] in _ASCII_SPACES:
+                            text = " " + text
+                        if event[-1] in _ASCII_SPACES:
+                            text += " "
+                    else:
+                        text = _SPACES.sub(" ", event)
                 else:
                     text = event
                 if not line or line[-1].endswith(" "):

@@ -213,8 +213,6 @@ _WORD_RE = re.compile(rf"[^\W_{_CJK}]+(?:['’.\-][^\W_{_CJK}]+)*|[{_CJK}]")
 _ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+(?:['.\-][A-Za-z0-9]+)*")
 _LETTER_RE = re.compile(r"[^\W\d_]")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
-# A whitespace-separated token without a letter: digits, punctuation and symbols only.
-_NO_LETTER_TOKEN_RE = re.compile(r"(?<!\S)(?:[^\w\s]|[\d_])+(?!\S)")
 _LINE_SPLIT_RE = re.compile(r"\n+")
 _BLANK_RUNS_RE = re.compile(r"\n\s*\n(?:\s*\n)+")
 _PARAGRAPH_SPLIT_RE = re.compile(r"\n{2,}")
@@ -240,18 +238,23 @@ _LICENCE_RE = re.compile(
     r"通用公共许可证|通用公共授權|自由文档许可证|自由文檔許可證|自由软件基金会|自由軟體基金會|版权所有|版權所有|"
     r"不提供任何担保|不提供任何擔保|适销性|適銷性|特定用途"
 )  # matched against lower-cased text
-_LICENCE_HINTS = (
-    "licen", "warrant", "copyright", "permission is", "rights reserved", "free software", "creative commons",
-    "as is", "under the terms", "invariant sections", "cover texts", "merchantab", "particular purpose",
-    "redistribution", "lesser general public", "许可", "許可", "授權", "版权", "版權", "担保",
-    "擔保", "适销", "適銷", "特定用途", "自由软件", "自由軟體",
-)
 _C4_POLICY_RE = re.compile("|".join(map(re.escape, _C4_POLICY)))
 _CITATION_RE = re.compile(r"\[\d+\]|\[edit\]|\[citation needed\]|\[编辑\]|\[編輯\]|\[来源请求\]|\[來源請求\]", re.I)
 _SENTENCE_END_RE = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)")
-_SENTENCE_END_CJK_RE = re.compile(r"[。！？｡!?]+|\.(?=\s|$)")
-# Both, in any text: a Chinese page quotes English sentences and the other way round.
-_SENTENCE_END_ANY_RE = re.compile(r"[。！？｡]+[”’」』）)]*|[.!?]+[\"'”’)\]]*(?=\s|$)")
+# A sentence end in a CJK text: a run of full-width or ASCII marks, or a full stop before a space. Two
+# patterns, each opening with its own set of characters, which `re` scans for far faster than a choice.
+_SENTENCE_END_CJK_MARKS_RE = re.compile(r"[。！？｡!?]+")
+_SENTENCE_END_CJK_STOP_RE = re.compile(r"\.(?=\s|$)")
+_CJK_SENTENCE_MARK_RE = re.compile(r"[。！？｡]")
+
+# Counts over whole texts, taken for all documents at once by polars' regex engine (Rust), which
+# scans text many times faster than `re`. Rust's regex has no lookaround: `(?:\s|$)` stands for
+# `(?=\s|$)`, which counts the same since no match starts with a space.
+_SENTENCE_END_CJK_COUNT = r"[。！？｡]+[”’」』）)]*"
+_SENTENCE_END_COUNT = r"[.!?]+[\"'”’)\]]*(?:\s|$)"
+_LIST_MARKER_COUNT = r"(?m)^[^\S\n]*(?:[•\-*·]|\d{1,3}[.)])[^\S\n]+"
+_TOKEN_COUNT = r"\S+"
+_LETTER_TOKEN_COUNT = r"[^\s\p{L}]*\p{L}\S*"  # a whitespace-separated token holding a letter
 _JAVASCRIPT_NOTICE_RE = re.compile(
     r"(?:enable|turn on|activate|allow|requires?|need|support)\w*\W+(?:\w+\W+){0,4}?javascript"
     r"|javascript\W+(?:\w+\W+){0,3}?(?:is |be )?(?:disabled|enabled|required|turned off|not supported)",
@@ -273,14 +276,15 @@ def is_structure_line(line: str) -> bool:
     if line.endswith(_FINEWEB_END) or line.endswith((":", "：")):
         return False
     if line.isascii():
-        return len(line.split()) <= STRUCTURE_LINE_WORDS
+        return len(line.split(maxsplit=STRUCTURE_LINE_WORDS)) <= STRUCTURE_LINE_WORDS
     cjk = len(_CJK_CHAR_RE.findall(line))
     return len(_CJK_CHAR_RE.sub(" ", line).split()) + cjk / 2 <= STRUCTURE_LINE_WORDS
 
 
 def is_prose_line(line: str) -> bool:
     """Not a structure line, and holding a sentence end: a line of prose, not a heading, label or code."""
-    return not is_structure_line(line) and _SENTENCE_END_ANY_RE.search(line) is not None
+    # Either kind, in any text: a Chinese page quotes English sentences and the other way round.
+    return not is_structure_line(line) and bool(_CJK_SENTENCE_MARK_RE.search(line) or _SENTENCE_END_RE.search(line))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -331,49 +335,71 @@ def _duplicate_counts(items: list[str]) -> tuple[int, int]:
 _KEY_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _word_ids(words: list[str]) -> np.ndarray:
-    """A 64-bit id per word, equal for equal words: their string hashes (cached on the str objects)."""
-    return np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
-
-
-def _ngram_keys(ids: np.ndarray, n: int) -> np.ndarray:
-    """One 64-bit key per n-gram of word ids (a polynomial hash, wrapping): equal n-grams, equal keys."""
-    count = len(ids) - n + 1
-    if count <= 0:
-        return np.zeros(0, dtype=np.uint64)
-    keys = np.zeros(count, dtype=np.uint64)
+def _extend_keys(ids: np.ndarray, keys: np.ndarray, positions: np.ndarray, done: int, n: int):
+    """The keys of the n-grams starting at `positions`, from the keys of their first `done` words (a
+    polynomial hash of word ids, wrapping): equal n-grams, equal keys. Positions too near the end go."""
+    fits = positions + n <= len(ids)
+    keys, positions = keys[fits], positions[fits]
     with np.errstate(over="ignore"):
-        for k in range(n):
-            keys = keys * _KEY_MULTIPLIER + ids[k : k + count] + np.uint64(1)
-    return keys
+        for k in range(done, n):
+            keys = keys * _KEY_MULTIPLIER + ids[positions + k] + np.uint64(1)
+    return keys, positions
 
 
-def _top_ngram_chars(words: list[str], keys: np.ndarray, n: int, separator_len: int) -> int:
+def _key_groups(keys: np.ndarray, positions: np.ndarray):
+    """Keys sorted, their positions, each one's group size and the earliest position of its group.
+    (`np.unique` would sort stably, at several times the cost.)"""
+    order = np.argsort(keys)
+    ordered, at = keys[order], positions[order]
+    new_group = np.concatenate(([True], ordered[1:] != ordered[:-1]))
+    starts = np.flatnonzero(new_group)
+    group = np.cumsum(new_group) - 1
+    sizes = np.diff(np.append(starts, len(keys)))[group]
+    return ordered, at, sizes, np.minimum.reduceat(at, starts)[group]
+
+
+def _top_ngram_chars(words: list[str], keys: np.ndarray, positions: np.ndarray, n: int, separator_len: int) -> int:
     """Characters covered by the most frequent n-gram, counting only n-grams seen at least twice."""
     if len(keys) == 0:
         return 0
-    _, first, counts = np.unique(keys, return_index=True, return_counts=True)
-    count = int(counts.max())
+    _, _, sizes, first = _key_groups(keys, positions)
+    count = int(sizes.max())
     if count < 2:
         return 0
-    start = int(first[counts == count].min())  # the earliest of the most frequent, as Counter would pick
+    start = int(first[sizes == count].min())  # the earliest of the most frequent, as Counter would pick
     return (sum(map(len, words[start : start + n])) + separator_len * (n - 1)) * count
 
 
-def _duplicated_ngram_chars(keys: np.ndarray, word_lengths: np.ndarray, n: int) -> int:
-    """Characters covered by n-grams that repeat an earlier n-gram, each character counted once
-    (Gopher's "fraction of characters in duplicate n-grams", over the union of their spans)."""
-    _, first = np.unique(keys, return_index=True)
-    repeats = np.ones(len(keys), dtype=bool)
-    repeats[first] = False
-    starts = np.flatnonzero(repeats)
-    if len(starts) == 0:
-        return 0
-    edges = np.zeros(len(word_lengths) + 1, dtype=np.int64)
-    np.add.at(edges, starts, 1)
-    np.add.at(edges, starts + n, -1)
-    covered = np.cumsum(edges[:-1]) > 0
-    return int(word_lengths[covered].sum())
+def _ngram_repetition(words: list[str], top_sizes: list[int], dup_sizes: list[int], separator_len: int):
+    """Per size, the characters of the most frequent n-gram (`top_sizes`) and the characters covered by
+    n-grams that repeat an earlier one, each counted once (`dup_sizes`; Gopher's "fraction of characters
+    in duplicate n-grams", over the union of their spans).
+
+    Keys grow one word at a time from size to size. An n-gram can recur only where its first n-1 words
+    do, so past the top sizes only the starts of recurring n-grams are carried on to the next size."""
+    ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
+    word_lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
+    keys, positions = np.zeros(len(ids), dtype=np.uint64), np.arange(len(ids))
+    top, dup, done = {}, {}, 0
+    last_top = max(top_sizes, default=0)
+    for n in sorted(set(top_sizes) | set(dup_sizes)):
+        keys, positions = _extend_keys(ids, keys, positions, done, n)
+        done = n
+        if n in top_sizes:
+            top[n] = _top_ngram_chars(words, keys, positions, n, separator_len)
+        if n in dup_sizes and len(keys) == 0:
+            dup[n] = 0
+        elif n in dup_sizes:
+            ordered, at, sizes, first = _key_groups(keys, positions)
+            starts = at[(sizes > 1) & (at != first)]
+            edges = np.zeros(len(words) + 1, dtype=np.int64)
+            edges[starts] += 1  # starts are distinct positions, so plain indexing adds once each
+            edges[starts + n] -= 1
+            dup[n] = int(word_lengths[np.cumsum(edges[:-1]) > 0].sum())
+            if n >= last_top:
+                recurring = sizes > 1
+                keys, positions = ordered[recurring], at[recurring]
+    return top, dup
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,19 +468,41 @@ def _tokenize(text: str) -> tuple[list[str], int, int]:
     return words, word_chars, len(words) + symbols
 
 
-def _gopher_quality_signals(doc: _Doc, cfg: QualityConfig) -> dict:
+def _column_scan(texts: list[str | None], families: set[str]) -> list[dict[str, int | bool]]:
+    """Per document, what needs a scan of the whole text: sentence ends and whether it quotes a licence
+    (prose family); whitespace-separated tokens and those holding a letter, list markers aside, and CJK
+    characters (gopher_quality family); whether it mentions javascript, a policy or lorem ipsum (c4)."""
+    column = pl.Series(texts, dtype=pl.String).fill_null("")
+    lowered = column.str.to_lowercase() if families & {"prose", "c4"} else column
+    scan: dict[str, pl.Series] = {}
+    if "prose" in families:
+        scan["sentences"] = column.str.count_matches(_SENTENCE_END_CJK_COUNT) + column.str.count_matches(_SENTENCE_END_COUNT)
+        scan["licence"] = lowered.str.contains(_LICENCE_RE.pattern)
+    if "c4" in families:
+        scan["javascript"] = lowered.str.contains("javascript", literal=True)
+        scan["policy"] = lowered.str.contains(_C4_POLICY_RE.pattern)
+        scan["lorem_ipsum"] = lowered.str.contains("lorem ipsum", literal=True)
+    if "gopher_quality" in families:
+        # Gopher's rule counts whitespace-separated words: "debian/*" or "(7.0," hold a letter or not as a
+        # whole, instead of their punctuation counting as extra non-alphabetic words. A list item's marker
+        # is layout, not a word.
+        unmarked = column.str.replace_all(_LIST_MARKER_COUNT, "")
+        scan["tokens"] = unmarked.str.count_matches(_TOKEN_COUNT)
+        scan["letter_tokens"] = unmarked.str.count_matches(_LETTER_TOKEN_COUNT)
+        scan["cjk_chars"] = column.str.count_matches(f"[{_CJK}]")
+    return pl.DataFrame(scan).to_dicts() if scan else [{}] * len(texts)
+
+
+def _gopher_quality_signals(doc: _Doc, scan: dict[str, int | bool], cfg: QualityConfig) -> dict:
     words, text = doc.words, doc.text
     n_tokens = max(doc.n_tokens, 1)
     # Lines of text: the blank line between two paragraphs is not a line.
     lines = [line for line in text.splitlines() if line.strip()] or [""]
-    # Gopher's rule counts whitespace-separated words: "debian/*" or "(7.0," hold a letter or not as a whole,
-    # instead of their punctuation counting as extra non-alphabetic words. A list item's marker is layout.
-    spaced = " ".join(_LIST_MARKER_RE.sub("", line.lstrip()) if line.lstrip()[:1] in _MARKER_STARTS else line for line in lines)
-    n_spaced = len(spaced.split())
-    alpha_words = n_spaced - len(_NO_LETTER_TOKEN_RE.findall(spaced))
+    n_spaced = scan["tokens"]
+    alpha_words = scan["letter_tokens"]
     stop_list = cfg.stop_words.get(doc.lang)
     # In a text read by its words, the CJK characters quoted in it are not words of its language.
-    quoted_cjk = 0 if doc.cjk or text.isascii() else len(_CJK_CHAR_RE.findall(text))
+    quoted_cjk = 0 if doc.cjk else scan["cjk_chars"]
     spelled = len(words) - quoted_cjk
     return {
         "q_word_count": len(words),
@@ -484,19 +532,13 @@ def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> dict:
         "q_dup_line_char_frac": line_dup_chars / text_len,
     }
     size = cfg.cjk_ngram_size if doc.cjk else (lambda n: n)
-    separator_len = 0 if doc.cjk else 1
-    ids = _word_ids(doc.words)
+    top, dup = _ngram_repetition(
+        doc.words, [size(n) for n, _ in cfg.top_n_grams], [size(n) for n, _ in cfg.dup_n_grams], 0 if doc.cjk else 1
+    )
     for n, _ in cfg.top_n_grams:
-        keys = _ngram_keys(ids, size(n))
-        signals[f"q_top_{n}gram_frac"] = _top_ngram_chars(doc.words, keys, size(n), separator_len) / text_len
-    word_lengths = np.fromiter(map(len, doc.words), dtype=np.int64, count=len(doc.words))
-    no_repeats = False  # once n-grams of some size are all unique, longer ones are too
+        signals[f"q_top_{n}gram_frac"] = top[size(n)] / text_len
     for n, _ in sorted(cfg.dup_n_grams):
-        chars = 0
-        if not no_repeats:
-            chars = _duplicated_ngram_chars(_ngram_keys(ids, size(n)), word_lengths, size(n))
-            no_repeats = chars == 0
-        signals[f"q_dup_{n}gram_frac"] = chars / text_len
+        signals[f"q_dup_{n}gram_frac"] = dup[size(n)] / text_len
     return signals
 
 
@@ -510,19 +552,23 @@ class _C4Outcome:
     curly_bracket: bool
 
 
-def _c4_line_has_too_few_words(line: str, words: list[str], cjk: bool, cfg: QualityConfig) -> bool:
+def _c4_line_has_too_few_words(line: str, cjk: bool, cfg: QualityConfig) -> bool:
     if cjk:
         return len(line) < cfg.c4_min_chars_per_line_cjk
-    return len(words) < cfg.c4_min_words_per_line
+    return cfg.c4_min_words_per_line > 0 and len(line.split()) < cfg.c4_min_words_per_line
 
 
-def _c4_scan(doc: _Doc, cfg: QualityConfig) -> _C4Outcome:
+def _c4_scan(doc: _Doc, scan: dict[str, int | bool], cfg: QualityConfig) -> _C4Outcome:
     """Walk lines the way C4 does: drop bad lines, flag lorem ipsum and curly brackets, count sentences.
 
     Flags are set whatever the config says, so they can be switched on later from stored signals.
     """
     end_marks = _C4_END_CJK if doc.cjk else _C4_END
-    sentence_end = _SENTENCE_END_CJK_RE if doc.cjk else _SENTENCE_END_RE
+    # What the line rules look for, found first in the whole text: most lines need no lower-casing.
+    javascript = cfg.c4_filter_javascript and scan["javascript"]
+    policy = cfg.c4_filter_policy and scan["policy"]
+    maybe_lorem = scan["lorem_ipsum"]
+    max_word = cfg.c4_max_word_length
     kept: list[str] = []
     removed = sentences = 0
     lorem = curly = cited = False
@@ -531,9 +577,7 @@ def _c4_scan(doc: _Doc, cfg: QualityConfig) -> _C4Outcome:
         if not line:
             kept.append("")  # blank lines stay: what a rule removes is lines, never paragraphs
             continue
-        words = line.split()
-        max_word = cfg.c4_max_word_length
-        if max_word and len(line) > max_word and any(len(w) > max_word for w in words):
+        if max_word and len(line) > max_word and any(len(w) > max_word for w in line.split()):
             removed += 1
             continue
         if cfg.c4_remove_citations and "[" in line:
@@ -542,20 +586,25 @@ def _c4_scan(doc: _Doc, cfg: QualityConfig) -> _C4Outcome:
         if cfg.c4_filter_no_terminal_punct and (not line.endswith(end_marks) or line.endswith("...")):
             removed += 1
             continue
-        if _c4_line_has_too_few_words(line, words, doc.cjk, cfg):
+        if _c4_line_has_too_few_words(line, doc.cjk, cfg):
             removed += 1
             continue
-        lowered = line.lower()
-        lorem = lorem or "lorem ipsum" in lowered
-        if cfg.c4_filter_javascript and "javascript" in lowered:
-            if not cfg.c4_javascript_notices_only or _JAVASCRIPT_NOTICE_RE.search(line):
+        if javascript or policy or maybe_lorem:
+            lowered = line.lower()
+            lorem = lorem or "lorem ipsum" in lowered
+            if javascript and "javascript" in lowered:
+                if not cfg.c4_javascript_notices_only or _JAVASCRIPT_NOTICE_RE.search(line):
+                    removed += 1
+                    continue
+            curly = curly or "{" in line
+            if policy and _C4_POLICY_RE.search(lowered):
                 removed += 1
                 continue
         curly = curly or "{" in line
-        if cfg.c4_filter_policy and _C4_POLICY_RE.search(lowered):
-            removed += 1
-            continue
-        sentences += max(1, len(sentence_end.findall(line)))
+        if doc.cjk:
+            sentences += max(1, len(_SENTENCE_END_CJK_MARKS_RE.findall(line)) + len(_SENTENCE_END_CJK_STOP_RE.findall(line)))
+        else:
+            sentences += max(1, len(_SENTENCE_END_RE.findall(line)))
         # The original line, indentation and all (code keeps its shape), less any citation marks.
         kept.append(line if line != raw_line.strip() else raw_line.rstrip())
     return _C4Outcome(kept, removed, cited, sentences, lorem, curly)
@@ -589,7 +638,7 @@ def _fineweb_signals(text: str, cjk: bool, n_tokens: int, cfg: QualityConfig) ->
     }
 
 
-def _prose_signals(doc: _Doc) -> dict:
+def _prose_signals(doc: _Doc, scan: dict[str, int | bool]) -> dict:
     """Sentences over the whole text; the share of the text (UTF-8 bytes of its non-empty lines) in lines
     of prose, not structure lines and holding a sentence end (code listings, indexes and link lists have
     little); and the share in paragraphs of licence or copyright boilerplate."""
@@ -600,14 +649,12 @@ def _prose_signals(doc: _Doc) -> dict:
             total += size
             prose += size if is_prose else 0
     licence = 0
-    lowered = doc.text.lower()
-    # Most texts quote no licence: a few substring tests settle them before the pattern runs.
-    if any(hint in lowered for hint in _LICENCE_HINTS) and _LICENCE_RE.search(lowered):
-        for paragraph in _PARAGRAPH_SPLIT_RE.split(lowered):
+    if scan["licence"]:
+        for paragraph in _PARAGRAPH_SPLIT_RE.split(doc.text.lower()):
             if _LICENCE_RE.search(paragraph):
                 licence += sum(len(line.encode()) for line in paragraph.split("\n") if line.strip())
     return {
-        "q_sentences": len(_SENTENCE_END_ANY_RE.findall(doc.text)),
+        "q_sentences": scan["sentences"],
         "q_prose_share": prose / total if total else 0.0,
         "q_licence_share": licence / total if total else 0.0,
     }
@@ -653,26 +700,26 @@ def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig)
     rewrites_lines = "c4" in families and cfg.c4_filter_lines
     rows: list[dict] = []
     filtered_texts: list[str | None] = []
-    for text, lang in zip(texts, langs, strict=True):
+    for text, lang, scan in zip(texts, langs, _column_scan(texts, families), strict=True):
         doc = _Doc.parse(text, lang)
         signals = {"q_cjk": doc.cjk}
         if "gopher_quality" in families:
-            signals |= _gopher_quality_signals(doc, cfg)
+            signals |= _gopher_quality_signals(doc, scan, cfg)
         if "gopher_repetition" in families:
             signals |= _gopher_repetition_signals(doc, cfg)
         fineweb_text, fineweb_tokens, filtered = doc.text, doc.n_tokens, None
         if "c4" in families:
-            outcome = _c4_scan(doc, cfg)
+            outcome = _c4_scan(doc, scan, cfg)
             signals |= _c4_signals(outcome)
             if rewrites_lines:
                 # FineWeb runs after C4 in the pipeline, so it sees the text C4 leaves behind.
                 filtered = fineweb_text = _BLANK_RUNS_RE.sub("\n\n", "\n".join(outcome.kept_lines)).strip("\n")
-                if outcome.lines_removed or outcome.citations_removed:
+                if "fineweb" in families and (outcome.lines_removed or outcome.citations_removed):
                     fineweb_tokens = _count_tokens(filtered)
         if "fineweb" in families:
             signals |= _fineweb_signals(fineweb_text, doc.cjk, fineweb_tokens, cfg)
         if "prose" in families:
-            signals |= _prose_signals(doc)
+            signals |= _prose_signals(doc, scan)
         rows.append(signals)
         filtered_texts.append(filtered)
     return pl.DataFrame(rows, schema=_signal_schema(cfg)), filtered_texts
