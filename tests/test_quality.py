@@ -1,9 +1,13 @@
+import random
+from collections import Counter
+
 import polars as pl
 import pytest
 
 from lm_assets.corpus.quality import (
     FAMILIES,
     PRESETS,
+    _ngram_repetition,
     QualityConfig,
     apply_quality_rules,
     is_structure_line,
@@ -490,6 +494,47 @@ def test_documents_shorter_than_the_ngram_size():
     values = signals("打开「」对话框。", lang="zh")
     assert values["q_dup_5gram_frac"] == 0.0
     assert signals("two words", families=("gopher_repetition",))["q_top_4gram_frac"] == 0.0
+
+
+
+def _reference_ngram_chars(words: list[str], n: int) -> tuple[int, int]:
+    """Gopher's two n-gram measures the plain way (as datatrove computes them): characters of the most
+    frequent n-gram times its count, and characters under n-grams that repeat an earlier one."""
+    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
+    counts = Counter(grams)
+    top = 0
+    if counts and max(counts.values()) > 1:
+        gram, count = counts.most_common(1)[0]
+        top = (sum(map(len, gram)) + n - 1) * count
+    seen, covered = set(), [False] * len(words)
+    for i, gram in enumerate(grams):
+        if gram in seen:
+            covered[i : i + n] = [True] * n
+        seen.add(gram)
+    return top, sum(len(word) for word, hit in zip(words, covered) if hit)
+
+
+def test_ngram_measures_match_a_plain_count():
+    rng = random.Random(7)
+    vocabulary = ["the", "table", "of", "contents", "a", "row", "is", "kept", "when", "it", "matches"]
+    for trial in range(40):
+        words = [rng.choice(vocabulary[: 3 + trial % 8]) for _ in range(rng.randint(0, 60))]
+        sizes = list(range(2, 11))
+        top, dup = _ngram_repetition(words, [2, 3, 4], sizes[3:], 1)
+        for n in (2, 3, 4):
+            assert top[n] == _reference_ngram_chars(words, n)[0], (words, n)
+        for n in sizes[3:]:
+            assert dup[n] == _reference_ngram_chars(words, n)[1], (words, n)
+
+
+def test_whole_text_counts_match_the_python_patterns():
+    text = "- Install it. Then run:\n\n3. (7.0, \"debian/*\") works!\n  参见 第一章。\nEnd... e.g. x"
+    values = signals(text)
+    # 12 tokens, list markers aside: "Install it. Then run: (7.0, "debian/*") works! 参见 第一章。 End... e.g. x";
+    # only "(7.0," holds no letter.
+    assert values["q_alpha_words_ratio"] == pytest.approx(11 / 12)
+    # "it." "works!" "第一章。" "End..." and, as a pattern cannot tell, the marker "3." and "e.g." before a space.
+    assert signals(text, families=("prose",))["q_sentences"] == 6
 
 
 # --- the lm_assets preset: documentation-safe rules --------------------------------------------
