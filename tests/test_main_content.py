@@ -93,3 +93,30 @@ def test_extract_html_reports_title_and_lang_hint_for_every_extractor():
         text, title, lang_hint = extract_html(html, ExtractConfig(extractor=extractor))
         assert PROSE.strip()[:40] in text
         assert (title, lang_hint) == ("Page", "en-gb")
+
+
+def test_a_gallery_inside_an_article_does_not_take_its_place():
+    story = [f"<p>Paragraph {i} of the story, as it was written. {PROSE}</p>" for i in range(8)]
+    slides = "".join(
+        f"<li><h2>Slide {i}</h2><p>Caption {i}, with a long line of words, commas, and more words, "
+        f"about one picture, then another, and another, in a gallery of fifty.</p></li>"
+        for i in range(50)
+    )
+    html = (
+        "<html><body><article><div class='text-wrapper' id='share-buttons-parent'>"
+        f"{''.join(story[:2])}<div class='gallery'><ul class='legends'>{slides}</ul></div>{''.join(story[2:])}"
+        "</div></article></body></html>"
+    )
+    text = extract_main_text(html)
+    assert all(f"Paragraph {i} of the story" in text for i in range(8))
+    assert "Caption" not in text
+
+
+def test_a_banner_beside_the_content_goes():
+    html = docbook_page(f"<p>{PROSE * 3}</p><p>{PROSE * 3}</p>").replace(
+        "</body>", "<p class='site-footer'>Hosted by a mirror. Mirrored content is copyright its original "
+        "authors; see the canonical site for the original version.</p></body>"
+    )
+    text = extract_main_text(html)
+    assert PROSE.strip() in text
+    assert "Hosted by a mirror" not in text

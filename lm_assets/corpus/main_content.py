@@ -22,8 +22,11 @@ The decisions are then made on those numbers, without touching the DOM again:
    widened to the ancestor of several nearly-as-good ones, is the root; siblings that score well or
    read as prose stay beside it. Without a clear root, or with a short one holding less than half the
    text, the whole body stays.
-4. Inside what stays, elements whose class or id names chrome (comments, sharing, related links,
-   breadcrumbs, ...) go, unless one holds half of the text.
+   When the root is, or is outweighed by, elements that Readability's own list names as chrome (a
+   gallery inside an article), it is chosen again without them, as Readability always does.
+4. Inside what stays (the root and the siblings beside it), elements whose class or id names chrome
+   (comments, sharing, related links, breadcrumbs, mirror footers, ...) go, unless one holds half of
+   the text.
 
 Lengths count UTF-8 bytes of text that is not only white space, so a CJK character weighs about as much
 as a short word.
@@ -57,6 +60,13 @@ _UNLIKELY = re.compile(
     r"gdpr|header|legends|menu|related|remark|replies|rss|shoutbox|sidebar|skyscraper|social|sponsor|"
     r"supplemental|ad-break|agegate|pagination|pager|popup|yom-remote|share|navbar|navigation|\bnav|nav\b|"
     r"toolbar|newsletter|subscribe|promo|skip-?link|byline|masthead|signup"
+)
+# Readability's own list, which it removes before it scores: narrower, so it spares an article whose
+# wrapper is named after its share buttons. Less "sidebar": DocBook's sidebar is a box of the text.
+_READABILITY_UNLIKELY = re.compile(
+    r"-ad-|ai2html|banner|breadcrumbs|combx|comment|community|cover-wrap|disqus|extra|footer|gdpr|header|"
+    r"legends|menu|related|remark|replies|rss|shoutbox|skyscraper|social|sponsor|supplemental|"
+    r"ad-break|agegate|pagination|pager|popup|yom-remote"
 )
 _MAYBE_CONTENT = re.compile(r"and|article|body|column|content|main|mathjax|shadow")
 _POSITIVE = re.compile(
@@ -124,8 +134,7 @@ def extract_main_text(html: str, config: MainContentConfig | None = None) -> str
     page = _Page(body)
     page.remove_chrome(config)
     page.remove_link_blocks(config)
-    root = page.content_root(config)
-    page.remove_unlikely()
+    page.choose_root(config)
     return page.layout()
 
 
@@ -140,9 +149,12 @@ def _name_weight(name: str | None) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _names_chrome(names: str) -> bool:
+def _chrome_lists(names: str) -> tuple[bool, bool]:
+    """Whether class and id names are chrome by Readability's list, and by the wider one."""
     names = names.lower()
-    return _UNLIKELY.search(names) is not None and _MAYBE_CONTENT.search(names) is None
+    if _UNLIKELY.search(names) is None or _MAYBE_CONTENT.search(names) is not None:
+        return False, False
+    return _READABILITY_UNLIKELY.search(names) is not None, True
 
 
 def _unread(tag: str, attributes: dict) -> bool:
@@ -177,6 +189,7 @@ class _Page:
         self.end: list[int] = []  # event index of the close event
         self.last: list[int] = []  # index of the last element of the subtree
         self.chrome: list[int] = []
+        self.named: list[int] = []  # containers with a class or id
         self.events: list = []
         self.removed: set[int] = set()
         self.root: int | None = None
@@ -186,7 +199,7 @@ class _Page:
     def _walk(self, body) -> None:
         tags, parents, attrs, text, links = self.tag, self.parent, self.attrs, self.text, self.links
         has_block, starts, ends, lasts, events = self.has_block, self.start, self.end, self.last, self.events
-        chrome = self.chrome
+        chrome, named = self.chrome, self.named
         max_depth = self.MAX_DEPTH
 
         def visit(node, index: int, in_link: bool, depth: int) -> None:
@@ -222,6 +235,8 @@ class _Page:
                     has_block[index] = True
                 if tag in _CHROME_TAGS or ("role" in attributes and attributes["role"] in _CHROME_ROLES):
                     chrome.append(new)
+                if tag in _CONTAINERS and attributes and ("class" in attributes or "id" in attributes):
+                    named.append(new)
                 if depth < max_depth:
                     visit(child, new, in_link or tag == "a", depth + 1)
                 else:
@@ -408,35 +423,72 @@ class _Page:
         """The elements whose text is laid out: the root and the siblings beside it, or the body."""
         return sorted([self.root, *self.kept_beside]) if self.root is not None else [0]
 
-    def remove_unlikely(self) -> None:
-        """Remove elements whose class or id names chrome, unless one holds half of the text kept."""
+    def _names(self) -> list[tuple[int, str]]:
+        """Each container's class and id, as the chrome patterns read them."""
+        out = []
+        for index in self.named:
+            attributes = self.attrs[index]
+            names, ident = attributes.get("class") or "", attributes.get("id")
+            # Generated documentation takes ids from headings ("comments", "related-work"): an element
+            # that opens with a heading is judged by its class alone.
+            if ident and (index == self.last[index] or self.tag[index + 1] not in _HEADINGS):
+                names = f"{names} {ident}"
+            if names:
+                out.append((index, names))
+        return out
+
+    def _chrome_named(self) -> tuple[list[int], list[int]]:
+        """The containers whose names are chrome by Readability's list, and by the wider one, outside any
+        table or code. (Chrome comes in containers; inline elements, list items and rows are not judged
+        by name.)"""
+        readability, wider = [], []
+        for index, names in self._names():
+            narrow, wide = _chrome_lists(names)
+            if wide and not any(self.tag[a] in _VERBATIM for a in self._ancestors(index)):
+                wider.append(index)
+                if narrow:
+                    readability.append(index)
+        return readability, wider
+
+    def choose_root(self, config: MainContentConfig) -> None:
+        """The content root, then chrome removed inside what stays.
+
+        When the root is, or lies inside, an element that Readability's list names as chrome, or such
+        elements hold more than half of the root (a gallery or a comment thread inside an article can
+        outweigh it), the root is chosen again without them, as Readability always does, and kept if it
+        holds `min_root_chars`. Then elements that the wider list names as chrome go from the root, and
+        siblings kept beside it, unless one holds half of the text kept."""
+        readability, wider = self._chrome_named()
+        root = self.content_root(config)
+        suspects = [index for index in readability if self.text[index] > 0]
+        if root is not None and suspects and self._outweighed(root, suspects):
+            saved = self.text[:], self.links[:], set(self.removed), self.root, set(self.kept_beside)
+            self.root, self.kept_beside = None, set()
+            for index in suspects:
+                if not self._gone(index):
+                    self._remove(index)
+            again = self.content_root(config)
+            if again is None or self.text[again] < config.min_root_chars:
+                self.text, self.links, self.removed, self.root, self.kept_beside = saved
         kept = self._kept()
         half = sum(self.text[index] for index in kept) / 2
-        for top in kept:
-            for index in range(top + 1, self.last[top] + 1):
-                # Chrome comes in containers; inline elements, list items and rows are not judged by name.
-                if self.tag[index] not in _CONTAINERS:
-                    continue
-                attributes = self.attrs[index]
-                if not attributes:
-                    continue
-                classes, ident = attributes.get("class"), attributes.get("id")
-                if not classes and not ident:
-                    continue
-                names = classes or ""
-                # Generated documentation takes ids from headings ("comments", "related-work"): an
-                # element that opens with a heading is judged by its class alone.
-                first_child = index + 1 if index < self.last[index] else None
-                if ident and (first_child is None or self.tag[first_child] not in _HEADINGS):
-                    names = f"{names} {ident}"
-                if (
-                    names
-                    and _names_chrome(names)
-                    and self.text[index] <= half
-                    and not any(self.tag[a] in _VERBATIM for a in self._ancestors(index))
-                    and not self._gone(index)
-                ):
-                    self._remove(index)
+        for index in wider:
+            if (
+                self.text[index] <= half
+                and any(top < index <= self.last[top] or index == top != self.root for top in kept)
+                and not self._gone(index)
+            ):
+                self._remove(index)
+
+    def _outweighed(self, root: int, suspects: list[int]) -> bool:
+        """`root` lies in one of `suspects`, or those inside it hold more than half of its text."""
+        inside = 0
+        for index in suspects:
+            if index <= root <= self.last[index]:
+                return True
+            if root < index <= self.last[root]:
+                inside += self.text[index]
+        return inside > self.text[root] / 2
 
     # Layout --------------------------------------------------------------------------------------
     def layout(self) -> str:
