@@ -237,7 +237,12 @@ class _Page:
                     chrome.append(new)
                 if tag in _CONTAINERS and attributes and ("class" in attributes or "id" in attributes):
                     named.append(new)
-                if depth < max_depth:
+                if tag == "pre":
+                    # Verbatim, in one call: highlighted code holds an element per token.
+                    flat = child.text()
+                    events.append(flat)
+                    text[new] += 0 if flat.isspace() else len(flat) if flat.isascii() else len(flat.encode())
+                elif depth < max_depth:
                     visit(child, new, in_link or tag == "a", depth + 1)
                 else:
                     flat = child.text(separator=" ")

@@ -348,6 +348,10 @@ class Decoded:
 
 # C0 and C1 controls other than tab, newline, carriage return and form feed: text has almost none.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
+# In UTF-8 the C0 controls and DEL are their own bytes, never part of another character, and the C1
+# controls are \xc2\x80-\xc2\x9f: counted in the bytes, without a pattern over the text.
+_NOT_C0_BYTES = bytes(b for b in range(256) if not (b <= 0x08 or b == 0x0B or 0x0E <= b <= 0x1F or b == 0x7F))
+_C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")
 MAX_CONTROL_SHARE = 0.001
 
 
@@ -392,7 +396,13 @@ def _mostly_utf8(payload: bytes) -> bool:
 
 def _as_text(payload: bytes, charset: str) -> str:
     text = payload.decode(charset, errors="strict")
-    controls = len(text) if "\x00" in text else len(_CONTROL.findall(text))
+    if "\x00" in text:
+        controls = len(text)
+    elif charset == "utf-8":
+        controls = len(payload.translate(None, _NOT_C0_BYTES))
+        controls += len(_C1_UTF8.findall(payload)) if b"\xc2" in payload else 0
+    else:
+        controls = len(_CONTROL.findall(text))
     if controls > MAX_CONTROL_SHARE * max(len(text), 1000):
         raise UndecodableError(f"{charset}: {controls} control characters, binary rather than text")
     return text
