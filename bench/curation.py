@@ -12,7 +12,7 @@ built with the same arguments is reused).
 What is measured, in one process, side by side:
 
 1. Extraction, HTML record -> plain text.
-   Ours: `readers.read_shard` on every shard, then `extract.extract_documents` (resiliparse).
+   Ours: `readers.read_shard` on every shard, then `extract.extract_documents` (`main_content`).
    Datatrove: `WarcReader.read_file` on the same shards (warcio), then `Trafilatura.extract` per
    document with datatrove's defaults (favour_precision, deduplicate). `Trafilatura.run` would send
    every page to a sandbox subprocess whose CPU time this process cannot see, so `extract()` is
