@@ -22,7 +22,6 @@ Extractors (those whose package is missing are listed as skipped):
   `extracted_shard` runs (`main_content`: selectolax/lexbor DOM, our pruning and layout);
 - `lm_assets:<extractor>`: the same with `ExtractConfig(extractor=...)`: `resiliparse` (its own
   `main_content=True` boilerplate removal, the previous default) or `all_text` (every visible text);
-- `resiliparse:main` / `resiliparse:all`: resiliparse's `extract_plain_text` called directly;
 - `trafilatura`, `trafilatura:precision`, `trafilatura:recall`: `trafilatura.extract` with its
   defaults, `favor_precision=True` or `favor_recall=True` (comments and tables as its defaults);
 - `rs_trafilatura`: the Rust port's `extract`, its `content_html` laid out as the reference is (its
@@ -35,10 +34,7 @@ The last line printed is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
-import html as html_lib
-import io
 import json
-import re
 import sys
 import tarfile
 import time
@@ -146,12 +142,6 @@ def _lm_assets(preset: str | None = None) -> Callable[[str], str]:
     return lambda page: extract_html(page, config)[0]
 
 
-def _resiliparse(main_content: bool) -> Callable[[str], str]:
-    from resiliparse.extract.html2text import extract_plain_text
-
-    return lambda page: extract_plain_text(page, main_content=main_content, alt_texts=False, links=False)
-
-
 def _trafilatura(**options) -> Callable[[str], str]:
     import trafilatura
 
@@ -174,8 +164,6 @@ def make_extractor(name: str) -> Callable[[str], str]:
     kind, _, variant = name.partition(":")
     if kind == "lm_assets":
         return _lm_assets(variant or None)
-    if kind == "resiliparse":
-        return _resiliparse(variant != "all")
     if kind == "trafilatura":
         options = {"": {}, "precision": {"favor_precision": True}, "recall": {"favor_recall": True}}[variant]
         return _trafilatura(**options)
@@ -188,8 +176,7 @@ def version_of(name: str) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     kind, _, variant = name.partition(":")
-    package = {"lm_assets": "selectolax", "resiliparse": "resiliparse", "trafilatura": "trafilatura",
-               "rs_trafilatura": "rs-trafilatura"}[kind]
+    package = {"lm_assets": "selectolax", "trafilatura": "trafilatura", "rs_trafilatura": "rs-trafilatura"}[kind]
     if kind == "lm_assets" and variant in ("resiliparse", "all_text"):
         package = "resiliparse"
     try:

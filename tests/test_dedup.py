@@ -502,7 +502,7 @@ def test_union_find():
     values, components = D._components(np.array([10, 30, 20]), np.array([20, 40, 50]))
     assert values.tolist() == [10, 20, 30, 40, 50]
     assert components[0] == components[1] == components[4] != components[2] == components[3]
-    assert D._component_of(values, components, np.array([10, 11, 40])).tolist() == [components[0], -1, components[3]]
+    assert D._lookup(values, components, np.array([10, 11, 40]), -1).tolist() == [components[0], -1, components[3]]
 
 
 def test_dedup_stats_counts_and_histogram():

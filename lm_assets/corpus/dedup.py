@@ -462,20 +462,13 @@ def _components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values, sets.roots()
 
 
-def _component_of(values: np.ndarray, components: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """The component of each query value, or -1 for values on no edge."""
-    if len(values) == 0:
-        return np.full(len(query), -1, dtype=np.int64)
-    position = np.minimum(np.searchsorted(values, query), len(values) - 1)
-    return np.where(values[position] == query, components[position], -1)
-
-
-def _kept_ranks(group: np.ndarray, values: np.ndarray, kept_of_value: np.ndarray) -> np.ndarray:
-    """Each document's kept rank: that of its exact group's node, or the group's best when on no edge."""
-    if len(values) == 0:
-        return group.copy()
-    position = np.minimum(np.searchsorted(values, group), len(values) - 1)
-    return np.where(values[position] == group, kept_of_value[position], group)
+def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing) -> np.ndarray:
+    """For each query, the value at its position in the sorted `keys`, or `missing` (a number, or an
+    array like `query`) where it is not a key: a node's component, or an exact group's kept rank."""
+    if len(keys) == 0:
+        return np.broadcast_to(np.asarray(missing, dtype=np.int64), query.shape).copy()
+    position = np.minimum(np.searchsorted(keys, query), len(keys) - 1)
+    return np.where(keys[position] == query, values[position], missing)
 
 
 def centres(
@@ -535,7 +528,7 @@ def cluster_documents(
     values, components = _components(group[pairs["a"].to_numpy()], group[pairs["b"].to_numpy()])
     signatures = node_signatures(ranked, values, sketches) if sketches is not None else None
     kept = centres(values, components, signatures, threshold)
-    return _clusters_frame(ranked, _kept_ranks(group, values, kept))
+    return _clusters_frame(ranked, _lookup(values, kept, group, group))
 
 
 def node_signatures(ranked: pl.DataFrame, ranks: np.ndarray, sketches: Source) -> np.ndarray:
@@ -654,9 +647,9 @@ def deduplicate_incremental(
     new documents), is removed in favour of that old document's cluster's kept document when it is
     at least as similar to that document as the verification threshold; its row's cluster_size counts
     the old members too. New documents that reach no old document are clustered among themselves with
-    the keep rule; one that reached an old cluster only through others stays as itself. Old rows never change and old-old edges are never
-    computed; a new group that reaches several old clusters joins the one with the smallest
-    cluster_id. New doc_ids must not occur in the state. `merge_clusters` folds the result into the
+    the keep rule; one that reached an old cluster only through others stays as itself. Old rows
+    never change and old-old edges are never computed; a new group that reaches several old clusters
+    joins the one with the smallest cluster_id. New doc_ids must not occur in the state. `merge_clusters` folds the result into the
     persisted table; the new sketches and bands are appended to the state by the caller.
     """
     cfg = cfg or DedupConfig()
@@ -687,7 +680,8 @@ def deduplicate_incremental(
 
     signatures = node_signatures(ranked, new_values, new_sketches)
     kept = centres(new_values, new_components, signatures, threshold)
-    kept_rank = _kept_ranks(ranked["exact_rank"].to_numpy(), new_values, kept)
+    exact_rank = ranked["exact_rank"].to_numpy()
+    kept_rank = _lookup(new_values, kept, exact_rank, exact_rank)
     # New documents not joining an old cluster (none reached, or too unlike its kept document) keep
     # their own group's best, or the centre of a component of new documents only.
     new_rows = _clusters_frame(ranked, kept_rank).join(joined_rows, on="doc_id", how="anti")
@@ -738,13 +732,13 @@ def _components_with_old(
     )
     values, components = _components(pairs["a"].to_numpy(), pairs["b"].to_numpy())
     old_nodes = np.arange(n_new, n_new + old_ids.len())
-    old_component = _component_of(values, components, old_nodes)
+    old_component = _lookup(values, components, old_nodes, -1)
     old_components = pl.DataFrame(
         {"old_doc_id": old_ids, "component": old_component},
         schema={"old_doc_id": pl.String, "component": pl.Int64},
     )
     new_only = (values < n_new) & ~np.isin(components, old_component)
-    component = _component_of(values, components, ranked["exact_rank"].to_numpy())
+    component = _lookup(values, components, ranked["exact_rank"].to_numpy(), -1)
     return component, old_components, values[new_only], components[new_only]
 
 

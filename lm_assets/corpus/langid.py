@@ -2,10 +2,11 @@
 
 A document is read as windows sampled evenly across its whole text, not as its opening: a reference
 page that opens with grammar or code is judged by all of it. Each window votes for its `top_k`
-languages with its length in UTF-8 bytes times the model's probability of each; the document's language is the one with the most votes,
-its `lang_score` that language's share of all votes (so 0.83 means about 83 % of the text reads as
-that language, confidently), and `lang_shares` keeps every language's share for mixed pages. The
-`min_score` rule applies to the allowed languages' shares together.
+languages with its length in UTF-8 bytes times the model's probability of each. The document's
+language is the one with the most votes, its `lang_score` that language's share of all votes (so
+0.83 means about 83 % of the text reads as that language, confidently), and `lang_shares` keeps
+every language's share for mixed pages. The `min_score` rule applies to the allowed languages'
+shares together.
 """
 
 from __future__ import annotations

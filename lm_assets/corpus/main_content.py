@@ -111,7 +111,6 @@ _SPACES = re.compile(r"[ \t\n\r\f\v]+")
 _ASCII_SPACES = frozenset(" \t\n\r\f\v")
 
 
-
 @dataclass(frozen=True)
 class MainContentConfig:
     min_paragraph_chars: int = 25

@@ -140,10 +140,6 @@ def _personal_address(value: str) -> bool:
     return True
 
 
-def _ipv4_valid(candidate: str) -> bool:
-    return _personal_address(candidate)
-
-
 def _ipv6_valid(candidate: str) -> bool:
     # Rejects clock times, MAC addresses and C++ scopes such as "a::b" (no digit).
     if len(candidate) < 6 or not any(c.isdigit() for c in candidate):
@@ -214,7 +210,7 @@ _DETECTORS = (
     _Detector("EMAIL", _EMAIL_RE, _whole, _has_at),
     _Detector("CN_ID", _CN_ID_RE, _whole_if(cn_id_valid), _looks_numeric),
     _Detector("CREDIT_CARD", _CREDIT_CARD_RE, _whole_if(credit_card_valid), _looks_numeric),
-    _Detector("IP", _IPV4_RE, _whole_if(_ipv4_valid), _has_dotted_digits, numbered=True),
+    _Detector("IP", _IPV4_RE, _whole_if(_personal_address), _has_dotted_digits, numbered=True),
     _Detector("IP", _IPV6_RE, _whole_if(_ipv6_valid), _has_colons),
     _Detector("CN_PHONE", _CN_PHONE_RE, _whole, _looks_numeric),
     _Detector("PHONE", _PHONE_RE, _phone_length, _looks_numeric),

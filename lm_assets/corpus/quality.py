@@ -23,10 +23,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -213,7 +211,6 @@ _CJK = (
 # A word is one CJK character, or a run of other letters/digits joined by apostrophes, dots or hyphens.
 _WORD_RE = re.compile(rf"[^\W_{_CJK}]+(?:['’.\-][^\W_{_CJK}]+)*|[{_CJK}]")
 _ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+(?:['.\-][A-Za-z0-9]+)*")
-_LETTER_RE = re.compile(r"[^\W\d_]")
 _CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
 _LINE_SPLIT_RE = re.compile(r"\n+")
 _BLANK_RUNS_RE = re.compile(r"\n\s*\n(?:\s*\n)+")
@@ -575,7 +572,7 @@ def _c4_scan(doc: _Doc, scan: dict[str, int | bool], cfg: QualityConfig) -> _C4O
     removed = sentences = 0
     lorem = curly = cited = False
     for raw_line in doc.text.splitlines():
-        line = raw_line.strip()
+        line = stripped = raw_line.strip()
         if not line:
             kept.append("")  # blank lines stay: what a rule removes is lines, never paragraphs
             continue
@@ -598,17 +595,16 @@ def _c4_scan(doc: _Doc, scan: dict[str, int | bool], cfg: QualityConfig) -> _C4O
                 if not cfg.c4_javascript_notices_only or _JAVASCRIPT_NOTICE_RE.search(line):
                     removed += 1
                     continue
-            curly = curly or "{" in line
-            if policy and _C4_POLICY_RE.search(lowered):
-                removed += 1
-                continue
         curly = curly or "{" in line
+        if policy and _C4_POLICY_RE.search(lowered):  # `policy` implies `lowered` was set above
+            removed += 1
+            continue
         if doc.cjk:
             sentences += max(1, len(_SENTENCE_END_CJK_MARKS_RE.findall(line)) + len(_SENTENCE_END_CJK_STOP_RE.findall(line)))
         else:
             sentences += max(1, len(_SENTENCE_END_RE.findall(line)))
         # The original line, indentation and all (code keeps its shape), less any citation marks.
-        kept.append(line if line != raw_line.strip() else raw_line.rstrip())
+        kept.append(line if line != stripped else raw_line.rstrip())
     return _C4Outcome(kept, removed, cited, sentences, lorem, curly)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import re
 import zlib

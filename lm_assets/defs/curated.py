@@ -4,7 +4,6 @@
 import dataclasses
 import json
 import os
-import re
 import time
 from typing import Any
 
