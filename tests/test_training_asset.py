@@ -1,6 +1,7 @@
 """The training assets: DeepSpeed under torchrun through Dagster Pipes, checkpoints as partitions, resume."""
 
 import json
+import re
 
 import dagster as dg
 import numpy as np
@@ -99,5 +100,6 @@ def test_a_failing_rank_fails_the_asset_with_its_error(packed_storage):
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     message = failure.event_specific_data.error.to_string()
-    assert "training failed on rank_00000: ValueError: ZeRO stage 2 with pipeline parallelism (pp=2) is refused" in message
+    # Every rank refuses the config; whichever exits first takes the others down, so any may be the one reported.
+    assert re.search(r"training failed on rank_0000[01]: ValueError: ZeRO stage 2 with pipeline parallelism \(pp=2\) is refused", message)
 
