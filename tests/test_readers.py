@@ -1,5 +1,6 @@
 import gzip
 import json
+import zlib
 
 import polars as pl
 import pytest
@@ -12,6 +13,15 @@ ARTICLE = "<p>" + "A sentence about the history of computing machines. " * 20 + 
 
 def reasons(table: pl.DataFrame) -> list[str]:
     return table["reason"].to_list()
+
+
+def conserved(shard) -> bool:
+    return shard.records == shard.documents.height + shard.dropped.height + shard.quarantine.height
+
+
+def http(body: bytes, *headers: str) -> bytes:
+    head = "\r\n".join(["HTTP/1.1 200 OK", "Content-Type: text/html; charset=utf-8", *headers])
+    return head.encode() + b"\r\n\r\n" + body
 
 
 def test_warc_sorts_records_into_documents_dropped_and_quarantine(tmp_path):
@@ -116,6 +126,47 @@ def test_uncompressed_warc_and_wet(tmp_path):
     shard = read_shard(wet.write(tmp_path / "s.wet.gz"))
     assert shard.documents["text"].to_list() == ["Plain text from a WET file.\nSecond line."]
     assert shard.documents["html"].to_list() == [None]
+
+
+def test_chunked_body_is_dechunked(tmp_path):
+    html = page("One", ARTICLE).encode()
+    chunked = b"%x;ext=1\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (100, html[:100], len(html) - 100, html[100:])
+    path = WarcBuilder().http_response("https://a.example/", http(chunked, "Transfer-Encoding: chunked"))
+    shard = read_shard(path.write(tmp_path / "s.warc.gz"))
+    assert shard.documents["html"].to_list() == [html.decode()]
+
+
+def test_body_declared_chunked_but_stored_dechunked_is_kept_as_is(tmp_path):
+    html = page("One", ARTICLE).encode()
+    path = (
+        WarcBuilder()
+        .http_response("https://a.example/", http(html, "Transfer-Encoding: chunked"))
+        .http_response("https://a.example/blank", http(b"\r\n" + html, "Transfer-Encoding: chunked"))
+        .write(tmp_path / "s.warc.gz")
+    )
+    shard = read_shard(path)
+    assert shard.quarantine.height == 0
+    assert shard.documents["html"].to_list() == [html.decode(), "\r\n" + html.decode()]
+
+
+def test_gzip_body_decoded_stored_decoded_accepted_damaged_quarantined(tmp_path):
+    html = page("One", ARTICLE).encode()
+    compressed = gzip.compress(html)
+    damaged = compressed[:60] + b"x" * 40 + compressed[100:]
+    path = (
+        WarcBuilder()
+        .http_response("https://a.example/gz", http(compressed, "Content-Encoding: gzip"))
+        .http_response("https://a.example/plain", http(html, "Content-Encoding: gzip"))
+        .http_response("https://a.example/damaged", http(damaged, "Content-Encoding: gzip"))
+        .http_response("https://a.example/deflate", http(zlib.compress(html), "Content-Encoding: deflate"))
+        .write(tmp_path / "s.warc.gz")
+    )
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["https://a.example/gz", "https://a.example/plain", "https://a.example/deflate"]
+    assert set(shard.documents["html"]) == {html.decode()}
+    assert reasons(shard.quarantine) == ["bad_http"]
+    assert shard.quarantine["url"][0] == "https://a.example/damaged"
+    assert conserved(shard)
 
 
 def test_empty_shard_gets_a_quarantine_row(tmp_path):

@@ -35,6 +35,14 @@ class WarcBuilder:
         head = StatusAndHeaders(status, [("Content-Type", content_type)], protocol="HTTP/1.1")
         return self._add(self.writer.create_warc_record(url, "response", payload=io.BytesIO(body), http_headers=head))
 
+    def http_response(self, url: str, block: bytes):
+        """A response record holding `block` byte for byte: status line, headers and body as given."""
+        return self._add(
+            self.writer.create_warc_record(
+                url, "response", payload=io.BytesIO(block), warc_content_type="application/http; msgtype=response"
+            )
+        )
+
     def conversion(self, url: str, text: str):
         return self._add(
             self.writer.create_warc_record(

@@ -302,25 +302,50 @@ def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
         headers[name.strip().lower()] = value.strip()
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = _dechunk(body)
-    encoding = headers.get("content-encoding", "").lower()
-    if encoding in ("gzip", "x-gzip"):
-        body = gzip.decompress(body)
-    elif encoding == "deflate":
-        body = zlib.decompress(body)
-    return int(parts[1]), headers, body
+    return int(parts[1]), headers, _decode_content(body, headers.get("content-encoding", "").lower())
+
+
+_CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]+)[ \t]*(?:;[^\r\n]*)?\r\n")
 
 
 def _dechunk(body: bytes) -> bytes:
-    out, pos = bytearray(), 0
-    while True:
-        eol = body.find(b"\r\n", pos)
-        if eol < 0:
-            raise ValueError("chunked body without a chunk size line")
-        size = int(body[pos:eol].split(b";")[0] or b"0", 16)
-        if size == 0:
-            return bytes(out)
-        out += body[eol + 2 : eol + 2 + size]
-        pos = eol + 2 + size + 2
+    """Undo chunked transfer encoding as far as the body follows it, and take the rest as it is: crawlers
+    often store the body de-chunked under the original header (warcio reads it the same way). A body
+    cut off inside a chunk keeps what is there."""
+    chunks, pos = [], 0
+    while size_line := _CHUNK_SIZE.match(body, pos):
+        start = size_line.end()
+        end = start + int(size_line[1], 16)
+        if end == start:
+            return b"".join(chunks)
+        if end + 2 <= len(body) and body[end : end + 2] != b"\r\n":
+            break
+        chunks.append(body[start:end])
+        pos = end + 2
+    chunks.append(body[pos:])
+    return b"".join(chunks)
+
+
+def _decode_content(body: bytes, encoding: str) -> bytes:
+    """Undo gzip or deflate content encoding; a body stored already decoded under the original header
+    is taken as it is, as warcio does. A gzip body cut off keeps what decompresses."""
+    if encoding in ("gzip", "x-gzip"):
+        if not body.startswith(b"\x1f\x8b"):
+            return body
+        try:
+            return zlib.decompressobj(31).decompress(body)
+        except zlib.error as exc:
+            raise ValueError(f"damaged gzip body: {exc}") from exc
+    if encoding == "deflate":
+        for wbits in (15, -15):  # zlib-wrapped as the standard says, or raw as some servers send it
+            inflater = zlib.decompressobj(wbits)
+            try:
+                inflated = inflater.decompress(body)
+            except zlib.error:
+                continue
+            if inflater.eof:
+                return inflated
+    return body
 
 
 def parse_content_type(value: str) -> tuple[str, str | None]:
