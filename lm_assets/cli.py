@@ -9,12 +9,12 @@ import sys
 def add_shards(args) -> int:
     import dagster as dg
 
-    from lm_assets.defs.automation import is_shard_file
+    from lm_assets.defs.automation import landing_shards
     from lm_assets.defs.partitions import shard_partitions
     from lm_assets.defs.resources import LandingResource, default_resources, s3_resource_from_env
 
     landing = LandingResource(root=args.landing, s3=s3_resource_from_env()) if args.landing else default_resources()["landing"]
-    shards = [key for key in landing.storage().list() if is_shard_file(key)]
+    shards, skipped = landing_shards(landing.storage())
     instance = dg.DagsterInstance.get()
     known = set(instance.get_dynamic_partitions(shard_partitions.name))
     new = [s for s in shards if s not in known]
@@ -23,6 +23,10 @@ def add_shards(args) -> int:
     print(f"{len(new)} new shard partitions added, {len(shards) - len(new)} already known")
     for shard in new:
         print(f"  {shard}")
+    if skipped:
+        print(f"{len(skipped)} files skipped:")
+        for key, reason in sorted(skipped.items()):
+            print(f"  {key!r}: {reason}")
     return 0
 
 

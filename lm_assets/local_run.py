@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from lm_assets.defs.automation import is_shard_file
+from lm_assets.defs.automation import landing_shards
 from lm_assets.defs.partitions import shard_partitions
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
@@ -93,4 +93,4 @@ JOB_ASSETS = {
 
 
 def shard_files(storage) -> list[str]:
-    return [key for key in storage.list() if is_shard_file(key)]
+    return landing_shards(storage)[0]

@@ -125,12 +125,36 @@ def test_unloadable_toxicity_model_fails_the_run_with_its_reason(tmp_path):
     assert not (tmp_path / "storage/curated").exists()
 
 
+def test_hostile_partition_keys_fail_clearly_and_write_nothing(tmp_path):
+    landing, storage = tmp_path / "deep/landing", tmp_path / "deep/storage"
+    landing.mkdir(parents=True)
+    (tmp_path / "escape").mkdir()
+    write_shard(tmp_path / "escape/x.warc.gz")
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text('{"text": "a private note that must never be copied into storage"}\n')
+    before = sorted(p for p in tmp_path.rglob("*"))
+    instance = dg.DagsterInstance.ephemeral()
+    for key in ("../../escape/x.warc.gz", "../../../escape/x.warc.gz", str(secret), "..", "a\nb.warc.gz"):
+        instance.add_dynamic_partitions("shards", [key])
+        result = dg.materialize(
+            [raw_shard], partition_key=key, instance=instance, resources=resources(str(storage), str(landing)),
+            raise_on_error=False,
+        )
+        assert not result.success
+        failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+        assert f"shard key {key!r} is refused" in failure.event_specific_data.error.to_string()
+    assert sorted(p for p in tmp_path.rglob("*")) == before
+
+
 def test_sensor_adds_new_shards_once(tmp_path):
     landing = tmp_path / "landing"
     landing.mkdir()
     for name in ("a.warc.gz", "b.jsonl"):
         (landing / name).write_bytes(b"x")
     (landing / "notes.txt").write_text("not a shard")
+    (landing / ".partial.warc.gz").write_bytes(b"x")
+    (landing / "nested").mkdir()
+    (landing / "nested/d.warc.gz").write_bytes(b"x")
     instance = dg.DagsterInstance.ephemeral()
     landing_resource = LandingResource(root=str(landing), s3=s3_resource_from_env())
     with dg.build_sensor_context(instance=instance, resources={"landing": landing_resource}) as context:
@@ -138,7 +162,8 @@ def test_sensor_adds_new_shards_once(tmp_path):
         assert [r.partition_key for r in result.run_requests] == ["a.warc.gz", "b.jsonl"]
         assert result.dynamic_partitions_requests[0].partition_keys == ["a.warc.gz", "b.jsonl"]
         instance.add_dynamic_partitions("shards", ["a.warc.gz", "b.jsonl"])
-        assert landing_sensor(context).skip_reason is not None  # re-adding known files is a no-op
+        # Re-adding known files is a no-op; the hidden file, the folder and the text file are skipped.
+        assert landing_sensor(context).skip_reason.skip_message == "no new shard files (2 known, 3 other files skipped)"
         (landing / "c.warc.gz").write_bytes(b"x")
         assert [r.partition_key for r in landing_sensor(context).run_requests] == ["c.warc.gz"]
 
@@ -194,6 +219,7 @@ def test_real_cli_materializes_a_partition(tmp_path):
     landing = tmp_path / "landing"
     landing.mkdir()
     write_shard(landing / "cli.warc.gz")
+    (landing / "old-crawl.arc.bz2").write_bytes(b"x")
     home = tmp_path / "home"
     home.mkdir()
     env = {
@@ -206,6 +232,7 @@ def test_real_cli_materializes_a_partition(tmp_path):
     bin_dir = Path(sys.executable).parent
     added = subprocess.run([bin_dir / "lm-assets", "add-shards"], env=env, capture_output=True, text=True, check=True)
     assert "1 new shard partitions added" in added.stdout
+    assert "1 files skipped:\n  'old-crawl.arc.bz2': not a shard format (" in added.stdout
     run = subprocess.run(
         [
             bin_dir / "dagster", "asset", "materialize", "-m", "lm_assets.definitions",

@@ -1,3 +1,9 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
 import boto3
 import polars as pl
 import pytest
@@ -25,12 +31,33 @@ def exercise(store: Storage):
         assert path.read_bytes() == b'{"records": 2}'
     store.delete_prefix("raw/s1")
     assert store.list() == ["raw/s2/documents.parquet"]
+    exercise_publish(store)
+
+
+def exercise_publish(store: Storage):
+    """A partition's files appear together and replace the earlier set whole."""
+    store.publish("curated/p", {"documents.parquet": frame(), "dropped.parquet": frame().head(0), "note.json": b"{}"})
+    assert store.list("curated/p") == ["curated/p/documents.parquet", "curated/p/dropped.parquet", "curated/p/note.json"]
+    assert store.row_count("curated/p/documents.parquet") == 2 and store.exists("curated/p/note.json")
+    with store.local_copy("curated/p/note.json") as path:
+        assert path.read_bytes() == b"{}"
+    store.publish("curated/p", {"documents.parquet": frame().head(1), "dropped.parquet": frame().head(1)})
+    assert store.list("curated/p") == ["curated/p/documents.parquet", "curated/p/dropped.parquet"]
+    assert (store.row_count("curated/p/documents.parquet"), store.row_count("curated/p/dropped.parquet")) == (1, 1)
+    assert not store.exists("curated/p/note.json")
+    # A publish that fails half-way leaves the earlier set, whole.
+    with pytest.raises(TypeError):
+        store.publish("curated/p", {"documents.parquet": frame(), "dropped.parquet": object()})
+    assert (store.row_count("curated/p/documents.parquet"), store.row_count("curated/p/dropped.parquet")) == (1, 1)
+    with pytest.raises(ValueError, match="file name"):
+        store.publish("curated/p", {"../x.parquet": frame()})
+    store.delete_prefix("curated")
 
 
 def test_local_storage_writes_atomically(tmp_path):
     store = Storage(str(tmp_path / "root"))
     exercise(store)
-    leftovers = [p.name for p in (tmp_path / "root").rglob("*") if p.name.endswith(".tmp")]
+    leftovers = [p.name for p in (tmp_path / "root").rglob("*") if p.name.startswith(".")]
     assert leftovers == []
 
 
@@ -39,6 +66,34 @@ def test_s3_storage_against_a_real_s3_protocol_server(s3_server):
     exercise(Storage(f"s3://{s3_server.bucket}/prefix/run", s3_client=client))
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
     assert keys == ["prefix/run/raw/s2/documents.parquet"]
+
+
+KILLED_PUBLISH = textwrap.dedent("""
+    import os, signal, sys
+    import polars as pl
+    from lm_assets.corpus.storage import Storage
+
+    class DiesWhenWritten(pl.DataFrame):
+        def write_parquet(self, *args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    store = Storage(sys.argv[1])
+    store.publish("raw/s1", {"documents.parquet": pl.DataFrame({"doc_id": ["new"] * 5}), "dropped.parquet": DiesWhenWritten({"doc_id": ["new"]})})
+""")
+
+
+def test_a_partition_killed_mid_write_keeps_its_earlier_files_together(tmp_path):
+    root = tmp_path / "root"
+    store = Storage(str(root))
+    store.publish("raw/s1", {"documents.parquet": frame(), "dropped.parquet": frame().head(1)})
+    killed = subprocess.run([sys.executable, "-c", KILLED_PUBLISH, str(root)], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL
+    # The new documents file was written before the kill; readers still see the earlier pair.
+    assert store.read_parquet("raw/s1/documents.parquet")["doc_id"].to_list() == ["a", "b"]
+    assert store.read_parquet("raw/s1/dropped.parquet")["doc_id"].to_list() == ["a"]
+    assert store.list("raw") == ["raw/s1/documents.parquet", "raw/s1/dropped.parquet"]
+    staged = [p for p in (root / "raw").iterdir() if p.name.startswith(".s1.")]
+    assert len(staged) == 1 and (staged[0] / "documents.parquet").exists()
 
 
 def test_s3_root_needs_a_client():

@@ -2,11 +2,17 @@
 
 Writes are atomic: a local file is written under a temporary name and renamed, and an
 S3 object appears only when its single PUT completes. A reader never sees half a file.
+
+A partition's files are published together (`publish`), so a reader never sees half a partition
+either: locally they are written into a hidden staging folder that is renamed onto the partition's
+folder; on S3 they are written under a fresh hidden generation prefix and a manifest naming that
+generation is written last. Readers resolve a partition's keys through its manifest.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import tempfile
@@ -16,6 +22,10 @@ from pathlib import Path
 from typing import Iterator
 
 import polars as pl
+
+from lm_assets.corpus.keys import check_name, confined_path
+
+MANIFEST = ".published.json"
 
 
 @contextmanager
@@ -40,7 +50,8 @@ def split_s3_url(url: str) -> tuple[str, str]:
 
 
 class Storage:
-    """Keys are relative paths such as `raw/<shard>/documents.parquet`."""
+    """Keys are relative paths such as `raw/<shard>/documents.parquet`. A key that would leave the
+    root (`..`, an absolute path, a control character) is refused with UnsafeKeyError before any I/O."""
 
     def __init__(self, root: str, s3_client=None):
         self.root = root.rstrip("/") if root != "/" else root
@@ -52,13 +63,30 @@ class Storage:
         self.s3 = s3_client
 
     def uri(self, key: str) -> str:
+        confined_path("/", key)
         return f"{self.root}/{key}"
 
     def _s3_key(self, key: str) -> str:
+        confined_path("/", key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
+    def _s3_manifest(self, folder: str) -> dict | None:
+        try:
+            body = self.s3.get_object(Bucket=self.bucket, Key=self._s3_key(f"{folder}/{MANIFEST}"))["Body"].read()
+        except self.s3.exceptions.NoSuchKey:
+            return None
+        return json.loads(body)
+
+    def _s3_object(self, key: str) -> str:
+        """The object holding `key`: in its folder's published generation when the folder has one."""
+        folder, _, name = key.rpartition("/")
+        manifest = self._s3_manifest(folder) if folder else None
+        if manifest and name in manifest["files"]:
+            return self._s3_key(f"{folder}/{manifest['generation']}/{name}")
+        return self._s3_key(key)
+
     def local_path(self, key: str) -> Path:
-        return Path(self.root) / key
+        return Path(confined_path(self.root, key))
 
     # bytes -------------------------------------------------------------------------------
     def write_bytes(self, key: str, data: bytes) -> str:
@@ -71,48 +99,94 @@ class Storage:
 
     def read_bytes(self, key: str) -> bytes:
         if self.is_s3:
-            return self.s3.get_object(Bucket=self.bucket, Key=self._s3_key(key))["Body"].read()
+            return self.s3.get_object(Bucket=self.bucket, Key=self._s3_object(key))["Body"].read()
         return self.local_path(key).read_bytes()
 
     def exists(self, key: str) -> bool:
         if self.is_s3:
-            resp = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=self._s3_key(key), MaxKeys=1)
-            return any(o["Key"] == self._s3_key(key) for o in resp.get("Contents", []))
+            obj = self._s3_object(key)
+            resp = self.s3.list_objects_v2(Bucket=self.bucket, Prefix=obj, MaxKeys=1)
+            return any(o["Key"] == obj for o in resp.get("Contents", []))
         return self.local_path(key).exists()
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove every object under `prefix`, so a re-materialization replaces and never appends."""
+        if not prefix.strip("/"):
+            raise ValueError("refusing to delete the whole storage root")
         if self.is_s3:
-            for key in self.list(prefix):
+            for key in self._s3_objects(prefix):
                 self.s3.delete_object(Bucket=self.bucket, Key=self._s3_key(key))
         else:
             shutil.rmtree(self.local_path(prefix), ignore_errors=True)
 
-    def list(self, prefix: str = "") -> list[str]:
-        """Keys under `prefix`, relative to the root, sorted."""
+    def list(self, prefix: str = "", hidden: bool = False) -> list[str]:
+        """Keys under `prefix`, relative to the root, sorted. Names starting with a dot (staging,
+        generations, temporary files) are left out unless `hidden`."""
         if self.is_s3:
-            keys, token = [], None
-            full = self._s3_key(prefix) if prefix else (self.prefix + "/" if self.prefix else "")
-            while True:
-                kwargs = {"Bucket": self.bucket, "Prefix": full}
-                if token:
-                    kwargs["ContinuationToken"] = token
-                resp = self.s3.list_objects_v2(**kwargs)
-                for obj in resp.get("Contents", []):
-                    rel = obj["Key"][len(self.prefix) + 1 :] if self.prefix else obj["Key"]
-                    keys.append(rel)
-                if not resp.get("IsTruncated"):
-                    return sorted(keys)
-                token = resp["NextContinuationToken"]
+            keys = []
+            for key in self._s3_objects(prefix):
+                folder, _, name = key.rpartition("/")
+                if name == MANIFEST and not hidden:
+                    keys += [f"{folder}/{f}" for f in self._s3_manifest(folder)["files"]]
+                elif hidden or not any(part.startswith(".") for part in key.split("/")):
+                    keys.append(key)
+            return sorted(keys)
         base = self.local_path(prefix)
         if not base.exists():
             return []
-        root = Path(self.root)
-        return sorted(
-            str(p.relative_to(root))
-            for p in base.rglob("*")
-            if p.is_file() and not p.name.startswith(".")
-        )
+        keys = (p.relative_to(self.root) for p in base.rglob("*") if p.is_file())
+        return sorted(str(k) for k in keys if hidden or not any(part.startswith(".") for part in k.parts))
+
+    def _s3_objects(self, prefix: str) -> list[str]:
+        """Every object under the folder `prefix`, hidden ones included, relative to the root."""
+        full = self._s3_key(prefix.strip("/")) + "/" if prefix.strip("/") else (self.prefix + "/" if self.prefix else "")
+        keys, token = [], None
+        while True:
+            kwargs = {"Bucket": self.bucket, "Prefix": full}
+            if token:
+                kwargs["ContinuationToken"] = token
+            resp = self.s3.list_objects_v2(**kwargs)
+            keys += [o["Key"][len(self.prefix) + 1 :] if self.prefix else o["Key"] for o in resp.get("Contents", [])]
+            if not resp.get("IsTruncated"):
+                return keys
+            token = resp["NextContinuationToken"]
+
+    def publish(self, prefix: str, files: dict[str, bytes | pl.DataFrame]) -> str:
+        """Make `files` (name -> bytes or a table) the whole content of the folder `prefix`, in one step:
+        a reader sees the earlier set or this one, never a mix, and a write that dies half-way
+        leaves the earlier set in place."""
+        if not prefix.strip("/"):
+            raise ValueError("a partition needs its own folder under the storage root")
+        for name in files:
+            check_name(name, "file name")
+        token = uuid.uuid4().hex
+        if self.is_s3:
+            generation = f".gen-{token}"
+            for name, data in files.items():
+                self.s3.put_object(Bucket=self.bucket, Key=self._s3_key(f"{prefix}/{generation}/{name}"), Body=_as_bytes(data))
+            manifest = {"generation": generation, "files": sorted(files)}
+            self.s3.put_object(Bucket=self.bucket, Key=self._s3_key(f"{prefix}/{MANIFEST}"), Body=json.dumps(manifest).encode())
+            for key in self._s3_objects(prefix):
+                if key != f"{prefix}/{MANIFEST}" and not key.startswith(f"{prefix}/{generation}/"):
+                    self.s3.delete_object(Bucket=self.bucket, Key=self._s3_key(key))
+            return self.uri(prefix)
+        target = self.local_path(prefix)
+        staging = target.with_name(f".{target.name}.{token}.staging")
+        retired = target.with_name(f".{target.name}.{token}.retired")
+        staging.mkdir(parents=True)
+        try:
+            for name, data in files.items():
+                if isinstance(data, pl.DataFrame):
+                    data.write_parquet(staging / name, compression="zstd")
+                else:
+                    (staging / name).write_bytes(_as_bytes(data))
+            if target.exists():
+                os.rename(target, retired)
+            os.rename(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(retired, ignore_errors=True)
+        return self.uri(prefix)
 
     @contextmanager
     def local_copy(self, key: str) -> Iterator[Path]:
@@ -122,17 +196,30 @@ class Storage:
             return
         suffix = "".join(Path(key).suffixes)
         with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:
-            self.s3.download_fileobj(self.bucket, self._s3_key(key), tmp)
+            self.s3.download_fileobj(self.bucket, self._s3_object(key), tmp)
             tmp.flush()
             yield Path(tmp.name)
 
     # tables ------------------------------------------------------------------------------
     def write_parquet(self, key: str, df: pl.DataFrame) -> str:
-        buf = io.BytesIO()
-        df.write_parquet(buf, compression="zstd")
-        return self.write_bytes(key, buf.getvalue())
+        return self.write_bytes(key, _as_bytes(df))
 
     def read_parquet(self, key: str, columns: list[str] | None = None) -> pl.DataFrame:
         if self.is_s3:
             return pl.read_parquet(io.BytesIO(self.read_bytes(key)), columns=columns)
         return pl.read_parquet(self.local_path(key), columns=columns)
+
+    def row_count(self, key: str) -> int:
+        """Rows in a stored table, from its footer where the file is local."""
+        source = io.BytesIO(self.read_bytes(key)) if self.is_s3 else self.local_path(key)
+        return pl.scan_parquet(source).select(pl.len()).collect().item()
+
+
+def _as_bytes(data: bytes | pl.DataFrame) -> bytes:
+    if isinstance(data, pl.DataFrame):
+        buf = io.BytesIO()
+        data.write_parquet(buf, compression="zstd")
+        return buf.getvalue()
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"a stored file holds bytes or a table, not {type(data).__name__}")
+    return data

@@ -3,6 +3,7 @@
 
 import dagster as dg
 
+from lm_assets.corpus.keys import landing_files
 from lm_assets.corpus.readers import SUPPORTED_SUFFIXES
 from lm_assets.defs.curated import CuratedShardConfig, ExtractedShardConfig, curated_shard, extracted_shard
 from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
@@ -46,18 +47,22 @@ packing_job = dg.define_asset_job(
 )
 
 
-def is_shard_file(key: str) -> bool:
-    name = key.rsplit("/", 1)[-1]
-    return "/" not in key and not name.startswith(".") and name.lower().endswith(SUPPORTED_SUFFIXES)
+def landing_shards(landing_storage) -> tuple[list[str], dict[str, str]]:
+    """The shard files at the top of the landing location, and every other file there with why it is skipped."""
+    return landing_files(landing_storage.list(hidden=True), SUPPORTED_SUFFIXES)
 
 
 @dg.sensor(job=shard_curation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
 def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource) -> dg.SensorResult:
-    """Adds one `shards` partition per new file at the top of the landing location and runs it."""
+    """Adds one `shards` partition per new file at the top of the landing location and runs it; says
+    which files it skips and why."""
     known = set(context.instance.get_dynamic_partitions(shard_partitions.name))
-    new = [key for key in landing.storage().list() if is_shard_file(key) and key not in known]
+    shards, skipped = landing_shards(landing.storage())
+    for key, reason in sorted(skipped.items()):
+        context.log.warning(f"skipping landing file {key!r}: {reason}")
+    new = [key for key in shards if key not in known]
     if not new:
-        return dg.SensorResult(skip_reason=f"no new shard files ({len(known)} known)")
+        return dg.SensorResult(skip_reason=f"no new shard files ({len(known)} known, {len(skipped)} other files skipped)")
     return dg.SensorResult(
         run_requests=[dg.RunRequest(partition_key=key, run_key=f"shard:{key}") for key in new],
         dynamic_partitions_requests=[shard_partitions.build_add_request(new)],

@@ -18,7 +18,7 @@ from lm_assets.corpus.langid import LangIdConfig
 from lm_assets.corpus.pii import find_pii
 from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.toxicity import ToxicityConfig
-from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.raw import raw_keys, raw_shard
 from lm_assets.defs.reporting import (
     config_hash,
@@ -58,6 +58,13 @@ def stage_keys(stage: str, shard: str) -> dict[str, str]:
     return {t: f"{stage}/{shard}/{t}.parquet" for t in ("documents", "dropped")}
 
 
+def publish_stage(store, stage: str, shard: str, kept: pl.DataFrame, dropped: pl.DataFrame) -> tuple[int, int]:
+    """Publish a stage's two tables together; their row counts as stored, for the conservation checks."""
+    store.publish(f"{stage}/{shard}", {"documents.parquet": kept, "dropped.parquet": dropped})
+    keys = stage_keys(stage, shard)
+    return store.row_count(keys["documents"]), store.row_count(keys["dropped"])
+
+
 # extracted_shard --------------------------------------------------------------------------------
 class ExtractedShardConfig(dg.Config):
     extractor: str = Field(
@@ -89,7 +96,7 @@ class ExtractedShardConfig(dg.Config):
 def extracted_shard(
     context: dg.AssetExecutionContext, config: ExtractedShardConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
-    shard = context.partition_key
+    shard = shard_key(context)
     store = storage.storage()
     started = time.perf_counter()
     raw = store.read_parquet(raw_keys(shard)["documents"])
@@ -97,8 +104,7 @@ def extracted_shard(
         raw, ExtractConfig(extractor=config.extractor, unicode_form=config.unicode_form, keep_alt_texts=config.keep_alt_texts)
     )
     keys = stage_keys("extracted", shard)
-    store.write_parquet(keys["documents"], result.kept)
-    store.write_parquet(keys["dropped"], result.dropped)
+    stored = publish_stage(store, "extracted", shard, result.kept, result.dropped)
     docs = result.kept
     residue = int(docs["text"].str.count_matches(CONTROL_CHARS.pattern).sum()) if docs.height else 0
     html_bytes = int(docs["html_bytes"].sum()) if docs.height else 0
@@ -124,7 +130,7 @@ def extracted_shard(
         check_results=[
             schema_result("schema", docs, EXTRACTED_SCHEMA),
             non_empty_result("non_empty", docs),
-            conservation_result("conservation", conservation(raw.height, docs.height, result.dropped.height)),
+            conservation_result("conservation", conservation(raw.height, *stored)),
             dg.AssetCheckResult(check_name="no_control_chars", passed=residue == 0, metadata={"found": residue}),
         ],
     )
@@ -188,10 +194,8 @@ def shard_account(store, shard: str, curated_kept: int, curated_dropped: int) ->
     """Whole-shard conservation: records read = finally kept + dropped at every stage + quarantined."""
     raw = raw_keys(shard)
     records = json.loads(store.read_bytes(raw["summary"]))["records"]
-    earlier_dropped = store.read_parquet(raw["dropped"], columns=["doc_id"]).height + store.read_parquet(
-        stage_keys("extracted", shard)["dropped"], columns=["doc_id"]
-    ).height
-    quarantined = store.read_parquet(raw["quarantine"], columns=["doc_id"]).height
+    earlier_dropped = store.row_count(raw["dropped"]) + store.row_count(stage_keys("extracted", shard)["dropped"])
+    quarantined = store.row_count(raw["quarantine"])
     return conservation(records, curated_kept, earlier_dropped + curated_dropped, quarantined)
 
 
@@ -219,7 +223,7 @@ def shard_account(store, shard: str, curated_kept: int, curated_dropped: int) ->
 def curated_shard(
     context: dg.AssetExecutionContext, config: CuratedShardConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
-    shard = context.partition_key
+    shard = shard_key(context)
     store = storage.storage()
     extracted = store.read_parquet(stage_keys("extracted", shard)["documents"])
     curation_config = config.curation_config()
@@ -228,8 +232,7 @@ def curated_shard(
     except RuntimeError as exc:
         raise dg.Failure(description=str(exc)) from exc
     keys = stage_keys("curated", shard)
-    store.write_parquet(keys["documents"], result.kept)
-    store.write_parquet(keys["dropped"], result.dropped)
+    stored = publish_stage(store, "curated", shard, result.kept, result.dropped)
     docs = result.kept
     shares = language_shares(docs)
     out_of_bounds = {
@@ -269,8 +272,8 @@ def curated_shard(
         check_results=[
             schema_result("schema", docs, CURATED_SCHEMA),
             non_empty_result("non_empty", docs),
-            conservation_result("conservation", conservation(extracted.height, docs.height, result.dropped.height)),
-            conservation_result("shard_conservation", shard_account(store, shard, docs.height, result.dropped.height)),
+            conservation_result("conservation", conservation(extracted.height, *stored)),
+            conservation_result("shard_conservation", shard_account(store, shard, *stored)),
             dg.AssetCheckResult(
                 check_name="pii_residue", passed=not residue, metadata={"found": dg.MetadataValue.json(residue)}
             ),

@@ -22,8 +22,8 @@ from lm_assets.corpus.dedup import (
     sketch_documents,
 )
 from lm_assets.corpus.minhash import MinHashConfig, lsh_params
-from lm_assets.defs.curated import CURATED_SCHEMA, curated_shard, shard_account, stage_keys
-from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.curated import CURATED_SCHEMA, curated_shard, publish_stage, shard_account, stage_keys
+from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.reporting import (
     conservation_result,
     drop_metadata,
@@ -98,7 +98,7 @@ def minhash_keys(shard: str) -> dict[str, str]:
 def minhash_signatures(
     context: dg.AssetExecutionContext, storage: StorageResource, dedup: DedupSettings
 ) -> dg.MaterializeResult:
-    shard = context.partition_key
+    shard = shard_key(context)
     store = storage.storage()
     docs = store.read_parquet(stage_keys("curated", shard)["documents"])
     config = dedup.dedup_config()
@@ -107,10 +107,8 @@ def minhash_signatures(
     bands = band_table(sketches, config)
     seconds = time.perf_counter() - started
     keys = minhash_keys(shard)
-    store.write_parquet(keys["sketches"], sketches)
-    store.write_parquet(keys["bands"], bands)
     info = {"fingerprint": dedup.sketch_fingerprint(), "documents": docs.height, "digest": content_digest(sketches)}
-    store.write_bytes(keys["info"], json.dumps(info).encode())
+    store.publish(f"minhash/{shard}", {"sketches.parquet": sketches, "bands.parquet": bands, "info.json": json.dumps(info).encode()})
     n_bands, rows = lsh_params(config.minhash)
     ids_match = sketches["doc_id"].n_unique() == sketches.height == docs.height
     return dg.MaterializeResult(
@@ -316,7 +314,7 @@ def cluster_checks(clusters: pl.DataFrame, sketches: pl.DataFrame | None) -> lis
     "with their reason and the doc_id of the document kept instead.",
 )
 def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    shard = context.partition_key
+    shard = shard_key(context)
     store = storage.storage()
     docs = store.read_parquet(stage_keys("curated", shard)["documents"])
     if not store.exists(CLUSTERS_KEY):
@@ -328,10 +326,8 @@ def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResour
     except ValueError as exc:
         raise dg.Failure(f"{exc}: materialize dedup_clusters after this shard's minhash_signatures") from exc
     keys = stage_keys("deduplicated", shard)
-    store.write_parquet(keys["documents"], result.kept)
-    store.write_parquet(keys["dropped"], result.dropped)
-    curated_dropped = store.read_parquet(stage_keys("curated", shard)["dropped"], columns=["doc_id"]).height
-    whole = shard_account(store, shard, result.kept.height, curated_dropped + result.dropped.height)
+    kept, dropped = publish_stage(store, "deduplicated", shard, result.kept, result.dropped)
+    whole = shard_account(store, shard, kept, store.row_count(stage_keys("curated", shard)["dropped"]) + dropped)
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(store.uri(keys["documents"])),
@@ -346,7 +342,7 @@ def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResour
         check_results=[
             schema_result("schema", result.kept, CURATED_SCHEMA),
             non_empty_result("non_empty", result.kept),
-            conservation_result("conservation", conservation(docs.height, result.kept.height, result.dropped.height)),
+            conservation_result("conservation", conservation(docs.height, kept, dropped)),
             conservation_result("shard_conservation", whole),
         ],
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from lm_assets.corpus.keys import UnsafeKeyError, check_checkpoint_key
 from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens import TOKENIZER_KEYS
@@ -27,7 +28,10 @@ UNTRAINED_LOSS_FRACTION = 0.9
 
 
 def checkpoint_dir(store, partition_key: str) -> tuple[Path, str]:
-    run, tag = partition_key.rsplit("-", 1)
+    try:
+        run, tag = check_checkpoint_key(partition_key)
+    except UnsafeKeyError as exc:
+        raise dg.Failure(description=str(exc)) from exc
     return Path(store.local_path(f"checkpoints/{run}")), tag
 
 

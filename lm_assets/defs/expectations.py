@@ -8,7 +8,7 @@ its import alone costs seconds.
 import dagster as dg
 
 from lm_assets.defs.curated import CuratedShardConfig, curated_shard, stage_keys
-from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.resources import StorageResource
 
 SAMPLE_ROWS = 2_000
@@ -54,7 +54,7 @@ def validate_frame(frame, allowed_languages: list[str]) -> dict:
     description="Great Expectations suite on a sample of the curated shard: ids, text, language and score ranges.",
 )
 def curated_expectations(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    docs = storage.storage().read_parquet(stage_keys("curated", context.partition_key)["documents"])
+    docs = storage.storage().read_parquet(stage_keys("curated", shard_key(context))["documents"])
     sample = docs.head(SAMPLE_ROWS).select("doc_id", "text", "lang", "lang_score", "tox_frac").to_pandas()
     outcome = validate_frame(sample, CuratedShardConfig().allowed_languages)
     return dg.AssetCheckResult(

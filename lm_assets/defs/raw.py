@@ -9,7 +9,7 @@ import polars as pl
 
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
-from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.reporting import (
     config_hash,
     conservation_result,
@@ -46,7 +46,7 @@ def raw_keys(shard: str) -> dict[str, str]:
 def raw_shard(
     context: dg.AssetExecutionContext, config: RawShardConfig, storage: StorageResource, landing: LandingResource
 ) -> dg.MaterializeResult:
-    shard = context.partition_key
+    shard = shard_key(context)
     started = time.perf_counter()
     reader_config = ReaderConfig(
         max_doc_bytes=config.max_doc_bytes,
@@ -60,12 +60,11 @@ def raw_shard(
     docs, dropped, quarantine = shard_read.documents, shard_read.dropped, shard_read.quarantine
     store = storage.storage()
     keys = raw_keys(shard)
-    store.write_parquet(keys["documents"], docs)
-    store.write_parquet(keys["dropped"], dropped)
-    store.write_parquet(keys["quarantine"], quarantine)
-    store.write_bytes(keys["summary"], json.dumps({"records": shard_read.records, "bytes": size}).encode())
-    records = shard_read.records
-    account = conservation(records, docs.height, dropped.height, quarantine.height)
+    summary = json.dumps({"records": shard_read.records, "bytes": size}).encode()
+    store.publish(f"raw/{shard}", {"documents.parquet": docs, "dropped.parquet": dropped,
+                                   "quarantine.parquet": quarantine, "summary.json": summary})
+    records = json.loads(store.read_bytes(keys["summary"]))["records"]
+    account = conservation(records, *(store.row_count(keys[t]) for t in ("documents", "dropped", "quarantine")))
     payload_chars = docs.select(pl.coalesce("html", "text").str.len_chars()).to_series()
     return dg.MaterializeResult(
         metadata={

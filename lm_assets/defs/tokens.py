@@ -22,9 +22,9 @@ from lm_assets.corpus.tokenizer import (
 )
 from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
-from lm_assets.defs.curated import CURATED_SCHEMA, shard_account, stage_keys
+from lm_assets.defs.curated import CURATED_SCHEMA, publish_stage, shard_account, stage_keys
 from lm_assets.defs.dedup import deduplicated_shard
-from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.reporting import (
     conservation_result,
     drop_metadata,
@@ -47,7 +47,7 @@ def tokenized_keys(shard: str) -> dict[str, str]:
 
 
 def all_dropped_before(store, shard: str, stages: tuple[str, ...]) -> int:
-    return sum(store.read_parquet(stage_keys(s, shard)["dropped"], columns=["doc_id"]).height for s in stages)
+    return sum(store.row_count(stage_keys(s, shard)["dropped"]) for s in stages)
 
 
 # decontaminated_shard ---------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], wor
 def decontaminated_shard(
     context: dg.AssetExecutionContext, config: DecontaminatedShardConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
-    shard = context.partition_key
+    shard = shard_key(context)
     store = storage.storage()
     docs = store.read_parquet(stage_keys("deduplicated", shard)["documents"])
     for path in [config.mmlu_path, *config.ceval_paths]:
@@ -94,8 +94,7 @@ def decontaminated_shard(
     index = contamination_index(config.mmlu_path, tuple(config.ceval_paths), config.word_ngram, config.cjk_ngram)
     result = find_contamination(docs, index, DecontamConfig(word_ngram=config.word_ngram, cjk_ngram=config.cjk_ngram, min_matches=config.min_matches))
     keys = stage_keys("decontaminated", shard)
-    store.write_parquet(keys["documents"], result.kept)
-    store.write_parquet(keys["dropped"], result.dropped)
+    kept, dropped = publish_stage(store, "decontaminated", shard, result.kept, result.dropped)
     earlier = all_dropped_before(store, shard, ("curated", "deduplicated"))
     return dg.MaterializeResult(
         metadata={
@@ -109,10 +108,8 @@ def decontaminated_shard(
         check_results=[
             schema_result("schema", result.kept, CURATED_SCHEMA),
             non_empty_result("non_empty", result.kept),
-            conservation_result("conservation", conservation(docs.height, result.kept.height, result.dropped.height)),
-            conservation_result(
-                "shard_conservation", shard_account(store, shard, result.kept.height, earlier + result.dropped.height)
-            ),
+            conservation_result("conservation", conservation(docs.height, kept, dropped)),
+            conservation_result("shard_conservation", shard_account(store, shard, kept, earlier + dropped)),
         ],
     )
 
@@ -221,7 +218,7 @@ def current_tokenizer(store):
     "(doc_id, offset, length) and a JSON sidecar (dtype, token count, tokenizer hash).",
 )
 def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    shard = context.partition_key
+    shard = shard_key(context)
     store = storage.storage()
     sp, info = current_tokenizer(store)
     docs = store.read_parquet(stage_keys("decontaminated", shard)["documents"], columns=["doc_id", "text"])
@@ -229,9 +226,11 @@ def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource)
     shard_tokens = tokenize_shard(docs, sp, info["tokenizer_hash"], num_threads=os.cpu_count() or 1)
     seconds = time.perf_counter() - started
     keys = tokenized_keys(shard)
-    store.write_bytes(keys["tokens"], shard_tokens.to_bytes())
-    store.write_parquet(keys["index"], shard_tokens.index)
-    store.write_bytes(keys["sidecar"], json.dumps(shard_tokens.sidecar, indent=1).encode())
+    store.publish(f"tokenized/{shard}", {
+        "tokens.bin": shard_tokens.to_bytes(),
+        "index.parquet": shard_tokens.index,
+        "tokens.json": json.dumps(shard_tokens.sidecar, indent=1).encode(),
+    })
     index = shard_tokens.index
     offsets, lengths = index["offset"], index["length"]
     tiles = index.height == docs.height and (

@@ -16,6 +16,7 @@ from dagster._core.errors import DagsterPipesExecutionError
 
 from dagster_aws.s3 import S3Resource
 
+from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
 from lm_assets.defs.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.resources import StorageResource
@@ -121,6 +122,10 @@ def rank_errors(folder: Path) -> str:
 
 
 def local_paths(store, run_name: str) -> dict[str, str]:
+    try:
+        check_name(run_name, "run name")
+    except UnsafeKeyError as exc:
+        raise dg.Failure(description=str(exc)) from exc
     if store.is_s3:
         raise dg.Failure("local training reads packed data from a local storage root; use the kubernetes backend with S3")
     return {
