@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from lm_assets.corpus.readers import make_doc_id, read_shard
-from tests.warc_builder import WarcBuilder, page
+from tests.warc_builder import ArcBuilder, WarcBuilder, page
 
 ARTICLE = "<p>" + "A sentence about the history of computing machines. " * 20 + "</p>"
 
@@ -162,10 +162,73 @@ def test_gzip_body_decoded_stored_decoded_accepted_damaged_quarantined(tmp_path)
         .write(tmp_path / "s.warc.gz")
     )
     shard = read_shard(path)
-    assert shard.documents["url"].to_list() == ["https://a.example/gz", "https://a.example/plain", "https://a.example/deflate"]
+    assert shard.documents["url"].to_list() == [
+        "https://a.example/gz", "https://a.example/plain", "https://a.example/deflate"
+    ]
     assert set(shard.documents["html"]) == {html.decode()}
     assert reasons(shard.quarantine) == ["bad_http"]
     assert shard.quarantine["url"][0] == "https://a.example/damaged"
+    assert conserved(shard)
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_arc_records_are_read_like_warc_responses(tmp_path, gzipped):
+    path = (
+        ArcBuilder(gzip=gzipped)
+        .response("http://a.example/1", page("One", ARTICLE), date="19961104142103")
+        .response("http://a.example/missing", "gone", status="404 Not Found")
+        .response("http://a.example/logo.png", b"\x89PNG\r\n\x1a\n", content_type="image/png")
+        .record("dns:a.example", b"20010203040506\na.example. 300 IN A 192.0.2.1\n", content_type="text/dns")
+        .response("http://a.example/a page", page("Two", ARTICLE))
+        .write(tmp_path / ("s.arc.gz" if gzipped else "s.arc"))
+    )
+    shard = read_shard(path)
+    assert shard.records == 6
+    assert conserved(shard)
+    docs = shard.documents
+    assert docs["url"].to_list() == ["http://a.example/1", "http://a.example/a page"]
+    assert docs["fetched_at"].to_list() == ["1996-11-04T14:21:03Z", "2001-02-03T04:05:06Z"]
+    assert docs["content_type"].to_list() == ["text/html", "text/html"]
+    assert docs["html"][0] == page("One", ARTICLE)
+    assert docs["record_index"].to_list() == [1, 5]
+    assert sorted(reasons(shard.dropped)) == [
+        "content_type:image/png", "content_type:text/dns", "http_status:404", "not_a_document:filedesc"
+    ]
+    assert shard.quarantine.height == 0
+
+
+def test_malformed_and_truncated_arc_records_are_quarantined(tmp_path):
+    builder = (
+        ArcBuilder(gzip=False)
+        .response("http://a.example/1", page("One", ARTICLE))
+        .record("http://a.example/bad", b"<p>x</p>", length="many")
+        .response("http://a.example/2", page("Two", ARTICLE))
+        .response("http://a.example/cut", page("Three", ARTICLE))
+    )
+    data = b"".join(builder.members())
+    path = tmp_path / "s.arc"
+    path.write_bytes(data[:-100])
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["http://a.example/1", "http://a.example/2"]
+    assert reasons(shard.quarantine) == ["malformed_record", "truncated_record"]
+    assert "many" in shard.quarantine["detail"][0]
+    assert shard.quarantine["byte_offset"][0] == data.index(b"http://a.example/bad")
+    assert shard.quarantine["url"][1] == "http://a.example/cut"
+    assert conserved(shard)
+
+
+def test_arc_gz_cut_off_mid_member_is_quarantined(tmp_path):
+    members = (
+        ArcBuilder()
+        .response("http://a.example/1", page("One", ARTICLE))
+        .response("http://a.example/2", page("Two", ARTICLE))
+        .members()
+    )
+    path = tmp_path / "s.arc.gz"
+    path.write_bytes(b"".join(members)[: -len(members[-1]) // 2])
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["http://a.example/1"]
+    assert reasons(shard.quarantine) == ["truncated_record"]
     assert conserved(shard)
 
 

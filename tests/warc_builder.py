@@ -1,7 +1,8 @@
-"""Small WARC files for reader tests, written with warcio."""
+"""Small WARC files (written with warcio) and ARC files for reader tests."""
 
 from __future__ import annotations
 
+import gzip as gzip_module
 import io
 from pathlib import Path
 
@@ -52,6 +53,37 @@ class WarcBuilder:
 
     def write(self, path: Path) -> Path:
         path.write_bytes(self.buf.getvalue())
+        return path
+
+
+class ArcBuilder:
+    """ARC v1: a `filedesc://` record describing the file, then one record per response; with `gzip`,
+    every record is its own gzip member."""
+
+    def __init__(self, gzip: bool = True, name: str = "test.arc"):
+        self.gzip = gzip
+        self.records: list[bytes] = []
+        version = b"1 0 tests\nURL IP-address Archive-date Content-type Archive-length\n"
+        self.record(f"filedesc://{name}", version, content_type="text/plain", ip="0.0.0.0")
+
+    def record(
+        self, url: str, block: bytes, content_type="text/html", ip="192.0.2.1", date="20010203040506", length=None
+    ):
+        length = len(block) if length is None else length
+        self.records.append(f"{url} {ip} {date} {content_type} {length}\n".encode() + block + b"\n")
+        return self
+
+    def response(self, url: str, body: bytes | str, content_type="text/html; charset=utf-8", status="200 OK", **kw):
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        head = f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {len(body)}\r\n\r\n"
+        return self.record(url, head.encode() + body, content_type=content_type.split(";")[0], **kw)
+
+    def members(self) -> list[bytes]:
+        return [gzip_module.compress(r) for r in self.records] if self.gzip else list(self.records)
+
+    def write(self, path: Path) -> Path:
+        path.write_bytes(b"".join(self.members()))
         return path
 
 

@@ -1,9 +1,9 @@
-"""Read a crawl shard (WARC, WARC.gz, WET, JSONL, JSONL.gz, Parquet) into normalized documents.
+"""Read a crawl shard (WARC, WET, ARC, each plain or gzip; JSONL, JSONL.gz, Parquet) into normalized documents.
 
 Every record read ends up in exactly one of three tables:
 - `documents`: `doc_id, url, source, record_index, fetched_at, content_type, html, text`
   (`html` for HTML payloads, `text` for text payloads, the other one null);
-- `dropped`: records that are not documents (warcinfo, request, non-2xx, non-text), with a reason;
+- `dropped`: records that are not documents (warcinfo, request, ARC filedesc, non-2xx, non-text), with a reason;
 - `quarantine`: records that could not be read (truncated, undecodable, corrupt), with a reason.
 """
 
@@ -42,7 +42,9 @@ QUARANTINE_SCHEMA = {
     "reason": pl.String,
     "detail": pl.String,
 }
-SUPPORTED_SUFFIXES = (".warc", ".warc.gz", ".wet", ".wet.gz", ".jsonl", ".jsonl.gz", ".parquet")
+SUPPORTED_SUFFIXES = (
+    ".warc", ".warc.gz", ".wet", ".wet.gz", ".arc", ".arc.gz", ".jsonl", ".jsonl.gz", ".parquet"
+)
 TEXT_TYPES = ("text/plain",)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 GZIP_MAGIC = b"\x1f\x8b\x08"
@@ -144,6 +146,8 @@ def read_shard(path: str | Path, source: str | None = None, config: ReaderConfig
         return read.frames()
     if fmt in ("warc", "wet"):
         _read_warc(path, read, config)
+    elif fmt == "arc":
+        _read_arc(path, read, config)
     elif fmt == "jsonl":
         _read_jsonl(path, read, config)
     else:
@@ -254,19 +258,22 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
         )
         return
     if rtype == "response" and block.startswith(b"HTTP/"):
-        try:
-            status, http_headers, payload = parse_http_response(block)
-        except ValueError as exc:
-            read.quarantine_record(index, "bad_http", str(exc), offset, url)
-            return
-        if not 200 <= status < 300:
-            read.drop(index, f"http_status:{status}")
-            return
-        content_type = http_headers.get("content-type", "")
+        _keep_http_response(read, index, url, fetched_at, block, offset, config)
     else:
-        payload = block
         content_type = headers.get("Content-Type") or ("text/plain" if rtype == "conversion" else "")
-    _keep_payload(read, index, url, fetched_at, content_type, payload, offset, config)
+        _keep_payload(read, index, url, fetched_at, content_type, block, offset, config)
+
+
+def _keep_http_response(read, index, url, fetched_at, block, offset, config):
+    try:
+        status, http_headers, payload = parse_http_response(block)
+    except ValueError as exc:
+        read.quarantine_record(index, "bad_http", str(exc), offset, url)
+        return
+    if not 200 <= status < 300:
+        read.drop(index, f"http_status:{status}")
+        return
+    _keep_payload(read, index, url, fetched_at, http_headers.get("content-type", ""), payload, offset, config)
 
 
 def _keep_payload(read, index, url, fetched_at, content_type, payload, offset, config):
@@ -457,6 +464,81 @@ def _normalize_charset(charset: str) -> str:
     return {"gb2312": "gb18030", "gbk": "gb18030", "iso-8859-1": "cp1252", "latin1": "cp1252"}.get(
         charset, charset
     )
+
+
+# ARC ------------------------------------------------------------------------------------------
+# A record header: URL, IP address, archive date, content type, five more fields in ARC v2, length.
+# The URL is matched lazily so that one with a space in it still parses.
+_ARC_HEADER = re.compile(r"(.+?) (\S+) (\d{14}) (\S+) (?:(?:\S+ ){5})?(\d+)\r?\n")
+_ARC_LINE_LIMIT = 1 << 16
+
+
+def _read_arc(path: Path, read: ShardRead, config: ReaderConfig) -> None:
+    """ARC records are a header line, `length` bytes and a newline; the first describes the file
+    (`filedesc://`). In .arc.gz each record is its own gzip member; they are read as one stream, so a
+    damaged member ends the shard with one quarantined record for the rest, and offsets are known
+    only in plain ARC."""
+    gzipped = path.name.lower().endswith(".gz")
+    with (gzip.open if gzipped else open)(path, "rb") as f:
+        line = b""
+        while True:
+            index = read.records
+            try:
+                line = line or _arc_line(f)
+                if not line:
+                    return
+                read.records += 1
+                offset = None if gzipped else f.tell() - len(line)
+                header = _ARC_HEADER.fullmatch(line.decode("utf-8", "replace"))
+                if header is None:
+                    detail = f"not an ARC record header: {line[:80]!r}"
+                    line, skipped = _skip_to_arc_header(f)  # the header found starts the next record
+                    read.quarantine_record(index, "malformed_record", f"{detail}; {skipped} more bytes skipped", offset)
+                    continue
+                line = b""
+                _handle_arc_record(f, header, index, offset, read, config)
+            except (OSError, EOFError, zlib.error) as exc:
+                if read.records == index:  # damage found while looking for the record's header
+                    read.records += 1
+                reason = "truncated_record" if isinstance(exc, EOFError) else "corrupt_gzip"
+                read.quarantine_record(index, reason, f"{exc}; the rest of the file skipped")
+                return
+
+
+def _arc_line(f) -> bytes:
+    """The next record header line, past the newlines that separate records."""
+    line = f.readline(_ARC_LINE_LIMIT)
+    while line in (b"\n", b"\r\n"):
+        line = f.readline(_ARC_LINE_LIMIT)
+    return line
+
+
+def _skip_to_arc_header(f) -> tuple[bytes, int]:
+    skipped = 0
+    while line := f.readline(_ARC_LINE_LIMIT):
+        if _ARC_HEADER.fullmatch(line.decode("utf-8", "replace")):
+            return line, skipped
+        skipped += len(line)
+    return b"", skipped
+
+
+def _handle_arc_record(f, header: re.Match, index: int, offset, read: ShardRead, config: ReaderConfig) -> None:
+    url, _, date, content_type, length = header.groups()
+    length = int(length)
+    fetched_at = f"{date[:4]}-{date[4:6]}-{date[6:8]}T{date[8:10]}:{date[10:12]}:{date[12:]}Z"
+    if length > config.max_doc_bytes:
+        f.seek(length, 1)
+        read.quarantine_record(index, "oversize", f"record larger than {config.max_doc_bytes} bytes", offset, url)
+        return
+    block = f.read(length)
+    if len(block) < length:
+        read.quarantine_record(index, "truncated_record", f"{len(block)} of {length} bytes present", offset, url)
+    elif url.startswith("filedesc:"):
+        read.drop(index, "not_a_document:filedesc")
+    elif block.startswith(b"HTTP/"):
+        _keep_http_response(read, index, url, fetched_at, block, offset, config)
+    else:
+        _keep_payload(read, index, url, fetched_at, content_type, block, offset, config)
 
 
 # JSONL ----------------------------------------------------------------------------------------
