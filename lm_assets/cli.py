@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -13,7 +14,9 @@ def add_shards(args) -> int:
     from lm_assets.defs.partitions import shard_partitions
     from lm_assets.defs.resources import LandingResource, default_resources, s3_resource_from_env
 
-    landing = LandingResource(root=args.landing, s3=s3_resource_from_env()) if args.landing else default_resources()["landing"]
+    # A folder typed on the command line is relative to where it was typed.
+    root = args.landing if not args.landing or args.landing.startswith("s3://") else os.path.abspath(args.landing)
+    landing = LandingResource(root=root, s3=s3_resource_from_env()) if root else default_resources()["landing"]
     shards, skipped = landing_shards(landing.storage())
     instance = dg.DagsterInstance.get()
     known = set(instance.get_dynamic_partitions(shard_partitions.name))

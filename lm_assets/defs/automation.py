@@ -69,18 +69,20 @@ def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource
     )
 
 
-CURRENT_CONFIG_HASHES = {
-    raw_shard.key: config_hash(RawShardConfig()),
-    extracted_shard.key: config_hash(ExtractedShardConfig()),
-    curated_shard.key: config_hash(CuratedShardConfig()),
-}
+def current_config_hashes() -> dict:
+    """Each curation stage's default config hash, with today's environment defaults."""
+    return {
+        raw_shard.key: config_hash(RawShardConfig()),
+        extracted_shard.key: config_hash(ExtractedShardConfig()),
+        curated_shard.key: config_hash(CuratedShardConfig()),
+    }
 
 
 def stale_shards(instance: dg.DagsterInstance, shards: list[str], current_hashes: dict | None = None) -> list[str]:
     """Shards whose latest materialization of some stage ran with another config than the current default."""
-    stale = []
+    stale, current_hashes = [], current_hashes or current_config_hashes()
     for shard in shards:
-        for key, current in (current_hashes or CURRENT_CONFIG_HASHES).items():
+        for key, current in current_hashes.items():
             records = instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=key, asset_partitions=[shard]), limit=1
             ).records

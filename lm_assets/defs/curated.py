@@ -3,13 +3,12 @@
 
 import dataclasses
 import json
-import os
 import time
 from typing import Any
 
 import dagster as dg
 import polars as pl
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.curation import STEPS, CurationConfig, curate
@@ -18,6 +17,7 @@ from lm_assets.corpus.langid import LangIdConfig
 from lm_assets.corpus.pii import find_pii
 from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.toxicity import ToxicityConfig
+from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.raw import raw_keys, raw_shard
 from lm_assets.defs.reporting import (
@@ -138,13 +138,22 @@ def extracted_shard(
 
 # curated_shard ----------------------------------------------------------------------------------
 class ToxicityRulesConfig(dg.Config):
-    backend: str = os.environ.get("LM_ASSETS_TOXICITY_BACKEND", "detoxify")
+    backend: str | None = Field(default=None, description="detoxify or profanity_check; unset: $LM_ASSETS_TOXICITY_BACKEND, else detoxify")
     detoxify_model_type: str = "original"
-    detoxify_checkpoint: str | None = os.environ.get("LM_ASSETS_DETOXIFY_CHECKPOINT")
-    detoxify_hf_config_path: str | None = os.environ.get("LM_ASSETS_DETOXIFY_HF_CONFIG")
+    detoxify_checkpoint: str | None = Field(default=None, description="unset: $LM_ASSETS_DETOXIFY_CHECKPOINT")
+    detoxify_hf_config_path: str | None = Field(default=None, description="unset: $LM_ASSETS_DETOXIFY_HF_CONFIG")
     device: str = "cpu"
     line_threshold: float = 0.8
     max_toxic_fraction: float = 0.2
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(data, {
+            "backend": ("LM_ASSETS_TOXICITY_BACKEND", "detoxify"),
+            "detoxify_checkpoint": ("LM_ASSETS_DETOXIFY_CHECKPOINT", None),
+            "detoxify_hf_config_path": ("LM_ASSETS_DETOXIFY_HF_CONFIG", None),
+        })
 
 
 class CuratedShardConfig(dg.Config):

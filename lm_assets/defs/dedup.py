@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import os
 import time
 
 import dagster as dg
@@ -58,7 +59,8 @@ class DedupSettings(dg.ConfigurableResource):
             num_perm=self.num_perm, seed=self.seed, threshold=self.threshold,
             word_ngram=self.word_ngram, char_ngram=self.char_ngram,
         )
-        duckdb = DuckDBConfig(memory_limit=self.duckdb_memory_limit, temp_directory=self.duckdb_temp_directory)
+        temp_directory = self.duckdb_temp_directory or os.environ.get("LM_ASSETS_DUCKDB_TEMP_DIR") or None
+        duckdb = DuckDBConfig(memory_limit=self.duckdb_memory_limit, temp_directory=temp_directory)
         return DedupConfig(minhash=minhash, verify=self.verify, verify_margin=self.verify_margin, duckdb=duckdb)
 
     def sketch_fingerprint(self) -> str:

@@ -7,16 +7,17 @@ their history across checkpoints.
 
 import json
 import math
-import os
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
+from pydantic import Field, model_validator
 
 from lm_assets.corpus.keys import UnsafeKeyError, check_checkpoint_key
+from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import StorageResource
-from lm_assets.defs.tokens import TOKENIZER_KEYS
+from lm_assets.defs.tokens import DEFAULT_MMLU_PATH, TOKENIZER_KEYS
 from lm_assets.defs.training import checkpoint_partitions
 from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu
 from lm_assets.evaluation.checkpoint import load_model
@@ -121,19 +122,31 @@ def benchmark_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
 
 
 class MmluScoreConfig(dg.Config):
-    mmlu_path: str = os.environ.get("LM_ASSETS_MMLU_PATH", "data/eval/mmlu.zip")
+    mmlu_path: str | None = Field(default=None, description="unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip")
     split: str = "test"
     num_fewshot: int = 5
     subjects: list[str] = []
     limit: int | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(data, {"mmlu_path": ("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)}, paths=("mmlu_path",))
+
 
 class CevalScoreConfig(dg.Config):
-    ceval_path: str = os.environ.get("LM_ASSETS_CEVAL_PATH", DEFAULT_CEVAL_PATH)
+    ceval_path: str | None = Field(default=None, description="unset: $LM_ASSETS_CEVAL_PATH, else data/eval/ceval-sample")
     subject_names: str | None = None
     split: str = "val"
     num_fewshot: int = 5
     subjects: list[str] = []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(
+            data, {"ceval_path": ("LM_ASSETS_CEVAL_PATH", DEFAULT_CEVAL_PATH)}, paths=("ceval_path", "subject_names")
+        )
 
 
 class PerplexityConfig(dg.Config):

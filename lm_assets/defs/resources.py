@@ -1,48 +1,76 @@
-"""Where data lives: the storage root every stage writes under, and the landing location shards arrive in."""
+"""Where data lives: the storage root every stage writes under, and the landing location shards arrive in.
+
+Nothing here reads the environment when it is imported: a field left unset takes its environment
+default when the resource is used, and a relative path resolves against the project folder
+(lm_assets/defs/environment.py). S3 credentials come from boto3's own chain (environment, shared
+profile, instance or pod role), or from `dg.EnvVar`-bound fields of `S3ClientResource`; they are never
+written into code or config files.
+"""
 
 
 import os
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
+from dagster_aws.s3.utils import construct_s3_client
 
 from lm_assets.corpus.storage import Storage
+from lm_assets.defs.environment import project_path
 
 DEFAULT_STORAGE_ROOT = "storage"
 DEFAULT_LANDING_ROOT = "data/sample-crawl"
 
 
+class S3ClientResource(S3Resource):
+    """dagster-aws's S3 resource. An unset endpoint or region is read when a client is made:
+    $LM_ASSETS_S3_ENDPOINT_URL, and $AWS_REGION or $AWS_DEFAULT_REGION."""
+
+    def get_client(self):
+        return construct_s3_client(
+            max_attempts=self.max_attempts,
+            region_name=self.region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None,
+            endpoint_url=self.endpoint_url or os.environ.get("LM_ASSETS_S3_ENDPOINT_URL") or None,
+            use_unsigned_session=self.use_unsigned_session,
+            profile_name=self.profile_name,
+            use_ssl=self.use_ssl,
+            verify=self.verify,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=self.aws_secret_access_key,
+            aws_session_token=self.aws_session_token,
+        )
+
+
 def s3_resource_from_env() -> S3Resource:
-    return S3Resource(
-        endpoint_url=os.environ.get("LM_ASSETS_S3_ENDPOINT_URL") or None,
-        region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None,
-    )
+    """The S3 resource whose endpoint and region come from the environment when it is used."""
+    return S3ClientResource()
+
+
+def _storage(root: str, s3: S3Resource) -> Storage:
+    if root.startswith("s3://"):
+        return Storage(root, s3_client=s3.get_client())
+    return Storage(project_path(root))
 
 
 class StorageResource(dg.ConfigurableResource):
-    """The storage root: a local folder (relative paths resolve against the working directory) or
-    `s3://bucket/prefix`. Defaults to $LM_ASSETS_STORAGE_ROOT."""
+    """The storage root: a local folder or `s3://bucket/prefix`. Unset, it is $LM_ASSETS_STORAGE_ROOT,
+    else `storage`; a relative folder is inside the project folder, whatever the working directory."""
 
-    root: str = DEFAULT_STORAGE_ROOT
+    root: str | None = None
     s3: dg.ResourceDependency[S3Resource]
 
     def storage(self) -> Storage:
-        if self.root.startswith("s3://"):
-            return Storage(self.root, s3_client=self.s3.get_client())
-        return Storage(os.path.abspath(self.root))
+        return _storage(self.root or os.environ.get("LM_ASSETS_STORAGE_ROOT") or DEFAULT_STORAGE_ROOT, self.s3)
 
 
 class LandingResource(dg.ConfigurableResource):
-    """Where new shard files arrive: a local folder or `s3://bucket/prefix`.
-    Defaults to $LM_ASSETS_LANDING_ROOT."""
+    """Where new shard files arrive: a local folder or `s3://bucket/prefix`. Unset, it is
+    $LM_ASSETS_LANDING_ROOT, else the shipped sample crawl; a relative folder is inside the project folder."""
 
-    root: str = DEFAULT_LANDING_ROOT
+    root: str | None = None
     s3: dg.ResourceDependency[S3Resource]
 
     def storage(self) -> Storage:
-        if self.root.startswith("s3://"):
-            return Storage(self.root, s3_client=self.s3.get_client())
-        return Storage(os.path.abspath(self.root))
+        return _storage(self.root or os.environ.get("LM_ASSETS_LANDING_ROOT") or DEFAULT_LANDING_ROOT, self.s3)
 
 
 def default_resources() -> dict:
@@ -51,13 +79,9 @@ def default_resources() -> dict:
 
     s3 = s3_resource_from_env()
     return {
-        "training_launcher": TrainingLauncher(
-            backend=os.environ.get("LM_ASSETS_TRAINING_BACKEND", "local"),
-            pipes_bucket=os.environ.get("LM_ASSETS_PIPES_BUCKET", ""),
-            s3=s3,
-        ),
+        "training_launcher": TrainingLauncher(s3=s3),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
-        "dedup": DedupSettings(duckdb_temp_directory=os.environ.get("LM_ASSETS_DUCKDB_TEMP_DIR") or None),
-        "storage": StorageResource(root=os.environ.get("LM_ASSETS_STORAGE_ROOT", DEFAULT_STORAGE_ROOT), s3=s3),
-        "landing": LandingResource(root=os.environ.get("LM_ASSETS_LANDING_ROOT", DEFAULT_LANDING_ROOT), s3=s3),
+        "dedup": DedupSettings(),
+        "storage": StorageResource(s3=s3),
+        "landing": LandingResource(s3=s3),
     }

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+from pydantic import Field, model_validator
 
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.decontam import ContaminationIndex, DecontamConfig, evaluation_texts, find_contamination, load_ceval, load_mmlu
@@ -24,6 +25,7 @@ from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_pac
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
 from lm_assets.defs.curated import CURATED_SCHEMA, publish_stage, shard_account, stage_keys
 from lm_assets.defs.dedup import deduplicated_shard
+from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.reporting import (
     conservation_result,
@@ -36,7 +38,7 @@ from lm_assets.defs.reporting import (
 )
 from lm_assets.defs.resources import StorageResource
 
-DEFAULT_MMLU_PATH = "data/eval/mmlu.zip"
+DEFAULT_MMLU_PATH = "data/eval/mmlu.zip"  # inside the project folder
 TOKENIZER_KEYS = {"model": "tokenizer/tokenizer.model", "info": "tokenizer/info.json"}
 CHECK_SAMPLE_DOCS = 200
 
@@ -52,11 +54,20 @@ def all_dropped_before(store, shard: str, stages: tuple[str, ...]) -> int:
 
 # decontaminated_shard ---------------------------------------------------------------------------
 class DecontaminatedShardConfig(dg.Config):
-    mmlu_path: str | None = os.environ.get("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)
+    mmlu_path: str | None = Field(
+        default=None, description="MMLU's zip; unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip; empty: no MMLU"
+    )
     ceval_paths: list[str] = []
     word_ngram: int = 13
     cjk_ngram: int = 20
     min_matches: int = 1
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(
+            data, {"mmlu_path": ("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)}, paths=("mmlu_path", "ceval_paths")
+        )
 
 
 @functools.lru_cache(maxsize=4)
@@ -116,11 +127,16 @@ def decontaminated_shard(
 
 # tokenizer ----------------------------------------------------------------------------------------
 class TokenizerTrainingConfig(dg.Config):
-    vocab_size: int = int(os.environ.get("LM_ASSETS_VOCAB_SIZE", "32000"))
+    vocab_size: int | None = Field(default=None, description="unset: $LM_ASSETS_VOCAB_SIZE, else 32000")
     sample_docs: int = 100_000
     sample_seed: int = 0
     character_coverage: float = 0.9995
     num_threads: int = max(os.cpu_count() or 1, 1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(data, {"vocab_size": ("LM_ASSETS_VOCAB_SIZE", 32000)})
 
 
 def decontaminated_shards(instance: dg.DagsterInstance, store) -> list[str]:
@@ -271,11 +287,16 @@ PACKED_FILES = ("train.bin", "val.bin", "train_segments.parquet", "val_segments.
 
 
 class PackedDatasetConfig(dg.Config):
-    seq_len: int = int(os.environ.get("LM_ASSETS_SEQ_LEN", "2049"))
+    seq_len: int | None = Field(default=None, description="tokens per sequence; unset: $LM_ASSETS_SEQ_LEN, else 2049")
     strategy: str = "concat"
     val_fraction: float = 0.01
     seed: int = 0
     mixture: dict[str, float] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(data, {"seq_len": ("LM_ASSETS_SEQ_LEN", 2049)})
 
 
 def tokenized_shards(instance: dg.DagsterInstance, store) -> list[str]:

@@ -73,7 +73,7 @@ class TrainingLauncher(dg.ConfigurableResource):
     `kubernetes` (a Kubeflow PyTorchJob; see lm_assets/defs/kubernetes.py). On Kubernetes the storage
     root is a volume (`pvc_name`) that every pod mounts at `data_mount`."""
 
-    backend: str = "local"
+    backend: str | None = None
     local_launcher: str = "torchrun"
     device: str = "cpu"
     image: str = "lm-assets:latest"
@@ -82,8 +82,12 @@ class TrainingLauncher(dg.ConfigurableResource):
     gpus_per_node: int = 8
     pvc_name: str = "lm-assets-data"
     data_mount: str = "/data"
-    pipes_bucket: str = ""
+    pipes_bucket: str | None = None
     s3: dg.ResourceDependency[S3Resource]
+
+    def backend_name(self) -> str:
+        """The backend; unset, $LM_ASSETS_TRAINING_BACKEND, else local."""
+        return self.backend or os.environ.get("LM_ASSETS_TRAINING_BACKEND") or "local"
 
     def cluster(self) -> ClusterSpec:
         return ClusterSpec(
@@ -92,9 +96,10 @@ class TrainingLauncher(dg.ConfigurableResource):
         )
 
     def kubernetes_client(self) -> KubernetesTrainingClient:
-        if not self.pipes_bucket:
-            raise dg.Failure("the kubernetes backend needs pipes_bucket: the S3 bucket Pipes messages go through")
-        return KubernetesTrainingClient(self.s3.get_client(), self.pipes_bucket)
+        bucket = self.pipes_bucket or os.environ.get("LM_ASSETS_PIPES_BUCKET")
+        if not bucket:
+            raise dg.Failure("the kubernetes backend needs pipes_bucket ($LM_ASSETS_PIPES_BUCKET): the S3 bucket Pipes messages go through")
+        return KubernetesTrainingClient(self.s3.get_client(), bucket)
 
     def local_command(self, config_path: str, world_size: int, overrides: list[str]) -> list[str]:
         bin_dir = Path(sys.executable).parent
@@ -153,8 +158,9 @@ def training(
     pipes_subprocess_client: dg.PipesSubprocessClient,
 ):
     store = storage.storage()
-    if training_launcher.backend not in ("local", "kubernetes"):
-        raise dg.Failure(f"unknown training backend {training_launcher.backend!r}: use local or kubernetes")
+    backend = training_launcher.backend_name()
+    if backend not in ("local", "kubernetes"):
+        raise dg.Failure(f"unknown training backend {backend!r}: use local or kubernetes")
     paths = local_paths(store, config.run_name)
     if not Path(paths["data"], "manifest.json").exists():
         raise dg.Failure("no packed dataset yet: materialize packed_dataset first")
@@ -165,7 +171,7 @@ def training(
     vocab_size = load_tokenizer(Path(paths["tokenizer"]).read_bytes()).get_piece_size()
     train_config = config.train_config(paths["data"], str(run_dir), paths["tokenizer"], seq_len) | {"vocab_size": vocab_size}
     config_path.write_text(json.dumps(train_config, indent=2))
-    if training_launcher.backend == "kubernetes":
+    if backend == "kubernetes":
         cluster = training_launcher.cluster()
         on_cluster = train_config | {
             "data": f"{cluster.data_mount}/packed",
