@@ -7,7 +7,8 @@ Layout of `<dir>/<tag>/` (tag `step_00000500`, `<dir>/latest` names the newest):
   `mp_rank_YY_model_states.pt`), optimizer and ZeRO partitions, the LR scheduler, and our
   `client_state["trainer"]`: the data position (completed steps), tokens seen and the
   loss-spike window;
-- `rng/rank_NNNNN.pt`: each rank's Python, NumPy and torch (and accelerator) RNG states;
+- `rng/rank_NNNNN.pt`: each rank's Python, NumPy and torch (and accelerator) RNG states, as
+  tensors and plain Python data;
 - `train_config.json` and `ds_config.json`: the run's `TrainConfig` and the DeepSpeed JSON it
   generated, plus `layout.json` (pp, tp, dp, world size, model config).
 
@@ -20,14 +21,24 @@ CPU the losses after a resume are identical to an uninterrupted run. Resuming ne
 
 `consolidated_state_dict` gathers a checkpoint's module weights, from any layout, into one
 `training.model.Transformer` state dict (pipeline layer files renamed, tensor-parallel shards
-concatenated; ZeRO-3 checkpoints, tp=1 only, through DeepSpeed's `zero_to_fp32`, which does
-not handle pipeline checkpoints). With `model_config` it feeds `training.export.export_hf`.
+concatenated; ZeRO-3 checkpoints, tp=1 only, re-assembled from the optimizer files' flat
+partitions as DeepSpeed's `zero_to_fp32` does). With `model_config` it feeds
+`training.export.export_hf`.
+
+Loading. A `.pt` file is a pickle, and unpickling can call any function the file names. So every
+file read here (module weights, ZeRO-3 partitions, RNG states) is loaded with `weights_only=True`:
+tensors and plain Python data only, plus, for ZeRO-3 optimizer files, the two DeepSpeed classes
+they hold (the ZeRO stage enum and the loss scaler). A file with anything else is refused with
+its path. DeepSpeed's `engine.load_checkpoint` in `resume` unpickles its own files without that
+restriction, so `resume` is only given the run's own checkpoint directory, the one it saves to.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import pickle
 import random
 import re
 import uuid
@@ -55,7 +66,10 @@ def rng_state() -> dict:
     from deepspeed.accelerator import get_accelerator
 
     acc = get_accelerator()
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    # NumPy's key array as a tensor: a pickled ndarray needs globals a weights-only load refuses.
+    kind, key, pos, has_gauss, cached_gaussian = np.random.get_state()
+    numpy_state = (kind, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached_gaussian)
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if acc.device_name() != "cpu":
         state["accelerator"] = acc.get_rng_state()
     return state
@@ -65,10 +79,23 @@ def set_rng_state(state: dict) -> None:
     from deepspeed.accelerator import get_accelerator
 
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    kind, key, pos, has_gauss, cached_gaussian = state["numpy"]
+    np.random.set_state((kind, key.numpy().astype(np.uint32), pos, has_gauss, cached_gaussian))
     torch.set_rng_state(state["torch"])
     if "accelerator" in state:
         get_accelerator().set_rng_state(state["accelerator"])
+
+
+def _load(file: Path, allowed_classes: tuple = ()):
+    """`torch.load` of tensors and plain Python data (and `allowed_classes`) only, so that unpickling
+    cannot run code; any other file raises `pickle.UnpicklingError` naming it."""
+    try:
+        with torch.serialization.safe_globals(list(allowed_classes)):
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"WeightsUnpickler error: (.*?)(?: Please use .*)?$", str(err), re.MULTILINE)
+        detail = found[1] if found else str(err)
+        raise pickle.UnpicklingError(f"{file}: refused, it holds more than tensors and plain data: {detail}") from None
 
 
 def latest_tag(ckpt_dir: str | os.PathLike) -> str | None:
@@ -116,7 +143,7 @@ def resume(trainer, ckpt_dir: str | os.PathLike) -> dict | None:
     state = client_state["trainer"]
     trainer.load_trainer_state(state)
     rng_file = path / "rng" / f"rank_{trainer.rank:05d}.pt"
-    set_rng_state(torch.load(rng_file, weights_only=False))
+    set_rng_state(_load(rng_file))
     dist.barrier()
     return state
 
@@ -134,6 +161,32 @@ def _merge_tp(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
     if name.endswith(ROW_PARALLEL):
         return torch.cat(shards, dim=1)
     return shards[0]  # replicated
+
+
+def _zero3_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    """The weights of a ZeRO-3 checkpoint (tp == 1). Each data-parallel rank's optimizer file holds
+    its slice of every parameter in one flat fp32 vector, in `param_shapes` order: ceil(n / ranks)
+    elements of a parameter of n, the last rank's slice padded."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    model_states = _load(path / "zero_pp_rank_0_mp_rank_00_model_states.pt")
+    rank_of = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt")
+    files = sorted((int(m[1]), f) for f in path.iterdir() if (m := rank_of.fullmatch(f.name)))
+    optimizer_classes = (ZeroStageEnum, LossScaler, DynamicLossScaler)
+    flat = [torch.cat(_load(f, optimizer_classes)["optimizer_state_dict"]["fp32_flat_groups"]) for _, f in files]
+    state = {k: v for k, v in model_states["module"].items() if k in model_states["buffer_names"]}
+    offset = 0
+    for group in model_states["param_shapes"]:
+        for name, shape in group.items():
+            part = math.ceil(shape.numel() / len(flat))
+            state[name] = torch.cat([rank[offset : offset + part] for rank in flat])[: shape.numel()].view(shape)
+            offset += part
+    if offset != flat[0].numel():
+        raise ValueError(f"{path}: each rank holds {flat[0].numel()} elements, the parameters' slices {offset}")
+    for alias, source in model_states["shared_params"].items():
+        state[alias] = state[source]
+    return state
 
 
 def model_config(ckpt_dir: str | os.PathLike, tag: str | None = None) -> ModelConfig:
@@ -161,18 +214,16 @@ def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None)
         files = sorted((int(m[1]), int(m[2]), f) for f in path.iterdir() if (m := pattern.fullmatch(f.name)))
         for layer, _mp, file in files:
             prefix = pipeline_layer_name(layer, cfg.n_layers)
-            for key, value in torch.load(file, map_location="cpu", weights_only=False).items():
+            for key, value in _load(file).items():
                 pieces.setdefault(prefix + key, []).append(value)
     elif json.loads((path / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3:
-        # ZeRO-3 partitions the weights themselves; DeepSpeed's own tool gathers them (tp == 1 only).
+        # ZeRO-3 partitions the weights themselves, across data-parallel ranks (tp == 1 only).
         if tp > 1:
             raise NotImplementedError(f"{path}: consolidating ZeRO-3 with tensor parallelism is not supported")
-        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
-
-        return {k: v.float().clone() for k, v in get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag).items()}
+        return {k: v.float().clone() for k, v in _zero3_state_dict(path).items()}
     else:
         for mp in range(tp):
-            states = torch.load(path / f"mp_rank_{mp:02d}_model_states.pt", map_location="cpu", weights_only=False)
+            states = _load(path / f"mp_rank_{mp:02d}_model_states.pt")
             for key, value in states["module"].items():
                 pieces.setdefault(key, []).append(value)
     return {k: _merge_tp(k, v).float().clone() for k, v in pieces.items()}
