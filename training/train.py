@@ -15,7 +15,8 @@ Rank 0 prints one JSON object per step on stdout (loss, lr, grad_norm, tokens_pe
 `main(report=...)` takes another callable (dagster-pipes on rank 0). A rank that fails prints its
 error on stderr and exits 1, which makes the launcher stop the job with a non-zero status; a
 successful rank ends with a barrier and `os._exit(0)` (DeepSpeed's process-group teardown can
-otherwise abort at exit).
+otherwise abort at exit). Under a launcher, a rank is killed when the launcher exits
+(`training.orphans`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = None) -> None:
+    if "LOCAL_RANK" in os.environ:  # started by torchrun or the deepspeed launcher
+        from training.orphans import die_with_launcher
+
+        die_with_launcher()
     args = parse_args(argv)
     if args.local_rank is not None:
         os.environ.setdefault("LOCAL_RANK", str(args.local_rank))
