@@ -12,9 +12,11 @@ Layout of `<dir>/<tag>/` (tag `step_00000500`, `<dir>/latest` names the newest):
 - `train_config.json` and `ds_config.json`: the run's `TrainConfig` and the DeepSpeed JSON it
   generated, plus `layout.json` (pp, tp, dp, world size, model config).
 
-Order: each rank writes its RNG file and rank 0 the JSON files before `engine.save_checkpoint`,
-which starts with a barrier and writes `latest` last; so `latest` only ever names a complete
-checkpoint. Resume (`resume`) loads `latest` into the engine, restores the trainer state and this
+Order: each rank writes its RNG file and its share of DeepSpeed's files, then all meet at a
+barrier, and only then does rank 0 write `layout.json` and replace `latest` (DeepSpeed's own
+`latest` would be written before the other ranks finish). So `latest` only ever names a complete
+checkpoint, and a tag folder with `layout.json` is complete, even when the job is killed mid-save.
+Resume (`resume`) loads `latest` into the engine, restores the trainer state and this
 rank's RNG. The data order is a function of the step number alone (`training.data`), so in fp32 on
 CPU the losses after a resume are identical to an uninterrupted run. Resuming needs the same
 (pp, tp, dp) layout; a changed layout is refused.
@@ -56,10 +58,14 @@ COLUMN_PARALLEL = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj
 ROW_PARALLEL = ("o_proj.weight", "down_proj.weight")
 
 
-def _write_json(path: Path, data) -> None:
+def _write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _write_json(path: Path, data) -> None:
+    _write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def rng_state() -> dict:
@@ -121,9 +127,13 @@ def save(trainer, ckpt_dir: str | os.PathLike) -> str:
     if trainer.rank == 0:
         _write_json(path / "train_config.json", config_to_dict(trainer.cfg))
         _write_json(path / "ds_config.json", trainer.ds_config)
-        _write_json(path / "layout.json", _layout(trainer))
         _write_json(path / "metrics.json", getattr(trainer, "last_metrics", {}))
-    trainer.engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state={"trainer": trainer.trainer_state()})
+    state = {"trainer": trainer.trainer_state()}
+    trainer.engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=state, save_latest=False)
+    dist.barrier()
+    if trainer.rank == 0:
+        _write_json(path / "layout.json", _layout(trainer))
+        _write_text(Path(ckpt_dir) / "latest", tag)
     return tag
 
 
