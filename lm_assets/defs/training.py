@@ -1,7 +1,8 @@
 """training_run and checkpoint: the standalone DeepSpeed program, launched through Dagster Pipes.
 
 Locally the launcher is torchrun (or the deepspeed launcher) with N CPU processes on gloo, as a
-`PipesSubprocessClient` subprocess. On a cluster, the same config becomes a Kubernetes
+`PipesSubprocessClient` subprocess in a process group of its own, ended whole when the run is
+terminated (`process_group.py`). On a cluster, the same config becomes a Kubernetes
 PyTorchJob whose rank 0 writes Pipes messages to S3. Only rank 0 talks to Dagster.
 """
 
@@ -19,6 +20,7 @@ from dagster_aws.s3 import S3Resource
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
 from lm_assets.defs.kubernetes import ClusterSpec, KubernetesTrainingClient
+from lm_assets.defs.process_group import run_in_process_group
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens import TOKENIZER_KEYS, packed_dataset, tokenizer
 
@@ -187,8 +189,9 @@ def training(
         shutil.rmtree(errors, ignore_errors=True)
         env = training_launcher.env() | {"LM_ASSETS_ERROR_DIR": str(errors)}
         try:
-            results = pipes_subprocess_client.run(
-                command=command, context=context, env=env, cwd=str(Path(__file__).resolve().parents[2])
+            cwd = str(Path(__file__).resolve().parents[2])
+            results = run_in_process_group(
+                pipes_subprocess_client, command=command, context=context, env=env, cwd=cwd
             ).get_results()
         except DagsterPipesExecutionError as exc:
             raise dg.Failure(description=rank_errors(errors) or str(exc)) from exc
