@@ -3,16 +3,16 @@
 Usage::
 
     .venv/bin/python bench/eval_agreement.py [--hf-dir DIR] [--subjects a,b,c | all] [--limit N]
-                                             [--batch-size 32] [--ours lm_assets|auto|reference]
+                                             [--batch-size 32] [--ours lm_assets|auto|reference] [--smoke]
 
 Both sides score the same questions from `data/eval/mmlu.zip` with the same model and tokenizer:
 
 - lm-eval: `lm_eval.simple_evaluate(model="hf", model_args="pretrained=<hf_dir>,dtype=float32", ...)`
-  with `log_samples=True`, on local tasks `mmlu_local_<subject>` (`bench/lm_eval_tasks/`) that read the
-  original CSVs, extracted into `bench/out/mmlu/` (`dataset_path: csv`), and use lm-eval's own
-  `mmlu` default template (description, `doc_to_text`, `doc_to_choice`, `doc_to_target`,
-  `fewshot_split: dev`, `sampler: first_n`, 5 shots). Before it runs, every field of those task
-  files that shapes a prompt is checked against the installed lm-eval's `mmlu_<subject>` configs.
+  with `log_samples=True`, on local tasks `mmlu_local_<subject>` that read the original CSVs (`dataset_path:
+  csv`) and use lm-eval's own `mmlu` default template (description, `doc_to_text`, `doc_to_choice`,
+  `doc_to_target`, `fewshot_split: dev`, `sampler: first_n`, 5 shots). The task files are written by
+  this script on every run, beside a copy of `bench/lm_eval_tasks/utils.py`. Before it runs, every field
+  of them that shapes a prompt is checked against the installed lm-eval's `mmlu_<subject>` configs.
   Runs fully offline (`HF_HUB_OFFLINE=1`, `HF_DATASETS_OFFLINE=1`).
 - ours: `lm_assets.evaluation` once it provides an MMLU scorer (see `score_ours_lm_assets`); until
   then, and with `--ours reference`, an independent re-implementation of lm-eval's formulas in this
@@ -28,8 +28,15 @@ of both sides (acc_norm divides by the choice's length in characters, all 1 here
 the largest absolute difference of a per-choice log-likelihood, how many prompts were identical
 (where ours exposes its prompts) and how many were left-truncated. The last line is one JSON object.
 
-If the HF export is missing and `--hf-dir` is the default, it is built as `make demo` builds it
-(`python -m lm_assets.demo` with the Makefile's environment, about 30 s).
+Without `--hf-dir`, the model is the HF export of the demo checkpoint: the one `make demo` made in
+`storage/`, else one built as `make demo` builds it (`python -m lm_assets.demo` with the Makefile's
+environment, about 30 s) with its storage and Dagster instance under the output folder.
+
+Everything is written under the output folder `$OUT/eval_agreement/` (else `bench/out/eval_agreement/`):
+the CSVs extracted from the zip (`mmlu/`), the task files (`lm_eval_tasks/`), the datasets cache, the
+demo run and `--perturb` copies. `--smoke` runs in seconds: a tiny random model with a small
+tokenizer trained on the zip's dev questions, exported there (`smoke-hf/`), scores 2 questions of one
+subject.
 """
 
 from __future__ import annotations
@@ -48,11 +55,11 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_HF_DIR = Path("storage/checkpoints/main/step_00000040/hf")
-MMLU_ZIP = Path("data/eval/mmlu.zip")
-CSV_ROOT = Path("bench/out/mmlu")  # the zip extracted here: bench/out/mmlu/data/{dev,val,test}/<subject>_<split>.csv
-TASK_DIR = Path("bench/lm_eval_tasks")
+from bench_paths import REPO, out_dir
+
+DEMO_HF = Path("checkpoints/main/step_00000040/hf")  # in the demo's storage root
+MMLU_ZIP = REPO / "data" / "eval" / "mmlu.zip"
+TASK_UTILS = REPO / "bench" / "lm_eval_tasks" / "utils.py"  # copied beside the generated task files
 TASK_PREFIX = "mmlu_local_"
 GROUP = "mmlu_local"
 DEFAULT_SUBJECTS = ["abstract_algebra", "anatomy", "college_physics", "high_school_geography"]
@@ -79,8 +86,9 @@ def read_split(zf: zipfile.ZipFile, subject: str, split: str) -> list[list[str]]
         return list(csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline="")))
 
 
-def extract_csvs(zip_path: Path = MMLU_ZIP, root: Path = CSV_ROOT) -> None:
-    """Extract the zip into `root` (once per zip content; a stamp file holds its sha256)."""
+def extract_csvs(root: Path, zip_path: Path = MMLU_ZIP) -> None:
+    """Extract the zip into `root`: `root/data/{dev,val,test}/<subject>_<split>.csv` (once per zip content;
+    a stamp file holds its sha256)."""
     digest = hashlib.sha256(zip_path.read_bytes()).hexdigest()
     stamp = root / ".sha256"
     if stamp.exists() and stamp.read_text().strip() == digest and (root / "data" / "test").is_dir():
@@ -93,32 +101,58 @@ def extract_csvs(zip_path: Path = MMLU_ZIP, root: Path = CSV_ROOT) -> None:
     stamp.write_text(digest + "\n")
 
 
-def ensure_checkpoint(hf_dir: Path) -> None:
-    if (hf_dir / "model.safetensors").exists() and (hf_dir / "config.json").exists():
-        return
-    if hf_dir != DEFAULT_HF_DIR:
-        sys.exit(f"no HF export at {hf_dir} (expected model.safetensors and config.json)")
-    print(f"{hf_dir} is missing: building the demo checkpoint as `make demo` does ...", flush=True)
-    env = dict(os.environ)
-    env.setdefault("DAGSTER_HOME", str(REPO / ".dagster_home"))
+def is_export(hf_dir: Path) -> bool:
+    return (hf_dir / "model.safetensors").exists() and (hf_dir / "config.json").exists()
+
+
+def demo_checkpoint(out: Path) -> Path:
+    """The HF export of the demo checkpoint: the one `make demo` made in storage/, else one the demo
+    builds with its storage root and Dagster instance in `out/demo/`."""
+    made = REPO / "storage" / DEMO_HF
+    if is_export(made):
+        return made
+    demo = out / "demo"
+    hf_dir = demo / "storage" / DEMO_HF
+    if is_export(hf_dir):
+        return hf_dir
+    print(f"no demo checkpoint: building one in {demo} as `make demo` does ...", flush=True)
+    env = dict(os.environ, DAGSTER_HOME=str(demo / "dagster_home"), LM_ASSETS_STORAGE_ROOT=str(demo / "storage"))
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("LM_ASSETS_TOXICITY_BACKEND", "profanity_check")
-    dagster_yaml = Path(env["DAGSTER_HOME"]) / "dagster.yaml"
-    if not dagster_yaml.exists():
-        dagster_yaml.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(REPO / "deploy" / "dagster.yaml", dagster_yaml)
+    (demo / "dagster_home").mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "deploy" / "dagster.yaml", demo / "dagster_home" / "dagster.yaml")
     subprocess.run([sys.executable, "-m", "lm_assets.demo"], cwd=REPO, env=env, check=True)
-    if not (hf_dir / "model.safetensors").exists():
+    if not is_export(hf_dir):
         sys.exit(f"`python -m lm_assets.demo` finished but {hf_dir} is still missing")
+    return hf_dir
 
 
-def perturbed_copy(hf_dir: Path, scale: float, seed: int = 0) -> Path:
-    """A copy of the export with Gaussian noise (std = scale x the tensor's std, seeded) added to every
-    matrix: a model whose answers depend on the question, where the demo checkpoint answers one letter."""
+def smoke_checkpoint(out: Path) -> Path:
+    """A tiny random model (the `tiny` preset) and a small tokenizer trained on the dev questions of the
+    zip, exported to `out/smoke-hf/`: something both sides can score in seconds."""
+    from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+    from training.config import from_preset
+    from training.export import export_hf
+    from training.model import Transformer
+
+    hf_dir = out / "smoke-hf"
+    if is_export(hf_dir):
+        return hf_dir
+    with zipfile.ZipFile(MMLU_ZIP) as zf:
+        texts = [" ".join(row) for s in zip_subjects() for row in read_split(zf, s, "dev")]
+    vocab = 400
+    trained = train_tokenizer(texts, TokenizerConfig(vocab_size=vocab, num_threads=1), out / "smoke-tokenizer")
+    cfg = from_preset("tiny", vocab)
+    return export_hf(Transformer(cfg, seed=0).eval(), cfg, hf_dir, tokenizer_model_path=trained.path)
+
+
+def perturbed_copy(hf_dir: Path, out: Path, scale: float, seed: int = 0) -> Path:
+    """A copy of the export in `out` with Gaussian noise (std = scale x the tensor's std, seeded) added to
+    every matrix: a model whose answers depend on the question, where the demo checkpoint answers one letter."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    dst = Path("bench/out/eval_agreement") / f"perturbed_{scale:g}_seed{seed}"
+    dst = out / f"perturbed_{scale:g}_seed{seed}"
     if (dst / "model.safetensors").exists():
         return dst
     tmp = dst.with_name(dst.name + ".tmp")
@@ -141,7 +175,7 @@ TEMPLATE_NAME = "_mmlu_local_template_yaml"
 TEMPLATE_YAML = """\
 # Shared by every mmlu_local_<subject>.yaml: lm-eval's `mmlu` default template
 # (lm_eval/tasks/mmlu/default/_default_template_yaml) with the dataset read from local CSVs.
-# Generated by bench/eval_agreement.py (--write-tasks); the bench checks it against the installed lm-eval.
+# Generated by bench/eval_agreement.py; the bench checks it against the installed lm-eval.
 dataset_path: csv
 dataset_name: null
 process_docs: !function utils.process_docs
@@ -166,9 +200,8 @@ metadata:
 """
 
 
-def subject_yaml(subject: str) -> str:
-    # Paths are relative to the repository root: the bench runs lm-eval from there.
-    files = {split: f"{CSV_ROOT.as_posix()}/data/{d}/{subject}_{d}.csv"
+def subject_yaml(subject: str, csv_root: Path) -> str:
+    files = {split: (csv_root / "data" / d / f"{subject}_{d}.csv").as_posix()
              for split, d in (("test", "test"), ("validation", "val"), ("dev", "dev"))}
     desc = json.dumps(DESCRIPTION.format(subject.replace("_", " ")))
     conv = ", ".join(f"{c}: !function builtins.str" for c in ["question", *LETTERS, "answer"])
@@ -202,22 +235,14 @@ metadata:
 """
 
 
-def expected_task_files(subjects: list[str]) -> dict[str, str]:
+def write_tasks(task_dir: Path, subjects: list[str], csv_root: Path) -> None:
+    """The local task files of `subjects` (reading the CSVs under `csv_root`), in `task_dir` with `utils.py`."""
     files = {TEMPLATE_NAME: TEMPLATE_YAML, f"_{GROUP}.yaml": GROUP_YAML}
-    files.update({f"{TASK_PREFIX}{s}.yaml": subject_yaml(s) for s in subjects})
-    return files
-
-
-def write_tasks(task_dir: Path, subjects: list[str], *, check_only: bool = False) -> list[str]:
-    """Write (or, with check_only, only list) the task files that differ from what this script generates."""
-    stale = []
-    for name, text in expected_task_files(subjects).items():
-        path = task_dir / name
-        if not path.exists() or path.read_text() != text:
-            stale.append(name)
-            if not check_only:
-                path.write_text(text)
-    return stale
+    files.update({f"{TASK_PREFIX}{s}.yaml": subject_yaml(s, csv_root) for s in subjects})
+    task_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (task_dir / name).write_text(text)
+    shutil.copyfile(TASK_UTILS, task_dir / "utils.py")
 
 
 class _TaggedLoader:
@@ -278,7 +303,9 @@ class Scored:
     extra: dict = field(default_factory=dict)
 
 
-def run_lm_eval(hf_dir: Path, subjects: list[str], batch_size: int, limit: int | None, shots: int) -> Scored:
+def run_lm_eval(
+    hf_dir: Path, task_dir: Path, subjects: list[str], batch_size: int, limit: int | None, shots: int
+) -> Scored:
     import lm_eval
     from lm_eval.tasks import TaskManager
 
@@ -287,7 +314,7 @@ def run_lm_eval(hf_dir: Path, subjects: list[str], batch_size: int, limit: int |
     # One warning per truncated request otherwise (here: all of them); the summary counts them.
     logging.getLogger("lm_eval.models.huggingface").setLevel(logging.ERROR)
     tasks = [f"{TASK_PREFIX}{s}" for s in subjects]
-    tm = TaskManager(include_path=str(REPO / TASK_DIR), include_defaults=False)
+    tm = TaskManager(include_path=str(task_dir), include_defaults=False)
     started = time.perf_counter()
     res = lm_eval.simple_evaluate(
         model="hf",
@@ -361,7 +388,7 @@ def score_reference(hf_dir: Path, subjects: list[str], batch_size: int, limit: i
     out = Scored("reference")
     requests = []  # (key, choice index, input ids, continuation ids)
     truncated = 0
-    with zipfile.ZipFile(REPO / MMLU_ZIP) as zf:
+    with zipfile.ZipFile(MMLU_ZIP) as zf:
         for s in subjects:
             dev, test = read_split(zf, s, "dev"), read_split(zf, s, "test")
             for i, row in enumerate(test[:limit] if limit else test):
@@ -537,7 +564,7 @@ def compare(ref: Scored, ours: Scored, subjects: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--hf-dir", type=Path, default=DEFAULT_HF_DIR)
+    p.add_argument("--hf-dir", type=Path, help="an HF export (default: the demo checkpoint's)")
     p.add_argument("--subjects", default=",".join(DEFAULT_SUBJECTS), help="comma-separated, or 'all' (57 subjects)")
     p.add_argument("--limit", type=int, default=None, help="at most N test questions per subject")
     p.add_argument("--batch-size", type=int, default=32)
@@ -545,36 +572,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ours", choices=["auto", "lm_assets", "reference"], default="lm_assets")
     p.add_argument("--perturb", type=float, default=None, metavar="SCALE",
                    help="score a seeded noisy copy of the export instead (noise std = SCALE x each matrix's std)")
-    p.add_argument("--write-tasks", action="store_true", help="only (re)write bench/lm_eval_tasks/ and exit")
+    p.add_argument("--write-tasks", action="store_true", help="only write the task files (into the output folder)")
+    p.add_argument("--smoke", action="store_true", help="seconds: a tiny random model, 2 questions of one subject")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.subjects, args.limit = DEFAULT_SUBJECTS[0], 2
 
-    os.chdir(REPO)  # relative paths (checkpoint, zip, the task files' data_files) are from the repository root
+    out = out_dir("eval_agreement")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("HF_DATASETS_CACHE", str(REPO / "bench/out/eval_agreement/hf_datasets"))
+    os.environ.setdefault("HF_DATASETS_CACHE", str(out / "hf_datasets"))
 
     every = zip_subjects()
+    task_dir, csv_root = out / "lm_eval_tasks", out / "mmlu"
+    write_tasks(task_dir, every, csv_root)
     if args.write_tasks:
-        stale = write_tasks(TASK_DIR, every)
-        print(f"wrote {len(stale)} task files in {TASK_DIR}" + (f": {', '.join(stale)}" if stale else ""))
+        print(f"wrote the task files of {len(every)} subjects in {task_dir}")
         return 0
     subjects = every if args.subjects == "all" else [s.strip() for s in args.subjects.split(",") if s.strip()]
     unknown = sorted(set(subjects) - set(every))
     if unknown:
         sys.exit(f"unknown subjects: {', '.join(unknown)}")
 
-    stale = write_tasks(TASK_DIR, every)
-    if stale:
-        print(f"rewrote {len(stale)} stale task files in {TASK_DIR}", flush=True)
     check_against_upstream(subjects)
-    extract_csvs()
-    ensure_checkpoint(args.hf_dir)
+    extract_csvs(csv_root)
+    if args.hf_dir is None:
+        args.hf_dir = smoke_checkpoint(out) if args.smoke else demo_checkpoint(out)
+    elif not is_export(args.hf_dir):
+        sys.exit(f"no HF export at {args.hf_dir} (expected model.safetensors and config.json)")
     if args.perturb is not None:
-        args.hf_dir = perturbed_copy(args.hf_dir, args.perturb)
+        args.hf_dir = perturbed_copy(args.hf_dir, out, args.perturb)
         print(f"scoring {args.hf_dir}: the export with noise of {args.perturb:g} x each matrix's std", flush=True)
 
-    theirs = run_lm_eval(args.hf_dir, subjects, args.batch_size, args.limit, args.num_fewshot)
+    theirs = run_lm_eval(args.hf_dir, task_dir, subjects, args.batch_size, args.limit, args.num_fewshot)
     ours = score_ours(args.ours, args.hf_dir, subjects, args.batch_size, args.limit, args.num_fewshot)
     report = compare(theirs, ours, subjects)
     report.update({

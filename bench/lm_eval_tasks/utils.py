@@ -1,5 +1,8 @@
 """Turn rows of the original MMLU CSVs into the documents of lm-eval's `mmlu` tasks (`cais/mmlu` schema).
 
+bench/eval_agreement.py writes the task files of its local `mmlu_local_<subject>` tasks, and a copy of
+this file beside them, into its output folder on every run.
+
 The CSVs have no header: question, A, B, C, D, answer (a letter). The task files read them with
 `dataset_path: csv`, `column_names` and a `str` converter for every column, so that pandas keeps
 every cell as written (no numbers, booleans or NaN made of answers like "0.50", "TRUE" or "None").
