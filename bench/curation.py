@@ -2,12 +2,13 @@
 
 Usage::
 
-    .venv/bin/python bench/curation.py [--crawl DIR] [--max-docs N]
+    .venv/bin/python bench/curation.py [--crawl DIR] [--max-docs N] [--smoke]
 
 `--crawl` takes a folder made by `make_crawl.py` (gzip WARC shards `crawl-*.warc.gz` and
 `truth.json`). Without it, the labelled development crawl (bench/dev_set/README.md: 4000 source pages
-of English and Chinese manuals in shards of 500) is built into `bench/out/dev-crawl` (an existing one
-built with the same arguments is reused).
+of English and Chinese manuals in shards of 500) is built into `$OUT/dev-crawl`, else
+`bench/out/dev-crawl` (an existing one built with the same arguments is reused). `--smoke` runs in
+seconds, offline: 20 documents of the test slice (`bench_paths.smoke_crawl`), no `LanguageFilter`.
 
 What is measured, in one process, side by side:
 
@@ -59,14 +60,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+from bench_paths import out_dir, smoke_crawl
 
 from lm_assets.corpus.extract import ExtractConfig, extract_documents, extract_html
 from lm_assets.corpus.langid import LangIdConfig, identify, identify_languages
 from lm_assets.corpus.quality import apply_quality_rules, preset
 from lm_assets.corpus.readers import read_shard
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_CRAWL = REPO / "bench" / "out" / "dev-crawl"
+DEFAULT_CRAWL = out_dir("dev-crawl")
 MAKE_CRAWL = Path("/work/shared/bench/make_crawl.py")
 # The labelled development crawl (bench/dev_set/README.md): English and Chinese technical manuals.
 DEV_PACKAGES = (
@@ -190,6 +191,8 @@ def resolve_crawl(args: argparse.Namespace) -> Path:
         if not is_crawl(crawl):
             raise RuntimeError(f"{crawl} is not a make_crawl.py folder (no {SHARD_GLOB} or no truth.json)")
         return crawl
+    if args.smoke:
+        return smoke_crawl()
     if reusable_crawl(DEFAULT_CRAWL):
         print(f"reusing the crawl in {DEFAULT_CRAWL}")
     else:
@@ -426,11 +429,16 @@ def warm_up_datatrove_tokenizer(language) -> None:
     split_into_sentences(WARM_UP_TEXT, language)
 
 
-def datatrove_filters(extracted: pl.DataFrame, languages: dict[str, str], tokenizer_choice: str) -> dict:
+def datatrove_filters(
+    extracted: pl.DataFrame, languages: dict[str, str], tokenizer_choice: str, offline: bool = False
+) -> dict:
     from datatrove.data import Document
 
     language, tokenizer_name = datatrove_tokenizer(tokenizer_choice)
-    language_filter, language_filter_status = datatrove_language_filter()
+    if offline:
+        language_filter, language_filter_status = None, "skipped: --smoke downloads nothing"
+    else:
+        language_filter, language_filter_status = datatrove_language_filter()
     warm_up_datatrove_tokenizer(language)
     steps = datatrove_filter_steps(language, language_filter)
     docs = [Document(text=text, id=doc_id) for doc_id, text in extracted.select("doc_id", "text").iter_rows()]
@@ -566,8 +574,9 @@ def _steps(pairs) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/dev-crawl)")
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build $OUT/dev-crawl)")
     parser.add_argument("--max-docs", type=int, help="extract at most this many HTML records (in shard order)")
+    parser.add_argument("--smoke", action="store_true", help="seconds, offline: 20 documents of the test slice")
     parser.add_argument(
         "--dt-tokenizer",
         choices=("auto", "spacy", "nltk"),
@@ -581,6 +590,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         help=f"make_crawl.py used to build the default crawl ({MAKE_CRAWL})",
     )
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.max_docs = 20
     if args.max_docs is not None and args.max_docs < 1:
         parser.error("--max-docs must be at least 1")
     return args
@@ -606,7 +617,7 @@ def run(args: argparse.Namespace) -> dict:
     print(f"filters on {extracted.height} texts: ours running...", flush=True)
     ours_filters, languages = our_filters(extracted)
     print("filters: datatrove running...", flush=True)
-    dt_filters = datatrove_filters(extracted, languages, args.dt_tokenizer)
+    dt_filters = datatrove_filters(extracted, languages, args.dt_tokenizer, offline=args.smoke)
 
     html_mb = selection.html_mb()
     report = {

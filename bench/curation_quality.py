@@ -3,10 +3,12 @@
 Usage::
 
     .venv/bin/python bench/curation_quality.py [--crawl DIR] [--labels FILE] [--storage DIR] [--show N]
-        [--config-json JSON]
+        [--config-json JSON] [--smoke]
 
 `--crawl` takes a folder made by `/work/shared/bench/make_crawl.py`; without it the labelled
-development crawl is built into (or reused from) `bench/out/dev-crawl` (bench/dev_set/README.md).
+development crawl is built into (or reused from) `$OUT/dev-crawl`, else `bench/out/dev-crawl`
+(bench/dev_set/README.md). `--smoke` runs in seconds, offline: the 50 pages of the test slice
+(`bench_paths.smoke_crawl`) against their labels.
 `--labels` defaults to `bench/dev_set/labels.jsonl`: one JSON object per page with `url, package,
 lang, label (KEEP|DROP), confidence, reason` (bench/dev_set/README.md says how they were made).
 
@@ -39,7 +41,8 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from curation import MAKE_CRAWL, REPO, find_shards, resolve_crawl
+from bench_paths import REPO, TEST_SLICE
+from curation import MAKE_CRAWL, find_shards, resolve_crawl
 from lm_assets.corpus.curation_eval import (
     decision_figures,
     decisions,
@@ -59,14 +62,18 @@ DEFAULT_LABELS = REPO / "bench" / "dev_set" / "labels.jsonl"
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: bench/out/dev-crawl)")
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: $OUT/dev-crawl)")
     parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
     parser.add_argument("--labels", type=Path, default=DEFAULT_LABELS)
+    parser.add_argument("--smoke", action="store_true", help="seconds, offline: the test slice and its labels")
     parser.add_argument("--storage", type=Path, help="storage root to write (kept); default a temporary one")
     parser.add_argument("--reuse", action="store_true", help="score --storage as it is, without running the graph")
     parser.add_argument("--config-json", default="{}", help="run config merged over the offline defaults")
     parser.add_argument("--show", type=int, default=8, help="pages listed per kind of error")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.labels = TEST_SLICE / "labels.jsonl"
+    return args
 
 
 def merged_config(extra: dict) -> dict:

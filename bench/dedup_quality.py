@@ -2,12 +2,14 @@
 
 Usage::
 
-    .venv/bin/python bench/dedup_quality.py [--crawl DIR] [--show N]
+    .venv/bin/python bench/dedup_quality.py [--crawl DIR] [--show N] [--smoke]
 
 `--crawl` takes a folder made by `/work/shared/bench/make_crawl.py` (gzip WARC shards
 `crawl-*.warc.gz` and `truth.json`; `tests/dedup_crawl.py` writes the same shape). Without it, the
-crawl of `bench/curation.py` is used: built into `bench/out/dev-crawl` (the labelled development crawl, 4000 source pages in shards of
-500) unless one built with those arguments is already there.
+crawl of `bench/curation.py` is used: built into `$OUT/dev-crawl`, else `bench/out/dev-crawl` (the
+labelled development crawl, 4000 source pages in shards of 500) unless one built with those arguments
+is already there. `--smoke` runs in seconds, offline, on the test slice (`bench_paths.smoke_crawl`:
+no injected duplicates, so there is no recall to measure).
 
 Every shard goes through raw_shard → extracted_shard → curated_shard → minhash_signatures, then
 dedup_clusters runs across all shards, then the per-shard deduplicated_shard job, all by
@@ -45,9 +47,10 @@ from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: build or reuse bench/out/dev-crawl)")
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: build or reuse $OUT/dev-crawl)")
     parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help="make_crawl.py, to build the default crawl")
     parser.add_argument("--show", type=int, default=5, help="misses and false removals listed per language")
+    parser.add_argument("--smoke", action="store_true", help="seconds, offline: the test slice")
     return parser.parse_args(argv)
 
 

@@ -2,12 +2,14 @@
 
 Usage::
 
-    .venv/bin/python bench/dedup_speed.py [--crawl DIR] [--max-docs N] [--replicas 1,4,16]
+    .venv/bin/python bench/dedup_speed.py [--crawl DIR] [--max-docs N] [--replicas 1,4,16] [--smoke]
 
 The documents are the extracted texts of a `make_crawl.py` crawl: `readers.read_shard`, then
 `extract.extract_documents`, then `langid.identify_languages` (its kept en and zh documents, with
 their `lang`), in shard order, at most `--max-docs` of them (default 2000). Without `--crawl`, the
-crawl in `bench/out/dev-crawl` is built or reused exactly as `bench/curation.py` does it.
+crawl in `$OUT/dev-crawl` (else `bench/out/dev-crawl`) is built or reused exactly as
+`bench/curation.py` does it. `--smoke` runs in seconds, offline: 30 documents of the test slice
+(`bench_paths.smoke_crawl`), replicated 1x and 2x, one repeat.
 
 What is measured:
 
@@ -590,7 +592,8 @@ def replica_counts(value: str) -> list[int]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/dev-crawl)")
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build $OUT/dev-crawl)")
+    parser.add_argument("--smoke", action="store_true", help="seconds, offline: a few documents of the test slice")
     parser.add_argument("--max-docs", type=int, default=2000, help="documents used, before replication (2000)")
     parser.add_argument("--replicas", type=replica_counts, default=[1, 4, 16], help="replica counts (1,4,16)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per signature side; the best counts (3)")
@@ -601,6 +604,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
     parser.add_argument("--child-spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.max_docs, args.replicas, args.repeats, args.shard_docs = 30, [1, 2], 1, 20
     if min(args.max_docs, args.repeats, args.shard_docs, args.band_parts) < 1:
         parser.error("--max-docs, --repeats, --shard-docs and --band-parts must be at least 1")
     return args

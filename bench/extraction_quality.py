@@ -2,10 +2,12 @@
 
 Usage::
 
-    .venv/bin/python bench/extraction_quality.py [--pages PATH] [--extractors a,b,...] [--show N]
+    .venv/bin/python bench/extraction_quality.py [--pages PATH] [--extractors a,b,...] [--show N] [--smoke]
 
 `--pages` is the tar.gz of Readability's test pages (`<name>/source.html` and `<name>/expected.html`)
-or a folder holding them; the default is `/work/shared/data/readability-test-pages.tar.gz`.
+or a folder holding them; the default is `/work/shared/data/readability-test-pages.tar.gz`. `--smoke`
+scores two small pages written here instead (`SMOKE_PAGES`), with every extractor but rs_trafilatura,
+and fails if one of them is missing. It writes nothing.
 
 The reference text of a page is the text of `expected.html`, as a browser lays it out: text nodes
 joined as written, a line break around every block element, whitespace collapsed. Every extractor
@@ -52,6 +54,35 @@ DEFAULT_EXTRACTORS = (
     "rs_trafilatura"
 )
 SHINGLE = 4
+
+# (name, source.html, expected.html) of --smoke: an article among site chrome, and a page of code.
+SMOKE_PAGES = [
+    (
+        "article",
+        "<html><head><title>Backups</title></head><body><nav><a href='/'>Home</a> | <a href='/docs'>Docs</a></nav>"
+        "<article><h1>Making backups</h1><p>A backup is a copy of your data kept somewhere else, so that a lost "
+        "disk or a mistaken command does not lose the work of years.</p><p>Copy the files every night to a second "
+        "machine, and keep a week of copies: an error noticed on Friday can then be undone from Monday's copy."
+        "</p><ul><li>Test a restore once a month.</li><li>Keep one copy away from the building.</li></ul>"
+        "</article><footer>Copyright 2024 Example. All rights reserved. Privacy policy.</footer></body></html>",
+        "<h1>Making backups</h1><p>A backup is a copy of your data kept somewhere else, so that a lost disk or a "
+        "mistaken command does not lose the work of years.</p><p>Copy the files every night to a second machine, "
+        "and keep a week of copies: an error noticed on Friday can then be undone from Monday's copy.</p><ul>"
+        "<li>Test a restore once a month.</li><li>Keep one copy away from the building.</li></ul>",
+    ),
+    (
+        "code",
+        "<html><body><div class='sidebar'><a href='/a'>Previous</a> <a href='/b'>Next</a></div><main>"
+        "<h2>Reading a file</h2><p>The function below reads a whole text file and returns its lines without "
+        "their line endings, which is what most small scripts need.</p><pre>def read_lines(path):\n"
+        "    with open(path) as f:\n        return f.read().splitlines()</pre><p>For very large files, read "
+        "them line by line instead, so that memory use stays small.</p></main></body></html>",
+        "<h2>Reading a file</h2><p>The function below reads a whole text file and returns its lines without their "
+        "line endings, which is what most small scripts need.</p><pre>def read_lines(path):\n    with open(path) "
+        "as f:\n        return f.read().splitlines()</pre><p>For very large files, read them line by line "
+        "instead, so that memory use stays small.</p>",
+    ),
+]
 
 BLOCK_TAGS = frozenset(
     "address article aside blockquote br dd details div dl dt fieldset figcaption figure footer form "
@@ -223,11 +254,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=Path, default=DEFAULT_PAGES)
     parser.add_argument("--extractors", default=DEFAULT_EXTRACTORS)
     parser.add_argument("--show", type=int, default=5, help="list the N worst pages of each extractor")
+    parser.add_argument("--smoke", action="store_true", help="two built-in pages; fail if an extractor is missing")
     args = parser.parse_args(argv)
 
-    pages = load_pages(args.pages)
+    if args.smoke:
+        pages, where = SMOKE_PAGES, "SMOKE_PAGES"
+        if args.extractors == DEFAULT_EXTRACTORS:
+            args.extractors = DEFAULT_EXTRACTORS.replace(",rs_trafilatura", "")
+    else:
+        pages, where = load_pages(args.pages), args.pages
     html_mb = sum(len(p[1].encode()) for p in pages) / 1e6
-    print(f"{len(pages)} test pages, {html_mb:.1f} MB of HTML, from {args.pages}")
+    print(f"{len(pages)} test pages, {html_mb:.1f} MB of HTML, from {where}")
     results = [run_extractor(name, pages, args.show) for name in args.extractors.split(",") if name]
 
     header = f"{'extractor':<24} {'version':<22} {'precision':>9} {'recall':>7} {'F1':>7} {'docs/CPU-s':>10} {'MB/CPU-s':>8}"
@@ -246,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             worst = ", ".join(f"{w['page']} {w['f1']}" for w in r["worst"])
             print(f"worst pages of {r['extractor']}: {worst}")
     print(json.dumps({"pages": len(pages), "html_mb": round(html_mb, 2), "results": results}))
+    if args.smoke and any("skipped" in r for r in results):
+        return 1
     return 0
 
 

@@ -2,14 +2,15 @@
 
 Usage::
 
-    .venv/bin/python bench/tokens.py [--crawl DIR] [--vocab 32000] [--mb 8]
+    .venv/bin/python bench/tokens.py [--crawl DIR] [--vocab 32000] [--mb 8] [--smoke]
 
 The texts are the extracted, language-identified documents (en and zh) of a `make_crawl.py` crawl,
 loaded as `bench/dedup_speed.py` loads them (`readers.read_shard`, `extract.extract_documents`,
-`langid.identify_languages`); without `--crawl`, the crawl in `bench/out/dev-crawl` is built or
-reused exactly as `bench/curation.py` does it. About `--mb` MB (10^6 bytes of UTF-8) of them are
-measured: whole documents in a seeded random order until the total reaches `--mb` (all of them if
-the crawl has less).
+`langid.identify_languages`); without `--crawl`, the crawl in `$OUT/dev-crawl` (else
+`bench/out/dev-crawl`) is built or reused exactly as `bench/curation.py` does it. About `--mb` MB
+(10^6 bytes of UTF-8) of them are measured: whole documents in a seeded random order until the total
+reaches `--mb` (all of them if the crawl has less). `--smoke` runs in seconds, offline: the test slice
+(`bench_paths.smoke_crawl`), a 2,000-piece vocabulary, 0.05 MB and 50,000 packed tokens, one repeat.
 
 What is measured:
 
@@ -687,7 +688,8 @@ def print_packing(packing: dict) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build bench/out/dev-crawl)")
+    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build $OUT/dev-crawl)")
+    parser.add_argument("--smoke", action="store_true", help="seconds, offline: the test slice, tiny sizes")
     parser.add_argument("--vocab", type=int, default=32_000, help="SentencePiece vocabulary size (32000)")
     parser.add_argument("--mb", type=float, default=8.0, help="MB of text encoded (8; at most the crawl's texts)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per measurement; the fastest counts (3)")
@@ -697,6 +699,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
     parser.add_argument("--child-spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.vocab, args.mb, args.repeats, args.pack_mtokens, args.pack_shards = 2000, 0.05, 1, 0.05, 2
     if min(args.vocab, args.repeats, args.pack_shards) < 1 or args.mb <= 0 or args.pack_mtokens <= 0:
         parser.error("--vocab, --repeats, --pack-shards, --mb and --pack-mtokens must be positive")
     return args

@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python bench/train_cpu.py [--vocab 32000] [--micro-batch 8] [--steps 30] [--warmup 5]
+    .venv/bin/python bench/train_cpu.py [--vocab 32000] [--micro-batch 8] [--steps 30] [--warmup 5] [--smoke]
 
 It prints figures; it checks nothing. In one process (`DS_ACCELERATOR=cpu`, `OMP_NUM_THREADS=1`,
 one torch thread), on a synthetic packed dataset written to a temporary folder (uniform random ids,
@@ -24,6 +24,8 @@ load hits all of them alike. Each step is timed with `time.perf_counter()`; the 
 medians. The ratio is engine / plain step time (goal: at most 1.3). The losses of the engine's
 steps are compared with plain torch's at the same step (same weights, data and optimizer: they
 agree up to float rounding).
+
+`--smoke` runs in seconds: vocabulary 300, micro batch 2, one warm-up and two timed steps per side.
 
 The last line printed is one JSON object holding every figure.
 """
@@ -138,7 +140,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per side first (5)")
     p.add_argument("--round", type=int, default=5, help="steps a side runs before the next takes its turn (5)")
     p.add_argument("--zero", default="0,1", help="ZeRO stages of the engine to time (0,1)")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true", help="seconds: a tiny vocabulary and batch, 2 steps per side")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.vocab, args.micro_batch, args.steps, args.warmup, args.round = 300, 2, 2, 1, 1
+    return args
 
 
 def main(argv=None) -> int:

@@ -479,7 +479,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--paths", default="deepspeed,compiled,eager", help="which paths to run, in this order")
     p.add_argument("--deadline-s", type=float, default=0, help="whole-run budget in seconds (0: none)")
     p.add_argument("--json-out", type=Path, help="also write the JSON report here")
-    p.add_argument("--dry-run", action="store_true", help="CPU, tiny preset, 2 steps of each path")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny preset, 2 steps of each path; exit 1 if one fails")
     args = p.parse_args(argv)
     if args.dry_run:
         args.model, args.steps, args.warmup, args.micro_batch, args.seq_len = "tiny", 2, 1, 2, 129
@@ -572,6 +572,8 @@ def main(argv=None) -> int:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(line + "\n")
     say(line)
+    if args.dry_run and any(r.get("status") != "ran" for r in results.values()):
+        return 1  # the dry run checks the script: every path must run
     return 0
 
 

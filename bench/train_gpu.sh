@@ -4,7 +4,7 @@
 # and MFU against 989 TFLOP/s. See bench/train_gpu.py for what is measured.
 #
 #   bash bench/train_gpu.sh [--model 350m] [--steps 50] [--micro-batch 16] [--deadline-s 200]
-#   bash bench/train_gpu.sh --dry-run      # CPU, tiny preset, 2 steps: checks the script
+#   bash bench/train_gpu.sh --dry-run      # CPU, tiny preset, 2 steps: checks the script (exit 1 if a path fails)
 #
 # Uses $PYTHON, else python3 (on the GPU machine: the one holding PyTorch). Nothing is fetched:
 # DeepSpeed and its small dependencies come from wheels in bench/out/gpu_wheels/ when the

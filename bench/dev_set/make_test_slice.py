@@ -2,7 +2,13 @@
 
 Usage::
 
-    .venv/bin/python bench/dev_set/make_test_slice.py [--crawl bench/out/dev-crawl] [--out tests/data/dev-slice]
+    .venv/bin/python bench/dev_set/make_test_slice.py --out tests/data/dev-slice [--crawl DIR]
+    .venv/bin/python bench/dev_set/make_test_slice.py --smoke
+
+`--crawl` defaults to the development crawl the benches build (`$OUT/dev-crawl`, else
+`bench/out/dev-crawl`) and `--out` to `$OUT/dev-slice` (else `bench/out/dev-slice`): name
+`tests/data/dev-slice` to refresh the slice the tests read. `--smoke` takes its pages from the test
+slice itself (`bench_paths.smoke_crawl`), offline, and so writes the same pages and labels again.
 
 A seeded sample of the labelled pages (`--keep` KEEP and `--drop` DROP pages, spread over the
 packages as the labels are), copied as they stand in the crawl's WARC records into one WARC.gz, with
@@ -24,18 +30,22 @@ from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+from bench_paths import out_dir, smoke_crawl  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--crawl", type=Path, default=REPO / "bench" / "out" / "dev-crawl")
+    parser.add_argument("--crawl", type=Path, default=out_dir("dev-crawl"))
     parser.add_argument("--labels", type=Path, default=HERE / "labels.jsonl")
-    parser.add_argument("--out", type=Path, default=REPO / "tests" / "data" / "dev-slice")
+    parser.add_argument("--out", type=Path, default=out_dir("dev-slice"))
+    parser.add_argument("--smoke", action="store_true", help="offline: take the pages from the test slice itself")
     parser.add_argument("--keep", type=int, default=30)
     parser.add_argument("--drop", type=int, default=20)
     parser.add_argument("--seed", type=int, default=9)
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.crawl = smoke_crawl()
 
     labels = [json.loads(line) for line in args.labels.read_text(encoding="utf-8").splitlines() if line.strip()]
     rng = random.Random(args.seed)
