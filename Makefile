@@ -8,7 +8,7 @@ DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_HOME
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install demo test ui bench sample-crawl clean
+.PHONY: install demo test ui bench bench-smoke sample-crawl clean
 
 install: $(VENV)/.installed
 
@@ -35,9 +35,17 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 	LM_ASSETS_VOCAB_SIZE=$${LM_ASSETS_VOCAB_SIZE:-4000} LM_ASSETS_SEQ_LEN=$${LM_ASSETS_SEQ_LEN:-257} \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 
-bench: install
+# The bench extra: datatrove, trafilatura, lm-eval and the other packages bench/ imports.
+$(VENV)/.bench-installed: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	touch $@
+
+bench: $(VENV)/.bench-installed
 	$(BIN)/python bench/curation.py
+
+# Every bench script in its tiny mode (seconds each, offline), writing only under a temporary $OUT.
+bench-smoke: $(VENV)/.bench-installed
+	PYTHON=$(BIN)/python bash bench/smoke.sh
 
 sample-crawl: install
 	$(BIN)/python scripts/build_sample_crawl.py --out data/sample-crawl

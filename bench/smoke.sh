@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Smoke test of bench/: every module the bench scripts import, then each script in its tiny mode
+# (`--smoke`, or train_gpu.sh's `--dry-run`): seconds each, offline, on inputs shipped in the
+# repository or built by the script. OUT is a temporary folder, removed afterwards. It fails on the
+# first error, and when the scripts changed anything in the working tree (ignored files included,
+# .venv/ aside).
+#
+#   make bench-smoke                                  # installs the bench extra first
+#   PYTHON=.venv/bin/python bash bench/smoke.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-.venv/bin/python}"
+OUT="$(mktemp -d "${TMPDIR:-/tmp}/lm-bench-smoke.XXXXXX")"
+export OUT PYTHONDONTWRITEBYTECODE=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+trap 'rm -rf "$OUT"' EXIT
+
+working_tree() { git status --porcelain --ignored --untracked-files=all -- . ':(exclude).venv'; }
+before="$(working_tree)"
+started=$SECONDS
+
+echo "== imports of bench/*.py and bench/*/*.py"
+"$PY" - <<'EOF'
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+scripts = sorted(Path("bench").rglob("*.py"))
+local = {path.stem for path in scripts}  # curation, bench_paths, ...: imported from bench/ itself
+optional = {"rs_trafilatura"}  # wheels for CPython 3.12 only; extraction_quality.py skips it when missing
+wanted: dict[str, set[str]] = {}
+for path in scripts:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                wanted.setdefault(alias.name, set())
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            wanted.setdefault(node.module, set()).update(alias.name for alias in node.names)
+count = 0
+for name, members in sorted(wanted.items()):
+    top = name.split(".")[0]
+    if top in sys.stdlib_module_names or top in local | optional or top == "__future__":
+        continue
+    module = importlib.import_module(name)
+    for member in members:
+        if not hasattr(module, member):
+            importlib.import_module(f"{name}.{member}")
+    count += 1
+print(f"{count} modules import")
+EOF
+
+ran=()
+run() {
+    local t0=$SECONDS
+    ran+=("$@")
+    printf '== %s ... ' "$*"
+    if "$@" >"$OUT/log" 2>&1; then
+        echo "ok ($((SECONDS - t0)) s)"
+    else
+        echo "FAILED"
+        cat "$OUT/log"
+        exit 1
+    fi
+}
+run "$PY" bench/curation.py --smoke
+run "$PY" bench/curation_quality.py --smoke
+run "$PY" bench/dedup_quality.py --smoke
+run "$PY" bench/dedup_speed.py --smoke
+run "$PY" bench/tokens.py --smoke
+run "$PY" bench/extraction_quality.py --smoke
+run "$PY" bench/eval_agreement.py --smoke
+run "$PY" bench/train_cpu.py --smoke
+run env PYTHON="$PY" bash bench/train_gpu.sh --dry-run
+run "$PY" bench/dev_set/make_test_slice.py --smoke
+
+for script in bench/*.py bench/*.sh bench/dev_set/*.py; do
+    case "$script" in bench/bench_paths.py | bench/train_gpu.py | bench/smoke.sh) continue ;; esac  # helpers
+    if [[ " ${ran[*]} " != *" $script "* ]]; then
+        echo "$script has no smoke run: add one to bench/smoke.sh"
+        exit 1
+    fi
+done
+after="$(working_tree)"
+if [ "$before" != "$after" ]; then
+    echo "the bench scripts changed the working tree:"
+    diff <(echo "$before") <(echo "$after") || true
+    exit 1
+fi
+echo "bench smoke: every script ran, nothing written into the working tree ($((SECONDS - started)) s)"
