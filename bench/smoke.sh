@@ -74,7 +74,8 @@ run env PYTHON="$PY" bash bench/train_gpu.sh --dry-run
 run "$PY" bench/dev_set/make_test_slice.py --smoke
 
 for script in bench/*.py bench/*.sh bench/dev_set/*.py; do
-    case "$script" in bench/bench_paths.py | bench/train_gpu.py | bench/smoke.sh) continue ;; esac  # helpers
+    # a helper, the Python that train_gpu.sh runs, and this file
+    case "$script" in bench/bench_paths.py | bench/train_gpu.py | bench/smoke.sh) continue ;; esac
     if [[ " ${ran[*]} " != *" $script "* ]]; then
         echo "$script has no smoke run: add one to bench/smoke.sh"
         exit 1
