@@ -24,7 +24,7 @@ def run_slice(quality=None):
         config.quality = quality
     curated = curate(extracted.kept, config)
     outcome = outcomes(
-        raw.documents, pl.concat([raw.dropped, extracted.dropped, curated.dropped]), raw.quarantine, curated.kept
+        raw.documents, pl.concat([raw.dropped, extracted.dropped, curated.dropped.select(raw.dropped.columns)]), raw.quarantine, curated.kept
     )
     return decisions(read_labels(SLICE / "labels.jsonl"), outcome), extracted.kept, curated.kept
 

@@ -10,7 +10,8 @@ import polars as pl
 from lm_assets.corpus.langid import LangIdConfig, identify_languages
 from lm_assets.corpus.pii import redact_frame
 from lm_assets.corpus.quality import QualityConfig, apply_quality_rules, preset
-from lm_assets.corpus.stage import DROPPED_SCHEMA, StageResult
+from lm_assets.corpus.quality_policy import SCORED_DROPPED_SCHEMA, Scorer, check_policy, decide_quality
+from lm_assets.corpus.stage import StageResult
 from lm_assets.corpus.toxicity import ToxicityConfig, score_toxicity
 
 STEPS = ("langid", "quality", "toxicity", "pii")
@@ -22,13 +23,23 @@ class CurationConfig:
     langid: LangIdConfig = field(default_factory=LangIdConfig)
     quality: QualityConfig = field(default_factory=preset)
     toxicity: ToxicityConfig = field(default_factory=ToxicityConfig)
+    # Who decides quality (see quality_policy.py); the classifier is a QualityClassifier or None.
+    policy: str = "rules"
+    classifier: Scorer | None = None
+    threshold: float | None = None
+
+    @property
+    def uses_classifier(self) -> bool:
+        return self.classifier is not None or self.policy != "rules"
 
 
 def run_step(name: str, docs: pl.DataFrame, config: CurationConfig) -> StageResult:
     if name == "langid":
         return identify_languages(docs, config.langid)
     if name == "quality":
-        return apply_quality_rules(docs, config.quality)
+        return apply_quality_rules(docs, config.quality, defer=config.uses_classifier)
+    if name == "classifier":
+        return decide_quality(docs, config.policy, config.classifier, config.threshold)
     if name == "toxicity":
         return score_toxicity(docs, config.toxicity)
     if name == "pii":
@@ -37,15 +48,21 @@ def run_step(name: str, docs: pl.DataFrame, config: CurationConfig) -> StageResu
 
 
 def curate(docs: pl.DataFrame, config: CurationConfig | None = None) -> StageResult:
-    """Run the steps in `config.order`. Stats hold, per step, docs in/out, seconds and its own stats."""
+    """Run the steps in `config.order`; a classifier decides right after the quality rules. Stats
+    hold, per step, docs in/out, seconds and its own stats. Every document gets a `quality_score`
+    (null without a classifier), and every drop a `score` (null but for the classifier's)."""
     config = config or CurationConfig()
+    check_policy(config.policy)
     unknown = set(config.order) - set(STEPS)
     if unknown:
         raise ValueError(f"unknown curation steps {sorted(unknown)}; choose from {STEPS}")
     if "quality" in config.order and "langid" in config.order and config.order.index("quality") < config.order.index("langid"):
         raise ValueError("the quality rules need the `lang` column: run langid before quality")
+    if config.uses_classifier and "quality" not in config.order:
+        raise ValueError("a quality classifier decides after the quality step: keep `quality` in the order")
+    steps = [s for name in config.order for s in ((name, "classifier") if name == "quality" and config.uses_classifier else (name,))]
     dropped, stats = [], {}
-    for name in config.order:
+    for name in steps:
         started = time.perf_counter()
         result = run_step(name, docs, config)
         stats[name] = {
@@ -56,5 +73,7 @@ def curate(docs: pl.DataFrame, config: CurationConfig | None = None) -> StageRes
         }
         dropped.append(result.dropped)
         docs = result.kept
-    all_dropped = pl.concat(dropped) if dropped else pl.DataFrame(schema=DROPPED_SCHEMA)
-    return StageResult(kept=docs, dropped=all_dropped, stats=stats)
+    if "quality_score" not in docs.columns:
+        docs = docs.with_columns(pl.lit(None, dtype=pl.Float64).alias("quality_score"))
+    all_dropped = pl.concat([pl.DataFrame(schema=SCORED_DROPPED_SCHEMA), *dropped], how="diagonal_relaxed")
+    return StageResult(kept=docs, dropped=all_dropped.select(list(SCORED_DROPPED_SCHEMA)), stats=stats)

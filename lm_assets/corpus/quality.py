@@ -830,11 +830,15 @@ def rule_reasons(cfg: QualityConfig | None = None) -> list[str]:
     ]
 
 
-def _reason_expr(cfg: QualityConfig) -> pl.Expr:
+# The rules that still decide when a trained classifier judges quality: only a minimum length.
+HARD_RULES = ("gopher_quality:min_doc_words", "gopher_quality:min_doc_chars_cjk")
+
+
+def _reason_expr(cfg: QualityConfig, only: tuple[str, ...] | None = None) -> pl.Expr:
     chain = None
     for family in cfg.families:
         for name, threshold, failed in _RULES_BY_FAMILY[family](cfg):
-            if threshold is None:
+            if threshold is None or (only is not None and f"{family}:{name}" not in only):
                 continue
             condition = failed(threshold).fill_null(False)
             reason = pl.lit(f"{family}:{name}")
@@ -844,15 +848,20 @@ def _reason_expr(cfg: QualityConfig) -> pl.Expr:
     return chain.otherwise(pl.lit(None, dtype=pl.String))
 
 
-def reasons_from_signals(signals_df: pl.DataFrame, cfg: QualityConfig | None = None) -> pl.Series:
-    """The first failing rule per document as `family:rule`, or null for documents that pass."""
-    return signals_df.select(_reason_expr(cfg or QualityConfig()).alias("reason")).to_series()
+def reasons_from_signals(
+    signals_df: pl.DataFrame, cfg: QualityConfig | None = None, only: tuple[str, ...] | None = None
+) -> pl.Series:
+    """The first failing rule per document as `family:rule`, or null for documents that pass;
+    `only` limits the rules to those reasons."""
+    return signals_df.select(_reason_expr(cfg or QualityConfig(), only).alias("reason")).to_series()
 
 
-def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None) -> StageResult:
+def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defer: bool = False) -> StageResult:
     """Score `df` (columns `doc_id`, `text`, `lang`), drop failing documents and keep their signals.
 
-    With C4 line filtering on, kept documents carry the text C4 leaves behind.
+    With C4 line filtering on, kept documents carry the text C4 leaves behind. With `defer`, only the
+    HARD_RULES drop here; every kept document carries the rules' verdict in `rules_reason` for a
+    classifier policy to decide on.
     """
     cfg = cfg or QualityConfig()
     signals, filtered_texts = _score(df["text"].to_list(), df["lang"].to_list(), cfg)
@@ -860,7 +869,13 @@ def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None) -> S
     scored = pl.concat([df.select(pl.exclude("^q_.*$")), signals], how="horizontal")
     if "c4" in cfg.families and cfg.c4_filter_lines:
         scored = scored.with_columns(pl.Series("text", filtered_texts, dtype=pl.String))
-    scored = scored.with_columns(reasons_from_signals(signals, cfg).alias("_quality_reason"))
+    if defer:
+        scored = scored.with_columns(
+            reasons_from_signals(signals, cfg, only=HARD_RULES).alias("_quality_reason"),
+            reasons_from_signals(signals, cfg).alias("rules_reason"),
+        )
+    else:
+        scored = scored.with_columns(reasons_from_signals(signals, cfg).alias("_quality_reason"))
 
     result = split_by_reason(scored, "_quality_reason", stage=STAGE)
     result.kept = result.kept.drop("_quality_reason")

@@ -1,0 +1,84 @@
+"""Who decides quality: the rules, a trained classifier, or both.
+
+Runs right after the quality step, which under a classifier (`defer`) dropped only what fails the
+hard rules (a minimum length) and left every other document with the rules' verdict in
+`rules_reason`. Each document gets a `quality_score` (P(KEEP), null without a classifier), and:
+
+- `rules`: drops what the rules drop (stage `quality`, the rule as reason);
+- `classifier`: drops what scores below the threshold (stage `classifier`, `below_threshold`);
+- `both`: drops what either drops, the rules first.
+
+Dropped rows carry the score, and the stats list where the rules and the classifier disagree.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+import polars as pl
+
+from lm_assets.corpus.stage import DROPPED_SCHEMA, StageResult
+
+POLICIES = ("rules", "classifier", "both")
+STAGE = "classifier"
+SCORED_DROPPED_SCHEMA = DROPPED_SCHEMA | {"score": pl.Float64}
+DISAGREEMENT_EXAMPLES = 10
+
+
+class Scorer(Protocol):
+    hash: str
+    threshold: float
+
+    def score(self, docs: pl.DataFrame) -> np.ndarray: ...
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise ValueError(f"unknown quality policy {policy!r}; choose from {POLICIES}")
+    return policy
+
+
+def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, threshold: float | None = None) -> StageResult:
+    """Apply `policy` to documents that carry `rules_reason` (see the module docstring)."""
+    check_policy(policy)
+    if classifier is None and policy != "rules":
+        raise ValueError(f"quality policy {policy!r} needs a trained classifier: materialize quality_classifier first")
+    threshold = classifier.threshold if classifier is not None and threshold is None else threshold
+    scores = classifier.score(docs) if classifier is not None else np.full(docs.height, np.nan)
+    scored = docs.with_columns(pl.Series("quality_score", scores, dtype=pl.Float64).fill_nan(None))
+    rule_drop = pl.col("rules_reason").is_not_null()
+    low = (pl.col("quality_score") < threshold) if classifier is not None else pl.lit(False)
+    if policy == "rules":
+        stage, reason = pl.when(rule_drop).then(pl.lit("quality")), pl.when(rule_drop).then(pl.col("rules_reason"))
+    elif policy == "classifier":
+        stage, reason = pl.when(low).then(pl.lit(STAGE)), pl.when(low).then(pl.lit("below_threshold"))
+    else:
+        stage = pl.when(rule_drop).then(pl.lit("quality")).when(low).then(pl.lit(STAGE))
+        reason = pl.when(rule_drop).then(pl.col("rules_reason")).when(low).then(pl.lit("below_threshold"))
+    tagged = scored.with_columns(stage.alias("_stage"), reason.alias("_reason"))
+    kept = tagged.filter(pl.col("_stage").is_null()).drop("_stage", "_reason", "rules_reason")
+    dropped = tagged.filter(pl.col("_stage").is_not_null()).select(
+        "doc_id", pl.col("_stage").alias("stage"), pl.col("_reason").alias("reason"), pl.col("quality_score").alias("score")
+    ).cast(SCORED_DROPPED_SCHEMA)
+    stats = {"policy": policy, "classifier": classifier.hash if classifier is not None else "none"}
+    if classifier is not None:
+        stats |= {"threshold": threshold, **disagreements(scored, low)}
+    return StageResult(kept=kept, dropped=dropped, stats=stats)
+
+
+def disagreements(scored: pl.DataFrame, low: pl.Expr) -> dict:
+    """Where the rules and the classifier disagree: counts, and a few doc_ids of each kind."""
+    verdicts = scored.select("doc_id", "quality_score", "rules_reason", low.alias("low"))
+    rules_only = verdicts.filter(pl.col("rules_reason").is_not_null() & ~pl.col("low"))
+    classifier_only = verdicts.filter(pl.col("rules_reason").is_null() & pl.col("low"))
+    return {
+        "rules_drop_classifier_keeps": rules_only.height,
+        "classifier_drops_rules_keep": classifier_only.height,
+        "disagreement_examples": [
+            {"doc_id": row["doc_id"], "score": round(row["quality_score"], 4), "rules": row["rules_reason"] or "keep",
+             "classifier": "drop" if row["low"] else "keep"}
+            for frame in (rules_only, classifier_only)
+            for row in frame.head(DISAGREEMENT_EXAMPLES).iter_rows(named=True)
+        ],
+    }
