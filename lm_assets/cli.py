@@ -47,6 +47,53 @@ def lineage(args) -> int:
     return 0
 
 
+def label(args) -> int:
+    """A seeded sample of a shard's extracted documents to label by hand, or a local LM's scores for such a file."""
+    from lm_assets.corpus import annotate
+    from lm_assets.corpus.keys import check_name
+
+    try:
+        if args.annotate:
+            if not args.model:
+                raise ValueError("--annotate needs --model: a local Hugging Face causal LM (a folder or a cached name)")
+            out = args.out or annotate.annotated_path(args.annotate)
+            annotate.check_writable(out, args.force)
+            lines = annotate.read_label_lines(args.annotate)
+            annotator = annotate.LMAnnotator.load(args.model, device=args.device, max_chars=args.max_chars)
+
+            def progress(i: int, n: int) -> None:
+                if i % 10 == 0 or i == n:
+                    print(f"  {i}/{n} scored", file=sys.stderr)
+
+            labelled = annotate.annotate_lines(lines, annotator, progress)
+            annotate.write_label_lines(out, labelled, force=args.force)
+            print(f"{len(labelled)} lines scored by {annotator.source} -> {out}")
+            return 0
+        if args.shard is None or args.sample is None:
+            raise ValueError("give --shard and --sample to draw a sample, or --annotate FILE --model M to score one")
+        from lm_assets.defs.resources import default_resources
+
+        shard = check_name(args.shard)
+        out = args.out or f"labels-{shard}-{args.sample}.jsonl"
+        annotate.check_writable(out, args.force)
+        store = default_resources()["storage"].storage()
+        key = f"extracted/{shard}/documents.parquet"
+        if not store.exists(key):
+            known = sorted({k.split("/")[1] for k in store.list("extracted") if k.endswith("/documents.parquet")})
+            raise ValueError(
+                f"shard {shard!r} has no extracted output in {store.root} (no {key}): materialize extracted_shard "
+                f"for that partition first. Shards with extracted output: {', '.join(known[:20]) or 'none'}"
+            )
+        docs = store.read_parquet(key, columns=list(annotate.SAMPLE_COLUMNS))
+        lines = annotate.sample_for_labelling(docs, args.sample, args.seed)
+        annotate.write_label_lines(out, lines, force=args.force)
+        print(f"{len(lines)} of {docs.height} documents of {shard} (seed {args.seed}) -> {out}")
+        return 0
+    except (ValueError, OSError, annotate.AnnotatorLoadError) as exc:
+        print(f"lm-assets label: {exc}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lm-assets")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -57,6 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", default="train", choices=["train", "val"])
     p.add_argument("--index", type=int, required=True, help="sequence index within the split")
     p.set_defaults(func=lineage)
+    p = sub.add_parser("label", help="a sample of a shard's documents to label by hand, or a local LM's scores for one")
+    p.add_argument("--shard", help="shard whose extracted_shard output is sampled")
+    p.add_argument("--sample", type=int, help="number of documents to draw")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--annotate", metavar="FILE", help="a label file to score with --model instead of drawing a sample")
+    p.add_argument("--model", help="local Hugging Face causal LM: a folder or a name in the local cache (no downloads)")
+    p.add_argument("--max-chars", type=int, default=4000, help="characters of each text the model reads")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--out", help="output JSONL (default: labels-<shard>-<N>.jsonl here; with --annotate, "
+                   "<FILE stem>.annotated.jsonl beside FILE)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.set_defaults(func=label)
     args = parser.parse_args(argv)
     return args.func(args)
 
