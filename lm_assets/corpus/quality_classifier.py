@@ -1,0 +1,551 @@
+"""A small, fast quality classifier trained on labelled pages (the FineWeb-Edu / DCLM recipe).
+
+fastText reads the normalized text (lower case, white space collapsed, punctuation and every CJK
+character split into tokens, so `wordNgrams=2` gives Chinese its character bigrams) and gives
+P(KEEP). With `features="text+signals"` that probability, as a logit, is stacked with the `q_*` rule
+signals of `quality.py` in a logistic regression; the fastText probability the stacker learns from
+is cross-fitted on the training split, so it is no more confident there than on unseen pages.
+
+The threshold maximizes balanced accuracy over the out-of-fold scores of the training split; the
+figures in `metrics` come from a held-back split, stratified by (lang, keep). The artefact is a zip
+with fixed timestamps holding `classifier.json` (normalization, threshold, stacker weights) and the
+fastText model; loading it parses JSON and reads fastText's binary format, never a pickle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import importlib.metadata
+import io
+import json
+import math
+import os
+import re
+import struct
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from lm_assets.corpus.quality import preset, quality_signals
+
+FEATURES = ("text", "text+signals")
+FORMAT = "lm_assets.quality_classifier"
+FORMAT_VERSION = 1
+KEEP_LABEL, DROP_LABEL = "__label__keep", "__label__drop"
+FASTTEXT_ENTRY, MANIFEST_ENTRY = "fasttext.bin", "classifier.json"
+MAX_ENTRY_BYTES = 64 << 20
+# fastText's binary format begins with this magic number and version (fastText 0.9.x).
+FASTTEXT_MAGIC, FASTTEXT_VERSION = 793712314, 12
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+M_PERTURB = -6  # glibc mallopt
+
+_CJK = re.compile(
+    "([\u1100-\u11ff\u3000-\u303f\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\U00020000-\U0002ffff])"
+)
+_PUNCTUATION = re.compile(r"([^\w\s])")
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    seed: int = 0
+    test_fraction: float = 0.3  # held-back split, stratified by (lang, keep); 0: out-of-fold figures instead
+    features: str = "text+signals"  # or "text": fastText alone
+    folds: int = 5  # cross-fitting and threshold choice on the training split
+    min_per_class: int = 5  # KEEP and DROP examples the training split needs at least
+    max_chars: int = 3000  # text read per document
+    # fastText
+    dim: int = 16
+    epoch: int = 25
+    lr: float = 0.5
+    word_ngrams: int = 2
+    min_count: int = 1
+    bucket: int = 50_000
+    quantize: bool = False
+    balance_classes: bool = True  # repeat the rarer class's lines so both weigh the same in fastText
+    # stacker (logistic regression on the fastText logit and the q_* signals)
+    stacker_c: float = 1.0
+
+
+@dataclass
+class TrainedClassifier:
+    model: bytes
+    metrics: dict
+    hash: str
+
+
+def normalize_text(text: str | None, max_chars: int) -> str:
+    """The text as fastText reads it, in training and scoring alike."""
+    text = (text or "")[:max_chars].lower()
+    text = _CJK.sub(r" \1 ", _PUNCTUATION.sub(r" \1 ", text))
+    return " ".join(text.split())
+
+
+def model_hash(model: bytes) -> str:
+    return hashlib.sha256(model).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# fastText
+# ---------------------------------------------------------------------------------------------
+
+
+def fasttext_package() -> dict:
+    """The distribution whose files are the `fasttext` module in use: several wheels install that module."""
+    import fasttext
+
+    module_dir = Path(fasttext.__file__).resolve().parent
+    names = importlib.metadata.packages_distributions().get("fasttext", [])
+    for name in sorted(set(names)):
+        dist = importlib.metadata.distribution(name)
+        for record in dist.files or []:
+            if record.hash is None or record.name != "__init__.py" or record.parent.name != "fasttext":
+                continue
+            path = Path(dist.locate_file(record)).resolve()
+            if path.parent == module_dir and _record_digest(path) == record.hash.value:
+                return {"package": name, "version": dist.version}
+    return {"package": "unknown", "version": getattr(fasttext, "__version__", "unknown")}
+
+
+def _record_digest(path: Path) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+
+
+@contextlib.contextmanager
+def _zeroed_allocations():
+    """Make glibc's malloc hand out zeroed memory. The fastText wheels built for numpy 2 leave 90 % of the
+    input matrix uninitialized when thread=1 (fastText's own 0.9.2 build zeroes it); on reused heap memory
+    that made training non-deterministic and sometimes end in "Encountered NaN". M_PERTURB=255 fills every
+    new allocation with 0x00."""
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        yield
+        return
+    mallopt(M_PERTURB, 255)
+    try:
+        yield
+    finally:
+        mallopt(M_PERTURB, 0)
+
+
+def _train_fasttext(lines: list[str], config: ClassifierConfig) -> bytes:
+    import fasttext
+
+    if not hasattr(fasttext, "train_supervised"):
+        raise RuntimeError(
+            "the installed `fasttext` module cannot train (it is fasttext-predict's, inference only); "
+            "reinstall the training wheel pinned in pyproject.toml: "
+            "`pip install --force-reinstall --no-deps fasttext-numpy2-wheel==0.9.2`"
+        )
+    with tempfile.TemporaryDirectory() as tmp, _zeroed_allocations():
+        train_path, model_path = os.path.join(tmp, "train.txt"), os.path.join(tmp, "model.bin")
+        Path(train_path).write_text("\n".join(lines) + "\n", encoding="utf-8")
+        model = fasttext.train_supervised(
+            input=train_path, dim=config.dim, epoch=config.epoch, lr=config.lr, wordNgrams=config.word_ngrams,
+            minCount=config.min_count, bucket=config.bucket, thread=1, seed=config.seed, verbose=0, loss="softmax",
+        )
+        if config.quantize:
+            model.quantize(input=train_path, retrain=False, qnorm=True, cutoff=0)
+        model.save_model(model_path)
+        return Path(model_path).read_bytes()
+
+
+def _load_fasttext(data: bytes):
+    import fasttext
+
+    if len(data) < 8 or struct.unpack("<ii", data[:8]) != (FASTTEXT_MAGIC, FASTTEXT_VERSION):
+        raise ValueError("not a quality classifier: its fastText entry is not a fastText 0.9 model")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.bin")
+        Path(path).write_bytes(data)
+        model = fasttext.load_model(path)
+    if sorted(model.get_labels()) != sorted([DROP_LABEL, KEEP_LABEL]):
+        raise ValueError(f"not a quality classifier: fastText labels {model.get_labels()}")
+    return model
+
+
+def _keep_probability(model, texts: list[str]) -> np.ndarray:
+    """P(KEEP) per normalized text. The binding's own `predict` is called: the Python wrappers of the
+    wheels that install a `fasttext` module differ (some break on numpy 2), the binding does not."""
+    keep = np.zeros(len(texts))
+    for i, text in enumerate(texts):
+        probs = {label: prob for prob, label in model.f.predict(text + "\n", 2, 0.0, "replace")}
+        total = probs.get(KEEP_LABEL, 0.0) + probs.get(DROP_LABEL, 0.0)
+        keep[i] = probs.get(KEEP_LABEL, 0.0) / total if total > 0 else 0.5
+    return keep
+
+
+def _fasttext_lines(texts: list[str], keep: np.ndarray, weight: np.ndarray, balance: bool) -> list[str]:
+    repeats = np.clip(np.rint(weight / weight.min()), 1, 10).astype(int)
+    if balance:
+        n_keep, n_drop = repeats[keep].sum(), repeats[~keep].sum()
+        rarer = ~keep if n_drop < n_keep else keep
+        repeats[rarer] *= max(1, round(max(n_keep, n_drop) / max(1, min(n_keep, n_drop))))
+    lines = []
+    for text, is_keep, n in zip(texts, keep, repeats):
+        lines.extend([f"{KEEP_LABEL if is_keep else DROP_LABEL} {text}"] * int(n))
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Rule signals and the stacker
+# ---------------------------------------------------------------------------------------------
+
+
+def signal_frame(docs: pl.DataFrame, names: list[str] | None = None) -> pl.DataFrame:
+    """The `q_*` columns `names` (all of the default preset's when None), reused from `docs` when it holds
+    them all, else computed with `quality_signals(..., preset())`."""
+    if names is not None and all(name in docs.columns for name in names):
+        return docs.select(names)
+    signals = quality_signals(docs["text"].to_list(), docs["lang"].to_list(), preset())
+    names = names if names is not None else sorted(signals.columns)
+    missing = [name for name in names if name not in signals.columns]
+    if missing:
+        raise ValueError(f"the quality rules no longer compute {missing}, which this classifier reads")
+    return signals.select(names)
+
+
+def _signal_matrix(signals: pl.DataFrame, log_columns: list[str]) -> np.ndarray:
+    columns = []
+    for name in signals.columns:
+        values = signals[name].cast(pl.Float64).fill_null(0.0).fill_nan(0.0).to_numpy()
+        columns.append(np.log1p(np.maximum(values, 0.0)) if name in log_columns else values)
+    return np.column_stack(columns) if columns else np.zeros((signals.height, 0))
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-4, 1 - 1e-4)
+    return np.log(p / (1 - p))
+
+
+def _fit_stacker(x: np.ndarray, keep: np.ndarray, weight: np.ndarray, config: ClassifierConfig) -> dict:
+    from sklearn.linear_model import LogisticRegression
+
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    model = LogisticRegression(C=config.stacker_c, class_weight="balanced", max_iter=2000, random_state=config.seed)
+    model.fit((x - mean) / scale, keep, sample_weight=weight)
+    return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": model.coef_[0].tolist(),
+            "intercept": float(model.intercept_[0])}
+
+
+def _apply_stacker(stacker: dict, x: np.ndarray) -> np.ndarray:
+    z = ((x - np.asarray(stacker["mean"])) / np.asarray(stacker["scale"])) @ np.asarray(stacker["coef"])
+    return 1.0 / (1.0 + np.exp(-(z + stacker["intercept"])))
+
+
+# ---------------------------------------------------------------------------------------------
+# Splits, threshold and figures
+# ---------------------------------------------------------------------------------------------
+
+
+def stratified_split(strata: list, fraction: float, seed: int) -> np.ndarray:
+    """A boolean mask of about `fraction` of the rows of every stratum, drawn with `seed`."""
+    rng = np.random.default_rng(seed)
+    chosen = np.zeros(len(strata), dtype=bool)
+    for stratum in sorted(set(strata)):
+        rows = np.flatnonzero([s == stratum for s in strata])
+        n = int(round(len(rows) * fraction))
+        chosen[rng.permutation(rows)[:n]] = True
+    return chosen
+
+
+def fold_ids(strata: list, folds: int, seed: int) -> np.ndarray:
+    """A fold per row, every stratum dealt round the folds in a seeded order."""
+    rng = np.random.default_rng(seed)
+    ids = np.zeros(len(strata), dtype=int)
+    offset = 0
+    for stratum in sorted(set(strata)):
+        rows = rng.permutation(np.flatnonzero([s == stratum for s in strata]))
+        ids[rows] = (np.arange(len(rows)) + offset) % folds
+        offset += len(rows)
+    return ids
+
+
+def balanced_accuracy(keep: np.ndarray, predicted: np.ndarray) -> float | None:
+    if keep.all() or not keep.any():
+        return None
+    return float((predicted[keep].mean() + (~predicted[~keep]).mean()) / 2)
+
+
+def best_threshold(keep: np.ndarray, scores: np.ndarray) -> float:
+    """The cut (keep when score >= cut), midway between two distinct scores, of highest balanced accuracy."""
+    values = np.unique(scores)
+    cuts = np.concatenate([[values[0]], (values[:-1] + values[1:]) / 2]) if len(values) > 1 else values
+    accuracies = [balanced_accuracy(keep, scores >= cut) or 0.0 for cut in cuts]
+    return float(cuts[int(np.argmax(accuracies))])
+
+
+def decision_metrics(keep: np.ndarray, scores: np.ndarray, threshold: float, langs: list[str]) -> dict:
+    from sklearn.metrics import roc_auc_score
+
+    predicted = scores >= threshold
+    tp, fp = int((predicted & keep).sum()), int((predicted & ~keep).sum())
+    tn, fn = int((~predicted & ~keep).sum()), int((~predicted & keep).sum())
+    per_language = {}
+    for lang in sorted(set(langs)):
+        rows = np.asarray([value == lang for value in langs])
+        per_language[lang] = {
+            "n": int(rows.sum()),
+            "balanced_accuracy": _round(balanced_accuracy(keep[rows], predicted[rows])),
+            "keep_retention": _round(predicted[rows & keep].mean() if (rows & keep).any() else None),
+            "drop_rejection": _round((~predicted[rows & ~keep]).mean() if (rows & ~keep).any() else None),
+        }
+    both = keep.any() and not keep.all()
+    return {
+        "precision": _round(tp / (tp + fp) if tp + fp else None),
+        "recall": _round(tp / (tp + fn) if tp + fn else None),
+        "balanced_accuracy": _round(balanced_accuracy(keep, predicted)),
+        "drop_rejection": _round(tn / (tn + fp) if tn + fp else None),
+        "roc_auc": _round(roc_auc_score(keep, scores) if both else None),
+        "confusion": {"tp": tp, "fp": fp, "tn": tn, "fn": fn},
+        "per_language": per_language,
+    }
+
+
+def _round(value, digits: int = 4):
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else round(float(value), digits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Examples:
+    texts: list[str]
+    langs: list[str]
+    keep: np.ndarray
+    weight: np.ndarray
+    signals: np.ndarray  # rows x q_* columns, already transformed
+    strata: list = field(default_factory=list)
+
+    def take(self, rows: np.ndarray) -> _Examples:
+        idx = np.flatnonzero(rows) if rows.dtype == bool else rows
+        return _Examples([self.texts[i] for i in idx], [self.langs[i] for i in idx], self.keep[idx],
+                         self.weight[idx], self.signals[idx], [self.strata[i] for i in idx])
+
+
+def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
+    if config.features not in FEATURES:
+        raise ValueError(f"features must be one of {FEATURES}, not {config.features!r}")
+    missing = [c for c in ("doc_id", "text", "lang", "keep") if c not in examples.columns]
+    if missing:
+        raise ValueError(f"examples need the columns doc_id, text, lang, keep; missing {missing}")
+    if examples["doc_id"].is_duplicated().any():
+        raise ValueError("examples: doc_id must be unique")
+    if examples["keep"].null_count():
+        raise ValueError("examples: keep must be true or false on every row")
+    if not 0.0 <= config.test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in [0, 1), not {config.test_fraction}")
+    n_keep = int(examples["keep"].sum())
+    counts = {"KEEP": n_keep, "DROP": examples.height - n_keep}
+    needed = math.ceil(max(config.min_per_class, config.folds) / (1 - config.test_fraction))
+    short = {label: n for label, n in counts.items() if n < needed}
+    if short:
+        raise ValueError(
+            f"too few examples to train a quality classifier: {counts} labelled pages; each class needs at "
+            f"least {needed} (min_per_class={config.min_per_class}, folds={config.folds}, "
+            f"test_fraction={config.test_fraction})"
+        )
+
+
+def _prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples, list[str], list[str]]:
+    examples = examples.sort("doc_id")
+    signals = signal_frame(examples)
+    log_columns = [name for name, dtype in signals.schema.items() if dtype.is_integer()]
+    weight = (examples["weight"].cast(pl.Float64).to_numpy() if "weight" in examples.columns
+              else np.ones(examples.height))
+    if not (np.isfinite(weight).all() and (weight > 0).all()):
+        raise ValueError("examples: weight must be a positive number on every row")
+    langs = [lang or "unknown" for lang in examples["lang"].to_list()]
+    keep = examples["keep"].cast(pl.Boolean).to_numpy()
+    data = _Examples(
+        texts=[normalize_text(text, config.max_chars) for text in examples["text"].to_list()],
+        langs=langs, keep=keep, weight=weight, signals=_signal_matrix(signals, log_columns),
+        strata=[(bool(k), lang) for lang, k in zip(langs, keep)],
+    )
+    return data, signals.columns, log_columns
+
+
+def _stack_inputs(fasttext_keep: np.ndarray, signals: np.ndarray) -> np.ndarray:
+    return np.column_stack([_logit(fasttext_keep), signals])
+
+
+def _out_of_fold(train: _Examples, config: ClassifierConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-fitted fastText P(KEEP) and, stacked, the final out-of-fold score of every training row."""
+    folds = fold_ids(train.strata, config.folds, config.seed)
+    fasttext_keep = np.zeros(len(train.texts))
+    for fold in range(config.folds):
+        inside, outside = train.take(folds != fold), folds == fold
+        model = _load_fasttext(_train_fasttext(_fasttext_lines(inside.texts, inside.keep, inside.weight,
+                                                                config.balance_classes), config))
+        fasttext_keep[outside] = _keep_probability(model, [t for t, o in zip(train.texts, outside) if o])
+    if config.features == "text":
+        return fasttext_keep, fasttext_keep
+    stacked = _stack_inputs(fasttext_keep, train.signals)
+    scores = np.zeros(len(train.texts))
+    for fold in range(config.folds):
+        inside = folds != fold
+        stacker = _fit_stacker(stacked[inside], train.keep[inside], train.weight[inside], config)
+        scores[~inside] = _apply_stacker(stacker, stacked[~inside])
+    return fasttext_keep, scores
+
+
+def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = ClassifierConfig()) -> TrainedClassifier:
+    """Train on labelled pages (doc_id, text, lang, keep; optional q_* columns and `weight`) and measure the
+    model on a held-back split. Same examples and config give the same bytes."""
+    _check_examples(examples, config)
+    data, signal_names, log_columns = _prepare(examples, config)
+    held_back = stratified_split(data.strata, config.test_fraction, config.seed)
+    train, test = data.take(~held_back), data.take(held_back)
+    for label, rows in (("KEEP", train.keep), ("DROP", ~train.keep)):
+        if rows.sum() < max(config.min_per_class, config.folds):
+            raise ValueError(f"too few {label} examples in the training split ({int(rows.sum())}) to train a quality classifier")
+
+    fasttext_keep, oof_scores = _out_of_fold(train, config)
+    threshold = best_threshold(train.keep, oof_scores)
+    lines = _fasttext_lines(train.texts, train.keep, train.weight, config.balance_classes)
+    fasttext_bytes = _train_fasttext(lines, config)
+    if _train_fasttext(lines, config) != fasttext_bytes:
+        raise RuntimeError(f"fastText training is not deterministic with {fasttext_package()}; see _zeroed_allocations")
+    manifest = {
+        "format": FORMAT, "version": FORMAT_VERSION, "features": config.features, "threshold": threshold,
+        "max_chars": config.max_chars, "config": asdict(config), "stacker": None,
+    }
+    if config.features == "text+signals":
+        stacker = _fit_stacker(_stack_inputs(fasttext_keep, train.signals), train.keep, train.weight, config)
+        manifest["stacker"] = {"signals": signal_names, "log_columns": log_columns, **stacker}
+    model = _pack(manifest, fasttext_bytes)
+
+    classifier = QualityClassifier.from_bytes(model)
+    if len(test.texts):
+        evaluated_on = "held-back split"
+        keep, scores, langs = test.keep, classifier._score_normalized(test.texts, test.signals), test.langs
+    else:
+        evaluated_on = "out-of-fold scores of the training split (test_fraction=0)"
+        keep, scores, langs = train.keep, oof_scores, train.langs
+    metrics = decision_metrics(keep, scores, threshold, langs)
+    metrics |= {
+        "evaluated_on": evaluated_on,
+        "threshold": _round(threshold, 6),
+        "threshold_reason": (
+            f"maximizes balanced accuracy over the out-of-fold scores of a {config.folds}-fold cross-validation "
+            "on the training split"
+        ),
+        "n_train": len(train.texts),
+        "n_test": len(test.texts),
+        "train_out_of_fold_balanced_accuracy": _round(balanced_accuracy(train.keep, oof_scores >= threshold)),
+        "model_bytes": len(model),
+        "features": config.features,
+        "fasttext": fasttext_package(),
+    }
+    return TrainedClassifier(model=model, metrics=metrics, hash=model_hash(model))
+
+
+# ---------------------------------------------------------------------------------------------
+# The artefact
+# ---------------------------------------------------------------------------------------------
+
+
+def _pack(manifest: dict, fasttext_bytes: bytes) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in ((MANIFEST_ENTRY, json.dumps(manifest, sort_keys=True, indent=1).encode()),
+                           (FASTTEXT_ENTRY, fasttext_bytes)):
+            info = zipfile.ZipInfo(name, date_time=ZIP_TIME)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data, compresslevel=6)
+    return buffer.getvalue()
+
+
+def _unpack(data: bytes) -> tuple[dict, bytes]:
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, ValueError) as exc:
+        raise ValueError(f"not a quality classifier: not a zip archive ({exc})") from None
+    with archive:
+        names = sorted(archive.namelist())
+        if names != sorted([MANIFEST_ENTRY, FASTTEXT_ENTRY]):
+            raise ValueError(f"not a quality classifier: entries {names[:10]}, expected {MANIFEST_ENTRY} and {FASTTEXT_ENTRY}")
+        for info in archive.infolist():
+            if info.file_size > MAX_ENTRY_BYTES:
+                raise ValueError(f"not a quality classifier: {info.filename} unpacks to {info.file_size} bytes")
+        try:
+            manifest = json.loads(archive.read(MANIFEST_ENTRY))
+            fasttext_bytes = archive.read(FASTTEXT_ENTRY)
+        except (zipfile.BadZipFile, ValueError, EOFError, OSError) as exc:
+            raise ValueError(f"not a quality classifier: damaged archive ({exc})") from None
+    _check_manifest(manifest)
+    return manifest, fasttext_bytes
+
+
+def _check_manifest(manifest) -> None:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError("not a quality classifier: classifier.json has no lm_assets.quality_classifier format")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise ValueError(f"quality classifier format version {manifest.get('version')}; this code reads {FORMAT_VERSION}")
+    if manifest.get("features") not in FEATURES:
+        raise ValueError(f"quality classifier: unknown features {manifest.get('features')!r}")
+    if not isinstance(manifest.get("threshold"), (int, float)) or not isinstance(manifest.get("max_chars"), int):
+        raise ValueError("quality classifier: threshold or max_chars missing")
+    stacker = manifest.get("stacker")
+    if manifest["features"] == "text+signals":
+        if not isinstance(stacker, dict):
+            raise ValueError("quality classifier: text+signals without a stacker")
+        n = len(stacker.get("signals", [])) + 1
+        sizes = [len(stacker.get(key, [])) for key in ("mean", "scale", "coef")]
+        names = stacker.get("signals", []) + stacker.get("log_columns", [])
+        if sizes != [n] * 3 or not all(isinstance(name, str) and name.startswith("q_") for name in names):
+            raise ValueError("quality classifier: the stacker's weights do not match its signals")
+        values = stacker["mean"] + stacker["scale"] + stacker["coef"] + [stacker.get("intercept")]
+        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+            raise ValueError("quality classifier: the stacker's weights are not finite numbers")
+
+
+class QualityClassifier:
+    """A trained classifier, loaded from its artefact."""
+
+    def __init__(self, manifest: dict, fasttext_model, data: bytes):
+        self.manifest = manifest
+        self.features: str = manifest["features"]
+        self.threshold: float = float(manifest["threshold"])
+        self.hash = model_hash(data)
+        self._fasttext = fasttext_model
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> QualityClassifier:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("QualityClassifier.from_bytes takes the artefact's bytes")
+        data = bytes(data)
+        manifest, fasttext_bytes = _unpack(data)
+        return cls(manifest, _load_fasttext(fasttext_bytes), data)
+
+    def score(self, docs: pl.DataFrame) -> np.ndarray:
+        """P(KEEP) per row of `docs` (text, lang; `q_*` columns are reused when present)."""
+        texts = [normalize_text(text, self.manifest["max_chars"]) for text in docs["text"].to_list()]
+        signals = None
+        stacker = self.manifest["stacker"]
+        if self.features == "text+signals":
+            signals = _signal_matrix(signal_frame(docs, stacker["signals"]), stacker["log_columns"])
+        return self._score_normalized(texts, signals)
+
+    def keep(self, docs: pl.DataFrame) -> np.ndarray:
+        """The keep/drop decision per row at the trained threshold."""
+        return self.score(docs) >= self.threshold
+
+    def _score_normalized(self, texts: list[str], signals: np.ndarray | None) -> np.ndarray:
+        fasttext_keep = _keep_probability(self._fasttext, texts)
+        if self.features == "text":
+            return fasttext_keep
+        return _apply_stacker(self.manifest["stacker"], _stack_inputs(fasttext_keep, signals))
