@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python bench/curation_quality.py [--crawl DIR] [--labels FILE] [--storage DIR] [--show N]
-        [--config-json JSON] [--smoke]
+        [--config-json JSON] [--policy rules|classifier|both] [--train-crawl DIR] [--train-labels FILE] [--smoke]
 
 `--crawl` takes a folder made by `/work/shared/bench/make_crawl.py`; without it the labelled
 development crawl is built into (or reused from) `$OUT/dev-crawl`, else `bench/out/dev-crawl`
@@ -18,6 +18,14 @@ ephemeral Dagster instance and the offline toxicity backend, into a temporary st
 `--storage DIR`, kept afterwards; `--reuse` scores what is already there without running anything).
 `--config-json` merges a run config over that, e.g. `'{"ops": {"curated_shard": {"config":
 {"quality_preset": "fineweb"}}}}'` to score a published preset.
+
+`--policy rules|classifier|both` sets curated_shard's quality policy. For `classifier` and `both` a
+quality classifier is first trained the way the pipeline trains it, on other pages than the ones
+scored: `--train-crawl` (default: the development crawl) is extracted into a storage of its own,
+`--train-labels` (default: the development labels) go under its `labels/`, quality_labels and
+quality_classifier are materialized there, and the classifier they made current is copied into the
+scored storage. To measure generalisation, score another crawl's labels, e.g.
+`--crawl $OUT/transfer-crawl --labels bench/transfer_set/labels.jsonl` (bench/transfer_set/README.md).
 
 Printed per package, per language (of the label) and overall, by `lm_assets.corpus.curation_eval`:
 good retention (KEEP pages kept after curation), junk rejection (DROP pages dropped), balanced
@@ -51,8 +59,9 @@ from lm_assets.corpus.curation_eval import (
     read_labels,
     text_integrity,
 )
+from lm_assets.corpus.quality_policy import POLICIES
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.curated import stage_keys
+from lm_assets.defs.curated import CURRENT_CLASSIFIER, DEFAULT_QUALITY_POLICY, classifier_keys, stage_keys
 from lm_assets.defs.dedup import CLUSTERS_KEY, DedupSettings
 from lm_assets.defs.raw import raw_keys
 from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
@@ -70,9 +79,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--reuse", action="store_true", help="score --storage as it is, without running the graph")
     parser.add_argument("--config-json", default="{}", help="run config merged over the offline defaults")
     parser.add_argument("--show", type=int, default=8, help="pages listed per kind of error")
+    parser.add_argument("--policy", choices=POLICIES, help=f"curated_shard's quality policy (default: {DEFAULT_QUALITY_POLICY})")
+    parser.add_argument("--train-crawl", type=Path, help="crawl the classifier is trained on (default: the development crawl)")
+    parser.add_argument("--train-labels", type=Path, default=DEFAULT_LABELS, help="labels the classifier is trained on")
     args = parser.parse_args(argv)
     if args.smoke:
         args.labels = TEST_SLICE / "labels.jsonl"
+        args.train_labels = args.labels
     return args
 
 
@@ -84,7 +97,7 @@ def merged_config(extra: dict) -> dict:
     return config
 
 
-def run_pipeline(crawl: Path, storage_root: Path, run_config: dict) -> float:
+def run_pipeline(crawl: Path, storage_root: Path, run_config: dict, train_classifier: bool = False) -> float:
     from dedup_quality import pipeline_definitions
 
     shards = [path.name for path in find_shards(crawl)]
@@ -92,11 +105,40 @@ def run_pipeline(crawl: Path, storage_root: Path, run_config: dict) -> float:
     definitions = pipeline_definitions(storage_root, crawl, DedupSettings())
     started = time.perf_counter()
     results = run_shard_graph(
-        definitions, instance, shards, run_config, through_packing=False, progress=lambda m: print(f"  {m}", flush=True)
+        definitions, instance, shards, run_config, through_packing=False, train_classifier=train_classifier,
+        progress=lambda m: print(f"  {m}", flush=True),
     )
     if not results[-1].success:
         raise RuntimeError(f"the run of {results[-1].job_def.name} failed")
     return time.perf_counter() - started
+
+
+def trained_classifier(train_crawl: Path, train_labels: Path, storage_root: Path, floor: float | None = None) -> dict:
+    """Train the quality classifier on `train_crawl` and its labels, as the pipeline does, in a storage
+    of its own; copy it into `storage_root` as the current one. Its training figures."""
+    from dedup_quality import pipeline_definitions
+
+    store = Storage(str(storage_root))
+    with tempfile.TemporaryDirectory(prefix="classifier-training-") as scratch:
+        training = Storage(scratch)
+        training.write_bytes("labels/labels.jsonl", train_labels.read_bytes())
+        shards = [path.name for path in find_shards(train_crawl)]
+        instance = dg.DagsterInstance.ephemeral(settings={"python_logs": {"python_log_level": "WARNING"}})
+        instance.add_dynamic_partitions("shards", shards)
+        definitions = pipeline_definitions(Path(scratch), train_crawl, DedupSettings())
+        print(f"training the quality classifier on {train_labels} ({len(shards)} shards of {train_crawl}):")
+        floor_config = {"ops": {"quality_classifier": {"config": {"min_balanced_accuracy": floor}}}} if floor is not None else None
+        for job, shard in [("shard_ingest_job", s) for s in shards] + [("quality_classifier_job", None)]:
+            result = definitions.resolve_job_def(job).execute_in_process(
+                partition_key=shard, instance=instance, run_config=floor_config if shard is None else None, raise_on_error=False
+            )
+            if not result.success:
+                raise RuntimeError(f"training the classifier: the run of {job} failed")
+        current = json.loads(training.read_bytes(CURRENT_CLASSIFIER))["hash"]
+        for key in classifier_keys(current).values():
+            store.write_bytes(key, training.read_bytes(key))
+        store.write_bytes(CURRENT_CLASSIFIER, training.read_bytes(CURRENT_CLASSIFIER))
+        return json.loads(training.read_bytes(classifier_keys(current)["info"]))
 
 
 def load_tables(storage_root: Path, shards: list[str]) -> dict[str, pl.DataFrame]:
@@ -171,12 +213,25 @@ def run(args: argparse.Namespace) -> dict:
     shards = [path.name for path in find_shards(crawl)]
     truth = json.loads((crawl / "truth.json").read_text())
     labels = read_labels(args.labels)
-    run_config = merged_config(json.loads(args.config_json))
-    print(f"crawl: {crawl} ({len(shards)} shards), labels: {args.labels} ({labels.height} pages)")
+    extra = json.loads(args.config_json)
+    if args.policy:
+        extra.setdefault("ops", {}).setdefault("curated_shard", {}).setdefault("config", {})["quality_policy"] = args.policy
+    run_config = merged_config(extra)
+    policy = run_config["ops"]["curated_shard"]["config"].get("quality_policy", DEFAULT_QUALITY_POLICY)
+    print(f"crawl: {crawl} ({len(shards)} shards), labels: {args.labels} ({labels.height} pages), policy: {policy}")
+    classifier = None
     with tempfile.TemporaryDirectory(prefix="curation-quality-") as scratch:
         storage_root = args.storage or Path(scratch)
         seconds = None
         if not args.reuse:
+            if policy != "rules":
+                train_crawl = args.train_crawl.resolve() if args.train_crawl else (crawl if args.smoke else resolve_crawl(
+                    argparse.Namespace(crawl=None, smoke=False, make_crawl=args.make_crawl)))
+                # The slice's 15 held-back pages are too few for the asset's accuracy floor.
+                classifier = trained_classifier(train_crawl, args.train_labels, storage_root, floor=0.0 if args.smoke else None)
+                m = classifier["metrics"]
+                print(f"  classifier {classifier['hash']}: held-back balanced accuracy {m['balanced_accuracy']} "
+                      f"on {m['n_test']} pages, threshold {m['threshold']}")
             print(f"materializing the asset graph into {storage_root}:")
             seconds = run_pipeline(crawl, storage_root, run_config)
         tables = load_tables(storage_root, shards)
@@ -213,6 +268,9 @@ def run(args: argparse.Namespace) -> dict:
         "text_integrity": integrity,
         "originals_kept": originals,
         "missing_labels": len(missing),
+        "policy": policy,
+        "classifier": {"hash": classifier["hash"], "training": classifier["metrics"]} if classifier else None,
+        "seconds": seconds,
     }
 
 

@@ -6,6 +6,9 @@ from lm_assets.defs.automation import (
     dedup_job,
     deduplicated_shard_job,
     packing_job,
+    quality_classifier_job,
+    shard_ingest_job,
+    curated_shard_job,
     tokenized_shard_job,
     tokenizer_job,
     training_job,
@@ -13,7 +16,7 @@ from lm_assets.defs.automation import (
     nightly_curation_refresh,
     shard_curation_job,
 )
-from lm_assets.defs.curated import curated_shard, extracted_shard
+from lm_assets.defs.curated import curated_shard, curated_with_current_classifier, extracted_shard
 from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.expectations import curated_expectations
 from lm_assets.defs.evaluation import (
@@ -23,6 +26,7 @@ from lm_assets.defs.evaluation import (
     mmlu_score,
     perplexity,
 )
+from lm_assets.defs.quality import quality_classifier, quality_labels
 from lm_assets.defs.raw import raw_shard
 from lm_assets.defs.training import training
 from lm_assets.defs.tokens import (
@@ -38,6 +42,8 @@ defs = dg.Definitions(
     assets=[
         raw_shard,
         extracted_shard,
+        quality_labels,
+        quality_classifier,
         curated_shard,
         minhash_signatures,
         dedup_clusters,
@@ -51,9 +57,12 @@ defs = dg.Definitions(
         mmlu_score,
         ceval_score,
     ],
-    asset_checks=[curated_expectations, tokenized_with_current_tokenizer],
+    asset_checks=[curated_expectations, curated_with_current_classifier, tokenized_with_current_tokenizer],
     jobs=[
         shard_curation_job,
+        shard_ingest_job,
+        quality_classifier_job,
+        curated_shard_job,
         dedup_job,
         deduplicated_shard_job,
         tokenizer_job,

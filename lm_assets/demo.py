@@ -14,8 +14,13 @@ import dagster as dg
 import polars as pl
 
 from lm_assets.corpus.accounting import reason_counts
+from lm_assets.defs.environment import project_path
 from lm_assets.defs.resources import default_resources
 from lm_assets.local_run import DEMO_RUN_CONFIG, run_shard_graph, shard_files
+
+# Hand labels of the sample crawl's pages (data/quality-labels/README.md), put where a team would put
+# theirs: under labels/ in the storage root.
+DEMO_LABELS = "data/quality-labels/sample-crawl.jsonl"
 
 
 def shard_summary(store, shard: str) -> dict:
@@ -44,8 +49,14 @@ def main() -> int:
     if not shards:
         print(f"no shard files found in {landing.root}", file=sys.stderr)
         return 1
+    with open(project_path(DEMO_LABELS), "rb") as labels:
+        store.write_bytes("labels/sample-crawl.jsonl", labels.read())
+    print(f"quality labels: {DEMO_LABELS} -> {store.uri('labels/sample-crawl.jsonl')}")
     started = time.perf_counter()
-    results = run_shard_graph(defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, through_training=True, progress=lambda m: print(m + " ...", flush=True))
+    results = run_shard_graph(
+        defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, through_training=True, train_classifier=True,
+        progress=lambda m: print(m + " ...", flush=True),
+    )
     if not results[-1].success:
         print(f"run {results[-1].run_id} failed: see `make ui`", file=sys.stderr)
         return 1
@@ -64,6 +75,14 @@ def main() -> int:
         print("\nWhy documents were dropped or quarantined (all shards):")
         print(reason_counts(*tables))
     print(f"\nMaterialized the whole graph for {len(shards)} shard partitions in {elapsed:.0f} s.")
+    classifier = instance.get_latest_materialization_event(dg.AssetKey("quality_classifier")).asset_materialization.metadata
+    curated = instance.get_latest_materialization_event(dg.AssetKey("curated_shard")).asset_materialization.metadata
+    print(
+        f"\nQuality classifier {classifier['classifier_hash'].value}: trained on {classifier['n_train'].value} labelled pages; "
+        f"on {classifier['n_test'].value} held back, balanced accuracy {classifier['balanced_accuracy'].value:.3f}, "
+        f"ROC AUC {classifier['roc_auc'].value:.3f}, threshold {classifier['threshold'].value:.3f}. "
+        f"Curation policy: {curated['quality_policy'].value}."
+    )
     manifest = json.loads(store.read_bytes("packed/manifest.json"))
     splits = manifest["splits"]
     print(

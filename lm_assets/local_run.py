@@ -35,15 +35,22 @@ def run_shard_graph(
     run_config: dict | None = None,
     through_packing: bool = False,
     through_training: bool = False,
+    train_classifier: bool = False,
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[dg.ExecuteInProcessResult]:
     """Curate and sketch each shard, cluster across shards, apply the decisions per shard and, with
-    `through_packing`, train the tokenizer, tokenize and pack. Stops at the first failed run, which
-    is returned last."""
+    `through_packing`, train the tokenizer, tokenize and pack. With `train_classifier`, every shard is
+    extracted first, then the quality classifier is trained on the labels and curation uses it.
+    Stops at the first failed run, which is returned last."""
     new = [s for s in shards if s not in set(instance.get_dynamic_partitions(shard_partitions.name))]
     if new:
         instance.add_dynamic_partitions(shard_partitions.name, new)
-    steps = [("shard_curation_job", s, "raw_shard → extracted_shard → curated_shard → minhash_signatures") for s in shards]
+    if train_classifier:
+        steps = [("shard_ingest_job", s, "raw_shard → extracted_shard") for s in shards]
+        steps += [("quality_classifier_job", None, "quality_labels → quality_classifier")]
+        steps += [("curated_shard_job", s, "curated_shard → minhash_signatures") for s in shards]
+    else:
+        steps = [("shard_curation_job", s, "raw_shard → extracted_shard → curated_shard → minhash_signatures") for s in shards]
     steps += [("dedup_job", None, "dedup_clusters across all shards")]
     steps += [("deduplicated_shard_job", s, "deduplicated_shard → decontaminated_shard") for s in shards]
     if through_packing:
@@ -82,6 +89,9 @@ def run_config_for(run_config: dict | None, job_name: str) -> dict | None:
 
 JOB_ASSETS = {
     "shard_curation_job": {"raw_shard", "extracted_shard", "curated_shard", "minhash_signatures"},
+    "shard_ingest_job": {"raw_shard", "extracted_shard"},
+    "quality_classifier_job": {"quality_labels", "quality_classifier"},
+    "curated_shard_job": {"curated_shard", "minhash_signatures"},
     "dedup_job": {"dedup_clusters"},
     "deduplicated_shard_job": {"deduplicated_shard", "decontaminated_shard"},
     "tokenizer_job": {"tokenizer"},

@@ -207,6 +207,7 @@ def test_materialize_raw_to_curated_on_s3(tmp_path, s3_server):
     assert result.success and all(check_results(result).values())
     store = Storage(f"s3://{s3_server.bucket}/out", s3_client=client)
     assert store.list("curated") == [
+        "curated/s3shard.warc.gz/curation.json",
         "curated/s3shard.warc.gz/documents.parquet",
         "curated/s3shard.warc.gz/dropped.parquet",
     ]

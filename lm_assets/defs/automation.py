@@ -5,19 +5,43 @@ import dagster as dg
 
 from lm_assets.corpus.keys import landing_files
 from lm_assets.corpus.readers import SUPPORTED_SUFFIXES
-from lm_assets.defs.curated import CuratedShardConfig, ExtractedShardConfig, curated_shard, extracted_shard
+from lm_assets.defs.curated import (
+    CuratedShardConfig,
+    ExtractedShardConfig,
+    classifier_stale_shards,
+    curated_shard,
+    extracted_shard,
+)
 from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.tokens import decontaminated_shard, packed_dataset, tokenized_shard, tokenizer
+from lm_assets.defs.quality import quality_classifier, quality_labels
 from lm_assets.defs.raw import RawShardConfig, raw_shard
 from lm_assets.defs.reporting import config_hash
-from lm_assets.defs.resources import LandingResource
+from lm_assets.defs.resources import LandingResource, StorageResource
 
 shard_curation_job = dg.define_asset_job(
     "shard_curation_job",
     selection=dg.AssetSelection.assets(raw_shard, extracted_shard, curated_shard, minhash_signatures),
     partitions_def=shard_partitions,
     description="Read, extract and curate one shard, and sketch it for dedup.",
+)
+shard_ingest_job = dg.define_asset_job(
+    "shard_ingest_job",
+    selection=dg.AssetSelection.assets(raw_shard, extracted_shard),
+    partitions_def=shard_partitions,
+    description="Read and extract one shard (the text that quality labels are joined to).",
+)
+quality_classifier_job = dg.define_asset_job(
+    "quality_classifier_job",
+    selection=dg.AssetSelection.assets(quality_labels, quality_classifier),
+    description="Read the quality labels and train the quality classifier on them.",
+)
+curated_shard_job = dg.define_asset_job(
+    "curated_shard_job",
+    selection=dg.AssetSelection.assets(curated_shard, minhash_signatures),
+    partitions_def=shard_partitions,
+    description="Curate one extracted shard (with the current quality classifier) and sketch it for dedup.",
 )
 dedup_job = dg.define_asset_job(
     "dedup_job", selection=dg.AssetSelection.assets(dedup_clusters), description="Cluster duplicates across shards."
@@ -78,10 +102,18 @@ def current_config_hashes() -> dict:
     }
 
 
-def stale_shards(instance: dg.DagsterInstance, shards: list[str], current_hashes: dict | None = None) -> list[str]:
-    """Shards whose latest materialization of some stage ran with another config than the current default."""
-    stale, current_hashes = [], current_hashes or current_config_hashes()
+def stale_shards(
+    instance: dg.DagsterInstance, shards: list[str], current_hashes: dict | None = None, store=None
+) -> list[str]:
+    """Shards whose latest materialization of some stage ran with another config than the current default,
+    or that were curated with another quality classifier than the current one (given the storage)."""
+    stale = []
+    current_hashes = current_config_hashes() if current_hashes is None else current_hashes
+    scored_by_another = set(classifier_stale_shards(store, shards)) if store is not None else set()
     for shard in shards:
+        if shard in scored_by_another:
+            stale.append(shard)
+            continue
         for key, current in current_hashes.items():
             records = instance.fetch_materializations(
                 dg.AssetRecordsFilter(asset_key=key, asset_partitions=[shard]), limit=1
@@ -95,10 +127,11 @@ def stale_shards(instance: dg.DagsterInstance, shards: list[str], current_hashes
 
 
 @dg.schedule(job=shard_curation_job, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.STOPPED)
-def nightly_curation_refresh(context: dg.ScheduleEvaluationContext):
-    """Re-runs curation for every shard whose stages last ran with a different config (or never ran)."""
+def nightly_curation_refresh(context: dg.ScheduleEvaluationContext, storage: StorageResource):
+    """Re-runs curation for every shard whose stages last ran with a different config (or never ran), or
+    that an older quality classifier scored."""
     shards = context.instance.get_dynamic_partitions(shard_partitions.name)
-    stale = stale_shards(context.instance, shards)
+    stale = stale_shards(context.instance, shards, store=storage.storage())
     if not stale:
         return dg.SkipReason(f"all {len(shards)} shards are current")
     return [dg.RunRequest(partition_key=s, run_key=f"refresh:{s}:{context.scheduled_execution_time:%Y%m%d}") for s in stale]

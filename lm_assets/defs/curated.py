@@ -16,6 +16,7 @@ from lm_assets.corpus.extract import CONTROL_CHARS, ExtractConfig, extract_docum
 from lm_assets.corpus.langid import LangIdConfig
 from lm_assets.corpus.pii import find_pii
 from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
+from lm_assets.corpus.quality_classifier import QualityClassifier
 from lm_assets.corpus.toxicity import ToxicityConfig
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions
@@ -35,6 +36,9 @@ from lm_assets.defs.reporting import (
 )
 from lm_assets.defs.resources import StorageResource
 
+# Who decides quality by default: see the README's "Curation defaults, and why".
+DEFAULT_QUALITY_POLICY = "rules"
+
 EXTRACTED_SCHEMA = {
     "doc_id": pl.String,
     "url": pl.String,
@@ -51,6 +55,7 @@ CURATED_SCHEMA = {
     "lang_score": pl.Float64,
     "tox_max": pl.Float64,
     "tox_frac": pl.Float64,
+    "quality_score": pl.Float64,
 }
 
 
@@ -58,9 +63,12 @@ def stage_keys(stage: str, shard: str) -> dict[str, str]:
     return {t: f"{stage}/{shard}/{t}.parquet" for t in ("documents", "dropped")}
 
 
-def publish_stage(store, stage: str, shard: str, kept: pl.DataFrame, dropped: pl.DataFrame) -> tuple[int, int]:
-    """Publish a stage's two tables together; their row counts as stored, for the conservation checks."""
-    store.publish(f"{stage}/{shard}", {"documents.parquet": kept, "dropped.parquet": dropped})
+def publish_stage(
+    store, stage: str, shard: str, kept: pl.DataFrame, dropped: pl.DataFrame, extra: dict[str, bytes] | None = None
+) -> tuple[int, int]:
+    """Publish a stage's two tables (and `extra` files) together; the tables' row counts as stored, for
+    the conservation checks."""
+    store.publish(f"{stage}/{shard}", {"documents.parquet": kept, "dropped.parquet": dropped, **(extra or {})})
     keys = stage_keys(stage, shard)
     return store.row_count(keys["documents"]), store.row_count(keys["dropped"])
 
@@ -167,15 +175,56 @@ class CuratedShardConfig(dg.Config):
         "published: Gopher+C4+FineWeb as published)",
     )
     quality_overrides: dict[str, Any] = Field(default={}, description="QualityConfig fields set on top of the preset")
+    quality_policy: str = Field(
+        default=DEFAULT_QUALITY_POLICY,
+        description="who decides quality: rules (the preset), classifier (the current quality_classifier, after "
+        "language ID and a minimum length) or both (either drops)",
+    )
+    classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops; "
+                                               "unset: the threshold chosen when it was trained")
     toxicity: ToxicityRulesConfig = ToxicityRulesConfig()
 
-    def curation_config(self) -> CurationConfig:
+    def curation_config(self, classifier: QualityClassifier | None = None) -> CurationConfig:
         return CurationConfig(
             order=tuple(self.order),
             langid=LangIdConfig(allowed=tuple(self.allowed_languages), min_score=self.min_language_score),
             quality=quality_config(self.quality_preset, self.quality_overrides),
             toxicity=ToxicityConfig(**self.toxicity.model_dump()),
+            policy=self.quality_policy,
+            classifier=classifier,
+            threshold=self.classifier_threshold,
         )
+
+
+# The quality classifier as stored by the quality_classifier asset (lm_assets/defs/quality.py).
+CURRENT_CLASSIFIER = "quality/classifier/current.json"
+
+
+def classifier_keys(model_hash: str) -> dict[str, str]:
+    return {"model": f"quality/classifier/{model_hash}/model.bin", "info": f"quality/classifier/{model_hash}/info.json"}
+
+
+def current_classifier(store) -> tuple[QualityClassifier, dict] | None:
+    """The current classifier and its training record, or None when none has been made current."""
+    if not store.exists(CURRENT_CLASSIFIER):
+        return None
+    model_hash = json.loads(store.read_bytes(CURRENT_CLASSIFIER))["hash"]
+    keys = classifier_keys(model_hash)
+    return QualityClassifier.from_bytes(store.read_bytes(keys["model"])), json.loads(store.read_bytes(keys["info"]))
+
+
+def curation_record(store, shard: str) -> dict | None:
+    key = f"curated/{shard}/curation.json"
+    return json.loads(store.read_bytes(key)) if store.exists(key) else None
+
+
+def classifier_stale_shards(store, shards: list[str]) -> list[str]:
+    """Curated shards scored by another classifier than the current one (or by none, since one exists)."""
+    if not store.exists(CURRENT_CLASSIFIER):
+        return []
+    current = json.loads(store.read_bytes(CURRENT_CLASSIFIER))["hash"]
+    records = {s: curation_record(store, s) for s in shards if store.exists(stage_keys("curated", s)["documents"])}
+    return [s for s, record in records.items() if not record or record.get("classifier_hash") != current]
 
 
 def quality_config(name: str, overrides: dict[str, Any]) -> QualityConfig:
@@ -212,7 +261,7 @@ def shard_account(store, shard: str, curated_kept: int, curated_dropped: int) ->
     partitions_def=shard_partitions,
     group_name="curation",
     kinds={"polars", "fasttext", "sklearn"},
-    deps=[extracted_shard],
+    deps=[extracted_shard, dg.AssetKey("quality_classifier")],
     check_specs=standard_check_specs(
         "curated_shard",
         [
@@ -235,13 +284,15 @@ def curated_shard(
     shard = shard_key(context)
     store = storage.storage()
     extracted = store.read_parquet(stage_keys("extracted", shard)["documents"])
-    curation_config = config.curation_config()
+    classifier, classifier_info = current_classifier(store) or (None, None)
+    curation_config = config.curation_config(classifier)
     try:
         result = curate(extracted, curation_config)
-    except RuntimeError as exc:
+    except (RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
     keys = stage_keys("curated", shard)
-    stored = publish_stage(store, "curated", shard, result.kept, result.dropped)
+    record = {"policy": config.quality_policy, "classifier_hash": classifier.hash if classifier else None}
+    stored = publish_stage(store, "curated", shard, result.kept, result.dropped, {"curation.json": json.dumps(record).encode()})
     docs = result.kept
     shares = language_shares(docs)
     out_of_bounds = {
@@ -266,6 +317,9 @@ def curated_shard(
                 result.dropped, extracted, [f"quality:{reason}" for reason in rule_reasons(curation_config.quality)]
             ),
             "quality_preset": config.quality_preset,
+            "quality_policy": config.quality_policy,
+            "classifier_hash": classifier.hash if classifier else "none",
+            **disagreement_metadata(result.stats.get("classifier", {}), extracted),
             "steps": markdown_table(timings),
             "language_shares": dg.MetadataValue.json({k: round(v, 4) for k, v in shares.items()}),
             "langid_model": step_stats.get("langid", {}).get("model", "not run"),
@@ -274,7 +328,7 @@ def curated_shard(
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
             "preview": preview(docs, ["doc_id", "lang", "lang_score", "tox_max", "text"]),
             "effective_config": dg.MetadataValue.json(
-                json.loads(json.dumps(dataclasses.asdict(curation_config), default=str))
+                json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(curation_config, classifier=None)), default=str))
             ),
             "config_hash": config_hash(config),
         },
@@ -293,4 +347,36 @@ def curated_shard(
                 metadata={"shares": dg.MetadataValue.json(shares), "out_of_bounds": dg.MetadataValue.json(out_of_bounds)},
             ),
         ],
+    )
+
+
+def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
+    """Where the rules and the classifier disagree on this shard: counts, and examples to read."""
+    if "disagreement_examples" not in stats:
+        return {}
+    examples = pl.DataFrame(
+        stats["disagreement_examples"],
+        schema={"doc_id": pl.String, "score": pl.Float64, "rules": pl.String, "classifier": pl.String},
+    ).join(extracted.select("doc_id", "url", pl.col("text").str.slice(0, 160)), on="doc_id", how="left")
+    return {
+        "classifier_threshold": stats["threshold"],
+        "rules_drop_classifier_keeps": stats["rules_drop_classifier_keeps"],
+        "classifier_drops_rules_keep": stats["classifier_drops_rules_keep"],
+        "disagreements": markdown_table(examples.select("url", "score", "rules", "classifier", "text")),
+    }
+
+
+@dg.asset_check(
+    asset=curated_shard,
+    description="Every curated shard was scored by the current quality classifier; the ones that were not are "
+    "stale and listed, and the nightly refresh re-runs them.",
+)
+def curated_with_current_classifier(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
+    store = storage.storage()
+    shards = context.instance.get_dynamic_partitions(shard_partitions.name)
+    stale = classifier_stale_shards(store, shards)
+    current = json.loads(store.read_bytes(CURRENT_CLASSIFIER))["hash"] if store.exists(CURRENT_CLASSIFIER) else "none"
+    return dg.AssetCheckResult(
+        passed=not stale,
+        metadata={"current_classifier_hash": current, "shards": len(shards), "stale": dg.MetadataValue.json(stale)},
     )
