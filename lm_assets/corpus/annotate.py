@@ -4,7 +4,7 @@ Labels are JSON lines: `doc_id`, `url`, `label` (KEEP, DROP or an integer score 
 `confidence` (high or low), `source` (`human` or the annotating model), optional `lang` and `reason`.
 
 `LMAnnotator` scores a page with a local Hugging Face causal LM and `PROMPT`, the FineWeb-Edu annotation prompt
-adapted to the project's rubric (shared/quality/RUBRIC.md): an additive 0-5 score whose third point is the
+adapted to the project's rubric (docs/labelling-rubric.md): an additive 0-5 score whose third point is the
 rubric's KEEP, so 3-5 describe KEEP pages and 0-2 DROP pages. Instead of letting the model write a justification
 and then a score, it reads the next-token distribution after "Score:" over the digits 0-5: one forward pass per
 page, deterministic. The label is the most probable score.
