@@ -108,6 +108,14 @@ def test_round_trip_gives_identical_scores_and_reuses_signals(stacked, examples)
     assert np.array_equal(first.score(with_signals), scores)
 
 
+def test_the_logistic_stacker_works_too(examples):
+    trained = train_classifier(examples, replace(CONFIG, stacker="logistic"))
+    classifier = QualityClassifier.from_bytes(trained.model)
+    assert classifier.manifest["stacker"]["kind"] == "logistic"
+    keep, drop = classifier.score(pages(PROSE, NAVIGATION))
+    assert keep > drop
+
+
 def test_text_only_model_reads_no_signals(text_only, examples):
     classifier = QualityClassifier.from_bytes(text_only.model)
     assert classifier.features == "text" and classifier.manifest["stacker"] is None
@@ -146,6 +154,9 @@ def test_corrupt_or_foreign_artefacts_are_refused(stacked):
     import pickle
 
     manifest = json.loads(zipfile.ZipFile(io.BytesIO(stacked.model)).read(MANIFEST_ENTRY))
+    looping = json.loads(json.dumps(manifest))
+    tree = looping["stacker"]["trees"][0]
+    tree["left"][0] = 0
     bad = {
         "not a zip": b"\x80\x04K\x01.",
         "truncated": stacked.model[: len(stacked.model) // 2],
@@ -153,9 +164,10 @@ def test_corrupt_or_foreign_artefacts_are_refused(stacked):
         "fastText entry replaced": repack(stacked.model, **{FASTTEXT_ENTRY: pickle.dumps([1, 2, 3])}),
         "manifest not JSON": repack(stacked.model, **{MANIFEST_ENTRY: b"\x80\x04"}),
         "other format": repack(stacked.model, **{MANIFEST_ENTRY: json.dumps({**manifest, "format": "x"}).encode()}),
-        "weights cut": repack(
+        "tree pointing backwards": repack(stacked.model, **{MANIFEST_ENTRY: json.dumps(looping).encode()}),
+        "unknown stacker": repack(
             stacked.model,
-            **{MANIFEST_ENTRY: json.dumps({**manifest, "stacker": {**manifest["stacker"], "coef": [1.0]}}).encode()},
+            **{MANIFEST_ENTRY: json.dumps({**manifest, "stacker": {**manifest["stacker"], "kind": "pickle"}}).encode()},
         ),
     }
     for name, data in bad.items():

@@ -3,8 +3,9 @@
 fastText reads the normalized text (lower case, white space collapsed, punctuation and every CJK
 character split into tokens, so `wordNgrams=2` gives Chinese its character bigrams) and gives
 P(KEEP). With `features="text+signals"` that probability, as a logit, is stacked with the `q_*` rule
-signals of `quality.py` in a logistic regression; the fastText probability the stacker learns from
-is cross-fitted on the training split, so it is no more confident there than on unseen pages.
+signals of `quality.py` by small gradient-boosted trees (or a logistic regression); the fastText
+probability the stacker learns from is cross-fitted on the training split, so it is no more
+confident there than on unseen pages. bench/quality_classifier.py measured these choices.
 
 The threshold maximizes balanced accuracy over the out-of-fold scores of the training split; the
 figures in `metrics` come from a held-back split, stratified by (lang, keep). The artefact is a zip
@@ -35,6 +36,7 @@ import polars as pl
 from lm_assets.corpus.quality import preset, quality_signals
 
 FEATURES = ("text", "text+signals")
+STACKERS = ("logistic", "boosting")
 FORMAT = "lm_assets.quality_classifier"
 FORMAT_VERSION = 1
 KEEP_LABEL, DROP_LABEL = "__label__keep", "__label__drop"
@@ -69,8 +71,9 @@ class ClassifierConfig:
     bucket: int = 50_000
     quantize: bool = False
     balance_classes: bool = True  # repeat the rarer class's lines so both weigh the same in fastText
-    # stacker (logistic regression on the fastText logit and the q_* signals)
-    stacker_c: float = 1.0
+    # the stacker on the fastText logit and the q_* signals: gradient "boosting" or "logistic" regression
+    stacker: str = "boosting"
+    stacker_c: float = 1.0  # the logistic regression's C
 
 
 @dataclass
@@ -167,8 +170,9 @@ def _load_fasttext(data: bytes):
         path = os.path.join(tmp, "model.bin")
         Path(path).write_bytes(data)
         model = fasttext.load_model(path)
-    if sorted(model.get_labels()) != sorted([DROP_LABEL, KEEP_LABEL]):
-        raise ValueError(f"not a quality classifier: fastText labels {model.get_labels()}")
+    labels = sorted(label for _, label in model.f.predict("\n", 3, 0.0, "replace"))
+    if labels != [DROP_LABEL, KEEP_LABEL]:
+        raise ValueError(f"not a quality classifier: fastText labels {labels}")
     return model
 
 
@@ -227,19 +231,84 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 
 def _fit_stacker(x: np.ndarray, keep: np.ndarray, weight: np.ndarray, config: ClassifierConfig) -> dict:
+    if config.stacker == "boosting":
+        return _fit_boosting(x, keep, weight, config)
     from sklearn.linear_model import LogisticRegression
 
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale == 0] = 1.0
     model = LogisticRegression(C=config.stacker_c, class_weight="balanced", max_iter=2000, random_state=config.seed)
     model.fit((x - mean) / scale, keep, sample_weight=weight)
-    return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": model.coef_[0].tolist(),
+    return {"kind": "logistic", "mean": mean.tolist(), "scale": scale.tolist(), "coef": model.coef_[0].tolist(),
             "intercept": float(model.intercept_[0])}
 
 
+def _fit_boosting(x: np.ndarray, keep: np.ndarray, weight: np.ndarray, config: ClassifierConfig) -> dict:
+    """Small histogram gradient boosting, its trees written out as plain arrays."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    model = HistGradientBoostingClassifier(
+        max_iter=100, learning_rate=0.1, max_leaf_nodes=8, min_samples_leaf=10, l2_regularization=1.0,
+        class_weight="balanced", early_stopping=False, random_state=config.seed,
+    )
+    model.fit(x, keep, sample_weight=weight)
+    trees = []
+    for (predictor,) in model._predictors:
+        nodes = predictor.nodes
+        trees.append({"feature": nodes["feature_idx"].tolist(), "threshold": nodes["num_threshold"].tolist(),
+                      "left": nodes["left"].tolist(), "right": nodes["right"].tolist(),
+                      "value": nodes["value"].tolist(), "leaf": nodes["is_leaf"].astype(bool).tolist()})
+    stacker = {"kind": "boosting", "baseline": float(np.ravel(model._baseline_prediction)[0]), "trees": trees}
+    if not np.allclose(_apply_stacker(stacker, x), model.predict_proba(x)[:, 1]):
+        raise RuntimeError("the boosting stacker written out does not predict as scikit-learn's model")
+    return stacker
+
+
 def _apply_stacker(stacker: dict, x: np.ndarray) -> np.ndarray:
-    z = ((x - np.asarray(stacker["mean"])) / np.asarray(stacker["scale"])) @ np.asarray(stacker["coef"])
-    return 1.0 / (1.0 + np.exp(-(z + stacker["intercept"])))
+    if stacker["kind"] == "logistic":
+        z = ((x - np.asarray(stacker["mean"])) / np.asarray(stacker["scale"])) @ np.asarray(stacker["coef"])
+        return 1.0 / (1.0 + np.exp(-(z + stacker["intercept"])))
+    raw = np.full(len(x), stacker["baseline"])
+    for tree in stacker["trees"]:
+        feature, threshold = np.asarray(tree["feature"]), np.asarray(tree["threshold"])
+        left, right, leaf = np.asarray(tree["left"]), np.asarray(tree["right"]), np.asarray(tree["leaf"])
+        node = np.zeros(len(x), dtype=np.int64)
+        rows = np.flatnonzero(~leaf[node])
+        while len(rows):
+            at = node[rows]
+            node[rows] = np.where(x[rows, feature[at]] <= threshold[at], left[at], right[at])
+            rows = rows[~leaf[node[rows]]]
+        raw += np.asarray(tree["value"])[node]
+    return 1.0 / (1.0 + np.exp(-raw))
+
+
+def _check_stacker(stacker, n_signals: int) -> None:
+    """Shapes, finiteness and, for trees, children after their parent (so that walking a tree ends)."""
+    def numbers(values) -> bool:
+        return isinstance(values, list) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+        )
+
+    n = n_signals + 1
+    if stacker.get("kind") == "logistic":
+        if not all(numbers(stacker.get(key)) and len(stacker[key]) == n for key in ("mean", "scale", "coef")):
+            raise ValueError("quality classifier: the stacker's weights do not match its signals")
+        if not numbers([stacker.get("intercept")]):
+            raise ValueError("quality classifier: the stacker's intercept is not a finite number")
+        return
+    if stacker.get("kind") != "boosting" or not numbers([stacker.get("baseline")]) or not isinstance(stacker.get("trees"), list):
+        raise ValueError(f"quality classifier: unknown stacker {stacker.get('kind')!r}")
+    for tree in stacker["trees"]:
+        keys = ("feature", "threshold", "left", "right", "value", "leaf")
+        if not isinstance(tree, dict) or not all(isinstance(tree.get(key), list) for key in keys):
+            raise ValueError("quality classifier: a stacker tree is not a table of nodes")
+        size = len(tree["leaf"])
+        if size == 0 or any(len(tree[key]) != size for key in keys) or not all(numbers(tree[k]) for k in keys[:5]):
+            raise ValueError("quality classifier: a stacker tree's columns differ in length or hold non-numbers")
+        for i in range(size):
+            inner = not tree["leaf"][i]
+            if inner and not (0 <= tree["feature"][i] < n and i < tree["left"][i] < size and i < tree["right"][i] < size):
+                raise ValueError("quality classifier: a stacker tree points outside itself or backwards")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,6 +407,8 @@ class _Examples:
 def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
     if config.features not in FEATURES:
         raise ValueError(f"features must be one of {FEATURES}, not {config.features!r}")
+    if config.stacker not in STACKERS:
+        raise ValueError(f"stacker must be one of {STACKERS}, not {config.stacker!r}")
     missing = [c for c in ("doc_id", "text", "lang", "keep") if c not in examples.columns]
     if missing:
         raise ValueError(f"examples need the columns doc_id, text, lang, keep; missing {missing}")
@@ -503,14 +574,10 @@ def _check_manifest(manifest) -> None:
     if manifest["features"] == "text+signals":
         if not isinstance(stacker, dict):
             raise ValueError("quality classifier: text+signals without a stacker")
-        n = len(stacker.get("signals", [])) + 1
-        sizes = [len(stacker.get(key, [])) for key in ("mean", "scale", "coef")]
         names = stacker.get("signals", []) + stacker.get("log_columns", [])
-        if sizes != [n] * 3 or not all(isinstance(name, str) and name.startswith("q_") for name in names):
-            raise ValueError("quality classifier: the stacker's weights do not match its signals")
-        values = stacker["mean"] + stacker["scale"] + stacker["coef"] + [stacker.get("intercept")]
-        if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-            raise ValueError("quality classifier: the stacker's weights are not finite numbers")
+        if not isinstance(names, list) or not all(isinstance(name, str) and name.startswith("q_") for name in names):
+            raise ValueError("quality classifier: the stacker's signals are not q_* column names")
+        _check_stacker(stacker, len(stacker["signals"]))
 
 
 class QualityClassifier:
