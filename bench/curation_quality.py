@@ -214,10 +214,12 @@ def run(args: argparse.Namespace) -> dict:
     truth = json.loads((crawl / "truth.json").read_text())
     labels = read_labels(args.labels)
     extra = json.loads(args.config_json)
-    if args.policy:
-        extra.setdefault("ops", {}).setdefault("curated_shard", {}).setdefault("config", {})["quality_policy"] = args.policy
+    curated_config = extra.setdefault("ops", {}).setdefault("curated_shard", {}).setdefault("config", {})
+    curated_config["quality_policy"] = args.policy or curated_config.get("quality_policy") or DEFAULT_QUALITY_POLICY
     run_config = merged_config(extra)
-    policy = run_config["ops"]["curated_shard"]["config"].get("quality_policy", DEFAULT_QUALITY_POLICY)
+    policy = curated_config["quality_policy"]
+    if policy != "rules" and args.labels.resolve() == args.train_labels.resolve() and not args.smoke:
+        print("warning: the classifier is trained on the labels it is scored on; this measures memorisation")
     print(f"crawl: {crawl} ({len(shards)} shards), labels: {args.labels} ({labels.height} pages), policy: {policy}")
     classifier = None
     with tempfile.TemporaryDirectory(prefix="curation-quality-") as scratch:

@@ -13,11 +13,14 @@ from lm_assets.defs.automation import landing_shards
 from lm_assets.defs.partitions import shard_partitions
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
-OFFLINE_RUN_CONFIG = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
+OFFLINE_TOXICITY = {"toxicity": {"backend": "profanity_check"}}
+# For runs without quality labels (benchmarks of speed and dedup, tests): the rules alone decide.
+OFFLINE_RUN_CONFIG = {"ops": {"curated_shard": {"config": {**OFFLINE_TOXICITY, "quality_policy": "rules"}}}}
 # The sample crawl holds about 200 documents: a small vocabulary, short sequences, a larger val split.
 DEMO_RUN_CONFIG = {
     "ops": {
-        **OFFLINE_RUN_CONFIG["ops"],
+        # The demo trains the quality classifier on the sample crawl's labels: the default policy applies.
+        "curated_shard": {"config": OFFLINE_TOXICITY},
         "tokenizer": {"config": {"vocab_size": 4000}},
         "packed_dataset": {"config": {"seq_len": 257, "val_fraction": 0.05}},
         # The tiny model as a 2-stage pipeline: two CPU processes on gloo, one per core.

@@ -26,7 +26,7 @@ from lm_assets.defs.reporting import config_hash
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
 from tests.warc_builder import WarcBuilder, page
 
-OFFLINE_TOXICITY = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
+OFFLINE_TOXICITY = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
 EN = (
     "The old lighthouse stands at the edge of the harbour, and its keeper climbs the stairs every evening. "
     "In winter the storms come from the north, and the ships wait in the bay until the sea is calm again. "
@@ -110,7 +110,7 @@ def test_unloadable_toxicity_model_fails_the_run_with_its_reason(tmp_path):
     write_shard(landing / "s1.warc.gz")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
-    config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "detoxify", "detoxify_checkpoint": "/no/such.ckpt"}}}}}
+    config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "detoxify", "detoxify_checkpoint": "/no/such.ckpt"}, "quality_policy": "rules"}}}}
     result = dg.materialize(
         [raw_shard, extracted_shard, curated_shard],
         partition_key="s1.warc.gz",
@@ -180,11 +180,11 @@ def test_schedule_finds_shards_whose_config_changed(tmp_path):
     current = {
         raw_shard.key: config_hash(RawShardConfig()),
         extracted_shard.key: config_hash(ExtractedShardConfig()),
-        curated_shard.key: config_hash(CuratedShardConfig(toxicity=ToxicityRulesConfig(backend="profanity_check"))),
+        curated_shard.key: config_hash(CuratedShardConfig(toxicity=ToxicityRulesConfig(backend="profanity_check"), quality_policy="rules")),
     }
     dg.materialize(assets, partition_key="s1.warc.gz", run_config=OFFLINE_TOXICITY, **common)
     assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s2.warc.gz"]  # s2 never ran
-    changed = {"ops": {"curated_shard": {"config": {"min_language_score": 0.6, "toxicity": {"backend": "profanity_check"}}}}}
+    changed = {"ops": {"curated_shard": {"config": {"min_language_score": 0.6, "toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
     dg.materialize(assets, partition_key="s2.warc.gz", run_config=changed, **common)
     assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s2.warc.gz"]
     dg.materialize(assets, partition_key="s2.warc.gz", run_config=OFFLINE_TOXICITY, **common)
@@ -229,6 +229,7 @@ def test_real_cli_materializes_a_partition(tmp_path):
         "LM_ASSETS_LANDING_ROOT": str(landing),
         "LM_ASSETS_STORAGE_ROOT": str(tmp_path / "storage"),
         "LM_ASSETS_TOXICITY_BACKEND": "profanity_check",
+        "LM_ASSETS_QUALITY_POLICY": "rules",
     }
     bin_dir = Path(sys.executable).parent
     added = subprocess.run([bin_dir / "lm-assets", "add-shards"], env=env, capture_output=True, text=True, check=True)

@@ -24,7 +24,7 @@ from lm_assets.defs.tokens import (
 CRAWL = Path(__file__).resolve().parents[1] / "data" / "sample-crawl"
 EXPECTED = json.loads((CRAWL / "expected.json").read_text())
 SHARDS = sorted(EXPECTED["shards"])
-RUN_CONFIG = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
+RUN_CONFIG = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ from lm_assets.defs.reporting import (
 from lm_assets.defs.resources import StorageResource
 
 # Who decides quality by default: see the README's "Curation defaults, and why".
-DEFAULT_QUALITY_POLICY = "rules"
+DEFAULT_QUALITY_POLICY = "both"
 
 EXTRACTED_SCHEMA = {
     "doc_id": pl.String,
@@ -175,14 +175,19 @@ class CuratedShardConfig(dg.Config):
         "published: Gopher+C4+FineWeb as published)",
     )
     quality_overrides: dict[str, Any] = Field(default={}, description="QualityConfig fields set on top of the preset")
-    quality_policy: str = Field(
-        default=DEFAULT_QUALITY_POLICY,
+    quality_policy: str | None = Field(
+        default=None,
         description="who decides quality: rules (the preset), classifier (the current quality_classifier, after "
-        "language ID and a minimum length) or both (either drops)",
+        f"language ID and a minimum length) or both (either drops); unset: $LM_ASSETS_QUALITY_POLICY, else {DEFAULT_QUALITY_POLICY}",
     )
     classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops; "
                                                "unset: the threshold chosen when it was trained")
     toxicity: ToxicityRulesConfig = ToxicityRulesConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(data, {"quality_policy": ("LM_ASSETS_QUALITY_POLICY", DEFAULT_QUALITY_POLICY)})
 
     def curation_config(self, classifier: QualityClassifier | None = None) -> CurationConfig:
         return CurationConfig(
