@@ -64,6 +64,7 @@ run() {
 }
 run "$PY" bench/curation.py --smoke
 run "$PY" bench/curation_quality.py --smoke
+run "$PY" bench/quality_classifier.py --smoke
 run "$PY" bench/dedup_quality.py --smoke
 run "$PY" bench/dedup_speed.py --smoke
 run "$PY" bench/tokens.py --smoke

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import importlib.metadata
 import io
@@ -68,7 +69,7 @@ class ClassifierConfig:
     lr: float = 0.5
     word_ngrams: int = 2
     min_count: int = 1
-    bucket: int = 50_000
+    bucket: int = 10_000
     quantize: bool = False
     balance_classes: bool = True  # repeat the rarer class's lines so both weigh the same in fastText
     # the stacker on the fastText logit and the q_* signals: gradient "boosting" or "logistic" regression
@@ -99,20 +100,20 @@ def model_hash(model: bytes) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def fasttext_package() -> dict:
     """The distribution whose files are the `fasttext` module in use: several wheels install that module."""
     import fasttext
 
     module_dir = Path(fasttext.__file__).resolve().parent
-    names = importlib.metadata.packages_distributions().get("fasttext", [])
-    for name in sorted(set(names)):
-        dist = importlib.metadata.distribution(name)
+    for info in sorted(module_dir.parent.glob("fasttext*.dist-info")):
+        dist = importlib.metadata.Distribution.at(info)
         for record in dist.files or []:
             if record.hash is None or record.name != "__init__.py" or record.parent.name != "fasttext":
                 continue
             path = Path(dist.locate_file(record)).resolve()
             if path.parent == module_dir and _record_digest(path) == record.hash.value:
-                return {"package": name, "version": dist.version}
+                return {"package": dist.metadata["Name"], "version": dist.version}
     return {"package": "unknown", "version": getattr(fasttext, "__version__", "unknown")}
 
 
@@ -296,18 +297,23 @@ def _check_stacker(stacker, n_signals: int) -> None:
         if not numbers([stacker.get("intercept")]):
             raise ValueError("quality classifier: the stacker's intercept is not a finite number")
         return
-    if stacker.get("kind") != "boosting" or not numbers([stacker.get("baseline")]) or not isinstance(stacker.get("trees"), list):
+    trees = stacker.get("trees")
+    if stacker.get("kind") != "boosting" or not numbers([stacker.get("baseline")]) or not isinstance(trees, list):
         raise ValueError(f"quality classifier: unknown stacker {stacker.get('kind')!r}")
-    for tree in stacker["trees"]:
+    for tree in trees:
         keys = ("feature", "threshold", "left", "right", "value", "leaf")
         if not isinstance(tree, dict) or not all(isinstance(tree.get(key), list) for key in keys):
             raise ValueError("quality classifier: a stacker tree is not a table of nodes")
         size = len(tree["leaf"])
         if size == 0 or any(len(tree[key]) != size for key in keys) or not all(numbers(tree[k]) for k in keys[:5]):
             raise ValueError("quality classifier: a stacker tree's columns differ in length or hold non-numbers")
+        indices = [v for key in ("feature", "left", "right") for v in tree[key]]
+        if not all(isinstance(v, int) for v in indices) or not all(isinstance(v, bool) for v in tree["leaf"]):
+            raise ValueError("quality classifier: a stacker tree's node links are not integers")
         for i in range(size):
-            inner = not tree["leaf"][i]
-            if inner and not (0 <= tree["feature"][i] < n and i < tree["left"][i] < size and i < tree["right"][i] < size):
+            if tree["leaf"][i]:
+                continue
+            if not (0 <= tree["feature"][i] < n and i < tree["left"][i] < size and i < tree["right"][i] < size):
                 raise ValueError("quality classifier: a stacker tree points outside itself or backwards")
 
 
@@ -481,7 +487,9 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     train, test = data.take(~held_back), data.take(held_back)
     for label, rows in (("KEEP", train.keep), ("DROP", ~train.keep)):
         if rows.sum() < max(config.min_per_class, config.folds):
-            raise ValueError(f"too few {label} examples in the training split ({int(rows.sum())}) to train a quality classifier")
+            raise ValueError(
+                f"too few {label} examples in the training split ({int(rows.sum())}) to train a quality classifier"
+            )
 
     fasttext_keep, oof_scores = _out_of_fold(train, config)
     threshold = best_threshold(train.keep, oof_scores)
@@ -548,7 +556,9 @@ def _unpack(data: bytes) -> tuple[dict, bytes]:
     with archive:
         names = sorted(archive.namelist())
         if names != sorted([MANIFEST_ENTRY, FASTTEXT_ENTRY]):
-            raise ValueError(f"not a quality classifier: entries {names[:10]}, expected {MANIFEST_ENTRY} and {FASTTEXT_ENTRY}")
+            raise ValueError(
+                f"not a quality classifier: entries {names[:10]}, expected {MANIFEST_ENTRY} and {FASTTEXT_ENTRY}"
+            )
         for info in archive.infolist():
             if info.file_size > MAX_ENTRY_BYTES:
                 raise ValueError(f"not a quality classifier: {info.filename} unpacks to {info.file_size} bytes")
@@ -565,7 +575,9 @@ def _check_manifest(manifest) -> None:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError("not a quality classifier: classifier.json has no lm_assets.quality_classifier format")
     if manifest.get("version") != FORMAT_VERSION:
-        raise ValueError(f"quality classifier format version {manifest.get('version')}; this code reads {FORMAT_VERSION}")
+        raise ValueError(
+            f"quality classifier format version {manifest.get('version')}; this code reads {FORMAT_VERSION}"
+        )
     if manifest.get("features") not in FEATURES:
         raise ValueError(f"quality classifier: unknown features {manifest.get('features')!r}")
     if not isinstance(manifest.get("threshold"), (int, float)) or not isinstance(manifest.get("max_chars"), int):
