@@ -15,6 +15,7 @@ fastText model; loading it parses JSON and reads fastText's binary format, never
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import functools
@@ -118,17 +119,15 @@ def fasttext_package() -> dict:
 
 
 def _record_digest(path: Path) -> str:
-    import base64
-
     return base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
 
 
 @contextlib.contextmanager
 def _zeroed_allocations():
-    """Make glibc's malloc hand out zeroed memory. The fastText wheels built for numpy 2 leave 90 % of the
-    input matrix uninitialized when thread=1 (fastText's own 0.9.2 build zeroes it); on reused heap memory
-    that made training non-deterministic and sometimes end in "Encountered NaN". M_PERTURB=255 fills every
-    new allocation with 0x00."""
+    """Make glibc's malloc hand out zeroed memory while fastText trains. The wheels built for numpy 2 leave
+    90 % of the input matrix uninitialized when thread=1 (fasttext-wheel's 0.9.2 build zeroes it); on
+    reused heap memory that made training non-deterministic and often end in "Encountered NaN".
+    M_PERTURB=255 fills every new allocation with 0x00."""
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is None:
         yield
