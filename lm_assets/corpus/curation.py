@@ -60,7 +60,9 @@ def curate(docs: pl.DataFrame, config: CurationConfig | None = None) -> StageRes
         raise ValueError("the quality rules need the `lang` column: run langid before quality")
     if config.uses_classifier and "quality" not in config.order:
         raise ValueError("a quality classifier decides after the quality step: keep `quality` in the order")
-    steps = [s for name in config.order for s in ((name, "classifier") if name == "quality" and config.uses_classifier else (name,))]
+    steps = list(config.order)
+    if config.uses_classifier:
+        steps.insert(steps.index("quality") + 1, "classifier")
     dropped, stats = [], {}
     for name in steps:
         started = time.perf_counter()
