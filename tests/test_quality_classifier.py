@@ -18,7 +18,9 @@ from lm_assets.corpus.quality_classifier import (
     MANIFEST_ENTRY,
     ClassifierConfig,
     QualityClassifier,
+    group_fold_ids,
     normalize_text,
+    sites,
     train_classifier,
 )
 from lm_assets.corpus.readers import read_shard
@@ -175,3 +177,26 @@ def test_corrupt_or_foreign_artefacts_are_refused(stacked):
         with pytest.raises(ValueError, match="quality classifier"):
             QualityClassifier.from_bytes(data)
         assert name
+
+
+def test_site_folds_keep_every_site_whole_and_balance_the_folds():
+    groups = ["a.example"] * 40 + ["b.example"] * 30 + ["c.example"] * 20 + ["d.example"] * 10 + [f"s{i}" for i in range(20)]
+    strata = [(i % 3 == 0, "en") for i in range(len(groups))]
+    folds = group_fold_ids(groups, strata, folds=5, seed=0)
+    for site in set(groups):
+        assert len({int(f) for f, g in zip(folds, groups) if g == site}) == 1, site
+    assert sorted(np.bincount(folds, minlength=5).tolist()) == [15, 15, 20, 30, 40]
+    assert (group_fold_ids(groups, strata, 5, seed=0) == folds).all()
+
+
+def test_site_folds_fall_back_to_page_folds_with_fewer_sites_than_folds():
+    groups, strata = ["a"] * 10 + ["b"] * 10, [(i % 2 == 0, "en") for i in range(20)]
+    folds = group_fold_ids(groups, strata, folds=5, seed=0)
+    assert np.bincount(folds).tolist() == [4, 4, 4, 4, 4]
+
+
+def test_the_site_of_a_page_is_its_url_host_else_its_doc_id():
+    frame = pl.DataFrame({"doc_id": ["1", "2", "3", "4"],
+                          "url": ["https://Docs.Example/a", None, "http://[::1/x", "https://docs.example/b"]})
+    assert sites(frame) == ["docs.example", "2", "3", "docs.example"]
+    assert sites(frame.drop("url")) == ["1", "2", "3", "4"]

@@ -4,8 +4,9 @@ fastText reads the normalized text (lower case, white space collapsed, punctuati
 character split into tokens, so `wordNgrams=2` gives Chinese its character bigrams) and gives
 P(KEEP). With `features="text+signals"` that probability, as a logit, is stacked with the `q_*` rule
 signals of `quality.py` by small gradient-boosted trees (or a logistic regression); the fastText
-probability the stacker learns from is cross-fitted on the training split, so it is no more
-confident there than on unseen pages. bench/quality_classifier.py measured these choices.
+probability the stacker learns from is cross-fitted on the training split with each site (URL host)
+whole in one fold, so the stacker learns how far fastText carries to sites it never saw, which is
+what a new crawl is made of. bench/quality_classifier.py measured these choices.
 
 The threshold maximizes balanced accuracy over the out-of-fold scores of the training split; the
 figures in `metrics` come from a held-back split, stratified by (lang, keep). The artefact is a zip
@@ -31,6 +32,7 @@ import tempfile
 import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import polars as pl
@@ -62,6 +64,7 @@ class ClassifierConfig:
     test_fraction: float = 0.3  # held-back split, stratified by (lang, keep); 0: out-of-fold figures instead
     features: str = "text+signals"  # or "text": fastText alone
     folds: int = 5  # cross-fitting and threshold choice on the training split
+    folds_by_site: bool = True  # each site's pages in one fold (`group_fold_ids`)
     min_per_class: int = 5  # KEEP and DROP examples the training split needs at least
     max_chars: int = 3000  # text read per document
     # fastText
@@ -344,6 +347,25 @@ def fold_ids(strata: list, folds: int, seed: int) -> np.ndarray:
     return ids
 
 
+def group_fold_ids(groups: list, strata: list, folds: int, seed: int) -> np.ndarray:
+    """A fold per row with every group (a site) whole in one fold, so that out-of-fold scores measure
+    pages of sites the model never saw. Groups go, largest first in a seeded order, to the fold with the
+    fewest rows. With fewer groups than folds: `fold_ids`."""
+    names = sorted(set(groups))
+    if len(names) < folds:
+        return fold_ids(strata, folds, seed)
+    rng = np.random.default_rng(seed)
+    index = {name: i for i, name in enumerate(names)}
+    codes = np.array([index[g] for g in groups])
+    sizes = np.bincount(codes, minlength=len(names))
+    order = sorted(rng.permutation(len(names)), key=lambda g: -sizes[g])
+    fold_of, fill = np.zeros(len(names), dtype=int), np.zeros(folds, dtype=int)
+    for g in order:
+        fold_of[g] = int(np.argmin(fill))
+        fill[fold_of[g]] += sizes[g]
+    return fold_of[codes]
+
+
 def balanced_accuracy(keep: np.ndarray, predicted: np.ndarray) -> float | None:
     if keep.all() or not keep.any():
         return None
@@ -402,11 +424,13 @@ class _Examples:
     weight: np.ndarray
     signals: np.ndarray  # rows x q_* columns, already transformed
     strata: list = field(default_factory=list)
+    groups: list = field(default_factory=list)  # the site of each page
 
     def take(self, rows: np.ndarray) -> _Examples:
         idx = np.flatnonzero(rows) if rows.dtype == bool else rows
         return _Examples([self.texts[i] for i in idx], [self.langs[i] for i in idx], self.keep[idx],
-                         self.weight[idx], self.signals[idx], [self.strata[i] for i in idx])
+                         self.weight[idx], self.signals[idx], [self.strata[i] for i in idx],
+                         [self.groups[i] for i in idx])
 
 
 def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
@@ -449,8 +473,22 @@ def _prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Example
         texts=[normalize_text(text, config.max_chars) for text in examples["text"].to_list()],
         langs=langs, keep=keep, weight=weight, signals=_signal_matrix(signals, log_columns),
         strata=[(bool(k), lang) for lang, k in zip(langs, keep)],
+        groups=sites(examples),
     )
     return data, signals.columns, log_columns
+
+
+def sites(examples: pl.DataFrame) -> list[str]:
+    """The host of each page's URL; the doc_id where there is no URL."""
+    urls = examples["url"].to_list() if "url" in examples.columns else [None] * examples.height
+    return [_host(url) or doc_id for url, doc_id in zip(urls, examples["doc_id"].to_list())]
+
+
+def _host(url: str | None) -> str | None:
+    try:
+        return urlsplit(url).hostname if url else None
+    except ValueError:  # a malformed URL, e.g. an unclosed IPv6 bracket
+        return None
 
 
 def _stack_inputs(fasttext_keep: np.ndarray, signals: np.ndarray) -> np.ndarray:
@@ -459,7 +497,8 @@ def _stack_inputs(fasttext_keep: np.ndarray, signals: np.ndarray) -> np.ndarray:
 
 def _out_of_fold(train: _Examples, config: ClassifierConfig) -> tuple[np.ndarray, np.ndarray]:
     """Cross-fitted fastText P(KEEP) and, stacked, the final out-of-fold score of every training row."""
-    folds = fold_ids(train.strata, config.folds, config.seed)
+    folds = (group_fold_ids(train.groups, train.strata, config.folds, config.seed) if config.folds_by_site
+             else fold_ids(train.strata, config.folds, config.seed))
     fasttext_keep = np.zeros(len(train.texts))
     for fold in range(config.folds):
         inside, outside = train.take(folds != fold), folds == fold
@@ -518,7 +557,7 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
         "threshold": _round(threshold, 6),
         "threshold_reason": (
             f"maximizes balanced accuracy over the out-of-fold scores of a {config.folds}-fold cross-validation "
-            "on the training split"
+            "on the training split" + (", each site's pages in one fold" if config.folds_by_site else "")
         ),
         "n_train": len(train.texts),
         "n_test": len(test.texts),
