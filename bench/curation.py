@@ -60,23 +60,49 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
-from bench_paths import out_dir, smoke_crawl
+from bench_paths import REPO, out_dir, smoke_crawl
 
 from lm_assets.corpus.extract import ExtractConfig, extract_documents, extract_html
 from lm_assets.corpus.langid import LangIdConfig, identify, identify_languages
 from lm_assets.corpus.quality import apply_quality_rules, preset
 from lm_assets.corpus.readers import read_shard
 
-DEFAULT_CRAWL = out_dir("dev-crawl")
 MAKE_CRAWL = Path("/work/shared/bench/make_crawl.py")
+
+
+@dataclass(frozen=True)
+class LabelledCrawl:
+    """A crawl `make_crawl.py` builds from Debian documentation packages, and the labels of its pages."""
+
+    name: str
+    packages: str
+    labels: Path
+    seed: int
+    docs_per_shard: int = 500
+    max_pages: int | None = None  # None: every page of the packages
+
+    @property
+    def folder(self) -> Path:
+        return out_dir(f"{self.name}-crawl")
+
+
 # The labelled development crawl (bench/dev_set/README.md): English and Chinese technical manuals.
-DEV_PACKAGES = (
+DEV_CRAWL = LabelledCrawl(
+    "dev",
     "sqlite3-doc,python-sqlalchemy-doc,python-flask-doc,python-jinja2-doc,git-doc,debian-policy,"
-    "debian-handbook,harden-doc,installation-guide-amd64,lilypond-doc-html-zh,libreoffice-help-zh-cn"
+    "debian-handbook,harden-doc,installation-guide-amd64,lilypond-doc-html-zh,libreoffice-help-zh-cn",
+    REPO / "bench" / "dev_set" / "labels.jsonl", seed=0, max_pages=4000,
 )
-BUILD_MAX_PAGES = 4000
-BUILD_DOCS_PER_SHARD = 500
-BUILD_SEED = 0
+# Twelve other packages, labelled the same way (bench/transfer_set/README.md).
+TRANSFER_CRAWL = LabelledCrawl(
+    "transfer",
+    "python-requests-doc,python-click-doc,python-werkzeug-doc,python-pytest-doc,vim-doc,bash-doc,debian-history,"
+    "developers-reference,apache2-doc,kicad-doc-zh,linuxcnc-doc-zh-cn,libreoffice-help-zh-tw",
+    REPO / "bench" / "transfer_set" / "labels.jsonl", seed=1,
+)
+LABELLED_CRAWLS = {crawl.name: crawl for crawl in (DEV_CRAWL, TRANSFER_CRAWL)}
+DEFAULT_CRAWL = DEV_CRAWL.folder
+DEV_PACKAGES = DEV_CRAWL.packages
 SHARD_GLOB = "crawl-*.warc.gz"
 
 # Datatrove's FineWeb order; our quality families are checked in the same order.
@@ -145,8 +171,8 @@ def is_crawl(crawl: Path) -> bool:
     return bool(find_shards(crawl)) and (crawl / "truth.json").is_file()
 
 
-def reusable_crawl(crawl: Path) -> bool:
-    """A crawl in `crawl` that `make_crawl.py` built with our build arguments."""
+def reusable_crawl(crawl: Path, spec: LabelledCrawl = DEV_CRAWL) -> bool:
+    """A crawl in `crawl` that `make_crawl.py` built with `spec`'s build arguments."""
     try:
         manifest = json.loads((crawl / "manifest.json").read_text())
     except (OSError, ValueError):
@@ -154,35 +180,34 @@ def reusable_crawl(crawl: Path) -> bool:
     shards = {s["file"] for s in manifest.get("shards", [])}
     return (
         is_crawl(crawl)
-        and manifest.get("max_pages") == BUILD_MAX_PAGES
-        and manifest.get("docs_per_shard") == BUILD_DOCS_PER_SHARD
-        and manifest.get("seed") == BUILD_SEED
-        and [p["name"] for p in manifest.get("packages", [])] == DEV_PACKAGES.split(",")
+        and manifest.get("max_pages") == spec.max_pages
+        and manifest.get("docs_per_shard") == spec.docs_per_shard
+        and manifest.get("seed") == spec.seed
+        and [p["name"] for p in manifest.get("packages", [])] == spec.packages.split(",")
         and shards == {p.name for p in find_shards(crawl)}
     )
 
 
-def build_crawl(out: Path, make_crawl: Path) -> None:
+def build_crawl(out: Path, make_crawl: Path, spec: LabelledCrawl = DEV_CRAWL) -> None:
     if not make_crawl.is_file():
         raise RuntimeError(f"cannot build a crawl: {make_crawl} does not exist (pass --crawl DIR)")
-    command = [
-        sys.executable,
-        str(make_crawl),
-        "--out",
-        str(out),
-        "--packages",
-        DEV_PACKAGES,
-        "--max-pages",
-        str(BUILD_MAX_PAGES),
-        "--docs-per-shard",
-        str(BUILD_DOCS_PER_SHARD),
-        "--seed",
-        str(BUILD_SEED),
-    ]
+    command = [sys.executable, str(make_crawl), "--out", str(out), "--packages", spec.packages,
+               "--docs-per-shard", str(spec.docs_per_shard), "--seed", str(spec.seed)]
+    if spec.max_pages is not None:
+        command += ["--max-pages", str(spec.max_pages)]
     print(f"building the crawl: {' '.join(command)}", flush=True)
     done = subprocess.run(command, check=False)
     if done.returncode != 0 or not is_crawl(out):
         raise RuntimeError(f"cannot build a crawl: make_crawl.py exited with {done.returncode} (pass --crawl DIR)")
+
+
+def labelled_crawl(spec: LabelledCrawl, make_crawl: Path = MAKE_CRAWL) -> Path:
+    """`spec`'s crawl, reused from its folder or built there."""
+    if reusable_crawl(spec.folder, spec):
+        print(f"reusing the crawl in {spec.folder}")
+    else:
+        build_crawl(spec.folder, make_crawl, spec)
+    return spec.folder
 
 
 def resolve_crawl(args: argparse.Namespace) -> Path:
@@ -193,11 +218,7 @@ def resolve_crawl(args: argparse.Namespace) -> Path:
         return crawl
     if args.smoke:
         return smoke_crawl()
-    if reusable_crawl(DEFAULT_CRAWL):
-        print(f"reusing the crawl in {DEFAULT_CRAWL}")
-    else:
-        build_crawl(DEFAULT_CRAWL, args.make_crawl)
-    return DEFAULT_CRAWL
+    return labelled_crawl(DEV_CRAWL, args.make_crawl)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python bench/curation_quality.py [--crawl DIR] [--labels FILE] [--storage DIR] [--show N]
-        [--config-json JSON] [--policy rules|classifier|both] [--train-crawl DIR] [--train-labels FILE] [--smoke]
+        [--config-json JSON] [--policy rules|classifier|both] [--train CRAWL LABELS]... [--smoke]
 
 `--crawl` takes a folder made by `/work/shared/bench/make_crawl.py`; without it the labelled
 development crawl is built into (or reused from) `$OUT/dev-crawl`, else `bench/out/dev-crawl`
@@ -21,11 +21,14 @@ ephemeral Dagster instance and the offline toxicity backend, into a temporary st
 
 `--policy rules|classifier|both` sets curated_shard's quality policy. For `classifier` and `both` a
 quality classifier is first trained the way the pipeline trains it, on other pages than the ones
-scored: `--train-crawl` (default: the development crawl) is extracted into a storage of its own,
-`--train-labels` (default: the development labels) go under its `labels/`, quality_labels and
-quality_classifier are materialized there, and the classifier they made current is copied into the
-scored storage. To measure generalisation, score another crawl's labels, e.g.
-`--crawl $OUT/transfer-crawl --labels bench/transfer_set/labels.jsonl` (bench/transfer_set/README.md).
+scored: every `--train CRAWL LABELS` pair (default: the development and the transfer crawl with
+their labels, bench/dev_set and bench/transfer_set, built or reused under `$OUT`) is extracted into
+a storage of its own, the labels go under its `labels/`, quality_labels and quality_classifier are
+materialized there, and the classifier they made current is copied into the scored storage. To
+measure generalisation, score another crawl's labels, e.g. `--crawl DIR --labels FILE` of a crawl of
+other packages, or train on one labelled crawl and score the other:
+`--train $OUT/dev-crawl bench/dev_set/labels.jsonl --crawl $OUT/transfer-crawl --labels
+bench/transfer_set/labels.jsonl`.
 
 Printed per package, per language (of the label) and overall, by `lm_assets.corpus.curation_eval`:
 good retention (KEEP pages kept after curation), junk rejection (DROP pages dropped), balanced
@@ -50,7 +53,7 @@ import dagster as dg
 import polars as pl
 
 from bench_paths import REPO, TEST_SLICE
-from curation import MAKE_CRAWL, find_shards, resolve_crawl
+from curation import LABELLED_CRAWLS, MAKE_CRAWL, find_shards, labelled_crawl, resolve_crawl
 from lm_assets.corpus.curation_eval import (
     decision_figures,
     decisions,
@@ -80,13 +83,23 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--config-json", default="{}", help="run config merged over the offline defaults")
     parser.add_argument("--show", type=int, default=8, help="pages listed per kind of error")
     parser.add_argument("--policy", choices=POLICIES, help=f"curated_shard's quality policy (default: {DEFAULT_QUALITY_POLICY})")
-    parser.add_argument("--train-crawl", type=Path, help="crawl the classifier is trained on (default: the development crawl)")
-    parser.add_argument("--train-labels", type=Path, default=DEFAULT_LABELS, help="labels the classifier is trained on")
+    parser.add_argument(
+        "--train", nargs=2, type=Path, action="append", metavar=("CRAWL", "LABELS"),
+        help="a crawl and its labels to train the classifier on; repeat for more (default: the development and "
+        "the transfer crawl, built or reused as bench/dev_set and bench/transfer_set say)",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.labels = TEST_SLICE / "labels.jsonl"
-        args.train_labels = args.labels
     return args
+
+
+def training_sets(args: argparse.Namespace, crawl: Path) -> list[tuple[Path, Path]]:
+    if args.smoke:
+        return [(crawl, args.labels)]
+    if args.train:
+        return [(crawl.resolve(), labels.resolve()) for crawl, labels in args.train]
+    return [(labelled_crawl(spec, args.make_crawl), spec.labels) for spec in LABELLED_CRAWLS.values()]
 
 
 def merged_config(extra: dict) -> dict:
@@ -113,20 +126,28 @@ def run_pipeline(crawl: Path, storage_root: Path, run_config: dict, train_classi
     return time.perf_counter() - started
 
 
-def trained_classifier(train_crawl: Path, train_labels: Path, storage_root: Path, floor: float | None = None) -> dict:
-    """Train the quality classifier on `train_crawl` and its labels, as the pipeline does, in a storage
-    of its own; copy it into `storage_root` as the current one. Its training figures."""
+def trained_classifier(train: list[tuple[Path, Path]], storage_root: Path, floor: float | None = None) -> dict:
+    """Train the quality classifier on the (crawl, labels) pairs in `train`, as the pipeline does, in a
+    storage of its own; copy it into `storage_root` as the current one. Its training figures.
+
+    Every crawl's shards are linked into one landing folder as `<crawl folder>-<shard>`, so that shards
+    of two crawls keep apart; every labels file goes under `labels/`."""
     from dedup_quality import pipeline_definitions
 
     store = Storage(str(storage_root))
     with tempfile.TemporaryDirectory(prefix="classifier-training-") as scratch:
-        training = Storage(scratch)
-        training.write_bytes("labels/labels.jsonl", train_labels.read_bytes())
-        shards = [path.name for path in find_shards(train_crawl)]
+        landing, training = Path(scratch) / "landing", Storage(str(Path(scratch) / "storage"))
+        landing.mkdir()
+        shards = []
+        for n, (crawl, labels) in enumerate(train):
+            training.write_bytes(f"labels/{n:02d}-{labels.stem}.jsonl", labels.read_bytes())
+            for path in find_shards(crawl):
+                shards.append(f"{crawl.name}-{path.name}")
+                (landing / shards[-1]).symlink_to(path.resolve())
         instance = dg.DagsterInstance.ephemeral(settings={"python_logs": {"python_log_level": "WARNING"}})
         instance.add_dynamic_partitions("shards", shards)
-        definitions = pipeline_definitions(Path(scratch), train_crawl, DedupSettings())
-        print(f"training the quality classifier on {train_labels} ({len(shards)} shards of {train_crawl}):")
+        definitions = pipeline_definitions(Path(training.root), landing, DedupSettings())
+        print("training the quality classifier on " + ", ".join(f"{labels} ({crawl})" for crawl, labels in train) + ":")
         floor_config = {"ops": {"quality_classifier": {"config": {"min_balanced_accuracy": floor}}}} if floor is not None else None
         for job, shard in [("shard_ingest_job", s) for s in shards] + [("quality_classifier_job", None)]:
             result = definitions.resolve_job_def(job).execute_in_process(
@@ -218,7 +239,8 @@ def run(args: argparse.Namespace) -> dict:
     curated_config["quality_policy"] = args.policy or curated_config.get("quality_policy") or DEFAULT_QUALITY_POLICY
     run_config = merged_config(extra)
     policy = curated_config["quality_policy"]
-    if policy != "rules" and args.labels.resolve() == args.train_labels.resolve() and not args.smoke:
+    train = training_sets(args, crawl) if policy != "rules" and not args.reuse else []
+    if any(labels.resolve() == args.labels.resolve() for _, labels in train) and not args.smoke:
         print("warning: the classifier is trained on the labels it is scored on; this measures memorisation")
     print(f"crawl: {crawl} ({len(shards)} shards), labels: {args.labels} ({labels.height} pages), policy: {policy}")
     classifier = None
@@ -227,10 +249,8 @@ def run(args: argparse.Namespace) -> dict:
         seconds = None
         if not args.reuse:
             if policy != "rules":
-                train_crawl = args.train_crawl.resolve() if args.train_crawl else (crawl if args.smoke else resolve_crawl(
-                    argparse.Namespace(crawl=None, smoke=False, make_crawl=args.make_crawl)))
                 # The slice's 15 held-back pages are too few for the asset's accuracy floor.
-                classifier = trained_classifier(train_crawl, args.train_labels, storage_root, floor=0.0 if args.smoke else None)
+                classifier = trained_classifier(train, storage_root, floor=0.0 if args.smoke else None)
                 m = classifier["metrics"]
                 print(f"  classifier {classifier['hash']}: held-back balanced accuracy {m['balanced_accuracy']} "
                       f"on {m['n_test']} pages, threshold {m['threshold']}")

@@ -52,14 +52,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from bench_paths import REPO, TEST_SLICE, out_dir
-from curation import MAKE_CRAWL, find_shards, resolve_crawl
+from curation import LABELLED_CRAWLS, MAKE_CRAWL, find_shards, labelled_crawl, resolve_crawl
 
 import lm_assets.corpus.quality_classifier as qc
 from lm_assets.corpus.curation import CurationConfig, curate
 from lm_assets.corpus.curation_eval import read_labels
 from lm_assets.corpus.extract import extract_documents
 from lm_assets.corpus.langid import identify_languages
-from lm_assets.corpus.quality import preset, quality_signals, reasons_from_signals
+from lm_assets.corpus.quality import HARD_RULES, preset, quality_signals, reasons_from_signals
 from lm_assets.corpus.quality_classifier import ClassifierConfig, QualityClassifier, train_classifier
 from lm_assets.corpus.readers import read_shard
 from lm_assets.corpus.toxicity import ToxicityConfig
@@ -85,7 +85,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: $OUT/dev-crawl)")
     parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
-    parser.add_argument("--labels", type=Path, default=DEFAULT_LABELS)
+    parser.add_argument("--labels", type=Path, help="with --crawl: its labels (default: the development labels)")
+    parser.add_argument("--cv", choices=("site", "rows"), default="site",
+                        help="cross-validation folds: whole sites (default) or pages stratified by (keep, lang)")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--wheels", type=Path, help="`pip install --target` folders (default: $OUT/fasttext-wheels)")
@@ -96,6 +98,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.smoke:
         args.labels, args.folds, args.repeats = TEST_SLICE / "labels.jsonl", 3, 1
     return args
+
+
+def labelled_sets(args: argparse.Namespace) -> list[tuple[str, Path, Path]]:
+    """(name, crawl, labels): the one given, the test slice, or every labelled crawl of the project."""
+    if args.crawl is not None or args.smoke:
+        return [("given", resolve_crawl(args), args.labels or DEFAULT_LABELS)]
+    return [(spec.name, labelled_crawl(spec, args.make_crawl), spec.labels) for spec in LABELLED_CRAWLS.values()]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,20 +174,22 @@ def per_language_variant(config: ClassifierConfig):
     return fit
 
 
-def rules_keep(pages: pl.DataFrame) -> np.ndarray:
-    return reasons_from_signals(pages.select(pl.col("^q_.*$")), preset()).is_null().to_numpy()
+def rules_keep(pages: pl.DataFrame, only: tuple[str, ...] | None = None) -> np.ndarray:
+    return reasons_from_signals(pages.select(pl.col("^q_.*$")), preset(), only=only).is_null().to_numpy()
 
 
 def rules_variant(train: pl.DataFrame):
     return lambda test: (rules_keep(test).astype(float), 0.5), 0
 
 
-def cross_validate(pages: pl.DataFrame, fit, folds: int, repeats: int) -> dict:
+def cross_validate(pages: pl.DataFrame, fit, folds: int, repeats: int, by_site: bool = True) -> dict:
     """Pooled out-of-fold scores and decisions per repeat, with the training seconds and model sizes."""
     strata = list(zip(pages["keep"].to_list(), pages["lang"].to_list()))
+    sites = qc.sites(pages)
     runs = []
     for repeat in range(repeats):
-        fold = qc.fold_ids(strata, folds, seed=1000 + repeat)
+        fold = (qc.group_fold_ids(sites, strata, folds, seed=1000 + repeat) if by_site
+                else qc.fold_ids(strata, folds, seed=1000 + repeat))
         scores, keep_decision, seconds, sizes = np.zeros(pages.height), np.zeros(pages.height, dtype=bool), [], []
         for k in range(folds):
             inside = fold != k
@@ -256,16 +267,16 @@ def compare_choices(pages: pl.DataFrame, base: ClassifierConfig, args) -> dict:
     rows, runs_by_name = {}, {}
     for name, fit in variants.items():
         started = time.perf_counter()
-        runs = cross_validate(pages, fit, args.folds, args.repeats)
+        runs = cross_validate(pages, fit, args.folds, args.repeats, by_site=args.cv == "site")
         runs_by_name[name] = runs
         rows[name] = figures(pages, runs)
         print(f"  {name}: {time.perf_counter() - started:.0f} s", flush=True)
-    rules = rules_keep(pages)
     default_runs = runs_by_name["text+signals, boosting (default)"]
-    combined = [{**run, "keep": run["keep"] & rules, "train_cpu_s": run["train_cpu_s"]} for run in default_runs]
-    rows["rules, then the default classifier"] = figures(pages, combined)
+    for name, rules in (("policy `classifier`: minimum length, then the default", rules_keep(pages, HARD_RULES)),
+                        ("policy `both`: every rule, then the default", rules_keep(pages))):
+        rows[name] = figures(pages, [{**run, "keep": run["keep"] & rules} for run in default_runs])
     if args.sweep:
-        runs = cross_validate(weights, classifier_variant(base), args.folds, args.repeats)
+        runs = cross_validate(weights, classifier_variant(base), args.folds, args.repeats, by_site=args.cv == "site")
         rows["default, weight 0.5 for low-confidence labels"] = figures(weights, runs)
     return rows
 
@@ -276,7 +287,7 @@ def compare_choices(pages: pl.DataFrame, base: ClassifierConfig, args) -> dict:
 
 
 def held_back(pages: pl.DataFrame, config: ClassifierConfig) -> tuple[dict, bytes]:
-    examples = pages.select("doc_id", "text", "lang", "keep", pl.col("^q_.*$"))
+    examples = pages.select("doc_id", "url", "text", "lang", "keep", pl.col("^q_.*$"))
     started = time.process_time()
     trained = train_classifier(examples, config)
     seconds = time.process_time() - started
@@ -338,7 +349,7 @@ def wheel_probe(pages_path: Path, model_path: Path, config: ClassifierConfig) ->
     result["trains"] = hasattr(fasttext, "train_supervised")
     if not result["trains"]:
         return result
-    examples = pages.select("doc_id", "text", "lang", "keep", pl.col("^q_.*$"))
+    examples = pages.select("doc_id", "url", "text", "lang", "keep", pl.col("^q_.*$"))
     started = time.process_time()
     first = train_classifier(examples, config)
     result["train_cpu_s"] = round(time.process_time() - started, 2)
@@ -398,15 +409,19 @@ def compare_wheels(pages: pl.DataFrame, model: bytes, wheels: Path | None, smoke
 
 
 def run(args: argparse.Namespace) -> dict:
-    crawl = resolve_crawl(args)
-    labels = read_labels(args.labels)
     started = time.perf_counter()
-    pages, extracted, counts = load_pages(crawl, labels)
-    print(f"crawl: {crawl}, labels: {args.labels}")
+    loaded, counts = [], {}
+    for name, crawl, labels in labelled_sets(args):
+        pages, extracted, counts[name] = load_pages(crawl, read_labels(labels))
+        # doc_ids are unique within a crawl only
+        loaded.append([frame.with_columns((pl.lit(f"{name}:") + pl.col("doc_id")).alias("doc_id")) for frame in (pages, extracted)])
+        print(f"crawl: {crawl}, labels: {labels}")
+    pages, extracted = (pl.concat([item[i] for item in loaded], how="diagonal_relaxed") for i in (0, 1))
     print(f"pages: {json.dumps(counts)} ({time.perf_counter() - started:.0f} s to read, extract, identify, score)")
     base = SMOKE if args.smoke else DEFAULT
 
-    print(f"\n1. choices: {args.repeats} x {args.folds}-fold cross-validation, stratified by (keep, lang)")
+    folds = "whole sites (URL hosts) per fold" if args.cv == "site" else "stratified by (keep, lang)"
+    print(f"\n1. choices: {args.repeats} x {args.folds}-fold cross-validation, {folds}")
     rows = compare_choices(pages, base, args)
     print()
     print_table(rows)
