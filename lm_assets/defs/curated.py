@@ -37,7 +37,7 @@ from lm_assets.defs.reporting import (
 from lm_assets.defs.resources import StorageResource
 
 # Who decides quality by default: see the README's "Curation defaults, and why".
-DEFAULT_QUALITY_POLICY = "both"
+DEFAULT_QUALITY_POLICY = "classifier"
 
 EXTRACTED_SCHEMA = {
     "doc_id": pl.String,
