@@ -117,7 +117,7 @@ def base(data: Path, steps: int, **extra) -> list[str]:
 
 
 def test_config_validation_refuses_unsupported_combinations():
-    from training.engine import TrainConfig, load_config
+    from training.config import TrainConfig, load_config
 
     def cfg(*overrides):
         return load_config(None, ["data=/nowhere", *overrides])
@@ -149,8 +149,7 @@ def test_config_validation_refuses_unsupported_combinations():
 
 
 def test_model_split_checks():
-    from training.config import from_preset
-    from training.parallel import ParallelDims
+    from training.config import ParallelDims, from_preset
 
     tiny = from_preset("tiny", VOCAB)  # 4 heads, 2 kv heads, ffn 176, 2 layers
     ParallelDims(pp=2, tp=2, dp=2).check_model(tiny)
@@ -161,7 +160,8 @@ def test_model_split_checks():
 
 
 def test_config_files_and_generated_deepspeed_json(tmp_path):
-    from training.engine import deepspeed_config, load_config
+    from training.config import load_config
+    from training.engine import deepspeed_config
 
     toml = tmp_path / "run.toml"
     toml.write_text('data = "/d"\nprecision = "bf16"\nzero_stage = 1\nmodel_overrides = ["n_layers=4"]\n'
@@ -193,7 +193,8 @@ def test_lr_schedule_warmup_then_cosine():
 
 
 def test_spike_detector_window_and_consecutive_limit():
-    from training.engine import LossSpikeError, SpikeConfig, SpikeDetector
+    from training.config import SpikeConfig
+    from training.engine import LossSpikeError, SpikeDetector
 
     det = SpikeDetector(SpikeConfig(k_sigma=3.0, window=5, min_history=3, max_consecutive=2))
     assert det.check(100.0) is None  # no history yet: only non-finite losses count

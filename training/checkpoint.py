@@ -50,7 +50,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from training.config import ModelConfig
+from training.config import ModelConfig, to_dict
 
 TAG_FORMAT = "step_{:08d}"
 # Megatron-style split dimension of tensor-parallel weights, by name (the rest is replicated).
@@ -110,22 +110,18 @@ def latest_tag(ckpt_dir: str | os.PathLike) -> str | None:
 
 
 def _layout(trainer) -> dict:
-    from training.config import to_dict
-
     d = trainer.dims
     return {"pp": d.pp, "tp": d.tp, "dp": d.dp, "world_size": trainer.world, "model": to_dict(trainer.model_cfg)}
 
 
 def save(trainer, ckpt_dir: str | os.PathLike) -> str:
     """Save `trainer` (a `training.engine.Trainer`) at its current step; returns the tag."""
-    from training.engine import config_to_dict
-
     tag = TAG_FORMAT.format(trainer.step)
     path = Path(ckpt_dir) / tag
     (path / "rng").mkdir(parents=True, exist_ok=True)
     torch.save(rng_state(), path / "rng" / f"rank_{trainer.rank:05d}.pt")
     if trainer.rank == 0:
-        _write_json(path / "train_config.json", config_to_dict(trainer.cfg))
+        _write_json(path / "train_config.json", to_dict(trainer.cfg))
         _write_json(path / "ds_config.json", trainer.ds_config)
         _write_json(path / "metrics.json", getattr(trainer, "last_metrics", {}))
     state = {"trainer": trainer.trainer_state()}

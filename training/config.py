@@ -5,6 +5,15 @@ Llama-like shapes; `from_preset(name, vocab_size, **overrides)` builds one for a
 vocabulary. `override(cfg, "a.b=c")` applies a command-line override to any (nested) config
 dataclass, parsing the value as the field's declared type.
 
+`TrainConfig` is a whole run: a tree of dataclasses (parallel layout, optimizer and schedule, spike
+detection, checkpointing, test hooks) around a model preset. It loads from JSON or TOML
+(`load_config`), takes `a.b=value` overrides, and `validate()` refuses combinations DeepSpeed 0.19
+gets wrong or rejects: fp16 with ZeRO-0 (its loss scaling never scales the gradients there) and
+ZeRO-2/3 with pipeline parallelism (the pipeline engine supports ZeRO-1 at most). `dims(world_size)`
+resolves its layout to a `ParallelDims`. `to_dict` turns any of these configs into a JSON-ready dict.
+
+Standard library only, so that the launcher and lm_assets import it without torch.
+
 Parameter counts (`training.model.num_params`) with a 32,000-token vocabulary, untied embeddings,
 and training FLOPs per token at seq_len 2048 (`training.model.flops_per_token`):
 
@@ -20,10 +29,14 @@ and training FLOPs per token at seq_len 2048 (`training.model.flops_per_token`):
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
+import tomllib
 import types
 import typing
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
 from typing import Any
 
 
@@ -104,6 +117,198 @@ def from_preset(name: str, vocab_size: int, **overrides) -> ModelConfig:
         shape.pop("ffn_hidden", None)
     shape.update(overrides)
     return ModelConfig(vocab_size=vocab_size, **shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parallel layout
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """Pipeline, tensor and data parallel degrees."""
+
+    pp: int = 1
+    tp: int = 1
+    dp: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.tp * self.dp
+
+    def validate(self, world_size: int | None = None) -> None:
+        for name in ("pp", "tp", "dp"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"parallel.{name} must be >= 1, got {getattr(self, name)}")
+        if world_size is not None and self.world_size != world_size:
+            raise ValueError(
+                f"pp*tp*dp = {self.pp}*{self.tp}*{self.dp} = {self.world_size} does not match the world size "
+                f"{world_size} (number of processes launched)"
+            )
+
+    def check_model(self, cfg: ModelConfig) -> None:
+        """Refuse layouts the model cannot be split into."""
+        if self.tp > 1:
+            for name in ("n_heads", "n_kv_heads", "ffn_hidden"):
+                if getattr(cfg, name) % self.tp:
+                    raise ValueError(f"tensor parallel degree {self.tp} must divide model {name}={getattr(cfg, name)}")
+        if self.pp > cfg.n_layers:
+            raise ValueError(f"pipeline degree {self.pp} exceeds the model's {cfg.n_layers} layers")
+        if self.pp > 1 and cfg.tie_embeddings:
+            raise ValueError("tied embeddings are not supported with pipeline parallelism (pp > 1)")
+
+
+def resolve_dims(pp: int, tp: int, dp: int, world_size: int) -> ParallelDims:
+    """`dp=0` means "what is left": world_size / (pp * tp)."""
+    if dp == 0:
+        if pp < 1 or tp < 1 or world_size % (pp * tp):
+            raise ValueError(f"world size {world_size} is not a multiple of pp*tp = {pp}*{tp}")
+        dp = world_size // (pp * tp)
+    dims = ParallelDims(pp, tp, dp)
+    dims.validate(world_size)
+    return dims
+
+
+# ---------------------------------------------------------------------------------------------
+# The training run
+# ---------------------------------------------------------------------------------------------
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+@dataclass
+class ParallelConfig:
+    """Pipeline, tensor and data parallel degrees; `dp=0` takes what the world size leaves."""
+
+    pp: int = 1
+    tp: int = 1
+    dp: int = 0
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping
+
+
+@dataclass
+class SpikeConfig:
+    k_sigma: float = 6.0  # 0 disables the k-sigma test (non-finite losses are always spikes)
+    window: int = 100
+    min_history: int = 10
+    min_std_frac: float = 0.005
+    max_consecutive: int = 5
+
+
+@dataclass
+class CheckpointConfig:
+    dir: str | None = None
+    save_every: int = 0  # 0: only at the end (when dir is set)
+    resume: bool = True  # continue from the latest checkpoint in dir, if any
+
+
+@dataclass
+class DebugConfig:
+    """Fault injection for tests."""
+
+    loss_scale: str = ""  # "step:factor,...": multiply the loss of 0-based step `step` by `factor` (nan allowed)
+    fail_at_step: int | None = None  # raise before running this 0-based step ...
+    fail_rank: int = 0  # ... on this global rank
+
+    def loss_scales(self) -> dict[int, float]:
+        out = {}
+        for item in filter(None, (t.strip() for t in self.loss_scale.split(","))):
+            step, sep, factor = item.partition(":")
+            if not sep:
+                raise ValueError(f"debug.loss_scale item {item!r} is not step:factor")
+            out[int(step)] = float(factor)
+        return out
+
+
+@dataclass
+class TrainConfig:
+    data: str = ""  # a packed dataset directory (manifest.json + <split>.bin)
+    tokenizer_model: str = ""  # the SentencePiece model, copied beside the HF export
+    split: str = "train"
+    data_seed: int = 0
+    model: str = "tiny"  # a preset of training.config.PRESETS
+    model_overrides: tuple[str, ...] = ()  # "field=value" applied to the preset's ModelConfig
+    vocab_size: int | None = None  # default: from the data manifest
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    precision: str = "fp32"  # fp32 | bf16 | fp16
+    zero_stage: int = 0
+    micro_batch_size: int = 1
+    grad_accum: int = 1
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    activation_checkpointing: bool = False
+    seed: int = 0
+    steps: int = 100
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    peak_flops: float | None = None  # peak FLOP/s of one device, for MFU
+    spike: SpikeConfig = field(default_factory=SpikeConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def validate(self, world_size: int | None = None) -> None:
+        """Raise `ValueError` on an invalid or unsupported combination."""
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if self.precision == "fp16" and self.zero_stage == 0:
+            raise ValueError(
+                "fp16 with ZeRO stage 0 is refused: DeepSpeed 0.19.8 never scales the gradients there, "
+                "so loss scaling is wrong; use zero_stage >= 1 or bf16"
+            )
+        p = self.parallel
+        for name in ("pp", "tp"):
+            if getattr(p, name) < 1:
+                raise ValueError(f"parallel.{name} must be >= 1, got {getattr(p, name)}")
+        if p.dp < 0:
+            raise ValueError(f"parallel.dp must be >= 0 (0: inferred), got {p.dp}")
+        if p.pp > 1 and self.zero_stage > 1:
+            raise ValueError(
+                f"ZeRO stage {self.zero_stage} with pipeline parallelism (pp={p.pp}) is refused: "
+                "DeepSpeed's pipeline engine supports ZeRO stage 0 or 1; use zero_stage=1 or pp=1"
+            )
+        if world_size is not None:
+            self.dims(world_size)
+        if self.model not in PRESETS:
+            raise ValueError(f"unknown model preset {self.model!r}; choose from {sorted(PRESETS)}")
+        for name in ("micro_batch_size", "grad_accum", "steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        o = self.optim
+        if not o.lr > 0:
+            raise ValueError(f"optim.lr must be positive, got {o.lr}")
+        if not 0 <= o.min_lr_ratio <= 1:
+            raise ValueError(f"optim.min_lr_ratio must lie in [0, 1], got {o.min_lr_ratio}")
+        if o.warmup_steps < 0 or o.grad_clip < 0 or o.weight_decay < 0:
+            raise ValueError("optim.warmup_steps, grad_clip and weight_decay must be >= 0")
+        s = self.spike
+        if s.k_sigma < 0 or s.window < 2 or s.max_consecutive < 1 or not 2 <= s.min_history <= s.window:
+            raise ValueError(
+                "spike: need k_sigma >= 0, window >= 2, 2 <= min_history <= window and max_consecutive >= 1"
+            )
+        c = self.checkpoint
+        if c.save_every < 0:
+            raise ValueError(f"checkpoint.save_every must be >= 0, got {c.save_every}")
+        if c.save_every and not c.dir:
+            raise ValueError("checkpoint.save_every needs checkpoint.dir")
+        if self.peak_flops is not None and not self.peak_flops > 0:
+            raise ValueError("peak_flops must be positive (FLOP/s of one device)")
+        self.debug.loss_scales()
+
+    def dims(self, world_size: int) -> ParallelDims:
+        return resolve_dims(self.parallel.pp, self.parallel.tp, self.parallel.dp, world_size)
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        return apply_overrides(from_preset(self.model, vocab_size), self.model_overrides)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,17 +404,63 @@ def _dataclass_in(tp, key: str):
     raise TypeError(f"{key}: field is not a config dataclass")
 
 
+# ---------------------------------------------------------------------------------------------
+# Loading and saving
+# ---------------------------------------------------------------------------------------------
+
+
+def _from_dict(cls, data: dict, where: str = ""):
+    names = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise KeyError(f"{where or cls.__name__}: unknown keys {unknown}; fields: {sorted(names)}")
+    kwargs = {}
+    for name, value in data.items():
+        default = getattr(cls(), name)
+        if is_dataclass(default) and isinstance(value, dict):
+            value = _from_dict(type(default), value, f"{where}{name}.")
+        elif isinstance(default, tuple) and isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict) -> TrainConfig:
+    return _from_dict(TrainConfig, data)
+
+
+def load_config(path: str | os.PathLike | None = None, overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """A `TrainConfig` from a JSON or TOML file (or the defaults), then `a.b=value` overrides."""
+    cfg = TrainConfig()
+    if path is not None:
+        text = Path(path).read_text()
+        data = tomllib.loads(text) if str(path).endswith(".toml") else json.loads(text)
+        cfg = config_from_dict(data)
+    return apply_overrides(cfg, overrides)
+
+
 def to_dict(cfg) -> dict:
     """A JSON-ready dict of a (nested) config dataclass."""
     return dataclasses.asdict(cfg)
 
 
 __all__ = [
+    "CheckpointConfig",
+    "DebugConfig",
     "ModelConfig",
+    "OptimConfig",
+    "PRECISIONS",
     "PRESETS",
+    "ParallelConfig",
+    "ParallelDims",
+    "SpikeConfig",
+    "TrainConfig",
     "apply_overrides",
+    "config_from_dict",
     "from_preset",
+    "load_config",
     "override",
+    "resolve_dims",
     "swiglu_hidden",
     "to_dict",
 ]

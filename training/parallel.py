@@ -1,9 +1,9 @@
 """Parallelism for the training program: the (pp, tp, dp) layout, its process groups,
 Megatron-style tensor-parallel linears, and building the model for the layout.
 
-Layout. `ParallelDims(pp, tp, dp)` with `pp * tp * dp == world size`. Ranks are laid out by
-DeepSpeed's `PipeModelDataParallelTopology` (axes `pipe, data, model`, the model axis varying
-fastest), so the ranks of a tensor-parallel group are adjacent (one node, in practice).
+Layout. `training.config.ParallelDims(pp, tp, dp)` with `pp * tp * dp == world size`. Ranks are
+laid out by DeepSpeed's `PipeModelDataParallelTopology` (axes `pipe, data, model`, the model axis
+varying fastest), so the ranks of a tensor-parallel group are adjacent (one node, in practice).
 
 Tensor parallelism (Megatron-LM, Shoeybi et al. 2019). In each block, q/k/v and gate/up are
 `ColumnParallelLinear` (output features split: each rank holds `n_heads / tp` query heads,
@@ -42,58 +42,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from training.config import ModelConfig
+from training.config import ModelConfig, ParallelDims
 from training.model import Block, Embedding, Head, Transformer, cross_entropy, default_linear
-
-# ---------------------------------------------------------------------------------------------
-# Layout
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ParallelDims:
-    """Pipeline, tensor and data parallel degrees."""
-
-    pp: int = 1
-    tp: int = 1
-    dp: int = 1
-
-    @property
-    def world_size(self) -> int:
-        return self.pp * self.tp * self.dp
-
-    def validate(self, world_size: int | None = None) -> None:
-        for name in ("pp", "tp", "dp"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"parallel.{name} must be >= 1, got {getattr(self, name)}")
-        if world_size is not None and self.world_size != world_size:
-            raise ValueError(
-                f"pp*tp*dp = {self.pp}*{self.tp}*{self.dp} = {self.world_size} does not match the world size "
-                f"{world_size} (number of processes launched)"
-            )
-
-    def check_model(self, cfg: ModelConfig) -> None:
-        """Refuse layouts the model cannot be split into."""
-        if self.tp > 1:
-            for name in ("n_heads", "n_kv_heads", "ffn_hidden"):
-                if getattr(cfg, name) % self.tp:
-                    raise ValueError(f"tensor parallel degree {self.tp} must divide model {name}={getattr(cfg, name)}")
-        if self.pp > cfg.n_layers:
-            raise ValueError(f"pipeline degree {self.pp} exceeds the model's {cfg.n_layers} layers")
-        if self.pp > 1 and cfg.tie_embeddings:
-            raise ValueError("tied embeddings are not supported with pipeline parallelism (pp > 1)")
-
-
-def resolve_dims(pp: int, tp: int, dp: int, world_size: int) -> ParallelDims:
-    """`dp=0` means "what is left": world_size / (pp * tp)."""
-    if dp == 0:
-        if pp < 1 or tp < 1 or world_size % (pp * tp):
-            raise ValueError(f"world size {world_size} is not a multiple of pp*tp = {pp}*{tp}")
-        dp = world_size // (pp * tp)
-    dims = ParallelDims(pp, tp, dp)
-    dims.validate(world_size)
-    return dims
-
 
 # ---------------------------------------------------------------------------------------------
 # Process groups
@@ -413,7 +363,6 @@ __all__ = [
     "EmbeddingPipe",
     "HeadPipe",
     "LossFn",
-    "ParallelDims",
     "ParallelState",
     "RowParallelLinear",
     "build_model",
@@ -422,7 +371,6 @@ __all__ = [
     "init_distributed",
     "pipeline_layer_name",
     "reduce_from_tp",
-    "resolve_dims",
     "setup_parallel",
     "tp_linear_factory",
 ]

@@ -55,14 +55,15 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
     logging.basicConfig(level=logging.INFO, format=f"[rank {rank}] %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)  # fmt: skip
     try:
-        from training.engine import config_to_dict, deepspeed_config, load_config, print_json
+        from training.config import load_config, to_dict
+        from training.engine import deepspeed_config
 
         cfg = load_config(args.config, args.overrides)
         if args.print_config:
             cfg.validate()
             world = int(os.environ.get("WORLD_SIZE", "1"))
             dims = cfg.dims(world)
-            print(json.dumps({"train": config_to_dict(cfg), "deepspeed": deepspeed_config(cfg, dims.dp)}, indent=2))
+            print(json.dumps({"train": to_dict(cfg), "deepspeed": deepspeed_config(cfg, dims.dp)}, indent=2))
             return
         _quiet_deepspeed()
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
