@@ -35,22 +35,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from training.primitives import splitmix64
+
 IGNORE_INDEX = -100
 _U64 = np.uint64
 _ROUNDS = 4
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer on uint64 arrays (wrapping arithmetic)."""
-    x = np.asarray(x, dtype=_U64) + _U64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
-    return x ^ (x >> _U64(31))
-
-
 def _round_keys(seed: int) -> list[np.uint64]:
-    base = _mix64(np.array([seed % (1 << 64)], dtype=_U64))
-    return list(_mix64(base ^ np.arange(1, _ROUNDS + 1, dtype=_U64)))
+    base = splitmix64(np.array([seed % (1 << 64)], dtype=_U64))
+    return list(splitmix64(base ^ np.arange(1, _ROUNDS + 1, dtype=_U64)))
 
 
 def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -68,7 +62,7 @@ def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
     def feistel(x: np.ndarray) -> np.ndarray:
         left, right = x >> shift, x & mask
         for k in keys:
-            left, right = right, left ^ (_mix64(right ^ k) & mask)
+            left, right = right, left ^ (splitmix64(right ^ k) & mask)
         return (left << shift) | right
 
     out = feistel(idx.astype(_U64))

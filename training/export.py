@@ -49,6 +49,7 @@ import torch
 from torch import nn
 
 from training.config import ModelConfig
+from training.primitives import read_varint
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -282,29 +283,18 @@ PROBE_TEXTS = (
 )
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
 def _proto_fields(data: bytes):
     """(field number, value) of each field of a protobuf message: ints, or bytes for wire type 2."""
     pos = 0
     while pos < len(data):
-        key, pos = _varint(data, pos)
+        key, pos = read_varint(data, pos)
         field, wire = key >> 3, key & 7
         if wire == 0:
-            value, pos = _varint(data, pos)
+            value, pos = read_varint(data, pos)
         elif wire == 1:
             value, pos = data[pos : pos + 8], pos + 8
         elif wire == 2:
-            length, pos = _varint(data, pos)
+            length, pos = read_varint(data, pos)
             value, pos = data[pos : pos + length], pos + length
         elif wire == 5:
             value, pos = data[pos : pos + 4], pos + 4

@@ -45,6 +45,7 @@ import numpy as np
 import polars as pl
 
 from lm_assets.corpus.stage import DROPPED_SCHEMA, StageResult
+from training.primitives import fmix64
 
 STAGE = "decontam"
 SPLITS = ("dev", "val", "test")
@@ -82,7 +83,6 @@ _ASCII_UNIT_BYTES = bytes(
 _BENCHMARK_FILE = re.compile(r"(?:^|/)(dev|val|test)/([^/]+)_(dev|val|test)\.csv$")
 
 _MASK64 = (1 << 64) - 1
-_MIX1 = np.uint64(0xFF51AFD7ED558CCD)
 _MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _CHAR_SEED = np.uint64(0x243F6A8885A308D3)
@@ -230,15 +230,6 @@ def _joined_units(text: str | None) -> str:
     return " ".join(_UNIT.findall(text.casefold()))
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
-    x = x ^ (x >> np.uint64(33))
-    x *= _MIX1
-    x ^= x >> np.uint64(33)
-    x *= _MIX2
-    x ^= x >> np.uint64(33)
-    return x
-
-
 def _unit_hashes(joined: str) -> np.ndarray:
     """64-bit hash of each unit of `joined` (non-empty units separated by single spaces)."""
     if not joined:
@@ -250,9 +241,9 @@ def _unit_hashes(joined: str) -> np.ndarray:
     chars = code_points[~is_space].astype(np.uint64)
     first = starts - np.arange(len(starts))  # each unit's first character among `chars`
     offset = (np.arange(len(chars)) - np.repeat(first, lengths)).astype(np.uint64)
-    mixed = _mix64((chars + _CHAR_SEED) ^ (offset * _GOLDEN))
+    mixed = fmix64((chars + _CHAR_SEED) ^ (offset * _GOLDEN))
     totals = np.add.reduceat(mixed, first)
-    return _mix64(totals ^ (lengths.astype(np.uint64) * _MIX2))
+    return fmix64(totals ^ (lengths.astype(np.uint64) * _MIX2))
 
 
 class _Windows:
@@ -274,7 +265,7 @@ class _Windows:
     def hashes(self, starts: np.ndarray, length: int) -> np.ndarray:
         ends = starts + length
         raw = (self.prefix[ends] - self.prefix[starts]) * self.powers[ends - 1]
-        return _mix64(raw ^ np.uint64((length * int(_LENGTH_SALT)) & _MASK64))
+        return fmix64(raw ^ np.uint64((length * int(_LENGTH_SALT)) & _MASK64))
 
 
 def _units_of(texts: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray]:

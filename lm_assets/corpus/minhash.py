@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lm_assets.corpus.quality import is_cjk_lang
+from training.primitives import fmix64
 
 SCHEMES = ("affine32", "affine64", "legacy")
 SIGNATURE_DTYPE = np.uint32
@@ -162,6 +163,7 @@ def shingles(text: str | None, lang: str | None, cfg: MinHashConfig) -> list[tup
 
 
 def _mix64(x: int) -> int:
+    """`training.primitives.fmix64` on one Python int: `shingle_hash` is called once per shingle."""
     x ^= x >> 33
     x = (x * _MIX1) & _MASK64
     x ^= x >> 33
@@ -196,15 +198,6 @@ def shingle_hashes(text: str | None, lang: str | None, cfg: MinHashConfig) -> np
 # ---------------------------------------------------------------------------------------------
 
 
-def _mix64_array(x: np.ndarray) -> np.ndarray:
-    x = x ^ (x >> np.uint64(33))
-    x *= np.uint64(_MIX1)
-    x ^= x >> np.uint64(33)
-    x *= np.uint64(_MIX2)
-    x ^= x >> np.uint64(33)
-    return x
-
-
 def _fmix32_array(x: np.ndarray) -> np.ndarray:
     x = x ^ (x >> np.uint32(16))
     x *= np.uint32(_FMIX32_1)
@@ -224,8 +217,8 @@ def _unit_hashes(joined: str) -> np.ndarray:
     # Each word's first character, counted in the array without spaces.
     first_char = word_start - np.arange(len(word_start))
     offset = np.arange(len(chars), dtype=np.uint64) - np.repeat(first_char, word_length).astype(np.uint64)
-    totals = np.add.reduceat(_mix64_array(chars ^ (offset * np.uint64(_GOLDEN))), first_char)
-    return _mix64_array(totals ^ (word_length.astype(np.uint64) * np.uint64(_MIX2)))
+    totals = np.add.reduceat(fmix64(chars ^ (offset * np.uint64(_GOLDEN))), first_char)
+    return fmix64(totals ^ (word_length.astype(np.uint64) * np.uint64(_MIX2)))
 
 
 def _batch_shingle_hashes(normalized: Sequence[str], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -259,7 +252,7 @@ def _batch_shingle_hashes(normalized: Sequence[str], n: np.ndarray) -> tuple[np.
 
 
 def _finish(combined: np.ndarray) -> np.ndarray:
-    return (_mix64_array(combined) >> np.uint64(32)).astype(SIGNATURE_DTYPE)
+    return (fmix64(combined) >> np.uint64(32)).astype(SIGNATURE_DTYPE)
 
 
 def _combine_windows(padded: np.ndarray, size: int) -> np.ndarray:
@@ -333,7 +326,7 @@ def band_hashes(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
     values = sigs[:, : bands * rows].reshape(len(sigs), bands, rows).astype(np.uint64)
     total = np.full((len(sigs), bands), _BAND_SEED, dtype=np.uint64)
     for row in range(rows):
-        total = _mix64_array(total ^ values[:, :, row]) * np.uint64(_POSITION_MULTIPLIERS[row % _MAX_NGRAM])
-    return _mix64_array(total)
+        total = fmix64(total ^ values[:, :, row]) * np.uint64(_POSITION_MULTIPLIERS[row % _MAX_NGRAM])
+    return fmix64(total)
 
 

@@ -63,6 +63,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from training.primitives import splitmix64
+
 FORMAT = "lm-assets-packed/1"
 SPLITS = ("train", "val")
 STRATEGIES = ("concat", "bfd")
@@ -185,14 +187,6 @@ class ShardTokens:
 
 
 # -- hashing ----------------------------------------------------------------------------------
-
-
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer: a bijection of uint64 that scrambles every bit (arrays wrap mod 2**64)."""
-    x = np.asarray(x, dtype=_U64) + _U64(0x9E3779B97F4A7C15)
-    x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
-    return x ^ (x >> _U64(31))
 
 
 def _seed_key(seed: int, purpose: str) -> np.uint64:
@@ -328,7 +322,7 @@ def _layout(units_row, units_copy, units_len, strategy, seq_len, drop_last, seq_
     piece_len = np.minimum(begin + size, doc_len) - begin  # the chunk without its EOS, if it has one
     has_eos = begin + size == doc_len + 1
     # final order: a seeded permutation of the rows
-    order = np.argsort(_mix64(np.arange(n_rows, dtype=_U64) ^ seq_key), kind="stable")
+    order = np.argsort(splitmix64(np.arange(n_rows, dtype=_U64) ^ seq_key), kind="stable")
     final = np.empty(n_rows, dtype=np.int64)
     final[order] = np.arange(n_rows, dtype=np.int64)
     row = final[row] if n_rows else row
@@ -585,7 +579,7 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
     base = doc_id_hash(docs["doc_id"])
     is_val = _unit_float(base) < cfg.val_fraction
     whole = np.floor(weight)
-    extra = _unit_float(_mix64(base ^ _seed_key(cfg.seed, "mixture"))) < (weight - whole)
+    extra = _unit_float(splitmix64(base ^ _seed_key(cfg.seed, "mixture"))) < (weight - whole)
     copies = (whole.astype(np.int64) + extra) * (docs["length"].to_numpy() > 0)
     lengths = docs["length"].to_numpy()
 
@@ -593,7 +587,7 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
     unit_copy = (np.arange(len(unit_row), dtype=np.int64) - np.repeat(_exclusive_cumsum(copies), copies)).astype(
         np.int32
     )
-    order_key = _mix64(base[unit_row] ^ _mix64(_seed_key(cfg.seed, "order") + unit_copy.astype(_U64)))
+    order_key = splitmix64(base[unit_row] ^ splitmix64(_seed_key(cfg.seed, "order") + unit_copy.astype(_U64)))
     order = np.argsort(order_key, kind="stable")
     unit_row, unit_copy = unit_row[order], unit_copy[order]
 

@@ -43,6 +43,7 @@ import sentencepiece as spm
 
 from lm_assets.corpus.quality import base_lang
 from lm_assets.corpus.storage import atomic_path
+from training.primitives import read_varint
 
 MODEL_FILENAME = "tokenizer.model"
 NEWLINE = "\n"
@@ -341,17 +342,6 @@ _TRAINER_SPEC_FIELD = 2
 _NUM_THREADS_FIELD = 16
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-
-
 def _write_varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -369,14 +359,14 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, int, int]]:
     pos = 0
     while pos < len(data):
         start = pos
-        key, pos = _read_varint(data, pos)
+        key, pos = read_varint(data, pos)
         field, wire = key >> 3, key & 7
         if wire == 0:
-            _, pos = _read_varint(data, pos)
+            _, pos = read_varint(data, pos)
         elif wire == 1:
             pos += 8
         elif wire == 2:
-            length, pos = _read_varint(data, pos)
+            length, pos = read_varint(data, pos)
             pos += length
         elif wire == 5:
             pos += 4
@@ -397,8 +387,8 @@ def canonical_model_bytes(model: bytes) -> bytes:
     for field, wire, start, end in _fields(model):
         if field == _TRAINER_SPEC_FIELD and wire == 2:
             # Key varint, length varint, then the TrainerSpec message itself.
-            _, after_key = _read_varint(model, start)
-            length, body_start = _read_varint(model, after_key)
+            _, after_key = read_varint(model, start)
+            length, body_start = read_varint(model, after_key)
             body = model[body_start : body_start + length]
             kept = b"".join(body[s:e] for f, _, s, e in _fields(body) if f != _NUM_THREADS_FIELD)
             out += model[start:after_key] + _write_varint(len(kept)) + kept
