@@ -64,9 +64,9 @@ from lm_assets.corpus.curation_eval import (
 )
 from lm_assets.corpus.quality_policy import POLICIES
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.curated import CURRENT_CLASSIFIER, DEFAULT_QUALITY_POLICY, classifier_keys, stage_keys
-from lm_assets.defs.dedup import CLUSTERS_KEY, DedupSettings
-from lm_assets.defs.raw import raw_keys
+from lm_assets.defs.curated import DEFAULT_QUALITY_POLICY
+from lm_assets.defs.dedup import DedupSettings
+from lm_assets.layout import CLUSTERS_KEY, CURRENT_CLASSIFIER, classifier_keys, raw_keys, stage_keys
 from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
 
 DEFAULT_LABELS = REPO / "bench" / "dev_set" / "labels.jsonl"

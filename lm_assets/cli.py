@@ -72,12 +72,13 @@ def label(args) -> int:
         if args.shard is None or args.sample is None:
             raise ValueError("give --shard and --sample to draw a sample, or --annotate FILE --model M to score one")
         from lm_assets.defs.resources import default_resources
+        from lm_assets.layout import stage_keys
 
         shard = check_name(args.shard)
         out = args.out or f"labels-{shard}-{args.sample}.jsonl"
         annotate.check_writable(out, args.force)
         store = default_resources()["storage"].storage()
-        key = f"extracted/{shard}/documents.parquet"
+        key = stage_keys("extracted", shard)["documents"]
         if not store.exists(key):
             known = sorted({k.split("/")[1] for k in store.list("extracted") if k.endswith("/documents.parquet")})
             raise ValueError(

@@ -16,11 +16,22 @@ import polars as pl
 from lm_assets.corpus.accounting import reason_counts
 from lm_assets.defs.environment import project_path
 from lm_assets.defs.resources import default_resources
+from lm_assets.layout import (
+    CLUSTERS_KEY,
+    DOCUMENT_STAGES,
+    LABELS_FOLDER,
+    PACKED_FOLDER,
+    PACKED_MANIFEST,
+    raw_keys,
+    stage_keys,
+    tokenized_keys,
+)
 from lm_assets.local_run import DEMO_RUN_CONFIG, run_shard_graph, shard_files
 
 # Hand labels of the sample crawl's pages (data/quality-labels/README.md), put where a team would put
 # theirs: under labels/ in the storage root.
 DEMO_LABELS = "data/quality-labels/sample-crawl.jsonl"
+DEMO_LABELS_KEY = f"{LABELS_FOLDER}/sample-crawl.jsonl"
 
 
 def shard_summary(store, shard: str) -> dict:
@@ -29,13 +40,10 @@ def shard_summary(store, shard: str) -> dict:
 
     return {
         "shard": shard,
-        "raw_docs": height(f"raw/{shard}/documents.parquet"),
-        "quarantined": height(f"raw/{shard}/quarantine.parquet"),
-        "extracted": height(f"extracted/{shard}/documents.parquet"),
-        "curated": height(f"curated/{shard}/documents.parquet"),
-        "deduplicated": height(f"deduplicated/{shard}/documents.parquet"),
-        "decontaminated": height(f"decontaminated/{shard}/documents.parquet"),
-        "tokens": json.loads(store.read_bytes(f"tokenized/{shard}/tokens.json"))["token_count"],
+        "raw_docs": height(raw_keys(shard)["documents"]),
+        "quarantined": height(raw_keys(shard)["quarantine"]),
+        **{stage: height(stage_keys(stage, shard)["documents"]) for stage in DOCUMENT_STAGES[1:]},
+        "tokens": json.loads(store.read_bytes(tokenized_keys(shard)["sidecar"]))["token_count"],
     }
 
 
@@ -50,8 +58,8 @@ def main() -> int:
         print(f"no shard files found in {landing.root}", file=sys.stderr)
         return 1
     with open(project_path(DEMO_LABELS), "rb") as labels:
-        store.write_bytes("labels/sample-crawl.jsonl", labels.read())
-    print(f"quality labels: {DEMO_LABELS} -> {store.uri('labels/sample-crawl.jsonl')}")
+        store.write_bytes(DEMO_LABELS_KEY, labels.read())
+    print(f"quality labels: {DEMO_LABELS} -> {store.uri(DEMO_LABELS_KEY)}")
     started = time.perf_counter()
     results = run_shard_graph(
         defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, through_training=True, train_classifier=True,
@@ -65,9 +73,8 @@ def main() -> int:
     summary = pl.DataFrame([shard_summary(store, s) for s in shards])
     tables = []
     for shard in shards:
-        for key in (f"raw/{shard}/dropped.parquet", f"raw/{shard}/quarantine.parquet",
-                    f"extracted/{shard}/dropped.parquet", f"curated/{shard}/dropped.parquet",
-                    f"deduplicated/{shard}/dropped.parquet", f"decontaminated/{shard}/dropped.parquet"):
+        for key in (raw_keys(shard)["dropped"], raw_keys(shard)["quarantine"],
+                    *(stage_keys(stage, shard)["dropped"] for stage in DOCUMENT_STAGES[1:])):
             tables.append(store.read_parquet(key))
     with pl.Config(tbl_rows=60, tbl_hide_dataframe_shape=True, tbl_width_chars=120, fmt_str_lengths=60):
         print("\nDocuments per shard and stage:")
@@ -83,7 +90,7 @@ def main() -> int:
         f"ROC AUC {classifier['roc_auc'].value:.3f}, threshold {classifier['threshold'].value:.3f}. "
         f"Curation policy: {curated['quality_policy'].value}."
     )
-    manifest = json.loads(store.read_bytes("packed/manifest.json"))
+    manifest = json.loads(store.read_bytes(PACKED_MANIFEST))
     splits = manifest["splits"]
     print(
         f"\nPacked dataset: {splits['train']['sequences']} train + {splits['val']['sequences']} val sequences of "
@@ -108,7 +115,7 @@ def main() -> int:
         f"C-Eval sample acc {scores['ceval_score']['acc'].value:.3f} on {scores['ceval_score']['questions'].value}"
     )
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
-    print(f"                  {store.root}/dedup/clusters.parquet, {store.root}/tokenizer/, {store.root}/packed/")
+    print(f"                  {store.uri(CLUSTERS_KEY)}, {store.uri('tokenizer')}/, {store.uri(PACKED_FOLDER)}/")
     print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")
     print(f"Dagster instance: {os.environ.get('DAGSTER_HOME', '(ephemeral)')}")
     print("Open the UI:      make ui   then browse http://127.0.0.1:3000 (asset graph, checks, metadata)")

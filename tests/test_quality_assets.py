@@ -10,7 +10,8 @@ import pytest
 
 from lm_assets.corpus.storage import Storage
 from lm_assets.defs.automation import stale_shards
-from lm_assets.defs.curated import CURRENT_CLASSIFIER, curated_shard, curated_with_current_classifier, extracted_shard
+from lm_assets.defs.curated import curated_shard, curated_with_current_classifier, extracted_shard
+from lm_assets.layout import CURRENT_CLASSIFIER, stage_keys
 from lm_assets.defs.quality import quality_classifier, quality_labels
 from lm_assets.defs.raw import raw_shard
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
@@ -78,8 +79,8 @@ def test_curation_with_the_classifier_accounts_for_every_document(loop):
     checks = check_results(result)
     assert checks[("curated_shard", "conservation")] and checks[("curated_shard", "shard_conservation")]
     store = Storage(str(loop["storage"]))
-    kept = store.read_parquet("curated/slice.warc.gz/documents.parquet")
-    dropped = store.read_parquet("curated/slice.warc.gz/dropped.parquet")
+    kept = store.read_parquet(stage_keys("curated", "slice.warc.gz")["documents"])
+    dropped = store.read_parquet(stage_keys("curated", "slice.warc.gz")["dropped"])
     assert kept["quality_score"].is_between(0, 1).all()
     classifier_drops = dropped.filter(pl.col("stage") == "classifier")
     assert classifier_drops.height > 0 and (classifier_drops["reason"] == "below_threshold").all()

@@ -20,7 +20,7 @@ from lm_assets.corpus.quality_classifier import QualityClassifier
 from lm_assets.corpus.toxicity import ToxicityConfig
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions
-from lm_assets.defs.raw import raw_keys, raw_shard
+from lm_assets.defs.raw import raw_shard
 from lm_assets.defs.reporting import (
     config_hash,
     conservation_result,
@@ -35,6 +35,15 @@ from lm_assets.defs.reporting import (
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
+from lm_assets.layout import (
+    CURRENT_CLASSIFIER,
+    classifier_keys,
+    curation_record_key,
+    raw_keys,
+    shard_account,
+    stage_folder,
+    stage_keys,
+)
 
 # Who decides quality by default: see the README's "Curation defaults, and why".
 DEFAULT_QUALITY_POLICY = "classifier"
@@ -59,16 +68,12 @@ CURATED_SCHEMA = {
 }
 
 
-def stage_keys(stage: str, shard: str) -> dict[str, str]:
-    return {t: f"{stage}/{shard}/{t}.parquet" for t in ("documents", "dropped")}
-
-
 def publish_stage(
     store, stage: str, shard: str, kept: pl.DataFrame, dropped: pl.DataFrame, extra: dict[str, bytes] | None = None
 ) -> tuple[int, int]:
     """Publish a stage's two tables (and `extra` files) together; the tables' row counts as stored, for
     the conservation checks."""
-    store.publish(f"{stage}/{shard}", {"documents.parquet": kept, "dropped.parquet": dropped, **(extra or {})})
+    store.publish(stage_folder(stage, shard), {"documents.parquet": kept, "dropped.parquet": dropped, **(extra or {})})
     keys = stage_keys(stage, shard)
     return store.row_count(keys["documents"]), store.row_count(keys["dropped"])
 
@@ -201,14 +206,6 @@ class CuratedShardConfig(dg.Config):
         )
 
 
-# The quality classifier as stored by the quality_classifier asset (lm_assets/defs/quality.py).
-CURRENT_CLASSIFIER = "quality/classifier/current.json"
-
-
-def classifier_keys(model_hash: str) -> dict[str, str]:
-    return {"model": f"quality/classifier/{model_hash}/model.bin", "info": f"quality/classifier/{model_hash}/info.json"}
-
-
 def current_classifier(store) -> tuple[QualityClassifier, dict] | None:
     """The current classifier and its training record, or None when none has been made current."""
     if not store.exists(CURRENT_CLASSIFIER):
@@ -219,7 +216,7 @@ def current_classifier(store) -> tuple[QualityClassifier, dict] | None:
 
 
 def curation_record(store, shard: str) -> dict | None:
-    key = f"curated/{shard}/curation.json"
+    key = curation_record_key(shard)
     return json.loads(store.read_bytes(key)) if store.exists(key) else None
 
 
@@ -251,15 +248,6 @@ def pii_residue(texts: list[str]) -> dict[str, int]:
         for kind, _ in find_pii(text):
             found[kind] = found.get(kind, 0) + 1
     return found
-
-
-def shard_account(store, shard: str, curated_kept: int, curated_dropped: int) -> dict:
-    """Whole-shard conservation: records read = finally kept + dropped at every stage + quarantined."""
-    raw = raw_keys(shard)
-    records = json.loads(store.read_bytes(raw["summary"]))["records"]
-    earlier_dropped = store.row_count(raw["dropped"]) + store.row_count(stage_keys("extracted", shard)["dropped"])
-    quarantined = store.row_count(raw["quarantine"])
-    return conservation(records, curated_kept, earlier_dropped + curated_dropped, quarantined)
 
 
 @dg.asset(
@@ -341,7 +329,7 @@ def curated_shard(
             schema_result("schema", docs, CURATED_SCHEMA),
             non_empty_result("non_empty", docs),
             conservation_result("conservation", conservation(extracted.height, *stored)),
-            conservation_result("shard_conservation", shard_account(store, shard, *stored)),
+            conservation_result("shard_conservation", shard_account(store, shard, through="curated")),
             dg.AssetCheckResult(
                 check_name="pii_residue", passed=not residue, metadata={"found": dg.MetadataValue.json(residue)}
             ),

@@ -23,7 +23,7 @@ from lm_assets.corpus.dedup import (
     sketch_documents,
 )
 from lm_assets.corpus.minhash import MinHashConfig, lsh_params
-from lm_assets.defs.curated import CURATED_SCHEMA, curated_shard, publish_stage, shard_account, stage_keys
+from lm_assets.defs.curated import CURATED_SCHEMA, curated_shard, publish_stage
 from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.reporting import (
     conservation_result,
@@ -35,10 +35,7 @@ from lm_assets.defs.reporting import (
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
-
-CLUSTERS_KEY = "dedup/clusters.parquet"
-INDEX_KEY = "dedup/index.json"
-
+from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, minhash_keys, shard_account, stage_folder, stage_keys
 
 class DedupSettings(dg.ConfigurableResource):
     """MinHash-LSH settings shared by the sketches and the clusters, so the two always agree."""
@@ -77,10 +74,6 @@ def content_digest(sketches: pl.DataFrame) -> str:
     return digest.hexdigest()[:16]
 
 
-def minhash_keys(shard: str) -> dict[str, str]:
-    return {t: f"minhash/{shard}/{t}.parquet" for t in ("sketches", "bands")} | {"info": f"minhash/{shard}/info.json"}
-
-
 # minhash_signatures ------------------------------------------------------------------------------
 @dg.asset(
     partitions_def=shard_partitions,
@@ -110,7 +103,7 @@ def minhash_signatures(
     seconds = time.perf_counter() - started
     keys = minhash_keys(shard)
     info = {"fingerprint": dedup.sketch_fingerprint(), "documents": docs.height, "digest": content_digest(sketches)}
-    store.publish(f"minhash/{shard}", {"sketches.parquet": sketches, "bands.parquet": bands, "info.json": json.dumps(info).encode()})
+    store.publish(stage_folder("minhash", shard), {"sketches.parquet": sketches, "bands.parquet": bands, "info.json": json.dumps(info).encode()})
     n_bands, rows = lsh_params(config.minhash)
     ids_match = sketches["doc_id"].n_unique() == sketches.height == docs.height
     return dg.MaterializeResult(
@@ -329,7 +322,7 @@ def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResour
         raise dg.Failure(f"{exc}: materialize dedup_clusters after this shard's minhash_signatures") from exc
     keys = stage_keys("deduplicated", shard)
     kept, dropped = publish_stage(store, "deduplicated", shard, result.kept, result.dropped)
-    whole = shard_account(store, shard, kept, store.row_count(stage_keys("curated", shard)["dropped"]) + dropped)
+    whole = shard_account(store, shard, through="deduplicated")
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(store.uri(keys["documents"])),

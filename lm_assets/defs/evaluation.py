@@ -13,16 +13,17 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.keys import UnsafeKeyError, check_checkpoint_key
+from lm_assets.corpus.keys import UnsafeKeyError
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import StorageResource
-from lm_assets.defs.tokens import DEFAULT_MMLU_PATH, TOKENIZER_KEYS
+from lm_assets.defs.tokens import DEFAULT_MMLU_PATH
 from lm_assets.defs.training import checkpoint_partitions
 from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu
 from lm_assets.evaluation.checkpoint import load_model
 from lm_assets.evaluation.perplexity import packed_perplexity
 from lm_assets.evaluation.stats import question_blind_chance
+from lm_assets.layout import TOKENIZER_KEYS, checkpoint_run_folder, parse_checkpoint_key
 
 DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
 UNTRAINED_LOSS_FRACTION = 0.9
@@ -30,10 +31,10 @@ UNTRAINED_LOSS_FRACTION = 0.9
 
 def checkpoint_dir(store, partition_key: str) -> tuple[Path, str]:
     try:
-        run, tag = check_checkpoint_key(partition_key)
+        run, tag = parse_checkpoint_key(partition_key)
     except UnsafeKeyError as exc:
         raise dg.Failure(description=str(exc)) from exc
-    return Path(store.local_path(f"checkpoints/{run}")), tag
+    return Path(store.local_path(checkpoint_run_folder(run))), tag
 
 
 def hf_export(store, partition_key: str) -> Path:

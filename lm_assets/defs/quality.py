@@ -15,15 +15,20 @@ import polars as pl
 from lm_assets.corpus.langid import LangIdConfig, identify
 from lm_assets.corpus.quality_classifier import ClassifierConfig, train_classifier
 from lm_assets.corpus.quality_labels import files_version, match_labels, read_label_file
-from lm_assets.defs.curated import CURRENT_CLASSIFIER, classifier_keys, extracted_shard, stage_keys
+from lm_assets.defs.curated import extracted_shard
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import LandingResource, StorageResource
+from lm_assets.layout import (
+    CURRENT_CLASSIFIER,
+    LABELS_FOLDER,
+    LABEL_KEYS,
+    QUALITY_LABELS_FOLDER,
+    classifier_folder,
+    classifier_keys,
+    stage_keys,
+)
 
-LABELS_FOLDER = "labels"
-LABEL_KEYS = {t: f"quality/labels/{t}.parquet" for t in ("examples", "unmatched", "rejected")} | {
-    "summary": "quality/labels/summary.json"
-}
 
 
 def label_files(*stores) -> dict[str, bytes]:
@@ -65,7 +70,7 @@ def quality_labels(context: dg.AssetExecutionContext, storage: StorageResource, 
     examples, unmatched = match_labels(labels, docs)
     examples = examples.with_columns(pl.Series("lang", identify(examples["text"].to_list(), LangIdConfig())[0], dtype=pl.String))
     version = files_version(files)
-    store.publish("quality/labels", {
+    store.publish(QUALITY_LABELS_FOLDER, {
         "examples.parquet": examples, "unmatched.parquet": unmatched, "rejected.parquet": rejected,
         "summary.json": json.dumps({"version": version, "files": sorted(files), "shards": shards}).encode(),
     })
@@ -124,7 +129,7 @@ def quality_classifier(
     metrics = trained.metrics
     info = {"hash": trained.hash, "labels_version": labels_version, "config": config.model_dump(), "metrics": metrics}
     keys = classifier_keys(trained.hash)
-    store.publish(f"quality/classifier/{trained.hash}", {"model.bin": trained.model, "info.json": json.dumps(info, indent=1).encode()})
+    store.publish(classifier_folder(trained.hash), {"model.bin": trained.model, "info.json": json.dumps(info, indent=1).encode()})
     passed = metrics["balanced_accuracy"] >= config.min_balanced_accuracy
     if passed:
         store.write_bytes(CURRENT_CLASSIFIER, json.dumps({"hash": trained.hash}).encode())

@@ -21,6 +21,7 @@ from lm_assets.defs.reporting import (
     standard_check_specs,
 )
 from lm_assets.defs.resources import LandingResource, StorageResource
+from lm_assets.layout import raw_keys, stage_folder
 
 
 class RawShardConfig(dg.Config):
@@ -28,11 +29,6 @@ class RawShardConfig(dg.Config):
     text_field: str = "text"
     url_field: str = "url"
     default_charset: str = "utf-8"
-
-
-def raw_keys(shard: str) -> dict[str, str]:
-    keys = {t: f"raw/{shard}/{t}.parquet" for t in ("documents", "dropped", "quarantine")}
-    return {**keys, "summary": f"raw/{shard}/summary.json"}
 
 
 @dg.asset(
@@ -61,7 +57,7 @@ def raw_shard(
     store = storage.storage()
     keys = raw_keys(shard)
     summary = json.dumps({"records": shard_read.records, "bytes": size}).encode()
-    store.publish(f"raw/{shard}", {"documents.parquet": docs, "dropped.parquet": dropped,
+    store.publish(stage_folder("raw", shard), {"documents.parquet": docs, "dropped.parquet": dropped,
                                    "quarantine.parquet": quarantine, "summary.json": summary})
     records = json.loads(store.read_bytes(keys["summary"]))["records"]
     account = conservation(records, *(store.row_count(keys[t]) for t in ("documents", "dropped", "quarantine")))

@@ -23,7 +23,7 @@ from lm_assets.corpus.tokenizer import (
 )
 from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
-from lm_assets.defs.curated import CURATED_SCHEMA, publish_stage, shard_account, stage_keys
+from lm_assets.defs.curated import CURATED_SCHEMA, publish_stage
 from lm_assets.defs.dedup import deduplicated_shard
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions
@@ -37,19 +37,18 @@ from lm_assets.defs.reporting import (
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
+from lm_assets.layout import (
+    PACKED_MANIFEST,
+    TOKENIZER_KEYS,
+    packed_key,
+    shard_account,
+    stage_folder,
+    stage_keys,
+    tokenized_keys,
+)
 
 DEFAULT_MMLU_PATH = "data/eval/mmlu.zip"  # inside the project folder
-TOKENIZER_KEYS = {"model": "tokenizer/tokenizer.model", "info": "tokenizer/info.json"}
 CHECK_SAMPLE_DOCS = 200
-
-
-def tokenized_keys(shard: str) -> dict[str, str]:
-    base = f"tokenized/{shard}"
-    return {"tokens": f"{base}/tokens.bin", "index": f"{base}/index.parquet", "sidecar": f"{base}/tokens.json"}
-
-
-def all_dropped_before(store, shard: str, stages: tuple[str, ...]) -> int:
-    return sum(store.row_count(stage_keys(s, shard)["dropped"]) for s in stages)
 
 
 # decontaminated_shard ---------------------------------------------------------------------------
@@ -106,7 +105,6 @@ def decontaminated_shard(
     result = find_contamination(docs, index, DecontamConfig(word_ngram=config.word_ngram, cjk_ngram=config.cjk_ngram, min_matches=config.min_matches))
     keys = stage_keys("decontaminated", shard)
     kept, dropped = publish_stage(store, "decontaminated", shard, result.kept, result.dropped)
-    earlier = all_dropped_before(store, shard, ("curated", "deduplicated"))
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(store.uri(keys["documents"])),
@@ -120,7 +118,7 @@ def decontaminated_shard(
             schema_result("schema", result.kept, CURATED_SCHEMA),
             non_empty_result("non_empty", result.kept),
             conservation_result("conservation", conservation(docs.height, kept, dropped)),
-            conservation_result("shard_conservation", shard_account(store, shard, kept, earlier + dropped)),
+            conservation_result("shard_conservation", shard_account(store, shard, through="decontaminated")),
         ],
     )
 
@@ -242,7 +240,7 @@ def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource)
     shard_tokens = tokenize_shard(docs, sp, info["tokenizer_hash"], num_threads=os.cpu_count() or 1)
     seconds = time.perf_counter() - started
     keys = tokenized_keys(shard)
-    store.publish(f"tokenized/{shard}", {
+    store.publish(stage_folder("tokenized", shard), {
         "tokens.bin": shard_tokens.to_bytes(),
         "index.parquet": shard_tokens.index,
         "tokens.json": json.dumps(shard_tokens.sidecar, indent=1).encode(),
@@ -359,7 +357,7 @@ def packed_dataset(
         train_docs = set(result.segments("train")["doc_id"].unique().to_list())
         val_docs = set(result.segments("val")["doc_id"].unique().to_list())
         for name in PACKED_FILES:  # the manifest last: its presence means the rest is complete
-            store.write_bytes(f"packed/{name}", (out / name).read_bytes())
+            store.write_bytes(packed_key(name), (out / name).read_bytes())
     seconds = time.perf_counter() - started
     shares = pl.DataFrame(
         [
@@ -370,7 +368,7 @@ def packed_dataset(
     )
     return dg.MaterializeResult(
         metadata={
-            "path": dg.MetadataValue.path(store.uri("packed/manifest.json")),
+            "path": dg.MetadataValue.path(store.uri(PACKED_MANIFEST)),
             "seq_len": cfg.seq_len,
             "strategy": cfg.strategy,
             "train_sequences": manifest["splits"]["train"]["sequences"],

@@ -22,7 +22,8 @@ from lm_assets.corpus.tokenizer import load_tokenizer
 from lm_assets.defs.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.process_group import run_in_process_group
 from lm_assets.defs.resources import StorageResource
-from lm_assets.defs.tokens import TOKENIZER_KEYS, packed_dataset, tokenizer
+from lm_assets.defs.tokens import packed_dataset, tokenizer
+from lm_assets.layout import TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
 
 checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
 
@@ -137,7 +138,7 @@ def local_paths(store, run_name: str) -> dict[str, str]:
         raise dg.Failure("local training reads packed data from a local storage root; use the kubernetes backend with S3")
     return {
         "data": str(store.local_path("packed")),
-        "checkpoints": str(store.local_path(f"checkpoints/{run_name}")),
+        "checkpoints": str(store.local_path(checkpoint_run_folder(run_name))),
         "tokenizer": str(store.local_path(TOKENIZER_KEYS["model"])),
     }
 
@@ -178,7 +179,7 @@ def training(
         on_cluster = train_config | {
             "data": f"{cluster.data_mount}/packed",
             "tokenizer_model": f"{cluster.data_mount}/{TOKENIZER_KEYS['model']}",
-            "checkpoint": train_config["checkpoint"] | {"dir": f"{cluster.data_mount}/checkpoints/{config.run_name}"},
+            "checkpoint": train_config["checkpoint"] | {"dir": f"{cluster.data_mount}/{checkpoint_run_folder(config.run_name)}"},
         }
         name = f"lm-assets-{config.run_name}-{context.run_id[:8]}"
         results = training_launcher.kubernetes_client().run(context, name, on_cluster, cluster)
@@ -196,7 +197,7 @@ def training(
         except DagsterPipesExecutionError as exc:
             raise dg.Failure(description=rank_errors(errors) or str(exc)) from exc
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
-    keys = [f"{config.run_name}-{tag}" for tag in tags]
+    keys = [checkpoint_key(config.run_name, tag) for tag in tags]
     new = [k for k in keys if k not in set(context.instance.get_dynamic_partitions(checkpoint_partitions.name))]
     if new:
         context.instance.add_dynamic_partitions(checkpoint_partitions.name, new)
