@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from subprocess import DEVNULL, Popen, TimeoutExpired
 
 import dagster as dg
+
+# Dagster exports no public name for the error its Pipes client and session raise; this is the one
+# import of it, and callers catch it from here.
 from dagster._core.errors import DagsterPipesExecutionError
-from dagster._core.pipes.client import PipesClientCompletedInvocation
-from dagster._core.pipes.utils import open_pipes_session
 
 
 def run_in_process_group(
@@ -27,9 +28,9 @@ def run_in_process_group(
     command: Sequence[str],
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
-) -> PipesClientCompletedInvocation:
+) -> dg.PipesClientCompletedInvocation:
     """`client.run(context=..., command=..., env=..., cwd=...)`, with the client's settings."""
-    with open_pipes_session(
+    with dg.open_pipes_session(
         context=context, context_injector=client.context_injector, message_reader=client.message_reader
     ) as session:
         process = Popen(
@@ -48,7 +49,7 @@ def run_in_process_group(
             raise
         if process.returncode != 0:
             raise DagsterPipesExecutionError(f"External execution process failed with code {process.returncode}")
-    return PipesClientCompletedInvocation(session)
+    return dg.PipesClientCompletedInvocation(session)
 
 
 def stop_group(process: Popen, timeout: float) -> None:
@@ -69,4 +70,4 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass  # the group is empty
 
 
-__all__ = ["run_in_process_group", "stop_group"]
+__all__ = ["DagsterPipesExecutionError", "run_in_process_group", "stop_group"]
