@@ -17,7 +17,7 @@ from lm_assets.defs.automation import (
     shard_curation_job,
 )
 from lm_assets.defs.curated import curated_shard, curated_with_current_classifier, extracted_shard
-from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
+from lm_assets.defs.dedup import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
 from lm_assets.defs.expectations import curated_expectations
 from lm_assets.defs.evaluation import (
     ceval_score,
@@ -28,7 +28,7 @@ from lm_assets.defs.evaluation import (
 )
 from lm_assets.defs.quality import quality_classifier, quality_labels
 from lm_assets.defs.raw import raw_shard
-from lm_assets.defs.training import training
+from lm_assets.defs.training import TrainingLauncher, training
 from lm_assets.defs.tokens import (
     decontaminated_shard,
     packed_dataset,
@@ -36,8 +36,9 @@ from lm_assets.defs.tokens import (
     tokenized_with_current_tokenizer,
     tokenizer,
 )
-from lm_assets.defs.resources import default_resources
+from lm_assets.defs.resources import default_resources, s3_resource_from_env
 
+s3 = s3_resource_from_env()
 defs = dg.Definitions(
     assets=[
         raw_shard,
@@ -73,7 +74,7 @@ defs = dg.Definitions(
     ],
     sensors=[landing_sensor, checkpoint_evaluation_sensor],
     schedules=[nightly_curation_refresh],
-    resources=default_resources(),
+    resources={**default_resources(s3), "dedup": DedupSettings(), "training_launcher": TrainingLauncher(s3=s3)},
     # Shard partitions are small: one process per run beats a process per step. Point this at
     # dagster-k8s's executor (or a run launcher) to scale out.
     executor=dg.in_process_executor,

@@ -91,7 +91,7 @@ def test_training_on_kubernetes_reports_through_s3(packed_storage, s3_server, tm
     s3 = s3_resource_from_env()
     resources = {
         "storage": StorageResource(root=str(packed_storage), s3=s3),
-        "training_launcher": TrainingLauncher(backend="kubernetes", pipes_bucket=s3_server.bucket, nodes=1, gpus_per_node=1, s3=s3),
+        "training_launcher": TrainingLauncher(backend="kubernetes", pipes_bucket=s3_server.bucket, cluster=ClusterSpec(nodes=1, gpus_per_node=1), s3=s3),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     config = {"ops": {"training": {"config": {"steps": 4, "save_every": 2, "micro_batch_size": 2, "pp": 1}}}}

@@ -15,7 +15,6 @@ import ast
 from collections.abc import Iterable
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("lm_assets", "training")
@@ -135,7 +134,6 @@ def _only(graph: Graph, prefix: str) -> Graph:
     return {m: {t: n for t, n in edges.items() if inside(t)} for m, edges in graph.items() if inside(m)}
 
 
-@pytest.mark.xfail(reason="lm_assets/defs cycle being removed", strict=False)
 def test_no_import_cycles():
     graph = import_graph(module_files(ROOT, PACKAGES))
     found = cycles(graph)

@@ -9,7 +9,6 @@ reported.
 
 import json
 import time
-from dataclasses import dataclass, field
 
 import dagster as dg
 from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
@@ -17,17 +16,18 @@ from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
 
-@dataclass
-class ClusterSpec:
-    image: str
+class ClusterSpec(dg.Config):
+    """The cluster a PyTorchJob runs on: the `cluster` part of the training_launcher resource."""
+
+    image: str = "lm-assets:latest"
     namespace: str = "default"
     nodes: int = 1
     gpus_per_node: int = 8
-    pvc_name: str = "lm-assets-data"
+    pvc_name: str = "lm-assets-data"  # the volume holding the storage root, mounted on every pod
     data_mount: str = "/data"
     config_mount: str = "/etc/lm-assets"
     service_account: str = "lm-assets"
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = {}
 
 
 def pytorch_job_manifest(name: str, train_config: dict, cluster: ClusterSpec, pipes_env: dict[str, str]) -> dict:

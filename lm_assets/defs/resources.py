@@ -9,6 +9,7 @@ written into code or config files.
 
 
 import os
+from typing import ClassVar
 
 import dagster as dg
 from dagster_aws.s3 import S3Resource
@@ -57,31 +58,27 @@ class StorageResource(dg.ConfigurableResource):
 
     root: str | None = None
     s3: dg.ResourceDependency[S3Resource]
+    environment_variable: ClassVar[str] = "LM_ASSETS_STORAGE_ROOT"
+    default_root: ClassVar[str] = DEFAULT_STORAGE_ROOT
 
     def storage(self) -> Storage:
-        return _storage(self.root or os.environ.get("LM_ASSETS_STORAGE_ROOT") or DEFAULT_STORAGE_ROOT, self.s3)
+        return _storage(self.root or os.environ.get(self.environment_variable) or self.default_root, self.s3)
 
 
-class LandingResource(dg.ConfigurableResource):
+class LandingResource(StorageResource):
     """Where new shard files arrive: a local folder or `s3://bucket/prefix`. Unset, it is
     $LM_ASSETS_LANDING_ROOT, else the shipped sample crawl; a relative folder is inside the project folder."""
 
-    root: str | None = None
-    s3: dg.ResourceDependency[S3Resource]
-
-    def storage(self) -> Storage:
-        return _storage(self.root or os.environ.get("LM_ASSETS_LANDING_ROOT") or DEFAULT_LANDING_ROOT, self.s3)
+    environment_variable: ClassVar[str] = "LM_ASSETS_LANDING_ROOT"
+    default_root: ClassVar[str] = DEFAULT_LANDING_ROOT
 
 
-def default_resources() -> dict:
-    from lm_assets.defs.dedup import DedupSettings
-    from lm_assets.defs.training import TrainingLauncher
-
-    s3 = s3_resource_from_env()
+def default_resources(s3: S3Resource | None = None) -> dict:
+    """The resources every domain shares: the storage root, the landing location, Pipes. Each domain's
+    module adds those it owns (lm_assets/definitions.py merges them)."""
+    s3 = s3 or s3_resource_from_env()
     return {
-        "training_launcher": TrainingLauncher(s3=s3),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
-        "dedup": DedupSettings(),
         "storage": StorageResource(s3=s3),
         "landing": LandingResource(s3=s3),
     }

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import dagster as dg
-from dagster._core.errors import DagsterPipesExecutionError
 
 from dagster_aws.s3 import S3Resource
 
@@ -29,7 +28,7 @@ checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
 
 
 class TrainingRunConfig(dg.Config):
-    """The main knobs of training/engine.py's TrainConfig; `overrides` reaches every other field."""
+    """The main knobs of training/config.py's TrainConfig; `overrides` reaches every other field."""
 
     run_name: str = "main"
     model: str = "tiny"
@@ -73,30 +72,19 @@ class TrainingRunConfig(dg.Config):
 
 class TrainingLauncher(dg.ConfigurableResource):
     """Where training runs: `local` (torchrun or deepspeed, CPU processes on gloo by default) or
-    `kubernetes` (a Kubeflow PyTorchJob; see lm_assets/defs/kubernetes.py). On Kubernetes the storage
-    root is a volume (`pvc_name`) that every pod mounts at `data_mount`."""
+    `kubernetes` (a Kubeflow PyTorchJob on `cluster`; see lm_assets/defs/kubernetes.py). On Kubernetes the
+    storage root is a volume (`cluster.pvc_name`) that every pod mounts at `cluster.data_mount`."""
 
     backend: str | None = None
     local_launcher: str = "torchrun"
     device: str = "cpu"
-    image: str = "lm-assets:latest"
-    namespace: str = "default"
-    nodes: int = 1
-    gpus_per_node: int = 8
-    pvc_name: str = "lm-assets-data"
-    data_mount: str = "/data"
+    cluster: ClusterSpec = ClusterSpec()
     pipes_bucket: str | None = None
     s3: dg.ResourceDependency[S3Resource]
 
     def backend_name(self) -> str:
         """The backend; unset, $LM_ASSETS_TRAINING_BACKEND, else local."""
         return self.backend or os.environ.get("LM_ASSETS_TRAINING_BACKEND") or "local"
-
-    def cluster(self) -> ClusterSpec:
-        return ClusterSpec(
-            image=self.image, namespace=self.namespace, nodes=self.nodes, gpus_per_node=self.gpus_per_node,
-            pvc_name=self.pvc_name, data_mount=self.data_mount,
-        )
 
     def kubernetes_client(self) -> KubernetesTrainingClient:
         bucket = self.pipes_bucket or os.environ.get("LM_ASSETS_PIPES_BUCKET")
@@ -135,7 +123,10 @@ def local_paths(store, run_name: str) -> dict[str, str]:
     except UnsafeKeyError as exc:
         raise dg.Failure(description=str(exc)) from exc
     if store.is_s3:
-        raise dg.Failure("local training reads packed data from a local storage root; use the kubernetes backend with S3")
+        raise dg.Failure(
+            f"training needs a file-system storage root, not {store.root}: the local backend reads the packed data and "
+            "writes checkpoints there, and the kubernetes backend mounts it on every pod (training_launcher.cluster.pvc_name)"
+        )
     return {
         "data": str(store.local_path("packed")),
         "checkpoints": str(store.local_path(checkpoint_run_folder(run_name))),
@@ -175,7 +166,7 @@ def training(
     train_config = config.train_config(paths["data"], str(run_dir), paths["tokenizer"], seq_len) | {"vocab_size": vocab_size}
     config_path.write_text(json.dumps(train_config, indent=2))
     if backend == "kubernetes":
-        cluster = training_launcher.cluster()
+        cluster = training_launcher.cluster
         on_cluster = train_config | {
             "data": f"{cluster.data_mount}/packed",
             "tokenizer_model": f"{cluster.data_mount}/{TOKENIZER_KEYS['model']}",
@@ -194,7 +185,8 @@ def training(
             results = run_in_process_group(
                 pipes_subprocess_client, command=command, context=context, env=env, cwd=cwd
             ).get_results()
-        except DagsterPipesExecutionError as exc:
+        # The launcher's non-zero exit arrives as DagsterPipesExecutionError, which dagster does not export.
+        except Exception as exc:
             raise dg.Failure(description=rank_errors(errors) or str(exc)) from exc
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [checkpoint_key(config.run_name, tag) for tag in tags]
