@@ -54,7 +54,7 @@ import torch  # noqa: E402
 from train_gpu import PlainLoop, write_synthetic_packed  # noqa: E402
 
 from training.data import PackedDataset  # noqa: E402
-from training.engine import SpikeConfig, TrainConfig  # noqa: E402
+from training.config import SpikeConfig, TrainConfig  # noqa: E402
 
 GOAL = 1.3
 SEQ_LEN = 129  # rows of 129 tokens: 128-token inputs, the tiny preset's max_seq_len

@@ -324,7 +324,7 @@ def flash_probe(model_cfg, micro_batch: int, seq_len: int, device: str) -> dict:
 
 def deepspeed_path(args, data_dir: Path, vocab: int, timeout_s: float) -> dict:
     """(a): `python -m training.train` in a subprocess; its step lines parsed."""
-    from training.engine import TrainConfig
+    from training.config import TrainConfig
 
     overrides = [f"data={data_dir}", f"model={args.model}", f"precision={args.precision}", "zero_stage=1",
                  f"micro_batch_size={args.micro_batch}", f"steps={args.steps}",
@@ -388,7 +388,7 @@ def plain_path(args, data_dir: Path, vocab: int, compile: bool, time_left: float
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from training.data import PackedDataset
-    from training.engine import TrainConfig
+    from training.config import TrainConfig
 
     name = "plain torch, compiled" if compile else "plain torch, eager"
     result: dict = {"path": name, "status": "ran", "compile": compile}
@@ -507,7 +507,7 @@ def main(argv=None) -> int:
     for err in packages["errors"]:
         say(f"package note: {err}")
 
-    from training.engine import TrainConfig
+    from training.config import TrainConfig
 
     with tempfile.TemporaryDirectory(prefix="train_gpu_") as tmp:
         n_seq = max(256, args.steps * args.micro_batch)

@@ -59,7 +59,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-# bench/train_cpu.py and bench/train_gpu.py still import TrainConfig and SpikeConfig from here.
 from training.config import SpikeConfig, TrainConfig
 from training.data import PackedDataset
 
