@@ -20,54 +20,78 @@ from lm_assets.defs.raw import RawShardConfig, raw_shard
 from lm_assets.defs.reporting import config_hash
 from lm_assets.defs.resources import LandingResource, StorageResource
 
+# The run tag deploy/dagster-production.yaml limits concurrency by (one training run at a time).
+STAGE_TAG = "lm-assets/stage"
+
+
+def stage_tags(stage: str) -> dict[str, str]:
+    return {STAGE_TAG: stage}
+
+
 shard_curation_job = dg.define_asset_job(
     "shard_curation_job",
+    tags=stage_tags("curation"),
     selection=dg.AssetSelection.assets(raw_shard, extracted_shard, curated_shard, minhash_signatures),
     partitions_def=shard_partitions,
     description="Read, extract and curate one shard, and sketch it for dedup.",
 )
 shard_ingest_job = dg.define_asset_job(
     "shard_ingest_job",
+    tags=stage_tags("curation"),
     selection=dg.AssetSelection.assets(raw_shard, extracted_shard),
     partitions_def=shard_partitions,
     description="Read and extract one shard (the text that quality labels are joined to).",
 )
 quality_classifier_job = dg.define_asset_job(
     "quality_classifier_job",
+    tags=stage_tags("quality"),
     selection=dg.AssetSelection.assets(quality_labels, quality_classifier),
     description="Read the quality labels and train the quality classifier on them.",
 )
 curated_shard_job = dg.define_asset_job(
     "curated_shard_job",
+    tags=stage_tags("curation"),
     selection=dg.AssetSelection.assets(curated_shard, minhash_signatures),
     partitions_def=shard_partitions,
     description="Curate one extracted shard (with the current quality classifier) and sketch it for dedup.",
 )
 dedup_job = dg.define_asset_job(
-    "dedup_job", selection=dg.AssetSelection.assets(dedup_clusters), description="Cluster duplicates across shards."
+    "dedup_job",
+    tags=stage_tags("dedup"),
+    selection=dg.AssetSelection.assets(dedup_clusters),
+    description="Cluster duplicates across shards.",
 )
 deduplicated_shard_job = dg.define_asset_job(
     "deduplicated_shard_job",
+    tags=stage_tags("dedup"),
     selection=dg.AssetSelection.assets(deduplicated_shard, decontaminated_shard),
     partitions_def=shard_partitions,
     description="Apply the dedup decisions to one shard and drop what overlaps the evaluation sets.",
 )
 tokenizer_job = dg.define_asset_job(
-    "tokenizer_job", selection=dg.AssetSelection.assets(tokenizer), description="Train the tokenizer."
+    "tokenizer_job",
+    tags=stage_tags("tokens"),
+    selection=dg.AssetSelection.assets(tokenizer),
+    description="Train the tokenizer.",
 )
 tokenized_shard_job = dg.define_asset_job(
     "tokenized_shard_job",
+    tags=stage_tags("tokens"),
     selection=dg.AssetSelection.assets(tokenized_shard),
     partitions_def=shard_partitions,
     description="Tokenize one shard with the current tokenizer.",
 )
 training_job = dg.define_asset_job(
     "training_job",
+    tags=stage_tags("training"),
     selection=dg.AssetSelection.assets("training_run", "checkpoint"),
     description="Train on the packed dataset and export the checkpoint.",
 )
 packing_job = dg.define_asset_job(
-    "packing_job", selection=dg.AssetSelection.assets(packed_dataset), description="Pack training sequences."
+    "packing_job",
+    tags=stage_tags("tokens"),
+    selection=dg.AssetSelection.assets(packed_dataset),
+    description="Pack training sequences.",
 )
 
 
