@@ -20,7 +20,7 @@ from lm_assets.defs.curated import (
     curated_shard,
     extracted_shard,
 )
-from lm_assets.defs.expectations import curated_expectations
+from lm_assets.defs.expectations import curated_expectations, validate_frame
 from lm_assets.defs.raw import RawShardConfig, raw_shard
 from lm_assets.defs.reporting import config_hash
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
@@ -42,6 +42,16 @@ ZH = (
     "当地政府近年来对石桥进行了修缮，并在两岸种植了柳树和桃花，使这里成为游客喜爱的景点。"
     "春天桃花盛开的时候，摄影爱好者从各地赶来，只为拍下晨雾中的石桥。桥边的茶馆也因此热闹起来。"
     "茶馆的老板说，他的祖父就在这里卖茶，几十年来，来喝茶的人换了一代又一代，可石桥依旧如故。"
+)
+
+DE = (
+    "Der alte Leuchtturm steht am Rand des Hafens, und sein Wärter steigt jeden Abend die Treppe hinauf. "
+    "Im Winter kommen die Stürme aus dem Norden, und die Schiffe warten in der Bucht, bis das Meer wieder ruhig ist. "
+    "Besucher gehen am Nachmittag über die Mole und sehen zu, wie die Fischerboote mit ihrem Fang zurückkehren. "
+    "Die Stadt hat ihre engen Gassen, ihre Steinhäuser und ein kleines Museum über die Geschichte des Hafens bewahrt. "
+    "Jeden Sommer füllt ein Fest den Marktplatz mit Musik, und die Familien aus dem Tal kommen zum Tanzen herunter. "
+    "Die Fischer flicken ihre Netze noch immer von Hand am Kai, wie es ihnen ihre Großeltern vor langer Zeit zeigten. "
+    "Eine schmale Bahn verband einst den Hafen mit den Bergwerken in den Hügeln, doch heute stehen nur noch ihre Brücken."
 )
 
 
@@ -102,6 +112,33 @@ def test_materialize_one_shard_locally(tmp_path):
     assert mat.metadata["quality_preset"].value == "lm_assets"
     examples = mat.metadata["drop_examples"].value
     assert "https://en.example/stub" in examples and "Click here to win a prize today" in examples
+
+
+def test_expectations_check_the_languages_the_run_was_configured_with(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    WarcBuilder().warcinfo().response(
+        "https://de.example/hafen", page("Hafen", f"<p>{DE}</p>", lang="de")
+    ).response("https://en.example/harbour", page("Harbour", f"<p>{EN}</p>")).write(landing / "s1.warc.gz")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
+    curated_config = OFFLINE_TOXICITY["ops"]["curated_shard"]["config"] | {
+        "allowed_languages": ["en", "de"], "language_share_bounds": {"en": [0.05, 1.0], "de": [0.05, 1.0]}
+    }
+    result = dg.materialize(
+        [raw_shard, extracted_shard, curated_shard, curated_expectations],
+        partition_key="s1.warc.gz",
+        instance=instance,
+        resources=resources(str(tmp_path / "storage"), str(landing)),
+        run_config={"ops": {"curated_shard": {"config": curated_config}}},
+    )
+    assert result.success
+    curated = pl.read_parquet(tmp_path / "storage/curated/s1.warc.gz/documents.parquet")
+    assert sorted(curated["lang"].to_list()) == ["de", "en"]
+    # The default config allows en and zh only: a check that read it would reject the German page.
+    assert not validate_frame(curated.select("doc_id", "text", "lang", "lang_score", "tox_frac").to_pandas(),
+                              CuratedShardConfig().allowed_languages)["success"]
+    assert check_results(result)[("curated_shard", "curated_expectations")]
 
 
 def test_unloadable_toxicity_model_fails_the_run_with_its_reason(tmp_path):

@@ -17,7 +17,7 @@ from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.tokens import decontaminated_shard, packed_dataset, tokenized_shard, tokenizer
 from lm_assets.defs.quality import quality_classifier, quality_labels
 from lm_assets.defs.raw import RawShardConfig, raw_shard
-from lm_assets.defs.reporting import config_hash
+from lm_assets.defs.reporting import config_hash, latest_metadata
 from lm_assets.defs.resources import LandingResource, StorageResource
 
 # The run tag deploy/dagster-production.yaml limits concurrency by (one training run at a time).
@@ -139,11 +139,7 @@ def stale_shards(
             stale.append(shard)
             continue
         for key, current in current_hashes.items():
-            records = instance.fetch_materializations(
-                dg.AssetRecordsFilter(asset_key=key, asset_partitions=[shard]), limit=1
-            ).records
-            mat = records[0].asset_materialization if records else None
-            recorded = mat.metadata.get("config_hash") if mat else None
+            recorded = (latest_metadata(instance, key, shard) or {}).get("config_hash")
             if recorded is None or recorded.value != current:
                 stale.append(shard)
                 break

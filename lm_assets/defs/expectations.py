@@ -7,9 +7,11 @@ its import alone costs seconds.
 
 import dagster as dg
 
-from lm_assets.defs.curated import CuratedShardConfig, curated_shard, stage_keys
+from lm_assets.defs.curated import curated_shard
 from lm_assets.defs.partitions import shard_key, shard_partitions
+from lm_assets.defs.reporting import latest_metadata
 from lm_assets.defs.resources import StorageResource
+from lm_assets.layout import stage_keys
 
 SAMPLE_ROWS = 2_000
 
@@ -48,15 +50,25 @@ def validate_frame(frame, allowed_languages: list[str]) -> dict:
     return {"success": bool(result.success), "evaluated": len(result.results), "failed": failed}
 
 
+def allowed_languages(instance: dg.DagsterInstance, shard: str) -> list[str] | None:
+    """The languages the shard's latest curated_shard materialization kept: its run's config, as it recorded it."""
+    effective = (latest_metadata(instance, curated_shard.key, shard) or {}).get("effective_config")
+    return effective.value["langid"]["allowed"] if effective else None
+
+
 @dg.asset_check(
     asset=curated_shard,
     partitions_def=shard_partitions,
     description="Great Expectations suite on a sample of the curated shard: ids, text, language and score ranges.",
 )
 def curated_expectations(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
-    docs = storage.storage().read_parquet(stage_keys("curated", shard_key(context))["documents"])
+    shard = shard_key(context)
+    allowed = allowed_languages(context.instance, shard)
+    if allowed is None:
+        return dg.AssetCheckResult(passed=False, metadata={"reason": "no curated_shard materialization of this shard recorded"})
+    docs = storage.storage().read_parquet(stage_keys("curated", shard)["documents"])
     sample = docs.head(SAMPLE_ROWS).select("doc_id", "text", "lang", "lang_score", "tox_frac").to_pandas()
-    outcome = validate_frame(sample, CuratedShardConfig().allowed_languages)
+    outcome = validate_frame(sample, allowed)
     return dg.AssetCheckResult(
         passed=outcome["success"],
         metadata={"rows_validated": len(sample), "expectations": outcome["evaluated"], "failed": dg.MetadataValue.json(outcome["failed"])},

@@ -18,6 +18,15 @@ def config_hash(config: dg.Config) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
+def latest_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partition: str) -> dict | None:
+    """The metadata of the partition's latest materialization, or None when none is recorded."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition]), limit=1
+    ).records
+    mat = records[0].asset_materialization if records else None
+    return mat.metadata if mat else None
+
+
 def markdown_table(df: pl.DataFrame, max_rows: int = 20) -> dg.MetadataValue:
     if df.height == 0:
         return dg.MetadataValue.md("_none_")
