@@ -16,7 +16,7 @@ from lm_assets.corpus.langid import LangIdConfig, identify
 from lm_assets.corpus.quality_classifier import ClassifierConfig, train_classifier
 from lm_assets.corpus.quality_labels import files_version, match_labels, read_label_file
 from lm_assets.defs.curated import extracted_shard
-from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.partitions import shards_with
 from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import LandingResource, StorageResource
 from lm_assets.layout import (
@@ -62,8 +62,7 @@ def quality_labels(context: dg.AssetExecutionContext, storage: StorageResource, 
         )
     read = [read_label_file(data, name) for name, data in sorted(files.items())]
     labels, rejected = pl.concat([r[0] for r in read]), pl.concat([r[1] for r in read])
-    shards = [s for s in context.instance.get_dynamic_partitions(shard_partitions.name)
-              if store.exists(stage_keys("extracted", s)["documents"])]
+    shards = shards_with(context.instance, store, lambda s: stage_keys("extracted", s)["documents"])
     docs = pl.concat(
         [store.read_parquet(stage_keys("extracted", s)["documents"], columns=["doc_id", "url", "source", "text"]) for s in shards]
     ) if shards else pl.DataFrame(schema={"doc_id": pl.String, "url": pl.String, "source": pl.String, "text": pl.String})

@@ -26,7 +26,7 @@ from lm_assets.corpus.tokens import is_stale, tokenize_shard
 from lm_assets.defs.curated import CURATED_SCHEMA, publish_stage
 from lm_assets.defs.dedup import deduplicated_shard
 from lm_assets.defs.environment import fill_from_environment
-from lm_assets.defs.partitions import shard_key, shard_partitions
+from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
 from lm_assets.defs.reporting import (
     conservation_result,
     drop_metadata,
@@ -137,13 +137,6 @@ class TokenizerTrainingConfig(dg.Config):
         return fill_from_environment(data, {"vocab_size": ("LM_ASSETS_VOCAB_SIZE", 32000)})
 
 
-def decontaminated_shards(instance: dg.DagsterInstance, store) -> list[str]:
-    return [
-        s for s in instance.get_dynamic_partitions(shard_partitions.name)
-        if store.exists(stage_keys("decontaminated", s)["documents"])
-    ]
-
-
 @dg.asset(
     group_name="tokens",
     kinds={"sentencepiece"},
@@ -160,7 +153,7 @@ def tokenizer(
     context: dg.AssetExecutionContext, config: TokenizerTrainingConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
     store = storage.storage()
-    shards = decontaminated_shards(context.instance, store)
+    shards = shards_with(context.instance, store, lambda s: stage_keys("decontaminated", s)["documents"])
     if not shards:
         raise dg.Failure("no decontaminated shards yet: materialize decontaminated_shard first")
     frames = [store.read_parquet(stage_keys("decontaminated", s)["documents"], columns=["doc_id", "text", "lang"]) for s in shards]
@@ -272,7 +265,7 @@ def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource)
 def tokenized_with_current_tokenizer(context: dg.AssetCheckExecutionContext, storage: StorageResource) -> dg.AssetCheckResult:
     store = storage.storage()
     info = json.loads(store.read_bytes(TOKENIZER_KEYS["info"]))
-    shards = [s for s in context.instance.get_dynamic_partitions(shard_partitions.name) if store.exists(tokenized_keys(s)["sidecar"])]
+    shards = tokenized_shards(context.instance, store)
     stale = [s for s in shards if is_stale(json.loads(store.read_bytes(tokenized_keys(s)["sidecar"])), info["tokenizer_hash"])]
     return dg.AssetCheckResult(
         passed=not stale,
@@ -298,10 +291,7 @@ class PackedDatasetConfig(dg.Config):
 
 
 def tokenized_shards(instance: dg.DagsterInstance, store) -> list[str]:
-    return [
-        s for s in instance.get_dynamic_partitions(shard_partitions.name)
-        if store.exists(tokenized_keys(s)["sidecar"])
-    ]
+    return shards_with(instance, store, lambda s: tokenized_keys(s)["sidecar"])
 
 
 def load_shard_tokens(store, shard: str, folder: Path) -> ShardTokens:
