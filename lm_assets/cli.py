@@ -11,18 +11,14 @@ def add_shards(args) -> int:
     import dagster as dg
 
     from lm_assets.defs.automation import landing_shards
-    from lm_assets.defs.partitions import shard_partitions
+    from lm_assets.defs.partitions import add_new_partitions, shard_partitions
     from lm_assets.defs.resources import LandingResource, default_resources, s3_resource_from_env
 
     # A folder typed on the command line is relative to where it was typed.
     root = args.landing if not args.landing or args.landing.startswith("s3://") else os.path.abspath(args.landing)
     landing = LandingResource(root=root, s3=s3_resource_from_env()) if root else default_resources()["landing"]
     shards, skipped = landing_shards(landing.storage())
-    instance = dg.DagsterInstance.get()
-    known = set(instance.get_dynamic_partitions(shard_partitions.name))
-    new = [s for s in shards if s not in known]
-    if new:
-        instance.add_dynamic_partitions(shard_partitions.name, new)
+    new = add_new_partitions(dg.DagsterInstance.get(), shard_partitions, shards)
     print(f"{len(new)} new shard partitions added, {len(shards) - len(new)} already known")
     for shard in new:
         print(f"  {shard}")

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from lm_assets.defs.automation import landing_shards
-from lm_assets.defs.partitions import shard_partitions
+from lm_assets.defs.partitions import add_new_partitions, shard_partitions
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
 OFFLINE_TOXICITY = {"toxicity": {"backend": "profanity_check"}}
@@ -45,9 +45,7 @@ def run_shard_graph(
     `through_packing`, train the tokenizer, tokenize and pack. With `train_classifier`, every shard is
     extracted first, then the quality classifier is trained on the labels and curation uses it.
     Stops at the first failed run, which is returned last."""
-    new = [s for s in shards if s not in set(instance.get_dynamic_partitions(shard_partitions.name))]
-    if new:
-        instance.add_dynamic_partitions(shard_partitions.name, new)
+    add_new_partitions(instance, shard_partitions, shards)
     if train_classifier:
         steps = [("shard_ingest_job", s, "raw_shard → extracted_shard") for s in shards]
         steps += [("quality_classifier_job", None, "quality_labels → quality_classifier")]

@@ -7,6 +7,17 @@ from lm_assets.corpus.keys import UnsafeKeyError, check_name
 shard_partitions = dg.DynamicPartitionsDefinition(name="shards")
 
 
+def add_new_partitions(
+    instance: dg.DagsterInstance, partitions_def: dg.DynamicPartitionsDefinition, keys: list[str]
+) -> list[str]:
+    """Adds the keys the instance does not know yet as partitions, in order; returns them."""
+    known = set(instance.get_dynamic_partitions(partitions_def.name))
+    new = [key for key in keys if key not in known]
+    if new:
+        instance.add_dynamic_partitions(partitions_def.name, new)
+    return new
+
+
 def shards_with(instance: dg.DagsterInstance, store, key_of: Callable[[str], str]) -> list[str]:
     """The known shards, in partition order, whose file `key_of(shard)` is in `store`."""
     return [shard for shard in instance.get_dynamic_partitions(shard_partitions.name) if store.exists(key_of(shard))]
