@@ -66,9 +66,9 @@ def run_shard_graph(
         if shard is LATEST_CHECKPOINT:
             shard = instance.get_dynamic_partitions("checkpoints")[-1]
         progress(f"materializing {what}" + (f" for {shard}" if shard else ""))
-        config = run_config_for(run_config, job_name)
-        result = defs.resolve_job_def(job_name).execute_in_process(
-            partition_key=shard, instance=instance, run_config=config, raise_on_error=False
+        job = defs.resolve_job_def(job_name)
+        result = job.execute_in_process(
+            partition_key=shard, instance=instance, run_config=run_config_for(run_config, job), raise_on_error=False
         )
         results.append(result)
         if not result.success:
@@ -79,28 +79,12 @@ def run_shard_graph(
 LATEST_CHECKPOINT = object()
 
 
-def run_config_for(run_config: dict | None, job_name: str) -> dict | None:
-    """The part of a graph-wide run config (`{"ops": {asset: ...}}`) that a job's assets take."""
+def run_config_for(run_config: dict | None, job: dg.JobDefinition) -> dict | None:
+    """The part of a graph-wide run config (`{"ops": {asset: ...}}`) that a job's ops take."""
     if not run_config:
         return None
-    assets = JOB_ASSETS[job_name]
-    ops = {name: cfg for name, cfg in run_config.get("ops", {}).items() if name in assets}
+    ops = {name: cfg for name, cfg in run_config.get("ops", {}).items() if job.graph.has_node_named(name)}
     return {"ops": ops} if ops else None
-
-
-JOB_ASSETS = {
-    "shard_curation_job": {"raw_shard", "extracted_shard", "curated_shard", "minhash_signatures"},
-    "shard_ingest_job": {"raw_shard", "extracted_shard"},
-    "quality_classifier_job": {"quality_labels", "quality_classifier"},
-    "curated_shard_job": {"curated_shard", "minhash_signatures"},
-    "dedup_job": {"dedup_clusters"},
-    "deduplicated_shard_job": {"deduplicated_shard", "decontaminated_shard"},
-    "tokenizer_job": {"tokenizer"},
-    "tokenized_shard_job": {"tokenized_shard"},
-    "packing_job": {"packed_dataset"},
-    "training_job": {"training"},
-    "evaluation_job": {"perplexity", "mmlu_score", "ceval_score"},
-}
 
 
 def shard_files(storage) -> list[str]:
