@@ -43,7 +43,6 @@ import os
 import pickle
 import random
 import re
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 from training.config import ModelConfig, to_dict
+from training.primitives import atomic_path
 
 TAG_FORMAT = "step_{:08d}"
 # Megatron-style split dimension of tensor-parallel weights, by name (the rest is replicated).
@@ -59,9 +59,8 @@ ROW_PARALLEL = ("o_proj.weight", "down_proj.weight")
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def _write_json(path: Path, data) -> None:

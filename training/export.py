@@ -41,7 +41,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -49,7 +48,7 @@ import torch
 from torch import nn
 
 from training.config import ModelConfig
-from training.primitives import read_varint
+from training.primitives import atomic_path, read_varint
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -229,30 +228,23 @@ def _json(obj) -> bytes:
     return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode()
 
 
+def _create_private(tmp: Path) -> int:
+    # Exported files have always been owner-only (0600, as tempfile.mkstemp made them).
+    return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    with atomic_path(path) as tmp:
+        with os.fdopen(_create_private(tmp), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _atomic_copy(src: Path, dst: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    try:
+    with atomic_path(dst) as tmp:
+        os.close(_create_private(tmp))
         shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 # ---------------------------------------------------------------------------------------------

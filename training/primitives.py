@@ -1,9 +1,11 @@
-"""Bit-level primitives shared by the training program and the corpus library.
+"""Bit-level primitives, and atomic file writes, shared by the training program and the corpus library.
 
 - `splitmix64(x)`: splitmix64's finalizer, a bijection of uint64 that scrambles every bit. Takes
   anything `np.asarray` turns into uint64.
 - `fmix64(x)`: MurmurHash3's 64-bit finalizer on a uint64 array; returns a new array.
 - `read_varint(data, pos)`: the protobuf base-128 varint at `data[pos]`, and the position after it.
+- `atomic_path(path)`: a temporary name beside `path` (`temp_beside`) to write, renamed onto `path` when
+  the block succeeds, so a reader never sees half a file.
 
 Arithmetic wraps mod 2**64 (numpy uint64). The values must never change: data splits and orders,
 shuffles, near-duplicate signatures and decontamination grams are all derived from them.
@@ -14,6 +16,12 @@ torch) both import it.
 """
 
 from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -52,4 +60,22 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-__all__ = ["fmix64", "read_varint", "splitmix64"]
+def temp_beside(path: Path) -> Path:
+    """A fresh hidden name in `path`'s folder, to write before renaming onto `path`."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary path beside `path`, renamed onto it when the block succeeds and removed if it fails."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_beside(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+__all__ = ["atomic_path", "fmix64", "read_varint", "splitmix64", "temp_beside"]

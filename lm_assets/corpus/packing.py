@@ -52,7 +52,6 @@ import hashlib
 import json
 import math
 import os
-import uuid
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -63,7 +62,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from training.primitives import splitmix64
+from training.primitives import splitmix64, temp_beside
 
 FORMAT = "lm-assets-packed/1"
 SPLITS = ("train", "val")
@@ -677,10 +676,6 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
 # -- write ------------------------------------------------------------------------------------
 
 
-def _tmp_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-
-
 def write_packed(result: PackedResult, out_dir: str | os.PathLike, rows_per_chunk: int | None = None) -> dict:
     """Write `<split>.bin`, `<split>_segments.parquet` and `manifest.json` into `out_dir`.
 
@@ -697,11 +692,11 @@ def write_packed(result: PackedResult, out_dir: str | os.PathLike, rows_per_chun
         for split in SPLITS:
             n_seq = result.num_sequences(split)
             bin_path, seg_path = out / f"{split}.bin", out / f"{split}_segments.parquet"
-            tmp = _tmp_path(bin_path)
+            tmp = temp_beside(bin_path)
             staged.append((tmp, bin_path))
             with open(tmp, "wb") as f:
                 f.writelines(memoryview(chunk).cast("B") for chunk in result.iter_chunks(split, rows_per_chunk))
-            tmp_seg = _tmp_path(seg_path)
+            tmp_seg = temp_beside(seg_path)
             staged.append((tmp_seg, seg_path))
             result.segments(split).write_parquet(tmp_seg, statistics=True, row_group_size=65536)
             manifest["files"][split] = {
@@ -711,7 +706,7 @@ def write_packed(result: PackedResult, out_dir: str | os.PathLike, rows_per_chun
                 "bytes": n_seq * result.config.seq_len * result.dtype.itemsize,
             }
         manifest_path = out / "manifest.json"
-        tmp_manifest = _tmp_path(manifest_path)
+        tmp_manifest = temp_beside(manifest_path)
         tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
         staged.append((tmp_manifest, manifest_path))
     except BaseException:

@@ -24,21 +24,9 @@ from typing import Iterator
 import polars as pl
 
 from lm_assets.corpus.keys import check_name, confined_path
+from training.primitives import atomic_path
 
 MANIFEST = ".published.json"
-
-
-@contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside `path`, renamed onto it when the block succeeds and removed if it fails."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
