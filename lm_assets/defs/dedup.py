@@ -24,7 +24,7 @@ from lm_assets.corpus.dedup import (
 )
 from lm_assets.corpus.minhash import MinHashConfig, lsh_params
 from lm_assets.defs.curated import CURATED_SCHEMA, curated_shard, publish_stage
-from lm_assets.defs.partitions import shard_key, shard_partitions
+from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
 from lm_assets.defs.reporting import (
     conservation_result,
     drop_metadata,
@@ -134,11 +134,8 @@ class DedupClustersConfig(dg.Config):
 def sketched_shards(instance: dg.DagsterInstance, store, fingerprint: str) -> dict[str, str]:
     """Known shards with sketches: shard -> digest of its documents."""
     out = {}
-    for shard in instance.get_dynamic_partitions(shard_partitions.name):
-        keys = minhash_keys(shard)
-        if not store.exists(keys["info"]):
-            continue
-        info = json.loads(store.read_bytes(keys["info"]))
+    for shard in shards_with(instance, store, lambda s: minhash_keys(s)["info"]):
+        info = json.loads(store.read_bytes(minhash_keys(shard)["info"]))
         if info["fingerprint"] != fingerprint:
             raise dg.Failure(
                 f"sketches of {shard} were made with other MinHash settings; re-materialize minhash_signatures for it"

@@ -19,7 +19,8 @@ from dagster_aws.s3 import S3Resource
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
 from lm_assets.defs.kubernetes import ClusterSpec, KubernetesTrainingClient
-from lm_assets.defs.process_group import run_in_process_group
+from lm_assets.defs.partitions import add_new_partitions
+from lm_assets.defs.process_group import DagsterPipesExecutionError, run_in_process_group
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens import packed_dataset, tokenizer
 from lm_assets.layout import TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
@@ -185,12 +186,9 @@ def training(
             results = run_in_process_group(
                 pipes_subprocess_client, command=command, context=context, env=env, cwd=cwd
             ).get_results()
-        # The launcher's non-zero exit arrives as DagsterPipesExecutionError, which dagster does not export.
-        except Exception as exc:
+        except DagsterPipesExecutionError as exc:
             raise dg.Failure(description=rank_errors(errors) or str(exc)) from exc
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [checkpoint_key(config.run_name, tag) for tag in tags]
-    new = [k for k in keys if k not in set(context.instance.get_dynamic_partitions(checkpoint_partitions.name))]
-    if new:
-        context.instance.add_dynamic_partitions(checkpoint_partitions.name, new)
+    add_new_partitions(context.instance, checkpoint_partitions, keys)
     yield from results
