@@ -5,6 +5,8 @@ its import alone costs seconds.
 """
 
 
+import warnings
+
 import dagster as dg
 
 from lm_assets.defs.curated import curated_shard
@@ -14,6 +16,20 @@ from lm_assets.defs.resources import StorageResource
 from lm_assets.layout import stage_keys
 
 SAMPLE_ROWS = 2_000
+
+
+def partitioned_asset_check(**kwargs):
+    """`dg.asset_check(**kwargs)` with a `partitions_def`, without the PreviewWarning dagster raises at every
+    load for a partitioned AssetCheckSpec (partitioned checks are a preview feature in dagster 1.x)."""
+
+    def decorate(fn):
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
+            )
+            return dg.asset_check(**kwargs)(fn)
+
+    return decorate
 
 
 def curated_suite(allowed_languages: list[str]):
@@ -56,7 +72,7 @@ def allowed_languages(instance: dg.DagsterInstance, shard: str) -> list[str] | N
     return effective.value["langid"]["allowed"] if effective else None
 
 
-@dg.asset_check(
+@partitioned_asset_check(
     asset=curated_shard,
     partitions_def=shard_partitions,
     description="Great Expectations suite on a sample of the curated shard: ids, text, language and score ranges.",
