@@ -54,11 +54,13 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
-import duckdb
 import numpy as np
 import polars as pl
-import pyarrow as pa
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 from lm_assets.corpus.minhash import (
     MinHashConfig,
@@ -91,7 +93,7 @@ CLUSTER_SCHEMA = {
 DEDUP_DROPPED_SCHEMA = DROPPED_SCHEMA | {"kept_doc_id": pl.String}
 
 # A table handed to a step: in memory, or parquet file(s) that DuckDB and polars scan lazily.
-Source = pl.DataFrame | pa.Table | str | Path | Sequence[str | Path]
+Source: TypeAlias = "pl.DataFrame | pa.Table | str | Path | Sequence[str | Path]"
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,8 @@ class _DuckDB:
     def __init__(self, cfg: DuckDBConfig):
         temp = cfg.temp_directory or os.path.join(tempfile.gettempdir(), "lm-assets-duckdb")
         Path(temp).mkdir(parents=True, exist_ok=True)
+        import duckdb  # imported on first use: the code location loads this module
+
         self.con = duckdb.connect()
         self._set("memory_limit", cfg.memory_limit)
         self._set("temp_directory", temp)
@@ -234,6 +238,8 @@ class _DuckDB:
 
     def table(self, name: str, source: Source, columns: Sequence[str]) -> str:
         """A FROM-clause expression reading `columns` of `source`."""
+        import pyarrow as pa
+
         if isinstance(source, pl.DataFrame):
             self.con.register(name, source.select(columns).to_arrow())
             return name
@@ -255,6 +261,8 @@ class _DuckDB:
 
 
 def _lazy(source: Source) -> pl.LazyFrame:
+    import pyarrow as pa
+
     if isinstance(source, pl.DataFrame):
         return source.lazy()
     if isinstance(source, pa.Table):

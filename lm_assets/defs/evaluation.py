@@ -19,9 +19,6 @@ from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens import DEFAULT_MMLU_PATH
 from lm_assets.defs.training import checkpoint_partitions
-from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu
-from lm_assets.evaluation.checkpoint import load_model
-from lm_assets.evaluation.perplexity import packed_perplexity
 from lm_assets.evaluation.stats import question_blind_chance
 from lm_assets.layout import TOKENIZER_KEYS, checkpoint_run_folder, parse_checkpoint_key
 
@@ -164,6 +161,9 @@ EVAL_DEPS = ["checkpoint"]
     description="Token perplexity and bits per byte of the checkpoint on packed_dataset's val split.",
 )
 def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, storage: StorageResource) -> dg.MaterializeResult:
+    from lm_assets.evaluation.checkpoint import load_model  # torch: imported when the asset runs
+    from lm_assets.evaluation.perplexity import packed_perplexity
+
     store = storage.storage()
     em = load_model(hf_export(store, context.partition_key))
     result = packed_perplexity(em, store.local_path("packed"), config.split, batch_size=config.batch_size,
@@ -184,6 +184,9 @@ def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, stor
     "lm-evaluation-harness's `mmlu` task.",
 )
 def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
+    from lm_assets.evaluation.benchmarks import evaluate_mmlu  # torch: imported when the asset runs
+    from lm_assets.evaluation.checkpoint import load_model
+
     store = storage.storage()
     if not Path(config.mmlu_path).exists():
         raise dg.Failure(f"MMLU not found at {config.mmlu_path} (set mmlu_path)")
@@ -204,6 +207,9 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
     description="C-Eval accuracy on the val split, 5-shot from dev as lm-evaluation-harness's `ceval-valid` task.",
 )
 def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
+    from lm_assets.evaluation.benchmarks import evaluate_ceval  # torch: imported when the asset runs
+    from lm_assets.evaluation.checkpoint import load_model
+
     store = storage.storage()
     if not Path(config.ceval_path).exists():
         raise dg.Failure(f"C-Eval not found at {config.ceval_path} (set ceval_path; C-Eval itself cannot be shipped)")

@@ -11,13 +11,47 @@ Modules: `checkpoint` (loading), `prompts` (the lm-eval prompt formats), `scorin
 batching), `benchmarks` (end-to-end runs and aggregation), `perplexity`, `stats`, `subjects`.
 """
 
-from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu, evaluate_questions, summarize
-from lm_assets.evaluation.checkpoint import EvalModel, build_model, load_model, model_config_from_hf
-from lm_assets.evaluation.perplexity import packed_perplexity, token_byte_lengths
-from lm_assets.evaluation.prompts import MCQuestion, ceval_questions, mmlu_questions
-from lm_assets.evaluation.scoring import encode_pair, loglikelihood, loglikelihood_tokens, score_questions
-from lm_assets.evaluation.stats import chance_interval, mean_stderr, pooled_sample_stderr
-from lm_assets.evaluation.subjects import CEVAL_SUBJECTS_ZH, MMLU_CATEGORIES, ceval_subject_names
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu, evaluate_questions, summarize
+    from lm_assets.evaluation.checkpoint import EvalModel, build_model, load_model, model_config_from_hf
+    from lm_assets.evaluation.perplexity import packed_perplexity, token_byte_lengths
+    from lm_assets.evaluation.prompts import MCQuestion, ceval_questions, mmlu_questions
+    from lm_assets.evaluation.scoring import encode_pair, loglikelihood, loglikelihood_tokens, score_questions
+    from lm_assets.evaluation.stats import chance_interval, mean_stderr, pooled_sample_stderr
+    from lm_assets.evaluation.subjects import CEVAL_SUBJECTS_ZH, MMLU_CATEGORIES, ceval_subject_names
+
+# The submodules that score models import torch; they load on first use of their names, so importing
+# a light one (`stats`, `subjects`) or this package does not pull torch in.
+_EXPORTS = {
+    "evaluate_ceval": "benchmarks", "evaluate_mmlu": "benchmarks", "evaluate_questions": "benchmarks",
+    "summarize": "benchmarks",
+    "EvalModel": "checkpoint", "build_model": "checkpoint", "load_model": "checkpoint",
+    "model_config_from_hf": "checkpoint",
+    "packed_perplexity": "perplexity", "token_byte_lengths": "perplexity",
+    "MCQuestion": "prompts", "ceval_questions": "prompts", "mmlu_questions": "prompts",
+    "encode_pair": "scoring", "loglikelihood": "scoring", "loglikelihood_tokens": "scoring",
+    "score_questions": "scoring",
+    "chance_interval": "stats", "mean_stderr": "stats", "pooled_sample_stderr": "stats",
+    "CEVAL_SUBJECTS_ZH": "subjects", "MMLU_CATEGORIES": "subjects", "ceval_subject_names": "subjects",
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "CEVAL_SUBJECTS_ZH",
