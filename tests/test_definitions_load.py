@@ -21,6 +21,8 @@ HEAVY_MODULES = [
     "pyarrow",
     "pandas",
     "safetensors",
+    "dagster_aws",
+    "boto3",
 ]
 
 PROBE = """

@@ -11,7 +11,6 @@ import json
 import time
 
 import dagster as dg
-from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
@@ -105,6 +104,8 @@ class KubernetesTrainingClient:
         return self.api, self.core_api
 
     def run(self, context, name: str, train_config: dict, cluster: ClusterSpec, timeout_s: float = 7 * 24 * 3600):
+        from dagster_aws.pipes import PipesS3ContextInjector, PipesS3MessageReader
+
         api, core = self._apis()
         with dg.open_pipes_session(
             context=context,

@@ -12,8 +12,7 @@ import os
 from typing import ClassVar
 
 import dagster as dg
-from dagster_aws.s3 import S3Resource
-from dagster_aws.s3.utils import construct_s3_client
+from pydantic import Field
 
 from lm_assets.corpus.storage import Storage
 from lm_assets.defs.environment import project_path
@@ -22,11 +21,26 @@ DEFAULT_STORAGE_ROOT = "storage"
 DEFAULT_LANDING_ROOT = "data/sample-crawl"
 
 
-class S3ClientResource(S3Resource):
-    """dagster-aws's S3 resource. An unset endpoint or region is read when a client is made:
-    $LM_ASSETS_S3_ENDPOINT_URL, and $AWS_REGION or $AWS_DEFAULT_REGION."""
+class S3ClientResource(dg.ConfigurableResource):
+    """An S3 client with dagster-aws's `S3Resource` settings, made by its `construct_s3_client` when a
+    client is needed (dagster-aws costs a second to import, so not when the code location loads). An
+    unset endpoint or region is read then: $LM_ASSETS_S3_ENDPOINT_URL, and $AWS_REGION or
+    $AWS_DEFAULT_REGION. Credentials can be bound with `dg.EnvVar`."""
+
+    use_unsigned_session: bool = Field(default=False, description="an unsigned S3 session")
+    region_name: str | None = Field(default=None, description="unset: $AWS_REGION, else $AWS_DEFAULT_REGION")
+    endpoint_url: str | None = Field(default=None, description="unset: $LM_ASSETS_S3_ENDPOINT_URL, else AWS")
+    max_attempts: int = Field(default=5, description="boto3's retry attempts, the first call included")
+    profile_name: str | None = Field(default=None, description="a shared-credentials profile")
+    use_ssl: bool = Field(default=True, description="use SSL")
+    verify: bool | None = Field(default=None, description="verify SSL certificates (unset: yes)")
+    aws_access_key_id: str | None = Field(default=None, description="unset: boto3's credential chain")
+    aws_secret_access_key: str | None = Field(default=None, description="unset: boto3's credential chain")
+    aws_session_token: str | None = Field(default=None, description="unset: boto3's credential chain")
 
     def get_client(self):
+        from dagster_aws.s3.utils import construct_s3_client
+
         return construct_s3_client(
             max_attempts=self.max_attempts,
             region_name=self.region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None,
@@ -41,12 +55,12 @@ class S3ClientResource(S3Resource):
         )
 
 
-def s3_resource_from_env() -> S3Resource:
+def s3_resource_from_env() -> S3ClientResource:
     """The S3 resource whose endpoint and region come from the environment when it is used."""
     return S3ClientResource()
 
 
-def _storage(root: str, s3: S3Resource) -> Storage:
+def _storage(root: str, s3: S3ClientResource) -> Storage:
     if root.startswith("s3://"):
         return Storage(root, s3_client=s3.get_client())
     return Storage(project_path(root))
@@ -57,7 +71,7 @@ class StorageResource(dg.ConfigurableResource):
     else `storage`; a relative folder is inside the project folder, whatever the working directory."""
 
     root: str | None = None
-    s3: dg.ResourceDependency[S3Resource]
+    s3: dg.ResourceDependency[S3ClientResource]
     environment_variable: ClassVar[str] = "LM_ASSETS_STORAGE_ROOT"
     default_root: ClassVar[str] = DEFAULT_STORAGE_ROOT
 
@@ -73,7 +87,7 @@ class LandingResource(StorageResource):
     default_root: ClassVar[str] = DEFAULT_LANDING_ROOT
 
 
-def default_resources(s3: S3Resource | None = None) -> dict:
+def default_resources(s3: S3ClientResource | None = None) -> dict:
     """The resources every domain shares: the storage root, the landing location, Pipes. Each domain's
     module adds those it owns (lm_assets/definitions.py merges them)."""
     s3 = s3 or s3_resource_from_env()

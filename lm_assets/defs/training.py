@@ -14,14 +14,13 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_aws.s3 import S3Resource
 
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
 from lm_assets.defs.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.partitions import add_new_partitions
 from lm_assets.defs.process_group import DagsterPipesExecutionError, run_in_process_group
-from lm_assets.defs.resources import StorageResource
+from lm_assets.defs.resources import S3ClientResource, StorageResource
 from lm_assets.defs.tokens import packed_dataset, tokenizer
 from lm_assets.layout import TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
 
@@ -81,7 +80,7 @@ class TrainingLauncher(dg.ConfigurableResource):
     device: str = "cpu"
     cluster: ClusterSpec = ClusterSpec()
     pipes_bucket: str | None = None
-    s3: dg.ResourceDependency[S3Resource]
+    s3: dg.ResourceDependency[S3ClientResource]
 
     def backend_name(self) -> str:
         """The backend; unset, $LM_ASSETS_TRAINING_BACKEND, else local."""
