@@ -14,6 +14,7 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from lm_assets.corpus.keys import UnsafeKeyError
+from lm_assets.defs.automation import stage_tags
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import StorageResource
@@ -239,6 +240,7 @@ evaluation_job = dg.define_asset_job(
     "evaluation_job",
     selection=dg.AssetSelection.assets(perplexity, mmlu_score, ceval_score),
     partitions_def=checkpoint_partitions,
+    tags=stage_tags("evaluation"),
     description="Perplexity, MMLU and C-Eval for one checkpoint.",
 )
 
