@@ -1,25 +1,37 @@
 """Checkpoints: DeepSpeed's state plus what the training loop needs to continue exactly.
 
+Contract. `CheckpointManager(folder, engine, rank, layout, train_config, ds_config)` is given
+exactly what saving and resuming need (the DeepSpeed engine, this process's rank, the run's
+`run_layout`, its config dicts) and nothing of the training loop. Every rank calls its methods
+(they meet at barriers):
+
+- `save(step, state, metrics)` writes the checkpoint of `step` completed steps and returns its
+  tag. `state` is the loop's own state as plain Python data (for `training.engine.Trainer`: the
+  completed steps, which fix the data position, the tokens seen and the loss-spike window),
+  `metrics` the last step's report;
+- `resume()` loads `latest` into the engine and this process's RNGs and returns the `state` it
+  was saved with, for the caller to restore; None when there is no checkpoint.
+
 Layout of `<dir>/<tag>/` (tag `step_00000500`, `<dir>/latest` names the newest):
 
 - DeepSpeed's files (`engine.save_checkpoint`): module weights (for the pipeline engine one file
   per layer and tensor-parallel rank, `layer_XX-model_YY-model_states.pt`; for the plain engine
   `mp_rank_YY_model_states.pt`), optimizer and ZeRO partitions, the LR scheduler, and our
-  `client_state["trainer"]`: the data position (completed steps), tokens seen and the
-  loss-spike window;
+  `client_state["trainer"]`: the `state` given to `save`;
 - `rng/rank_NNNNN.pt`: each rank's Python, NumPy and torch (and accelerator) RNG states, as
   tensors and plain Python data;
 - `train_config.json` and `ds_config.json`: the run's `TrainConfig` and the DeepSpeed JSON it
-  generated, plus `layout.json` (pp, tp, dp, world size, model config).
+  generated, `metrics.json` (the last step's report), plus `layout.json` (pp, tp, dp, world
+  size, model config).
 
 Order: each rank writes its RNG file and its share of DeepSpeed's files, then all meet at a
 barrier, and only then does rank 0 write `layout.json` and replace `latest` (DeepSpeed's own
 `latest` would be written before the other ranks finish). So `latest` only ever names a complete
 checkpoint, and a tag folder with `layout.json` is complete, even when the job is killed mid-save.
-Resume (`resume`) loads `latest` into the engine, restores the trainer state and this
-rank's RNG. The data order is a function of the step number alone (`training.data`), so in fp32 on
-CPU the losses after a resume are identical to an uninterrupted run. Resuming needs the same
-(pp, tp, dp) layout; a changed layout is refused.
+`resume` loads `latest` into the engine and this rank's RNG and hands back the loop's state. The
+data order is a function of the step number alone (`training.data`), so in fp32 on CPU the losses
+after a resume are identical to an uninterrupted run. Resuming needs the same (pp, tp, dp)
+layout; a changed layout is refused.
 
 `consolidated_state_dict` gathers a checkpoint's module weights, from any layout, into one
 `training.model.Transformer` state dict (pipeline layer files renamed, tensor-parallel shards
@@ -32,7 +44,8 @@ file read here (module weights, ZeRO-3 partitions, RNG states) is loaded with `w
 tensors and plain Python data only, plus, for ZeRO-3 optimizer files, the two DeepSpeed classes
 they hold (the ZeRO stage enum and the loss scaler). A file with anything else is refused with
 its path. DeepSpeed's `engine.load_checkpoint` in `resume` unpickles its own files without that
-restriction, so `resume` is only given the run's own checkpoint directory, the one it saves to.
+restriction, so a `CheckpointManager`'s `folder` is only ever the run's own checkpoint
+directory, the one it saves to.
 """
 
 from __future__ import annotations
@@ -43,13 +56,15 @@ import os
 import pickle
 import random
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from training.config import ModelConfig, to_dict
+from training.config import ModelConfig, ParallelDims, to_dict
 from training.primitives import atomic_path
 
 TAG_FORMAT = "step_{:08d}"
@@ -108,49 +123,89 @@ def latest_tag(ckpt_dir: str | os.PathLike) -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
-def _layout(trainer) -> dict:
-    d = trainer.dims
-    return {"pp": d.pp, "tp": d.tp, "dp": d.dp, "world_size": trainer.world, "model": to_dict(trainer.model_cfg)}
+# ---------------------------------------------------------------------------------------------
+# Save and resume
+# ---------------------------------------------------------------------------------------------
 
 
-def save(trainer, ckpt_dir: str | os.PathLike) -> str:
-    """Save `trainer` (a `training.engine.Trainer`) at its current step; returns the tag."""
-    tag = TAG_FORMAT.format(trainer.step)
-    path = Path(ckpt_dir) / tag
-    (path / "rng").mkdir(parents=True, exist_ok=True)
-    torch.save(rng_state(), path / "rng" / f"rank_{trainer.rank:05d}.pt")
-    if trainer.rank == 0:
-        _write_json(path / "train_config.json", to_dict(trainer.cfg))
-        _write_json(path / "ds_config.json", trainer.ds_config)
-        _write_json(path / "metrics.json", getattr(trainer, "last_metrics", {}))
-    state = {"trainer": trainer.trainer_state()}
-    trainer.engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=state, save_latest=False)
-    dist.barrier()
-    if trainer.rank == 0:
-        _write_json(path / "layout.json", _layout(trainer))
-        _write_text(Path(ckpt_dir) / "latest", tag)
-    return tag
+def run_layout(dims: ParallelDims, world_size: int, model_cfg: ModelConfig) -> dict:
+    """What `layout.json` records for a run, and what a resume must match."""
+    return {"pp": dims.pp, "tp": dims.tp, "dp": dims.dp, "world_size": world_size, "model": to_dict(model_cfg)}
 
 
-def resume(trainer, ckpt_dir: str | os.PathLike) -> dict | None:
-    """Load the latest checkpoint under `ckpt_dir` into `trainer`; None when there is none."""
-    tag = latest_tag(ckpt_dir)
-    if tag is None:
-        return None
-    path = Path(ckpt_dir) / tag
-    saved = json.loads((path / "layout.json").read_text())
-    now = _layout(trainer)
-    if saved != now:
-        raise ValueError(f"checkpoint {path} was written with layout {saved}, this run has {now}; resume needs it")
-    load_path, client_state = trainer.engine.load_checkpoint(str(ckpt_dir), tag=tag)
-    if load_path is None:
-        raise RuntimeError(f"DeepSpeed could not load checkpoint {path}")
-    state = client_state["trainer"]
-    trainer.load_trainer_state(state)
-    rng_file = path / "rng" / f"rank_{trainer.rank:05d}.pt"
-    set_rng_state(_load(rng_file))
-    dist.barrier()
-    return state
+@dataclass(frozen=True)
+class CheckpointManager:
+    """Saves and resumes one rank's share of a run's checkpoints under `folder`.
+
+    `engine` is the run's DeepSpeed engine (plain or pipeline), `rank` this process's global rank,
+    `layout` the run's `run_layout`, `train_config` and `ds_config` the dicts written beside each
+    checkpoint. `ds_config` is the very dict given to `deepspeed.initialize`, so what is written is
+    what DeepSpeed runs with.
+    """
+
+    folder: str | os.PathLike
+    engine: Any
+    rank: int
+    layout: dict
+    train_config: dict
+    ds_config: dict
+
+    def save(self, step: int, state: dict, metrics: dict) -> str:
+        """Save the checkpoint of `step` completed steps; returns its tag. `state` is the loop's
+        state (plain Python data, what `resume` returns), `metrics` the last step's report."""
+        tag = TAG_FORMAT.format(step)
+        path = Path(self.folder) / tag
+        self._save_rng(path)
+        if self.rank == 0:
+            self._save_run_files(path, metrics)
+        self.engine.save_checkpoint(str(self.folder), tag=tag, client_state={"trainer": state}, save_latest=False)
+        dist.barrier()
+        if self.rank == 0:
+            self._mark_complete(path, tag)
+        return tag
+
+    def resume(self) -> dict | None:
+        """Load the latest checkpoint into the engine and this process's RNGs; returns the `state`
+        it was saved with, or None when there is no checkpoint."""
+        tag = latest_tag(self.folder)
+        if tag is None:
+            return None
+        path = Path(self.folder) / tag
+        self._check_layout(path)
+        state = self._load_engine(path, tag)
+        set_rng_state(_load(self._rng_file(path)))
+        dist.barrier()
+        return state
+
+    def _rng_file(self, path: Path) -> Path:
+        return path / "rng" / f"rank_{self.rank:05d}.pt"
+
+    def _save_rng(self, path: Path) -> None:
+        (path / "rng").mkdir(parents=True, exist_ok=True)
+        torch.save(rng_state(), self._rng_file(path))
+
+    def _save_run_files(self, path: Path, metrics: dict) -> None:
+        _write_json(path / "train_config.json", self.train_config)
+        _write_json(path / "ds_config.json", self.ds_config)
+        _write_json(path / "metrics.json", metrics)
+
+    def _mark_complete(self, path: Path, tag: str) -> None:
+        # Only after every rank's files are in (the barrier): see "Order" in the module doc.
+        _write_json(path / "layout.json", self.layout)
+        _write_text(Path(self.folder) / "latest", tag)
+
+    def _check_layout(self, path: Path) -> None:
+        saved = json.loads((path / "layout.json").read_text())
+        if saved != self.layout:
+            raise ValueError(
+                f"checkpoint {path} was written with layout {saved}, this run has {self.layout}; resume needs it"
+            )
+
+    def _load_engine(self, path: Path, tag: str) -> dict:
+        load_path, client_state = self.engine.load_checkpoint(str(self.folder), tag=tag)
+        if load_path is None:
+            raise RuntimeError(f"DeepSpeed could not load checkpoint {path}")
+        return client_state["trainer"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,11 +291,11 @@ def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None)
 
 __all__ = [
     "TAG_FORMAT",
+    "CheckpointManager",
     "consolidated_state_dict",
     "latest_tag",
     "model_config",
-    "resume",
     "rng_state",
-    "save",
+    "run_layout",
     "set_rng_state",
 ]

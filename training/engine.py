@@ -59,7 +59,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from training.config import SpikeConfig, TrainConfig
+from training.checkpoint import CheckpointManager, run_layout
+from training.config import SpikeConfig, TrainConfig, to_dict
 from training.data import PackedDataset
 
 log = logging.getLogger("training")
@@ -278,6 +279,19 @@ class Trainer:
         self._pending_loss: float | None = None
         self._last: dict = {}
         self._install_step_guard()
+        self.checkpoints = self._checkpoint_manager()
+
+    def _checkpoint_manager(self) -> CheckpointManager | None:
+        if not self.cfg.checkpoint.dir:
+            return None
+        return CheckpointManager(
+            folder=self.cfg.checkpoint.dir,
+            engine=self.engine,
+            rank=self.rank,
+            layout=run_layout(self.dims, self.world, self.model_cfg),
+            train_config=to_dict(self.cfg),
+            ds_config=self.ds_config,
+        )
 
     # -- data ----------------------------------------------------------------------------------
 
@@ -404,9 +418,7 @@ class Trainer:
         self.spikes.load_state_dict(state["spikes"])
 
     def save(self) -> None:
-        from training import checkpoint
-
-        checkpoint.save(self, self.cfg.checkpoint.dir)
+        self.checkpoints.save(self.step, self.trainer_state(), self.last_metrics)
 
     def train_from_checkpoint(self) -> int:
         """Train to `cfg.steps`, resuming from the latest checkpoint; returns the step it started at."""
@@ -414,13 +426,13 @@ class Trainer:
         return self.started_at
 
     def train(self) -> list[dict]:
-        from training import checkpoint
-
         c = self.cfg.checkpoint
         if c.dir and c.resume:
-            state = checkpoint.resume(self, c.dir)
-            if state is not None and self.rank == 0:
-                log.info("resumed from %s at step %d", c.dir, self.step)
+            state = self.checkpoints.resume()
+            if state is not None:
+                self.load_trainer_state(state)
+                if self.rank == 0:
+                    log.info("resumed from %s at step %d", c.dir, self.step)
         reported = []
         self.started_at = self.step
         last_saved = self.step if (c.dir and c.resume) else None
