@@ -64,8 +64,8 @@ from lm_assets.corpus.curation_eval import (
 )
 from lm_assets.corpus.quality_policy import POLICIES
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.curated import DEFAULT_QUALITY_POLICY
-from lm_assets.defs.dedup import DedupSettings
+from lm_assets.defs.curation.assets import DEFAULT_QUALITY_POLICY
+from lm_assets.defs.dedup.assets import DedupSettings
 from lm_assets.layout import CLUSTERS_KEY, CURRENT_CLASSIFIER, classifier_keys, raw_keys, stage_keys
 from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
 

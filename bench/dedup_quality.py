@@ -39,7 +39,7 @@ from curation import MAKE_CRAWL, find_shards, resolve_crawl
 from lm_assets.corpus.dedup_eval import LANGUAGE_GROUPS, LanguageTally, figures, tally
 from lm_assets.corpus.minhash import lsh_params
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.dedup import DedupSettings
+from lm_assets.defs.dedup.assets import DedupSettings
 from lm_assets.layout import CLUSTERS_KEY, minhash_keys, stage_keys
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph

@@ -13,15 +13,15 @@ from dagster._core.instance.ref import InstanceRef
 
 from lm_assets.corpus.storage import Storage
 from lm_assets.defs.automation import landing_sensor, stale_shards
-from lm_assets.defs.curated import (
+from lm_assets.defs.curation.assets import (
     CuratedShardConfig,
     ExtractedShardConfig,
     ToxicityRulesConfig,
     curated_shard,
     extracted_shard,
 )
-from lm_assets.defs.expectations import curated_expectations, validate_frame
-from lm_assets.defs.raw import RawShardConfig, raw_shard
+from lm_assets.defs.curation.expectations import curated_expectations, validate_frame
+from lm_assets.defs.ingest.assets import RawShardConfig, raw_shard
 from lm_assets.defs.reporting import config_hash
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
 from tests.warc_builder import WarcBuilder, page
@@ -290,7 +290,7 @@ def test_real_cli_materializes_a_partition(tmp_path):
 
 
 def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
-    from lm_assets.defs.dedup import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
+    from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
 
     landing = tmp_path / "landing"
     landing.mkdir()

@@ -11,7 +11,7 @@ import pytest
 
 from lm_assets.corpus.dedup_eval import edit_rate_bin, evaluate, language_group, tally
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.dedup import DedupSettings
+from lm_assets.defs.dedup.assets import DedupSettings
 from lm_assets.layout import CLUSTERS_KEY, minhash_keys, stage_keys
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.definitions import defs as project_defs

@@ -11,9 +11,9 @@ PROJECT = Path(__file__).resolve().parents[1]
 LATE_ENVIRONMENT = textwrap.dedent("""
     import json, os
     import lm_assets.definitions as location
-    from lm_assets.defs.curated import ToxicityRulesConfig
-    from lm_assets.defs.evaluation import CevalScoreConfig, MmluScoreConfig
-    from lm_assets.defs.tokens import DecontaminatedShardConfig, PackedDatasetConfig, TokenizerTrainingConfig
+    from lm_assets.defs.curation.assets import ToxicityRulesConfig
+    from lm_assets.defs.evaluation.assets import CevalScoreConfig, MmluScoreConfig
+    from lm_assets.defs.tokens.assets import DecontaminatedShardConfig, PackedDatasetConfig, TokenizerTrainingConfig
 
     # Set only after the code location was imported.
     os.environ.update({
@@ -64,7 +64,7 @@ def test_unset_defaults_and_the_project_folder_override(tmp_path):
     script = textwrap.dedent("""
         import json
         from lm_assets.defs.resources import default_resources
-        from lm_assets.defs.tokens import TokenizerTrainingConfig
+        from lm_assets.defs.tokens.assets import TokenizerTrainingConfig
         r = default_resources()
         print(json.dumps([r["storage"].storage().root, r["landing"].storage().root, TokenizerTrainingConfig().vocab_size]))
     """)

@@ -4,7 +4,7 @@ import math
 
 import dagster as dg
 
-from lm_assets.defs.evaluation import expected_questions, score_checks
+from lm_assets.defs.evaluation.assets import expected_questions, score_checks
 from lm_assets.evaluation.stats import question_blind_chance
 
 

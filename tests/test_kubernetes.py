@@ -12,9 +12,9 @@ import boto3
 import dagster as dg
 import pytest
 
-from lm_assets.defs.kubernetes import ClusterSpec, job_state, pytorch_job_manifest
+from lm_assets.defs.training.kubernetes import ClusterSpec, job_state, pytorch_job_manifest
 from lm_assets.defs.resources import StorageResource, s3_resource_from_env
-from lm_assets.defs.training import TrainingLauncher, training
+from lm_assets.defs.training.assets import TrainingLauncher, training
 from tests.test_training_asset import packed_storage  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,7 +79,7 @@ class LocalCluster:
 
 @pytest.mark.slow
 def test_training_on_kubernetes_reports_through_s3(packed_storage, s3_server, tmp_path, monkeypatch):  # noqa: F811
-    from lm_assets.defs import kubernetes
+    from lm_assets.defs.training import kubernetes
 
     cluster = LocalCluster({"data": packed_storage, "config": tmp_path / "config"})
     original = kubernetes.KubernetesTrainingClient.__init__

@@ -102,7 +102,7 @@ time.sleep(600)
 
 @pytest.mark.skipif(sys.platform != "linux", reason="process groups as Linux has them")
 def test_interrupted_run_ends_the_launchers_whole_process_group(tmp_path):
-    from lm_assets.defs.process_group import run_in_process_group
+    from lm_assets.defs.training.process_group import run_in_process_group
 
     pid_file = tmp_path / "pids"
 

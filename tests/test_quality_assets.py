@@ -10,10 +10,10 @@ import pytest
 
 from lm_assets.corpus.storage import Storage
 from lm_assets.defs.automation import stale_shards
-from lm_assets.defs.curated import curated_shard, curated_with_current_classifier, extracted_shard
+from lm_assets.defs.curation.assets import curated_shard, curated_with_current_classifier, extracted_shard
 from lm_assets.layout import CURRENT_CLASSIFIER, stage_keys
-from lm_assets.defs.quality import quality_classifier, quality_labels
-from lm_assets.defs.raw import raw_shard
+from lm_assets.defs.curation.quality import quality_classifier, quality_labels
+from lm_assets.defs.ingest.assets import raw_shard
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
 
 SLICE = Path(__file__).parent / "data" / "dev-slice"

@@ -8,12 +8,12 @@ import polars as pl
 import pytest
 
 from lm_assets.corpus.pii import find_pii
-from lm_assets.defs.curated import curated_shard, extracted_shard
-from lm_assets.defs.dedup import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
-from lm_assets.defs.expectations import curated_expectations
-from lm_assets.defs.raw import raw_shard
+from lm_assets.defs.curation.assets import curated_shard, extracted_shard
+from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
+from lm_assets.defs.curation.expectations import curated_expectations
+from lm_assets.defs.ingest.assets import raw_shard
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
-from lm_assets.defs.tokens import (
+from lm_assets.defs.tokens.assets import (
     decontaminated_shard,
     packed_dataset,
     tokenized_shard,
@@ -282,7 +282,8 @@ def test_packed_dataset_traces_back_to_the_warc_record(materialized):
 
 @pytest.mark.slow
 def test_training_on_the_packed_sample_crawl(materialized):
-    from lm_assets.defs.training import TrainingLauncher, checkpoint_partitions, training
+    from lm_assets.defs.partitions import checkpoint_partitions
+    from lm_assets.defs.training.assets import TrainingLauncher, training
 
     root, _, runs = materialized
     instance = runs["instance"]
@@ -304,8 +305,8 @@ def test_training_on_the_packed_sample_crawl(materialized):
 
 @pytest.mark.slow
 def test_benchmark_scores_for_a_checkpoint(materialized):
-    from lm_assets.defs.evaluation import ceval_score, checkpoint_evaluation_sensor, mmlu_score, perplexity
-    from lm_assets.defs.training import TrainingLauncher, training
+    from lm_assets.defs.evaluation.assets import ceval_score, checkpoint_evaluation_sensor, mmlu_score, perplexity
+    from lm_assets.defs.training.assets import TrainingLauncher, training
 
     root, _, runs = materialized
     instance = runs["instance"]

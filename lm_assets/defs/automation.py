@@ -5,18 +5,9 @@ import dagster as dg
 
 from lm_assets.corpus.keys import landing_files
 from lm_assets.corpus.readers import SUPPORTED_SUFFIXES
-from lm_assets.defs.curated import (
-    CuratedShardConfig,
-    ExtractedShardConfig,
-    classifier_stale_shards,
-    curated_shard,
-    extracted_shard,
-)
-from lm_assets.defs.dedup import dedup_clusters, deduplicated_shard, minhash_signatures
+from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, classifier_stale_shards
 from lm_assets.defs.partitions import shard_partitions
-from lm_assets.defs.tokens import decontaminated_shard, packed_dataset, tokenized_shard, tokenizer
-from lm_assets.defs.quality import quality_classifier, quality_labels
-from lm_assets.defs.raw import RawShardConfig, raw_shard
+from lm_assets.defs.ingest.assets import RawShardConfig
 from lm_assets.defs.reporting import config_hash, latest_metadata
 from lm_assets.defs.resources import LandingResource, StorageResource
 
@@ -31,53 +22,53 @@ def stage_tags(stage: str) -> dict[str, str]:
 shard_curation_job = dg.define_asset_job(
     "shard_curation_job",
     tags=stage_tags("curation"),
-    selection=dg.AssetSelection.assets(raw_shard, extracted_shard, curated_shard, minhash_signatures),
+    selection=dg.AssetSelection.assets("raw_shard", "extracted_shard", "curated_shard", "minhash_signatures"),
     partitions_def=shard_partitions,
     description="Read, extract and curate one shard, and sketch it for dedup.",
 )
 shard_ingest_job = dg.define_asset_job(
     "shard_ingest_job",
     tags=stage_tags("curation"),
-    selection=dg.AssetSelection.assets(raw_shard, extracted_shard),
+    selection=dg.AssetSelection.assets("raw_shard", "extracted_shard"),
     partitions_def=shard_partitions,
     description="Read and extract one shard (the text that quality labels are joined to).",
 )
 quality_classifier_job = dg.define_asset_job(
     "quality_classifier_job",
     tags=stage_tags("quality"),
-    selection=dg.AssetSelection.assets(quality_labels, quality_classifier),
+    selection=dg.AssetSelection.assets("quality_labels", "quality_classifier"),
     description="Read the quality labels and train the quality classifier on them.",
 )
 curated_shard_job = dg.define_asset_job(
     "curated_shard_job",
     tags=stage_tags("curation"),
-    selection=dg.AssetSelection.assets(curated_shard, minhash_signatures),
+    selection=dg.AssetSelection.assets("curated_shard", "minhash_signatures"),
     partitions_def=shard_partitions,
     description="Curate one extracted shard (with the current quality classifier) and sketch it for dedup.",
 )
 dedup_job = dg.define_asset_job(
     "dedup_job",
     tags=stage_tags("dedup"),
-    selection=dg.AssetSelection.assets(dedup_clusters),
+    selection=dg.AssetSelection.assets("dedup_clusters"),
     description="Cluster duplicates across shards.",
 )
 deduplicated_shard_job = dg.define_asset_job(
     "deduplicated_shard_job",
     tags=stage_tags("dedup"),
-    selection=dg.AssetSelection.assets(deduplicated_shard, decontaminated_shard),
+    selection=dg.AssetSelection.assets("deduplicated_shard", "decontaminated_shard"),
     partitions_def=shard_partitions,
     description="Apply the dedup decisions to one shard and drop what overlaps the evaluation sets.",
 )
 tokenizer_job = dg.define_asset_job(
     "tokenizer_job",
     tags=stage_tags("tokens"),
-    selection=dg.AssetSelection.assets(tokenizer),
+    selection=dg.AssetSelection.assets("tokenizer"),
     description="Train the tokenizer.",
 )
 tokenized_shard_job = dg.define_asset_job(
     "tokenized_shard_job",
     tags=stage_tags("tokens"),
-    selection=dg.AssetSelection.assets(tokenized_shard),
+    selection=dg.AssetSelection.assets("tokenized_shard"),
     partitions_def=shard_partitions,
     description="Tokenize one shard with the current tokenizer.",
 )
@@ -90,7 +81,7 @@ training_job = dg.define_asset_job(
 packing_job = dg.define_asset_job(
     "packing_job",
     tags=stage_tags("tokens"),
-    selection=dg.AssetSelection.assets(packed_dataset),
+    selection=dg.AssetSelection.assets("packed_dataset"),
     description="Pack training sequences.",
 )
 
@@ -120,9 +111,9 @@ def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource
 def current_config_hashes() -> dict:
     """Each curation stage's default config hash, with today's environment defaults."""
     return {
-        raw_shard.key: config_hash(RawShardConfig()),
-        extracted_shard.key: config_hash(ExtractedShardConfig()),
-        curated_shard.key: config_hash(CuratedShardConfig()),
+        dg.AssetKey("raw_shard"): config_hash(RawShardConfig()),
+        dg.AssetKey("extracted_shard"): config_hash(ExtractedShardConfig()),
+        dg.AssetKey("curated_shard"): config_hash(CuratedShardConfig()),
     }
 
 
@@ -155,3 +146,21 @@ def nightly_curation_refresh(context: dg.ScheduleEvaluationContext, storage: Sto
     if not stale:
         return dg.SkipReason(f"all {len(shards)} shards are current")
     return [dg.RunRequest(partition_key=s, run_key=f"refresh:{s}:{context.scheduled_execution_time:%Y%m%d}") for s in stale]
+
+
+defs = dg.Definitions(
+    jobs=[
+        shard_curation_job,
+        shard_ingest_job,
+        quality_classifier_job,
+        curated_shard_job,
+        dedup_job,
+        deduplicated_shard_job,
+        tokenizer_job,
+        tokenized_shard_job,
+        packing_job,
+        training_job,
+    ],
+    sensors=[landing_sensor],
+    schedules=[nightly_curation_refresh],
+)

@@ -5,6 +5,8 @@ import dagster as dg
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 
 shard_partitions = dg.DynamicPartitionsDefinition(name="shards")
+# One per saved checkpoint: `<run>-<tag>` (lm_assets/layout.py builds and parses it).
+checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
 
 
 def add_new_partitions(

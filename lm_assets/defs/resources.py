@@ -88,11 +88,10 @@ class LandingResource(StorageResource):
 
 
 def default_resources(s3: S3ClientResource | None = None) -> dict:
-    """The resources every domain shares: the storage root, the landing location, Pipes. Each domain's
-    module adds those it owns (lm_assets/definitions.py merges them)."""
+    """The resources every domain shares: the storage root and the landing location. A domain's
+    Definitions adds those it owns (lm_assets/defs/<domain>/definitions.py)."""
     s3 = s3 or s3_resource_from_env()
     return {
-        "pipes_subprocess_client": dg.PipesSubprocessClient(),
         "storage": StorageResource(s3=s3),
         "landing": LandingResource(s3=s3),
     }

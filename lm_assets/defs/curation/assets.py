@@ -20,7 +20,6 @@ from lm_assets.corpus.quality_classifier import QualityClassifier
 from lm_assets.corpus.toxicity import ToxicityConfig
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions
-from lm_assets.defs.raw import raw_shard
 from lm_assets.defs.reporting import (
     config_hash,
     conservation_result,
@@ -93,7 +92,7 @@ class ExtractedShardConfig(dg.Config):
     partitions_def=shard_partitions,
     group_name="curation",
     kinds={"polars", "selectolax"},
-    deps=[raw_shard],
+    deps=["raw_shard"],
     check_specs=standard_check_specs(
         "extracted_shard",
         [

@@ -9,7 +9,7 @@ import warnings
 
 import dagster as dg
 
-from lm_assets.defs.curated import curated_shard
+from lm_assets.defs.curation.assets import curated_shard
 from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.reporting import latest_metadata
 from lm_assets.defs.resources import StorageResource

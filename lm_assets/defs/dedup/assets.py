@@ -23,7 +23,7 @@ from lm_assets.corpus.dedup import (
     sketch_documents,
 )
 from lm_assets.corpus.minhash import MinHashConfig, lsh_params
-from lm_assets.defs.curated import CURATED_SCHEMA, curated_shard, publish_stage
+from lm_assets.defs.curation.assets import CURATED_SCHEMA, publish_stage
 from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
 from lm_assets.defs.reporting import (
     conservation_result,
@@ -79,7 +79,7 @@ def content_digest(sketches: pl.DataFrame) -> str:
     partitions_def=shard_partitions,
     group_name="dedup",
     kinds={"numpy", "datasketch", "parquet"},
-    deps=[curated_shard],
+    deps=["curated_shard"],
     automation_condition=dg.AutomationCondition.eager(),
     check_specs=[
         dg.AssetCheckSpec(
@@ -294,7 +294,7 @@ def cluster_checks(clusters: pl.DataFrame, sketches: pl.DataFrame | None) -> lis
     partitions_def=shard_partitions,
     group_name="dedup",
     kinds={"polars", "parquet"},
-    deps=[curated_shard, dedup_clusters],
+    deps=["curated_shard", dedup_clusters],
     automation_condition=dg.AutomationCondition.eager(),
     check_specs=standard_check_specs(
         "deduplicated_shard",

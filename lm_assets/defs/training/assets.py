@@ -17,15 +17,11 @@ import dagster as dg
 
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
-from lm_assets.defs.kubernetes import ClusterSpec, KubernetesTrainingClient
-from lm_assets.defs.partitions import add_new_partitions
-from lm_assets.defs.process_group import DagsterPipesExecutionError, run_in_process_group
+from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
+from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions
+from lm_assets.defs.training.process_group import DagsterPipesExecutionError, run_in_process_group
 from lm_assets.defs.resources import S3ClientResource, StorageResource
-from lm_assets.defs.tokens import packed_dataset, tokenizer
 from lm_assets.layout import TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
-
-checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
-
 
 class TrainingRunConfig(dg.Config):
     """The main knobs of training/config.py's TrainConfig; `overrides` reaches every other field."""
@@ -72,7 +68,7 @@ class TrainingRunConfig(dg.Config):
 
 class TrainingLauncher(dg.ConfigurableResource):
     """Where training runs: `local` (torchrun or deepspeed, CPU processes on gloo by default) or
-    `kubernetes` (a Kubeflow PyTorchJob on `cluster`; see lm_assets/defs/kubernetes.py). On Kubernetes the
+    `kubernetes` (a Kubeflow PyTorchJob on `cluster`; see lm_assets/defs/training/kubernetes.py). On Kubernetes the
     storage root is a volume (`cluster.pvc_name`) that every pod mounts at `cluster.data_mount`."""
 
     backend: str | None = None
@@ -136,10 +132,10 @@ def local_paths(store, run_name: str) -> dict[str, str]:
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec("training_run", deps=[packed_dataset, tokenizer], group_name="training", kinds={"deepspeed", "pytorch"},
+        dg.AssetSpec("training_run", deps=["packed_dataset", "tokenizer"], group_name="training", kinds={"deepspeed", "pytorch"},
                      description="A DeepSpeed data x tensor x pipeline parallel training run: per-step loss, lr, grad "
                      "norm, tokens/s and MFU in the run log; final metrics and the loss curve as metadata."),
-        dg.AssetSpec("checkpoint", deps=[packed_dataset, tokenizer], group_name="training", kinds={"deepspeed", "safetensors"},
+        dg.AssetSpec("checkpoint", deps=["packed_dataset", "tokenizer"], group_name="training", kinds={"deepspeed", "safetensors"},
                      description="The run's DeepSpeed checkpoints (each also a `checkpoints` partition) and a "
                      "consolidated HF export of the latest (model.safetensors, config.json, tokenizer)."),
     ],
@@ -181,7 +177,7 @@ def training(
         shutil.rmtree(errors, ignore_errors=True)
         env = training_launcher.env() | {"LM_ASSETS_ERROR_DIR": str(errors)}
         try:
-            cwd = str(Path(__file__).resolve().parents[2])
+            cwd = str(Path(__file__).resolve().parents[3])
             results = run_in_process_group(
                 pipes_subprocess_client, command=command, context=context, env=env, cwd=cwd
             ).get_results()

@@ -16,10 +16,10 @@ from pydantic import Field, model_validator
 from lm_assets.corpus.keys import UnsafeKeyError
 from lm_assets.defs.automation import stage_tags
 from lm_assets.defs.environment import fill_from_environment
+from lm_assets.defs.partitions import checkpoint_partitions
 from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import StorageResource
-from lm_assets.defs.tokens import DEFAULT_MMLU_PATH
-from lm_assets.defs.training import checkpoint_partitions
+from lm_assets.defs.tokens.assets import DEFAULT_MMLU_PATH
 from lm_assets.evaluation.stats import question_blind_chance
 from lm_assets.layout import TOKENIZER_KEYS, checkpoint_run_folder, parse_checkpoint_key
 

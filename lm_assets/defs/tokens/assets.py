@@ -23,8 +23,7 @@ from lm_assets.corpus.tokenizer import (
 )
 from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
-from lm_assets.defs.curated import CURATED_SCHEMA, publish_stage
-from lm_assets.defs.dedup import deduplicated_shard
+from lm_assets.defs.curation.assets import CURATED_SCHEMA, publish_stage
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
 from lm_assets.defs.reporting import (
@@ -83,7 +82,7 @@ def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], wor
     partitions_def=shard_partitions,
     group_name="tokens",
     kinds={"polars", "numpy"},
-    deps=[deduplicated_shard],
+    deps=["deduplicated_shard"],
     automation_condition=dg.AutomationCondition.eager(),
     check_specs=standard_check_specs(
         "decontaminated_shard",

@@ -15,7 +15,7 @@ import polars as pl
 from lm_assets.corpus.langid import LangIdConfig, identify
 from lm_assets.corpus.quality_classifier import ClassifierConfig, train_classifier
 from lm_assets.corpus.quality_labels import files_version, match_labels, read_label_file
-from lm_assets.defs.curated import extracted_shard
+from lm_assets.defs.curation.assets import extracted_shard
 from lm_assets.defs.partitions import shards_with
 from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import LandingResource, StorageResource

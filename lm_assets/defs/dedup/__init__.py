@@ -1,0 +1,1 @@
+"""Dedup: MinHash sketches per shard, duplicate clusters across shards, and each shard's survivors."""
