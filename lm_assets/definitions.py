@@ -4,23 +4,23 @@ every domain shares."""
 
 import dagster as dg
 
-from lm_assets.defs.automation import defs as automation
-from lm_assets.defs.curation.definitions import defs as curation
-from lm_assets.defs.dedup.definitions import defs as dedup
-from lm_assets.defs.evaluation.definitions import defs as evaluation
-from lm_assets.defs.ingest.definitions import defs as ingest
+from lm_assets.defs import automation
+from lm_assets.defs.curation import definitions as curation
+from lm_assets.defs.dedup import definitions as dedup
+from lm_assets.defs.evaluation import definitions as evaluation
+from lm_assets.defs.ingest import definitions as ingest
 from lm_assets.defs.resources import default_resources
-from lm_assets.defs.tokens.definitions import defs as tokens
-from lm_assets.defs.training.definitions import defs as training
+from lm_assets.defs.tokens import definitions as tokens
+from lm_assets.defs.training import definitions as training
 
 defs = dg.Definitions.merge(
-    ingest,
-    curation,
-    dedup,
-    tokens,
-    training,
-    evaluation,
-    automation,
+    ingest.defs,
+    curation.defs,
+    dedup.defs,
+    tokens.defs,
+    training.defs,
+    evaluation.defs,
+    automation.defs,
     dg.Definitions(
         resources=default_resources(),
         # Shard partitions are small: one process per run beats a process per step. Point this at
