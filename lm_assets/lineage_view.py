@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import polars as pl
 
 from lm_assets.corpus.lineage import trace
 from lm_assets.corpus.storage import Storage
-from lm_assets.layout import PACKED_FOLDER, packed_key, raw_keys
+from lm_assets.layout import PACKED_FOLDER, raw_keys
 
 
 def documents_of(store: Storage, shards: list[str]) -> pl.DataFrame:
@@ -23,13 +20,7 @@ def documents_of(store: Storage, shards: list[str]) -> pl.DataFrame:
 
 def trace_sequence(store: Storage, split: str, index: int) -> pl.DataFrame:
     """`doc_id, shard, url, record_index, seq_offset, length, doc_token_start` for sequence `index` of `split`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        if store.is_s3:
-            packed = Path(tmp)
-            for name in ("manifest.json", f"{split}_segments.parquet"):
-                (packed / name).write_bytes(store.read_bytes(packed_key(name)))
-        else:
-            packed = store.local_path(PACKED_FOLDER)
+    with store.local_dir(PACKED_FOLDER, names=["manifest.json", f"{split}_segments.parquet"]) as packed:
         pieces = trace(packed, split, index)
     docs = documents_of(store, pieces["shard"].unique().sort().to_list())
     return (

@@ -3,6 +3,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import boto3
 import polars as pl
@@ -52,6 +53,31 @@ def exercise_publish(store: Storage):
     with pytest.raises(ValueError, match="file name"):
         store.publish("curated/p", {"../x.parquet": frame()})
     store.delete_prefix("curated")
+
+
+def local_views(store: Storage) -> None:
+    """local_dir, local_copy and scan_parquet give the same files on a local and an S3 root."""
+    store.publish("packed", {"manifest.json": b'{"n": 1}', "train_segments.parquet": frame(), "train.bin": b"\x00" * 8})
+    with store.local_dir("packed") as folder:
+        assert sorted(p.name for p in folder.iterdir()) == ["manifest.json", "train.bin", "train_segments.parquet"]
+        assert (folder / "manifest.json").read_bytes() == b'{"n": 1}'
+    with store.local_dir("packed", names=["manifest.json"]) as folder:
+        assert (folder / "manifest.json").exists()
+        assert store.is_s3 == (not (folder / "train.bin").exists())
+    with store.local_copy("packed/train.bin") as path:
+        assert path.read_bytes() == b"\x00" * 8
+    assert store.scan_parquet("packed/train_segments.parquet").collect().equals(frame())
+    if store.is_s3:
+        with pytest.raises(ValueError, match="is on S3, so 'packed' has no local path"):
+            store.local_path("packed")
+    else:
+        assert store.local_path("packed") == Path(store.root) / "packed"
+
+
+def test_local_and_s3_roots_give_the_same_local_views(tmp_path, s3_server):
+    local_views(Storage(str(tmp_path / "root")))
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1")
+    local_views(Storage(f"s3://{s3_server.bucket}/views", s3_client=client))
 
 
 def test_local_storage_writes_atomically(tmp_path):

@@ -74,6 +74,13 @@ class Storage:
         return self._s3_key(key)
 
     def local_path(self, key: str) -> Path:
+        """The file or folder of `key` under a local root. An S3 root has none: use `local_copy` for a
+        file and `local_dir` for a folder, which work on both."""
+        if self.is_s3:
+            raise ValueError(
+                f"storage root {self.root} is on S3, so {key!r} has no local path: read it with local_copy "
+                "(a file) or local_dir (a folder)"
+            )
         return Path(confined_path(self.root, key))
 
     # bytes -------------------------------------------------------------------------------
@@ -187,6 +194,30 @@ class Storage:
             self.s3.download_fileobj(self.bucket, self._s3_object(key), tmp)
             tmp.flush()
             yield Path(tmp.name)
+
+    @contextmanager
+    def local_dir(self, prefix: str, names: list[str] | None = None) -> Iterator[Path]:
+        """A local folder holding the files under `prefix` (as `list` names them, relative to it): the
+        folder itself, or a temporary download from S3 that lasts as long as the context, of `names`
+        only when given."""
+        if not self.is_s3:
+            yield self.local_path(prefix)
+            return
+        prefix = prefix.rstrip("/")
+        keys = [f"{prefix}/{name}" for name in names] if names is not None else self.list(prefix)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            for key in keys:
+                target = folder / key[len(prefix) + 1 :]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(self.read_bytes(key))
+            yield folder
+
+    def scan_parquet(self, key: str) -> pl.LazyFrame:
+        """A lazy table: scanned in place on a local root, read whole from S3."""
+        if self.is_s3:
+            return self.read_parquet(key).lazy()
+        return pl.scan_parquet(self.local_path(key))
 
     # tables ------------------------------------------------------------------------------
     def write_parquet(self, key: str, df: pl.DataFrame) -> str:
