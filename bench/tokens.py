@@ -37,12 +37,13 @@ What is measured:
    them (token file, index parquet, JSON sidecar) and memory-mapped with
    `ShardTokens.from_files`: about `--pack-mtokens` million random token ids in `--pack-shards`
    shards, document lengths drawn with replacement from the real per-document token counts of the
-   crawl texts under our tokenizer (empty documents left out). For `concat` and `bfd`
-   (`PackingConfig` defaults otherwise: seq_len 2048, 1% val), timed apart: `pack()` (the layout),
-   materializing every sequence of both splits with `PackedResult.iter_chunks` (a memory copy per
-   piece into a reused buffer; nothing written), and `write_packed` into the temporary folder
-   (materialization again, the segment tables and the files). Tokens/s counts the input documents'
-   tokens. The shards were just written, so they are read from the page cache.
+   crawl texts under our tokenizer (empty documents left out). For `concat` and `bfd` (seq_len
+   2048, as in the recorded results; `PackingConfig` defaults otherwise: 1% val), timed apart:
+   `pack()` (the layout), materializing every sequence of both splits with
+   `PackedResult.iter_chunks` (a memory copy per piece into a reused buffer; nothing written), and
+   `write_packed` into the temporary folder (materialization again, the segment tables and the
+   files). Tokens/s counts the input documents' tokens. The shards were just written, so they are
+   read from the page cache.
 
 Every figure is wall time (`time.perf_counter()`), best of `--repeats` runs taken round-robin;
 CPU time (`time.process_time()`, all threads) is given as well. MB/s per core is MB/s divided by
@@ -462,7 +463,7 @@ def pack_benchmark(shards: list[ShardTokens], strategy: str, folder: Path, repea
 
 
 def pack_strategy(shards: list[ShardTokens], strategy: str, folder: Path, repeats: int) -> dict:
-    cfg = PackingConfig(strategy=strategy)
+    cfg = PackingConfig(seq_len=2048, strategy=strategy)
     tokens = sum(len(s.tokens) for s in shards)
     out = folder / f"packed-{strategy}"
     layout, chunks, written, result = None, None, None, None

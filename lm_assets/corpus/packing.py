@@ -84,7 +84,8 @@ _CHUNK_BYTES = 64 << 20  # output buffer size when materializing
 class PackingConfig:
     """How to pack. See the module docstring for what each choice does.
 
-    - `seq_len`: tokens per sequence (the loader yields `seq_len - 1` input/target pairs per row).
+    - `seq_len`: tokens per sequence (the loader yields `seq_len - 1` input/target pairs per row, so
+      2049 fills the 2,048-token context of the model presets).
     - `strategy`: `"concat"` (concatenate-and-chunk: no padding, documents may span sequences) or
       `"bfd"` (best-fit decreasing: documents kept whole when they fit, padding).
     - `val_fraction`: share of documents (by a hash of doc_id) held out for validation.
@@ -100,7 +101,7 @@ class PackingConfig:
     specials: PAD 0, EOS 3.
     """
 
-    seq_len: int = 2048
+    seq_len: int = 2049
     strategy: str = "concat"
     val_fraction: float = 0.01
     seed: int = 0

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field as dataclass_field
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,8 @@ class TokenizerConfig:
 
     `sample_docs` caps the documents drawn by `sample_documents` (seeded by `sample_seed`);
     `max_sentence_length` is in bytes: longer lines are cut into pieces of at most that size before
-    training (SentencePiece would skip them). `num_threads` only affects training speed.
+    training (SentencePiece would skip them). `num_threads` (default: the machine's CPUs) only affects
+    training speed: the model file and its hash leave it out (`canonical_model_bytes`).
 
     The normalization fields keep `decode(encode(x)) == x` (see the module docstring); changing them
     gives up that guarantee.
@@ -90,7 +92,7 @@ class TokenizerConfig:
     sample_docs: int = 100_000
     sample_seed: int = 0
     max_sentence_length: int = 16_384
-    num_threads: int = 8
+    num_threads: int = dataclass_field(default_factory=lambda: os.cpu_count() or 1)
     hard_vocab_limit: bool = True
     max_sentencepiece_length: int = 16
     normalization_rule_name: str = "identity"

@@ -11,13 +11,13 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from lm_assets.corpus.accounting import conservation
-from lm_assets.corpus.curation import STEPS, CurationConfig, curate
+from lm_assets.corpus.curation import CurationConfig, curate
 from lm_assets.corpus.extract import CONTROL_CHARS, ExtractConfig, extract_documents
-from lm_assets.corpus.langid import LangIdConfig
 from lm_assets.corpus.pii import find_pii
 from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.quality_classifier import QualityClassifier
 from lm_assets.corpus.toxicity import ToxicityConfig
+from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.reporting import (
@@ -78,14 +78,17 @@ def publish_stage(
 
 
 # extracted_shard --------------------------------------------------------------------------------
+EXTRACT_DEFAULTS = ExtractConfig()
+
+
 class ExtractedShardConfig(dg.Config):
     extractor: str = Field(
-        default="main_content",
+        default=EXTRACT_DEFAULTS.extractor,
         description="main_content (default: chrome pruned on lexbor's DOM, Readability's root, text with its "
         "paragraphs, lists and code), resiliparse (its own main_content heuristics, flat), all_text",
     )
-    unicode_form: str = "NFC"
-    keep_alt_texts: bool = False
+    unicode_form: str = EXTRACT_DEFAULTS.unicode_form
+    keep_alt_texts: bool = EXTRACT_DEFAULTS.keep_alt_texts
 
 
 @dg.asset(
@@ -112,9 +115,7 @@ def extracted_shard(
     store = storage.storage()
     started = time.perf_counter()
     raw = store.read_parquet(raw_keys(shard)["documents"])
-    result = extract_documents(
-        raw, ExtractConfig(extractor=config.extractor, unicode_form=config.unicode_form, keep_alt_texts=config.keep_alt_texts)
-    )
+    result = extract_documents(raw, to_dataclass(ExtractConfig, config))
     keys = stage_keys("extracted", shard)
     stored = publish_stage(store, "extracted", shard, result.kept, result.dropped)
     docs = result.kept
@@ -149,29 +150,36 @@ def extracted_shard(
 
 
 # curated_shard ----------------------------------------------------------------------------------
+CURATION_DEFAULTS = CurationConfig()
+TOXICITY_DEFAULTS = ToxicityConfig()
+
+
 class ToxicityRulesConfig(dg.Config):
-    backend: str | None = Field(default=None, description="detoxify or profanity_check; unset: $LM_ASSETS_TOXICITY_BACKEND, else detoxify")
-    detoxify_model_type: str = "original"
+    backend: str | None = Field(
+        default=None,
+        description=f"detoxify or profanity_check; unset: $LM_ASSETS_TOXICITY_BACKEND, else {TOXICITY_DEFAULTS.backend}",
+    )
+    detoxify_model_type: str = TOXICITY_DEFAULTS.detoxify_model_type
     detoxify_checkpoint: str | None = Field(default=None, description="unset: $LM_ASSETS_DETOXIFY_CHECKPOINT")
     detoxify_hf_config_path: str | None = Field(default=None, description="unset: $LM_ASSETS_DETOXIFY_HF_CONFIG")
-    device: str = "cpu"
-    line_threshold: float = 0.8
-    max_toxic_fraction: float = 0.2
+    device: str = TOXICITY_DEFAULTS.device
+    line_threshold: float = TOXICITY_DEFAULTS.line_threshold
+    max_toxic_fraction: float = TOXICITY_DEFAULTS.max_toxic_fraction
 
     @model_validator(mode="before")
     @classmethod
     def _environment_defaults(cls, data):
         return fill_from_environment(data, {
-            "backend": ("LM_ASSETS_TOXICITY_BACKEND", "detoxify"),
-            "detoxify_checkpoint": ("LM_ASSETS_DETOXIFY_CHECKPOINT", None),
-            "detoxify_hf_config_path": ("LM_ASSETS_DETOXIFY_HF_CONFIG", None),
+            "backend": ("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
+            "detoxify_checkpoint": ("LM_ASSETS_DETOXIFY_CHECKPOINT", TOXICITY_DEFAULTS.detoxify_checkpoint),
+            "detoxify_hf_config_path": ("LM_ASSETS_DETOXIFY_HF_CONFIG", TOXICITY_DEFAULTS.detoxify_hf_config_path),
         })
 
 
 class CuratedShardConfig(dg.Config):
-    order: list[str] = list(STEPS)
-    allowed_languages: list[str] = ["en", "zh"]
-    min_language_score: float = 0.5
+    order: list[str] = list(CURATION_DEFAULTS.order)
+    allowed_languages: list[str] = list(CURATION_DEFAULTS.langid.allowed)
+    min_language_score: float = CURATION_DEFAULTS.langid.min_score
     language_share_bounds: dict[str, list[float]] = {"en": [0.05, 1.0], "zh": [0.05, 1.0]}
     quality_preset: str = Field(
         default=DEFAULT_PRESET,
@@ -194,15 +202,15 @@ class CuratedShardConfig(dg.Config):
         return fill_from_environment(data, {"quality_policy": ("LM_ASSETS_QUALITY_POLICY", DEFAULT_QUALITY_POLICY)})
 
     def curation_config(self, classifier: QualityClassifier | None = None) -> CurationConfig:
-        return CurationConfig(
-            order=tuple(self.order),
-            langid=LangIdConfig(allowed=tuple(self.allowed_languages), min_score=self.min_language_score),
-            quality=quality_config(self.quality_preset, self.quality_overrides),
-            toxicity=ToxicityConfig(**self.toxicity.model_dump()),
-            policy=self.quality_policy,
-            classifier=classifier,
-            threshold=self.classifier_threshold,
-        )
+        return to_dataclass(CurationConfig, {
+            "order": self.order,
+            "langid": {"allowed": self.allowed_languages, "min_score": self.min_language_score},
+            "quality": quality_config(self.quality_preset, self.quality_overrides),
+            "toxicity": self.toxicity,
+            "policy": self.quality_policy,
+            "classifier": classifier,
+            "threshold": self.classifier_threshold,
+        })
 
 
 def current_classifier(store) -> tuple[QualityClassifier, dict] | None:

@@ -15,6 +15,7 @@ import polars as pl
 from lm_assets.corpus.langid import LangIdConfig, identify
 from lm_assets.corpus.quality_classifier import ClassifierConfig, train_classifier
 from lm_assets.corpus.quality_labels import files_version, match_labels, read_label_file
+from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.curation.assets import extracted_shard
 from lm_assets.defs.partitions import shards_with
 from lm_assets.defs.reporting import markdown_table
@@ -92,11 +93,14 @@ def quality_labels(context: dg.AssetExecutionContext, storage: StorageResource, 
     )
 
 
+CLASSIFIER_DEFAULTS = ClassifierConfig()
+
+
 class QualityClassifierConfig(dg.Config):
-    seed: int = 0
-    test_fraction: float = 0.3
-    features: str = "text+signals"
-    min_balanced_accuracy: float = 0.75
+    seed: int = CLASSIFIER_DEFAULTS.seed
+    test_fraction: float = CLASSIFIER_DEFAULTS.test_fraction
+    features: str = CLASSIFIER_DEFAULTS.features
+    min_balanced_accuracy: float = 0.75  # the asset's own: below it the classifier is not made current
 
 
 @dg.asset(
@@ -120,9 +124,7 @@ def quality_classifier(
     examples = store.read_parquet(LABEL_KEYS["examples"])
     labels_version = json.loads(store.read_bytes(LABEL_KEYS["summary"]))["version"]
     try:
-        trained = train_classifier(
-            examples, ClassifierConfig(seed=config.seed, test_fraction=config.test_fraction, features=config.features)
-        )
+        trained = train_classifier(examples, to_dataclass(ClassifierConfig, config, exclude=("min_balanced_accuracy",)))
     except ValueError as exc:
         raise dg.Failure(description=f"cannot train on these labels: {exc}") from exc
     metrics = trained.metrics

@@ -13,7 +13,6 @@ from lm_assets.corpus.dedup import (
     CLUSTER_SCHEMA,
     DedupConfig,
     DedupState,
-    DuckDBConfig,
     apply_dedup,
     band_table,
     deduplicate_incremental,
@@ -22,7 +21,8 @@ from lm_assets.corpus.dedup import (
     merge_clusters,
     sketch_documents,
 )
-from lm_assets.corpus.minhash import MinHashConfig, lsh_params
+from lm_assets.corpus.minhash import lsh_params
+from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.curation.assets import CURATED_SCHEMA, publish_stage
 from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
 from lm_assets.defs.reporting import (
@@ -37,32 +37,38 @@ from lm_assets.defs.reporting import (
 from lm_assets.defs.resources import StorageResource
 from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, minhash_keys, shard_account, stage_folder, stage_keys
 
+
+DEDUP_DEFAULTS = DedupConfig()
+# The MinHash settings the resource exposes, in the order the sketch fingerprint hashes them.
+MINHASH_FIELDS = ("num_perm", "seed", "threshold", "word_ngram", "char_ngram")
+
+
 class DedupSettings(dg.ConfigurableResource):
     """MinHash-LSH settings shared by the sketches and the clusters, so the two always agree."""
 
-    num_perm: int = 128
-    seed: int = 1
-    threshold: float = 0.6
-    word_ngram: int = 5
-    char_ngram: int = 4
-    verify: bool = True
-    verify_margin: float = 0.05
-    duckdb_memory_limit: str = "2GB"
-    duckdb_temp_directory: str | None = None
-    band_parts: int = 1
+    num_perm: int = DEDUP_DEFAULTS.minhash.num_perm
+    seed: int = DEDUP_DEFAULTS.minhash.seed
+    threshold: float = DEDUP_DEFAULTS.minhash.threshold
+    word_ngram: int = DEDUP_DEFAULTS.minhash.word_ngram
+    char_ngram: int = DEDUP_DEFAULTS.minhash.char_ngram
+    verify: bool = DEDUP_DEFAULTS.verify
+    verify_margin: float = DEDUP_DEFAULTS.verify_margin
+    duckdb_memory_limit: str = DEDUP_DEFAULTS.duckdb.memory_limit
+    duckdb_temp_directory: str | None = DEDUP_DEFAULTS.duckdb.temp_directory
+    band_parts: int = 1  # the band join runs in this many parts, to bound memory (not a DedupConfig field)
 
     def dedup_config(self) -> DedupConfig:
-        minhash = MinHashConfig(
-            num_perm=self.num_perm, seed=self.seed, threshold=self.threshold,
-            word_ngram=self.word_ngram, char_ngram=self.char_ngram,
-        )
         temp_directory = self.duckdb_temp_directory or os.environ.get("LM_ASSETS_DUCKDB_TEMP_DIR") or None
-        duckdb = DuckDBConfig(memory_limit=self.duckdb_memory_limit, temp_directory=temp_directory)
-        return DedupConfig(minhash=minhash, verify=self.verify, verify_margin=self.verify_margin, duckdb=duckdb)
+        return to_dataclass(DedupConfig, {
+            "minhash": {name: getattr(self, name) for name in MINHASH_FIELDS},
+            "verify": self.verify,
+            "verify_margin": self.verify_margin,
+            "duckdb": {"memory_limit": self.duckdb_memory_limit, "temp_directory": temp_directory},
+        })
 
     def sketch_fingerprint(self) -> str:
         """What sketches and bands depend on: a change means every shard needs new sketches."""
-        payload = json.dumps([self.num_perm, self.seed, self.threshold, self.word_ngram, self.char_ngram])
+        payload = json.dumps([getattr(self, name) for name in MINHASH_FIELDS])
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 

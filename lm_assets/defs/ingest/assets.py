@@ -9,6 +9,7 @@ import polars as pl
 
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
+from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.partitions import shard_key, shard_partitions
 from lm_assets.defs.reporting import (
     config_hash,
@@ -24,11 +25,14 @@ from lm_assets.defs.resources import LandingResource, StorageResource
 from lm_assets.layout import raw_keys, stage_folder
 
 
+READER_DEFAULTS = ReaderConfig()
+
+
 class RawShardConfig(dg.Config):
-    max_doc_bytes: int = 10_000_000
-    text_field: str = "text"
-    url_field: str = "url"
-    default_charset: str = "utf-8"
+    max_doc_bytes: int = READER_DEFAULTS.max_doc_bytes
+    text_field: str = READER_DEFAULTS.text_field
+    url_field: str = READER_DEFAULTS.url_field
+    default_charset: str = READER_DEFAULTS.default_charset
 
 
 @dg.asset(
@@ -44,12 +48,7 @@ def raw_shard(
 ) -> dg.MaterializeResult:
     shard = shard_key(context)
     started = time.perf_counter()
-    reader_config = ReaderConfig(
-        max_doc_bytes=config.max_doc_bytes,
-        text_field=config.text_field,
-        url_field=config.url_field,
-        default_charset=config.default_charset,
-    )
+    reader_config = to_dataclass(ReaderConfig, config)
     with landing.storage().local_copy(shard) as path:
         size = path.stat().st_size
         shard_read = read_shard(path, source=shard, config=reader_config)

@@ -23,6 +23,7 @@ from lm_assets.corpus.tokenizer import (
 )
 from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
+from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.curation.assets import CURATED_SCHEMA, publish_stage
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
@@ -51,14 +52,18 @@ CHECK_SAMPLE_DOCS = 200
 
 
 # decontaminated_shard ---------------------------------------------------------------------------
+DECONTAM_DEFAULTS = DecontamConfig()
+EVALUATION_SET_FIELDS = ("mmlu_path", "ceval_paths")  # the asset's own: what the index is built from
+
+
 class DecontaminatedShardConfig(dg.Config):
     mmlu_path: str | None = Field(
         default=None, description="MMLU's zip; unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip; empty: no MMLU"
     )
     ceval_paths: list[str] = []
-    word_ngram: int = 13
-    cjk_ngram: int = 20
-    min_matches: int = 1
+    word_ngram: int = DECONTAM_DEFAULTS.word_ngram
+    cjk_ngram: int = DECONTAM_DEFAULTS.cjk_ngram
+    min_matches: int = DECONTAM_DEFAULTS.min_matches
 
     @model_validator(mode="before")
     @classmethod
@@ -69,13 +74,13 @@ class DecontaminatedShardConfig(dg.Config):
 
 
 @functools.lru_cache(maxsize=4)
-def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], word_ngram: int, cjk_ngram: int):
+def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], cfg: DecontamConfig):
     texts = {}
     if mmlu_path:
         texts["mmlu"] = evaluation_texts(load_mmlu(mmlu_path))
     if ceval_paths:
         texts["ceval"] = [t for path in ceval_paths for t in evaluation_texts(load_ceval(path))]
-    return ContaminationIndex.build(texts, DecontamConfig(word_ngram=word_ngram, cjk_ngram=cjk_ngram))
+    return ContaminationIndex.build(texts, cfg)
 
 
 @dg.asset(
@@ -100,8 +105,9 @@ def decontaminated_shard(
     for path in [config.mmlu_path, *config.ceval_paths]:
         if path and not Path(path).exists():
             raise dg.Failure(f"evaluation set not found: {path} (set mmlu_path / ceval_paths in the config)")
-    index = contamination_index(config.mmlu_path, tuple(config.ceval_paths), config.word_ngram, config.cjk_ngram)
-    result = find_contamination(docs, index, DecontamConfig(word_ngram=config.word_ngram, cjk_ngram=config.cjk_ngram, min_matches=config.min_matches))
+    cfg = to_dataclass(DecontamConfig, config, exclude=EVALUATION_SET_FIELDS)
+    index = contamination_index(config.mmlu_path, tuple(config.ceval_paths), cfg)
+    result = find_contamination(docs, index, cfg)
     keys = stage_keys("decontaminated", shard)
     kept, dropped = publish_stage(store, "decontaminated", shard, result.kept, result.dropped)
     return dg.MaterializeResult(
@@ -123,17 +129,22 @@ def decontaminated_shard(
 
 
 # tokenizer ----------------------------------------------------------------------------------------
+TOKENIZER_DEFAULTS = TokenizerConfig()
+
+
 class TokenizerTrainingConfig(dg.Config):
-    vocab_size: int | None = Field(default=None, description="unset: $LM_ASSETS_VOCAB_SIZE, else 32000")
-    sample_docs: int = 100_000
-    sample_seed: int = 0
-    character_coverage: float = 0.9995
-    num_threads: int = max(os.cpu_count() or 1, 1)
+    vocab_size: int | None = Field(
+        default=None, description=f"unset: $LM_ASSETS_VOCAB_SIZE, else {TOKENIZER_DEFAULTS.vocab_size}"
+    )
+    sample_docs: int = TOKENIZER_DEFAULTS.sample_docs
+    sample_seed: int = TOKENIZER_DEFAULTS.sample_seed
+    character_coverage: float = TOKENIZER_DEFAULTS.character_coverage
+    num_threads: int = TOKENIZER_DEFAULTS.num_threads
 
     @model_validator(mode="before")
     @classmethod
     def _environment_defaults(cls, data):
-        return fill_from_environment(data, {"vocab_size": ("LM_ASSETS_VOCAB_SIZE", 32000)})
+        return fill_from_environment(data, {"vocab_size": ("LM_ASSETS_VOCAB_SIZE", TOKENIZER_DEFAULTS.vocab_size)})
 
 
 @dg.asset(
@@ -156,10 +167,7 @@ def tokenizer(
     if not shards:
         raise dg.Failure("no decontaminated shards yet: materialize decontaminated_shard first")
     frames = [store.read_parquet(stage_keys("decontaminated", s)["documents"], columns=["doc_id", "text", "lang"]) for s in shards]
-    cfg = TokenizerConfig(
-        vocab_size=config.vocab_size, sample_docs=config.sample_docs, sample_seed=config.sample_seed,
-        character_coverage=config.character_coverage, num_threads=config.num_threads,
-    )
+    cfg = to_dataclass(TokenizerConfig, config)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         try:
@@ -274,19 +282,22 @@ def tokenized_with_current_tokenizer(context: dg.AssetCheckExecutionContext, sto
 
 # packed_dataset ---------------------------------------------------------------------------------
 PACKED_FILES = ("train.bin", "val.bin", "train_segments.parquet", "val_segments.parquet", "manifest.json")
+PACKING_DEFAULTS = PackingConfig()
 
 
 class PackedDatasetConfig(dg.Config):
-    seq_len: int | None = Field(default=None, description="tokens per sequence; unset: $LM_ASSETS_SEQ_LEN, else 2049")
-    strategy: str = "concat"
-    val_fraction: float = 0.01
-    seed: int = 0
-    mixture: dict[str, float] = {}
+    seq_len: int | None = Field(
+        default=None, description=f"tokens per sequence; unset: $LM_ASSETS_SEQ_LEN, else {PACKING_DEFAULTS.seq_len}"
+    )
+    strategy: str = PACKING_DEFAULTS.strategy
+    val_fraction: float = PACKING_DEFAULTS.val_fraction
+    seed: int = PACKING_DEFAULTS.seed
+    mixture: dict[str, float] = dict(PACKING_DEFAULTS.mixture)
 
     @model_validator(mode="before")
     @classmethod
     def _environment_defaults(cls, data):
-        return fill_from_environment(data, {"seq_len": ("LM_ASSETS_SEQ_LEN", 2049)})
+        return fill_from_environment(data, {"seq_len": ("LM_ASSETS_SEQ_LEN", PACKING_DEFAULTS.seq_len)})
 
 
 def tokenized_shards(instance: dg.DagsterInstance, store) -> list[str]:
@@ -329,10 +340,7 @@ def packed_dataset(
     shards = tokenized_shards(context.instance, store)
     if not shards:
         raise dg.Failure("no tokenized shards yet: materialize tokenized_shard first")
-    cfg = PackingConfig(
-        seq_len=config.seq_len, strategy=config.strategy, val_fraction=config.val_fraction,
-        seed=config.seed, mixture=dict(config.mixture),
-    )
+    cfg = to_dataclass(PackingConfig, config)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         inputs = [load_shard_tokens(store, s, Path(tmp) / "in") for s in shards]
