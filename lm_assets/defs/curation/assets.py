@@ -10,7 +10,6 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.curation import CurationConfig, curate
 from lm_assets.corpus.extract import CONTROL_CHARS, ExtractConfig, extract_documents
 from lm_assets.corpus.pii import find_pii
@@ -19,63 +18,28 @@ from lm_assets.corpus.quality_classifier import QualityClassifier
 from lm_assets.corpus.toxicity import ToxicityConfig
 from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.environment import fill_from_environment
-from lm_assets.defs.partitions import shard_key, shard_partitions
+from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.reporting import (
     config_hash,
-    conservation_result,
     drop_audit_metadata,
-    drop_metadata,
     length_histogram,
     markdown_table,
-    non_empty_result,
     preview,
-    schema_result,
     shard_conservation_spec,
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
+from lm_assets.defs.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, close_stage, open_stage
 from lm_assets.layout import (
     CURRENT_CLASSIFIER,
     classifier_keys,
     curation_record_key,
     raw_keys,
-    shard_account,
-    stage_folder,
     stage_keys,
 )
 
 # Who decides quality by default: see the README's "Curation defaults, and why".
 DEFAULT_QUALITY_POLICY = "classifier"
-
-EXTRACTED_SCHEMA = {
-    "doc_id": pl.String,
-    "url": pl.String,
-    "source": pl.String,
-    "fetched_at": pl.String,
-    "text": pl.String,
-    "title": pl.String,
-    "lang_hint": pl.String,
-    "control_chars_stripped": pl.Int64,
-}
-CURATED_SCHEMA = {
-    **EXTRACTED_SCHEMA,
-    "lang": pl.String,
-    "lang_score": pl.Float64,
-    "tox_max": pl.Float64,
-    "tox_frac": pl.Float64,
-    "quality_score": pl.Float64,
-}
-
-
-def publish_stage(
-    store, stage: str, shard: str, kept: pl.DataFrame, dropped: pl.DataFrame, extra: dict[str, bytes] | None = None
-) -> tuple[int, int]:
-    """Publish a stage's two tables (and `extra` files) together; the tables' row counts as stored, for
-    the conservation checks."""
-    store.publish(stage_folder(stage, shard), {"documents.parquet": kept, "dropped.parquet": dropped, **(extra or {})})
-    keys = stage_keys(stage, shard)
-    return store.row_count(keys["documents"]), store.row_count(keys["dropped"])
-
 
 # extracted_shard --------------------------------------------------------------------------------
 EXTRACT_DEFAULTS = ExtractConfig()
@@ -111,28 +75,21 @@ class ExtractedShardConfig(dg.Config):
 def extracted_shard(
     context: dg.AssetExecutionContext, config: ExtractedShardConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
-    shard = shard_key(context)
-    store = storage.storage()
+    shard, store = open_stage(context, storage)
     started = time.perf_counter()
     raw = store.read_parquet(raw_keys(shard)["documents"])
     result = extract_documents(raw, to_dataclass(ExtractConfig, config))
-    keys = stage_keys("extracted", shard)
-    stored = publish_stage(store, "extracted", shard, result.kept, result.dropped)
     docs = result.kept
     residue = int(docs["text"].str.count_matches(CONTROL_CHARS.pattern).sum()) if docs.height else 0
     html_bytes = int(docs["html_bytes"].sum()) if docs.height else 0
     seconds = time.perf_counter() - started
-    return dg.MaterializeResult(
+    return close_stage(
+        store, "extracted", shard, raw.height, result, EXTRACTED_SCHEMA, whole_shard=False,
         metadata={
-            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
-            "documents_in": raw.height,
-            "documents_out": docs.height,
-            "dropped": result.dropped.height,
             "extractor": result.stats["extractor"],
             "charset_detected": int(raw["charset_detected"].sum()) if "charset_detected" in raw.columns else 0,
             "control_chars_stripped": result.stats["control_chars_stripped"],
             "docs_with_control_chars": result.stats["docs_with_control_chars"],
-            **drop_metadata(result.dropped),
             **drop_audit_metadata(result.dropped, raw.select("doc_id", "url", pl.coalesce("text", "html").alias("text"))),
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
             "preview": preview(docs, ["doc_id", "title", "lang_hint", "text"]),
@@ -140,12 +97,7 @@ def extracted_shard(
             "html_mb_per_second": round(html_bytes / 1e6 / seconds, 2) if seconds else 0.0,
             "config_hash": config_hash(config),
         },
-        check_results=[
-            schema_result("schema", docs, EXTRACTED_SCHEMA),
-            non_empty_result("non_empty", docs),
-            conservation_result("conservation", conservation(raw.height, *stored)),
-            dg.AssetCheckResult(check_name="no_control_chars", passed=residue == 0, metadata={"found": residue}),
-        ],
+        checks=[dg.AssetCheckResult(check_name="no_control_chars", passed=residue == 0, metadata={"found": residue})],
     )
 
 
@@ -281,8 +233,7 @@ def pii_residue(texts: list[str]) -> dict[str, int]:
 def curated_shard(
     context: dg.AssetExecutionContext, config: CuratedShardConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
-    shard = shard_key(context)
-    store = storage.storage()
+    shard, store = open_stage(context, storage)
     extracted = store.read_parquet(stage_keys("extracted", shard)["documents"])
     classifier, classifier_info = current_classifier(store) or (None, None)
     curation_config = config.curation_config(classifier)
@@ -290,9 +241,7 @@ def curated_shard(
         result = curate(extracted, curation_config)
     except (RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
-    keys = stage_keys("curated", shard)
     record = {"policy": config.quality_policy, "classifier_hash": classifier.hash if classifier else None}
-    stored = publish_stage(store, "curated", shard, result.kept, result.dropped, {"curation.json": json.dumps(record).encode()})
     docs = result.kept
     shares = language_shares(docs)
     out_of_bounds = {
@@ -306,13 +255,10 @@ def curated_shard(
         [{"step": s, "docs_in": v["docs_in"], "docs_out": v["docs_out"], "seconds": v["seconds"]} for s, v in step_stats.items()]
     )
     pii_totals = step_stats.get("pii", {}).get("redacted", {})
-    return dg.MaterializeResult(
+    return close_stage(
+        store, "curated", shard, extracted.height, result, CURATED_SCHEMA,
+        extra={"curation.json": json.dumps(record).encode()},
         metadata={
-            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
-            "documents_in": extracted.height,
-            "documents_out": docs.height,
-            "dropped": result.dropped.height,
-            **drop_metadata(result.dropped),
             **drop_audit_metadata(
                 result.dropped, extracted, [f"quality:{reason}" for reason in rule_reasons(curation_config.quality)]
             ),
@@ -332,11 +278,7 @@ def curated_shard(
             ),
             "config_hash": config_hash(config),
         },
-        check_results=[
-            schema_result("schema", docs, CURATED_SCHEMA),
-            non_empty_result("non_empty", docs),
-            conservation_result("conservation", conservation(extracted.height, *stored)),
-            conservation_result("shard_conservation", shard_account(store, shard, through="curated")),
+        checks=[
             dg.AssetCheckResult(
                 check_name="pii_residue", passed=not residue, metadata={"found": dg.MetadataValue.json(residue)}
             ),

@@ -8,7 +8,6 @@ import time
 import dagster as dg
 import polars as pl
 
-from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.dedup import (
     CLUSTER_SCHEMA,
     DedupConfig,
@@ -23,19 +22,15 @@ from lm_assets.corpus.dedup import (
 )
 from lm_assets.corpus.minhash import lsh_params
 from lm_assets.defs.config import to_dataclass
-from lm_assets.defs.curation.assets import CURATED_SCHEMA, publish_stage
 from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
 from lm_assets.defs.reporting import (
-    conservation_result,
-    drop_metadata,
     markdown_table,
-    non_empty_result,
-    schema_result,
     shard_conservation_spec,
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
-from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, minhash_keys, shard_account, stage_folder, stage_keys
+from lm_assets.defs.stages import CURATED_SCHEMA, close_stage, open_stage
+from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, minhash_keys, stage_folder, stage_keys
 
 
 DEDUP_DEFAULTS = DedupConfig()
@@ -312,8 +307,7 @@ def cluster_checks(clusters: pl.DataFrame, sketches: pl.DataFrame | None) -> lis
     "with their reason and the doc_id of the document kept instead.",
 )
 def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    shard = shard_key(context)
-    store = storage.storage()
+    shard, store = open_stage(context, storage)
     docs = store.read_parquet(stage_keys("curated", shard)["documents"])
     if not store.exists(CLUSTERS_KEY):
         raise dg.Failure("no dedup clusters yet: materialize dedup_clusters after minhash_signatures")
@@ -323,24 +317,12 @@ def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResour
         result = apply_dedup(docs, shard_clusters)
     except ValueError as exc:
         raise dg.Failure(f"{exc}: materialize dedup_clusters after this shard's minhash_signatures") from exc
-    keys = stage_keys("deduplicated", shard)
-    kept, dropped = publish_stage(store, "deduplicated", shard, result.kept, result.dropped)
-    whole = shard_account(store, shard, through="deduplicated")
-    return dg.MaterializeResult(
+    return close_stage(
+        store, "deduplicated", shard, docs.height, result, CURATED_SCHEMA,
         metadata={
-            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
-            "documents_in": docs.height,
-            "documents_out": result.kept.height,
             "exact_duplicates": result.stats["exact_duplicates"],
             "near_duplicates": result.stats["near_duplicates"],
             "dup_rate": round(1 - result.kept.height / docs.height, 4) if docs.height else 0.0,
-            **drop_metadata(result.dropped),
             "removed_sample": markdown_table(result.dropped.head(10)),
         },
-        check_results=[
-            schema_result("schema", result.kept, CURATED_SCHEMA),
-            non_empty_result("non_empty", result.kept),
-            conservation_result("conservation", conservation(docs.height, kept, dropped)),
-            conservation_result("shard_conservation", whole),
-        ],
     )

@@ -11,7 +11,6 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.decontam import ContaminationIndex, DecontamConfig, evaluation_texts, find_contamination, load_ceval, load_mmlu
 from lm_assets.corpus.tokenizer import (
     TokenizerConfig,
@@ -24,24 +23,19 @@ from lm_assets.corpus.tokenizer import (
 from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
 from lm_assets.defs.config import to_dataclass
-from lm_assets.defs.curation.assets import CURATED_SCHEMA, publish_stage
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
 from lm_assets.defs.reporting import (
-    conservation_result,
-    drop_metadata,
     markdown_table,
-    non_empty_result,
-    schema_result,
     shard_conservation_spec,
     standard_check_specs,
 )
 from lm_assets.defs.resources import StorageResource
+from lm_assets.defs.stages import CURATED_SCHEMA, close_stage, open_stage
 from lm_assets.layout import (
     PACKED_MANIFEST,
     TOKENIZER_KEYS,
     packed_key,
-    shard_account,
     stage_folder,
     stage_keys,
     tokenized_keys,
@@ -99,8 +93,7 @@ def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], cfg
 def decontaminated_shard(
     context: dg.AssetExecutionContext, config: DecontaminatedShardConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
-    shard = shard_key(context)
-    store = storage.storage()
+    shard, store = open_stage(context, storage)
     docs = store.read_parquet(stage_keys("deduplicated", shard)["documents"])
     for path in [config.mmlu_path, *config.ceval_paths]:
         if path and not Path(path).exists():
@@ -108,23 +101,12 @@ def decontaminated_shard(
     cfg = to_dataclass(DecontamConfig, config, exclude=EVALUATION_SET_FIELDS)
     index = contamination_index(config.mmlu_path, tuple(config.ceval_paths), cfg)
     result = find_contamination(docs, index, cfg)
-    keys = stage_keys("decontaminated", shard)
-    kept, dropped = publish_stage(store, "decontaminated", shard, result.kept, result.dropped)
-    return dg.MaterializeResult(
+    return close_stage(
+        store, "decontaminated", shard, docs.height, result, CURATED_SCHEMA,
         metadata={
-            "path": dg.MetadataValue.path(store.uri(keys["documents"])),
-            "documents_in": docs.height,
-            "documents_out": result.kept.height,
             "dropped_per_benchmark": dg.MetadataValue.json(result.stats["dropped_per_benchmark"]),
             "ngrams_indexed": dg.MetadataValue.json(result.stats["ngrams_indexed"]),
-            **drop_metadata(result.dropped),
         },
-        check_results=[
-            schema_result("schema", result.kept, CURATED_SCHEMA),
-            non_empty_result("non_empty", result.kept),
-            conservation_result("conservation", conservation(docs.height, kept, dropped)),
-            conservation_result("shard_conservation", shard_account(store, shard, through="decontaminated")),
-        ],
     )
 
 
