@@ -315,3 +315,28 @@ def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
     assert "made with other MinHash settings" in failure.event_specific_data.error.to_string()
     assert dg.materialize([dedup_clusters], instance=instance, resources=res).success
     assert dg.materialize([deduplicated_shard], partition_key="s1.warc.gz", instance=instance, resources=res).success
+
+
+def test_the_shard_graph_through_packing_on_s3(s3_server):
+    """Every stage through packed_dataset on an S3 storage root and landing location: the tokenized
+    shards reach packing through Storage.local_dir, and nothing is written to local disk by the assets."""
+    from lm_assets.definitions import defs
+    from lm_assets.local_run import DEMO_RUN_CONFIG, OFFLINE_RUN_CONFIG, run_shard_graph
+
+    client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1")
+    shard = "crawl-00000.warc.gz"
+    client.upload_file(str(Path(__file__).resolve().parents[1] / "data/sample-crawl" / shard), s3_server.bucket, f"landing/{shard}")
+    on_s3 = dg.Definitions(
+        assets=defs.assets, asset_checks=defs.asset_checks, jobs=defs.jobs, executor=defs.executor,
+        resources={**defs.resources, **resources(f"s3://{s3_server.bucket}/out", f"s3://{s3_server.bucket}/landing")},
+    )
+    ops = {**DEMO_RUN_CONFIG["ops"], **OFFLINE_RUN_CONFIG["ops"], "tokenizer": {"config": {"vocab_size": 2000}}}
+    results = run_shard_graph(on_s3, dg.DagsterInstance.ephemeral(), [shard], {"ops": ops}, through_packing=True)
+    assert all(r.success for r in results)
+    store = Storage(f"s3://{s3_server.bucket}/out", s3_client=client)
+    manifest = json.loads(store.read_bytes("packed/manifest.json"))
+    assert manifest["seq_len"] == 257 and manifest["splits"]["train"]["sequences"] > 0
+    segments = store.read_parquet("packed/train_segments.parquet")
+    documents = store.read_parquet(f"decontaminated/{shard}/documents.parquet")
+    assert set(segments["shard"]) == {shard}
+    assert set(segments["doc_id"]) <= set(documents["doc_id"])

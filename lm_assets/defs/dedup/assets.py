@@ -311,7 +311,7 @@ def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResour
     docs = store.read_parquet(stage_keys("curated", shard)["documents"])
     if not store.exists(CLUSTERS_KEY):
         raise dg.Failure("no dedup clusters yet: materialize dedup_clusters after minhash_signatures")
-    clusters = pl.scan_parquet(store.local_path(CLUSTERS_KEY)) if not store.is_s3 else store.read_parquet(CLUSTERS_KEY).lazy()
+    clusters = store.scan_parquet(CLUSTERS_KEY)
     shard_clusters = clusters.filter(pl.col("doc_id").is_in(docs["doc_id"].implode())).collect()
     try:
         result = apply_dedup(docs, shard_clusters)

@@ -21,7 +21,7 @@ from lm_assets.defs.reporting import markdown_table
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens.assets import DEFAULT_MMLU_PATH
 from lm_assets.evaluation.stats import question_blind_chance
-from lm_assets.layout import TOKENIZER_KEYS, checkpoint_run_folder, parse_checkpoint_key
+from lm_assets.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_run_folder, parse_checkpoint_key
 
 DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
 UNTRAINED_LOSS_FRACTION = 0.9
@@ -167,7 +167,7 @@ def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, stor
 
     store = storage.storage()
     em = load_model(hf_export(store, context.partition_key))
-    result = packed_perplexity(em, store.local_path("packed"), config.split, batch_size=config.batch_size,
+    result = packed_perplexity(em, store.local_path(PACKED_FOLDER), config.split, batch_size=config.batch_size,
                                max_sequences=config.max_sequences)  # fmt: skip
     return dg.MaterializeResult(metadata={
         "perplexity": dg.MetadataValue.float(result["perplexity"]),

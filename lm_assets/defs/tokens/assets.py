@@ -1,5 +1,6 @@
 """From deduplicated text to what the trainer reads: decontamination, tokenizer, tokenized shards, packed sequences."""
 
+import contextlib
 import functools
 import json
 import os
@@ -286,16 +287,12 @@ def tokenized_shards(instance: dg.DagsterInstance, store) -> list[str]:
     return shards_with(instance, store, lambda s: tokenized_keys(s)["sidecar"])
 
 
-def load_shard_tokens(store, shard: str, folder: Path) -> ShardTokens:
+def load_shard_tokens(store, shard: str, files: contextlib.ExitStack) -> ShardTokens:
+    """A tokenized shard, memory-mapped from its folder (downloaded first from S3, kept until `files` closes)."""
     keys = tokenized_keys(shard)
-    if store.is_s3:
-        local = folder / shard
-        local.mkdir(parents=True, exist_ok=True)
-        for name, key in keys.items():
-            (local / Path(key).name).write_bytes(store.read_bytes(key))
-        paths = {name: local / Path(key).name for name, key in keys.items()}
-    else:
-        paths = {name: store.local_path(key) for name, key in keys.items()}
+    names = {name: Path(key).name for name, key in keys.items()}
+    folder = files.enter_context(store.local_dir(stage_folder("tokenized", shard), names=list(names.values())))
+    paths = {name: folder / file_name for name, file_name in names.items()}
     documents = store.read_parquet(stage_keys("decontaminated", shard)["documents"], columns=["doc_id", "source", "lang"])
     return ShardTokens.from_files(shard, paths["tokens"], paths["index"], paths["sidecar"], documents)
 
@@ -324,8 +321,8 @@ def packed_dataset(
         raise dg.Failure("no tokenized shards yet: materialize tokenized_shard first")
     cfg = to_dataclass(PackingConfig, config)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        inputs = [load_shard_tokens(store, s, Path(tmp) / "in") for s in shards]
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as files:
+        inputs = [load_shard_tokens(store, s, files) for s in shards]
         hashes = {s.name: s.tokenizer_hash for s in inputs}
         stale = sorted(name for name, h in hashes.items() if h != info["tokenizer_hash"])
         if stale:

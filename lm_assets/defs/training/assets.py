@@ -21,7 +21,7 @@ from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingCl
 from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions
 from lm_assets.defs.training.process_group import DagsterPipesExecutionError, run_in_process_group
 from lm_assets.defs.resources import S3ClientResource, StorageResource
-from lm_assets.layout import TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
+from lm_assets.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
 
 class TrainingRunConfig(dg.Config):
     """The main knobs of training/config.py's TrainConfig; `overrides` reaches every other field."""
@@ -118,16 +118,17 @@ def local_paths(store, run_name: str) -> dict[str, str]:
         check_name(run_name, "run name")
     except UnsafeKeyError as exc:
         raise dg.Failure(description=str(exc)) from exc
-    if store.is_s3:
+    try:
+        return {
+            "data": str(store.local_path(PACKED_FOLDER)),
+            "checkpoints": str(store.local_path(checkpoint_run_folder(run_name))),
+            "tokenizer": str(store.local_path(TOKENIZER_KEYS["model"])),
+        }
+    except ValueError as exc:
         raise dg.Failure(
             f"training needs a file-system storage root, not {store.root}: the local backend reads the packed data and "
             "writes checkpoints there, and the kubernetes backend mounts it on every pod (training_launcher.cluster.pvc_name)"
-        )
-    return {
-        "data": str(store.local_path("packed")),
-        "checkpoints": str(store.local_path(checkpoint_run_folder(run_name))),
-        "tokenizer": str(store.local_path(TOKENIZER_KEYS["model"])),
-    }
+        ) from exc
 
 
 @dg.multi_asset(
