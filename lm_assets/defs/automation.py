@@ -23,14 +23,12 @@ shard_curation_job = dg.define_asset_job(
     "shard_curation_job",
     tags=stage_tags("curation"),
     selection=dg.AssetSelection.assets("raw_shard", "extracted_shard", "curated_shard", "minhash_signatures"),
-    partitions_def=shard_partitions,
     description="Read, extract and curate one shard, and sketch it for dedup.",
 )
 shard_ingest_job = dg.define_asset_job(
     "shard_ingest_job",
     tags=stage_tags("curation"),
     selection=dg.AssetSelection.assets("raw_shard", "extracted_shard"),
-    partitions_def=shard_partitions,
     description="Read and extract one shard (the text that quality labels are joined to).",
 )
 quality_classifier_job = dg.define_asset_job(
@@ -43,7 +41,6 @@ curated_shard_job = dg.define_asset_job(
     "curated_shard_job",
     tags=stage_tags("curation"),
     selection=dg.AssetSelection.assets("curated_shard", "minhash_signatures"),
-    partitions_def=shard_partitions,
     description="Curate one extracted shard (with the current quality classifier) and sketch it for dedup.",
 )
 dedup_job = dg.define_asset_job(
@@ -56,7 +53,6 @@ deduplicated_shard_job = dg.define_asset_job(
     "deduplicated_shard_job",
     tags=stage_tags("dedup"),
     selection=dg.AssetSelection.assets("deduplicated_shard", "decontaminated_shard"),
-    partitions_def=shard_partitions,
     description="Apply the dedup decisions to one shard and drop what overlaps the evaluation sets.",
 )
 tokenizer_job = dg.define_asset_job(
@@ -69,7 +65,6 @@ tokenized_shard_job = dg.define_asset_job(
     "tokenized_shard_job",
     tags=stage_tags("tokens"),
     selection=dg.AssetSelection.assets("tokenized_shard"),
-    partitions_def=shard_partitions,
     description="Tokenize one shard with the current tokenizer.",
 )
 training_job = dg.define_asset_job(

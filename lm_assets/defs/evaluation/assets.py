@@ -239,7 +239,6 @@ def expected_questions(path: str, benchmark: str, split: str, subjects: list[str
 evaluation_job = dg.define_asset_job(
     "evaluation_job",
     selection=dg.AssetSelection.assets(perplexity, mmlu_score, ceval_score),
-    partitions_def=checkpoint_partitions,
     tags=stage_tags("evaluation"),
     description="Perplexity, MMLU and C-Eval for one checkpoint.",
 )
