@@ -9,6 +9,8 @@ import json
 import os
 import sys
 import time
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -47,6 +49,43 @@ def shard_summary(store, shard: str) -> dict:
     }
 
 
+@contextmanager
+def output_to(log: Path):
+    """Everything written to stdout and stderr, by this process and the training processes it starts,
+    goes to `log`; the context's value is a file on the terminal."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    terminal = os.fdopen(os.dup(1), "w")
+    try:
+        with open(log, "w", buffering=1) as sink, redirect_stdout(sink), redirect_stderr(sink):
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            yield terminal
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+        terminal.close()
+
+
+def step_line(what: str, result: dg.ExecuteInProcessResult, seconds: float) -> str:
+    """One line per run: what ran, how long, and the documents its assets took in and gave out."""
+    metadata = [event.materialization.metadata for event in result.get_asset_materialization_events()]
+    counts = [
+        ((m.get("documents_in") or m["records_in"]).value, m["documents_out"].value)
+        for m in metadata
+        if ("documents_in" in m or "records_in" in m) and "documents_out" in m
+    ]
+    status = "ok" if result.success else "FAILED"
+    documents = f"{counts[0][0]:>5} → {counts[-1][1]:>5} documents" if counts else ""
+    return f"  {status:6} {seconds:6.1f} s  {what:<70} {documents}".rstrip()
+
+
 def main() -> int:
     from lm_assets.definitions import defs
 
@@ -60,13 +99,16 @@ def main() -> int:
     with open(project_path(DEMO_LABELS), "rb") as labels:
         store.write_bytes(DEMO_LABELS_KEY, labels.read())
     print(f"quality labels: {DEMO_LABELS} -> {store.uri(DEMO_LABELS_KEY)}")
+    log = Path(os.environ.get("DAGSTER_HOME") or store.root) / "demo.log"
+    print(f"Materializing the graph for {len(shards)} shards; Dagster's and DeepSpeed's logs go to {log}")
     started = time.perf_counter()
-    results = run_shard_graph(
-        defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, through_training=True, train_classifier=True,
-        progress=lambda m: print(m + " ...", flush=True),
-    )
+    with output_to(log) as terminal:
+        results = run_shard_graph(
+            defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, through_training=True, train_classifier=True,
+            finished=lambda what, result, seconds: print(step_line(what, result, seconds), file=terminal, flush=True),
+        )
     if not results[-1].success:
-        print(f"run {results[-1].run_id} failed: see `make ui`", file=sys.stderr)
+        print(f"run {results[-1].run_id} failed: see {log} and `make ui`", file=sys.stderr)
         return 1
     elapsed = time.perf_counter() - started
 

@@ -5,6 +5,7 @@ Used by `make demo` and by the benchmarks, which run the real assets on a folder
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import dagster as dg
@@ -40,11 +41,13 @@ def run_shard_graph(
     through_training: bool = False,
     train_classifier: bool = False,
     progress: Callable[[str], None] = lambda message: None,
+    finished: Callable[[str, dg.ExecuteInProcessResult, float], None] = lambda what, result, seconds: None,
 ) -> list[dg.ExecuteInProcessResult]:
     """Curate and sketch each shard, cluster across shards, apply the decisions per shard and, with
     `through_packing`, train the tokenizer, tokenize and pack. With `train_classifier`, every shard is
     extracted first, then the quality classifier is trained on the labels and curation uses it.
-    Stops at the first failed run, which is returned last."""
+    `progress` hears of each run before it starts, `finished` after it ends (what ran, its result,
+    seconds). Stops at the first failed run, which is returned last."""
     add_new_partitions(instance, shard_partitions, shards)
     if train_classifier:
         steps = [("shard_ingest_job", s, "raw_shard → extracted_shard") for s in shards]
@@ -65,11 +68,14 @@ def run_shard_graph(
     for job_name, shard, what in steps:
         if shard is LATEST_CHECKPOINT:
             shard = instance.get_dynamic_partitions("checkpoints")[-1]
-        progress(f"materializing {what}" + (f" for {shard}" if shard else ""))
+        what = what + (f" for {shard}" if shard else "")
+        progress(f"materializing {what}")
         job = defs.resolve_job_def(job_name)
+        started = time.perf_counter()
         result = job.execute_in_process(
             partition_key=shard, instance=instance, run_config=run_config_for(run_config, job), raise_on_error=False
         )
+        finished(what, result, time.perf_counter() - started)
         results.append(result)
         if not result.success:
             break
