@@ -7,9 +7,24 @@ import os
 import sys
 
 
-def add_shards(args) -> int:
+def dagster_instance():
+    """The instance in $DAGSTER_HOME, whose folder is made when it does not exist yet; a clear error
+    when the variable is unset (Dagster would fall back to no instance at all)."""
     import dagster as dg
 
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
+        raise SystemExit(
+            "DAGSTER_HOME is not set: it is the folder that holds the Dagster instance (runs, partitions). "
+            "Use the project's: export DAGSTER_HOME=$PWD/.dagster_home (make demo and make ui set it)"
+        )
+    if not os.path.isdir(home):
+        os.makedirs(home)
+        print(f"created DAGSTER_HOME {home} (an empty SQLite instance)")
+    return dg.DagsterInstance.get()
+
+
+def add_shards(args) -> int:
     from lm_assets.defs.automation import landing_shards
     from lm_assets.defs.partitions import add_new_partitions, shard_partitions
     from lm_assets.defs.resources import LandingResource, default_resources, s3_resource_from_env
@@ -18,7 +33,7 @@ def add_shards(args) -> int:
     root = args.landing if not args.landing or args.landing.startswith("s3://") else os.path.abspath(args.landing)
     landing = LandingResource(root=root, s3=s3_resource_from_env()) if root else default_resources()["landing"]
     shards, skipped = landing_shards(landing.storage())
-    new = add_new_partitions(dg.DagsterInstance.get(), shard_partitions, shards)
+    new = add_new_partitions(dagster_instance(), shard_partitions, shards)
     print(f"{len(new)} new shard partitions added, {len(shards) - len(new)} already known")
     for shard in new:
         print(f"  {shard}")

@@ -1,6 +1,7 @@
 """The Dagster layer on small shards: materialize, sensor, schedule logic, S3 and the real CLI."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -315,6 +316,14 @@ def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
     assert "made with other MinHash settings" in failure.event_specific_data.error.to_string()
     assert dg.materialize([dedup_clusters], instance=instance, resources=res).success
     assert dg.materialize([deduplicated_shard], partition_key="s1.warc.gz", instance=instance, resources=res).success
+    # A shard registered but not sketched yet is named, in the metadata and as a warning.
+    instance.add_dynamic_partitions("shards", ["s2.warc.gz"])
+    partial = dg.materialize([dedup_clusters], instance=instance, resources=res)
+    metadata = partial.asset_materializations_for_node("dedup_clusters")[0].metadata
+    assert metadata["shards_registered_without_sketches"].value == ["s2.warc.gz"]
+    assert metadata["shards_in_index"].value == 1
+    logged = [entry for entry in instance.all_logs(partial.run_id) if entry.level == logging.WARNING]
+    assert any("1 registered shards have no sketches yet" in entry.user_message for entry in logged)
 
 
 def test_the_shard_graph_through_packing_on_s3(s3_server):
@@ -340,3 +349,18 @@ def test_the_shard_graph_through_packing_on_s3(s3_server):
     documents = store.read_parquet(f"decontaminated/{shard}/documents.parquet")
     assert set(segments["shard"]) == {shard}
     assert set(segments["doc_id"]) <= set(documents["doc_id"])
+
+
+def test_the_cli_makes_a_missing_dagster_home_and_explains_an_unset_one(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "one.warc.gz")
+    cli = [Path(sys.executable).parent / "lm-assets", "add-shards", "--landing", str(landing)]
+    env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
+    unset = subprocess.run(cli, env=env, capture_output=True, text=True)
+    assert unset.returncode != 0 and "DAGSTER_HOME is not set" in unset.stderr and "Traceback" not in unset.stderr
+    home = tmp_path / "new" / "home"
+    made = subprocess.run(cli, env={**env, "DAGSTER_HOME": str(home)}, capture_output=True, text=True, check=True)
+    assert f"created DAGSTER_HOME {home}" in made.stdout and "1 new shard partitions added" in made.stdout
+    instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
+    assert instance.get_dynamic_partitions("shards") == ["one.warc.gz"]

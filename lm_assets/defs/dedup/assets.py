@@ -218,12 +218,20 @@ def dedup_clusters(
     store.write_bytes(INDEX_KEY, json.dumps({"fingerprint": fingerprint, "shards": available}, indent=1).encode())
 
     sketches = sketched.select("doc_id", "content_hash", "source", "url") if sketched is not None else None
+    unsketched = [s for s in context.instance.get_dynamic_partitions(shard_partitions.name) if s not in available]
+    if unsketched:
+        context.log.warning(
+            f"clustered {len(available)} shards; {len(unsketched)} registered shards have no sketches yet and are left "
+            f"out: {', '.join(unsketched[:10])}{' …' if len(unsketched) > 10 else ''}. Materialize minhash_signatures "
+            "for them, then dedup_clusters again."
+        )
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(store.uri(CLUSTERS_KEY)),
             "mode": mode,
             "shards_processed": dg.MetadataValue.json(shards),
             "shards_in_index": len(available),
+            "shards_registered_without_sketches": dg.MetadataValue.json(unsketched),
             **cluster_metadata(clusters, sketches),
             "seconds": round(seconds, 3),
             "threshold": cfg.minhash.threshold,
