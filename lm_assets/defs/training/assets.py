@@ -19,7 +19,7 @@ from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
 from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions
-from lm_assets.defs.training.process_group import DagsterPipesExecutionError, run_in_process_group
+from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
 from lm_assets.defs.resources import S3ClientResource, StorageResource
 from lm_assets.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
 
@@ -182,7 +182,7 @@ def training(
             results = run_in_process_group(
                 pipes_subprocess_client, command=command, context=context, env=env, cwd=cwd
             ).get_results()
-        except DagsterPipesExecutionError as exc:
+        except ProcessFailed as exc:
             raise dg.Failure(description=rank_errors(errors) or str(exc)) from exc
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [checkpoint_key(config.run_name, tag) for tag in tags]

@@ -16,9 +16,9 @@ from subprocess import DEVNULL, Popen, TimeoutExpired
 
 import dagster as dg
 
-# Dagster exports no public name for the error its Pipes client and session raise; this is the one
-# import of it, and callers catch it from here.
-from dagster._core.errors import DagsterPipesExecutionError
+
+class ProcessFailed(RuntimeError):
+    """The launched process exited with a non-zero status."""
 
 
 def run_in_process_group(
@@ -48,7 +48,7 @@ def run_in_process_group(
             stop_group(process, client.termination_timeout_seconds)
             raise
         if process.returncode != 0:
-            raise DagsterPipesExecutionError(f"External execution process failed with code {process.returncode}")
+            raise ProcessFailed(f"External execution process failed with code {process.returncode}")
     return dg.PipesClientCompletedInvocation(session)
 
 
@@ -70,4 +70,4 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass  # the group is empty
 
 
-__all__ = ["DagsterPipesExecutionError", "run_in_process_group", "stop_group"]
+__all__ = ["ProcessFailed", "run_in_process_group", "stop_group"]
