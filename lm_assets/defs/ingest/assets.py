@@ -10,7 +10,7 @@ import polars as pl
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
 from lm_assets.defs.config import to_dataclass
-from lm_assets.defs.partitions import shard_key, shard_partitions
+from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.reporting import (
     config_hash,
     conservation_result,
@@ -22,6 +22,7 @@ from lm_assets.defs.reporting import (
     standard_check_specs,
 )
 from lm_assets.defs.resources import LandingResource, StorageResource
+from lm_assets.defs.stages import open_stage
 from lm_assets.layout import raw_keys, stage_folder
 
 
@@ -46,14 +47,13 @@ class RawShardConfig(dg.Config):
 def raw_shard(
     context: dg.AssetExecutionContext, config: RawShardConfig, storage: StorageResource, landing: LandingResource
 ) -> dg.MaterializeResult:
-    shard = shard_key(context)
+    shard, store = open_stage(context, storage)
     started = time.perf_counter()
     reader_config = to_dataclass(ReaderConfig, config)
     with landing.storage().local_copy(shard) as path:
         size = path.stat().st_size
         shard_read = read_shard(path, source=shard, config=reader_config)
     docs, dropped, quarantine = shard_read.documents, shard_read.dropped, shard_read.quarantine
-    store = storage.storage()
     keys = raw_keys(shard)
     summary = json.dumps({"records": shard_read.records, "bytes": size}).encode()
     store.publish(stage_folder("raw", shard), {"documents.parquet": docs, "dropped.parquet": dropped,

@@ -25,7 +25,7 @@ from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_pac
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
 from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.environment import fill_from_environment
-from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
+from lm_assets.defs.partitions import shard_partitions, shards_with
 from lm_assets.defs.reporting import (
     markdown_table,
     shard_conservation_spec,
@@ -215,8 +215,7 @@ def current_tokenizer(store):
     "(doc_id, offset, length) and a JSON sidecar (dtype, token count, tokenizer hash).",
 )
 def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    shard = shard_key(context)
-    store = storage.storage()
+    shard, store = open_stage(context, storage)
     sp, info = current_tokenizer(store)
     docs = store.read_parquet(stage_keys("decontaminated", shard)["documents"], columns=["doc_id", "text"])
     started = time.perf_counter()
