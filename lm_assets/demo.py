@@ -144,8 +144,11 @@ def main() -> int:
     layout = run_meta["layout"].value
     print(
         f"Training: tiny model, pp={layout['pp']} tp={layout['tp']} dp={layout['dp']} on CPU, {run_meta['steps'].value} steps, "
-        f"final loss {run_meta['final_loss'].value:.3f}; checkpoints {', '.join(ckpt_meta['tags'].value)}"
+        f"final loss {run_meta['final_loss'].value:.3f}, {run_meta['tokens_per_s'].value:,.0f} tokens/s after warm-up; "
+        f"checkpoints {', '.join(ckpt_meta['tags'].value)}"
     )
+    print(f"Curves:           {run_meta['curves_png'].value}; "
+          f".venv/bin/tensorboard --logdir {run_meta['tensorboard_logdir'].value}")
     print(f"HF export:        {ckpt_meta['hf_export'].value}  (transformers.LlamaForCausalLM.from_pretrained)")
     scores = {k: instance.get_latest_materialization_event(dg.AssetKey(k)).asset_materialization.metadata
               for k in ("perplexity", "mmlu_score", "ceval_score")}

@@ -1,7 +1,7 @@
 """The training assets: DeepSpeed under torchrun through Dagster Pipes, checkpoints as partitions, resume."""
 
-import json
 import re
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -68,12 +68,17 @@ def test_training_through_pipes_then_resume(packed_storage):
     assert "→" in by_key["training_run"]["loss_curve"].value
     assert by_key["checkpoint"]["tags"].value == ["step_00000003", "step_00000006"]
     assert instance.get_dynamic_partitions(checkpoint_partitions.name) == ["main-step_00000003", "main-step_00000006"]
-    step_logs = [
-        e for e in instance.all_logs(first.run_id)
-        if e.user_message and e.user_message.startswith("train {")
-    ]
-    losses = [json.loads(e.user_message[len("train "):])["loss"] for e in step_logs]
-    assert len(losses) == 6 and all(np.isfinite(losses))
+    progress = [e.user_message for e in instance.all_logs(first.run_id) if e.user_message.startswith("step ")]
+    assert [line.split()[1] for line in progress] == ["1/6", "6/6"]  # the first step, then every 10th and the last
+    run = by_key["training_run"]
+    assert run["warmup_steps_left_out"].value == 4 and run["steps_averaged"].value == 2  # warmup_steps 4 of 6
+    assert run["tokens_per_s"].value > 0 and run["step_time_s_mean"].value > 0
+    assert run["mfu"].value == "n/a: no peak FLOP/s known for this device; set `peak_flops`"
+    png = Path(run["curves_png"].value)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "data:image/png;base64," in run["curves"].value
+    losses = tensorboard_scalars(run["tensorboard_logdir"].value, "train/loss")
+    assert [step for step, _ in losses] == [1, 2, 3, 4, 5, 6] and all(np.isfinite([v for _, v in losses]))
+    assert abs(losses[-1][1] - run["final_loss"].value) < 1e-5
 
     hf_dir = by_key["checkpoint"]["hf_export"].value
     from transformers import AutoTokenizer, LlamaForCausalLM
@@ -87,6 +92,16 @@ def test_training_through_pipes_then_resume(packed_storage):
     assert meta["training_run"]["resumed_from_step"].value == 6
     assert meta["training_run"]["steps"].value == 9
     assert "main-step_00000009" in instance.get_dynamic_partitions(checkpoint_partitions.name)
+    resumed = tensorboard_scalars(meta["training_run"]["tensorboard_logdir"].value, "train/loss")
+    assert [step for step, _ in resumed] == list(range(1, 10))  # the resumed run appends to the same folder
+
+
+def tensorboard_scalars(folder: str, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(folder)
+    events.Reload()
+    return sorted((e.step, e.value) for e in events.Scalars(tag))
 
 
 def test_a_failing_rank_fails_the_asset_with_its_error(packed_storage):

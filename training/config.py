@@ -251,6 +251,7 @@ class TrainConfig:
     steps: int = 100
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     peak_flops: float | None = None  # peak FLOP/s of one device, for MFU
+    log_every: int = 10  # a progress line every this many steps (training/monitor.py)
     spike: SpikeConfig = field(default_factory=SpikeConfig)
     debug: DebugConfig = field(default_factory=DebugConfig)
 

@@ -1,9 +1,10 @@
 """Rank 0's line to Dagster, through dagster-pipes; every other rank, and a run outside Dagster,
 prints JSON lines instead.
 
-Per step, rank 0 logs the metrics to the Dagster run (they show in the run log as the run goes).
-At the end it reports two materializations: `training_run` (final metrics, the loss curve, the
-step it resumed from) and `checkpoint` (where the checkpoint and its HF export are). Messages go
+Every few steps rank 0 logs a progress line to the Dagster run (training/monitor.py writes every step
+to TensorBoard). At the end it reports two materializations: `training_run` (final metrics, averages
+over the run, the loss and lr curves as a PNG, the TensorBoard folder, the step it resumed from) and
+`checkpoint` (where the checkpoint and its HF export are). Messages go
 wherever the launching side said: a file or stdout for a local subprocess, or S3 objects
 (`LM_ASSETS_PIPES_MESSAGES=s3`) for a job on a cluster.
 """
@@ -23,6 +24,9 @@ class PrintReporter:
     def step(self, metrics: dict) -> None:
         print(json.dumps(metrics), flush=True)
 
+    def progress(self, line: str) -> None:
+        print(f"[rank 0] {line}", file=sys.stderr, flush=True)
+
     def finish(self, summary: dict) -> None:
         print(json.dumps({"summary": summary}), flush=True)
 
@@ -34,24 +38,35 @@ class PipesReporter:
 
     def step(self, metrics: dict) -> None:
         self.losses.append((metrics["step"], metrics["loss"]))
-        self.pipes.log.info("train " + json.dumps(metrics))
         print(json.dumps(metrics), flush=True)
+
+    def progress(self, line: str) -> None:
+        self.pipes.log.info(line)
+        print(f"[rank 0] {line}", file=sys.stderr, flush=True)
 
     def finish(self, summary: dict) -> None:
         curve = loss_curve(self.losses)
-        self.pipes.report_asset_materialization(
-            asset_key="training_run",
-            metadata={
-                "final_loss": summary["final_loss"],
-                "steps": summary["step"],
-                "resumed_from_step": summary["resumed_from_step"],
-                "tokens": summary["tokens"],
-                "tokens_per_s": summary["tokens_per_s"],
-                "mfu": summary["mfu"],
-                "layout": {"raw_value": summary["layout"], "type": "json"},
-                "loss_curve": {"raw_value": curve, "type": "md"},
-            },
-        )
+        metadata = {
+            "final_loss": summary["final_loss"],
+            "steps": summary["step"],
+            "resumed_from_step": summary["resumed_from_step"],
+            "tokens": summary["tokens"],
+            "tokens_per_s": summary.get("tokens_per_s"),
+            "tokens_per_s_last_step": summary["tokens_per_s_last"],
+            "step_time_s_mean": summary.get("step_time_s_mean"),
+            "steps_averaged": summary.get("steps_averaged"),
+            "warmup_steps_left_out": summary.get("warmup_steps_left_out"),
+            "mfu": summary.get("mfu"),
+            "layout": {"raw_value": summary["layout"], "type": "json"},
+            "loss_curve": {"raw_value": curve, "type": "md"},
+        }
+        if summary.get("tensorboard"):
+            metadata["tensorboard_logdir"] = {"raw_value": summary["tensorboard"], "type": "path"}
+            metadata["tensorboard"] = {"raw_value": f"`tensorboard --logdir {summary['tensorboard']}`", "type": "md"}
+        if summary.get("curves_png"):
+            metadata["curves_png"] = {"raw_value": summary["curves_png"], "type": "path"}
+            metadata["curves"] = {"raw_value": embedded_png(summary["curves_png"]), "type": "md"}
+        self.pipes.report_asset_materialization(asset_key="training_run", metadata=metadata)
         self.pipes.report_asset_materialization(
             asset_key="checkpoint",
             metadata={
@@ -62,6 +77,15 @@ class PipesReporter:
                 "step": summary["step"],
             },
         )
+
+
+def embedded_png(path: str) -> str:
+    """Markdown showing the PNG inline (a data URI), so the UI shows the curves without another tool."""
+    import base64
+
+    with open(path, "rb") as f:
+        data = base64.b64encode(f.read()).decode()
+    return f"![loss and learning rate](data:image/png;base64,{data})"
 
 
 def loss_curve(losses: list[tuple[int, float]], width: int = 60) -> str:

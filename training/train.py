@@ -71,10 +71,11 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
         from training.pipes import reporting
 
         with reporting(int(rank)) as reporter:
-            trainer = Trainer(cfg, report=report or reporter.step)
+            monitor = run_monitor(cfg, reporter.progress) if int(rank) == 0 else None
+            trainer = Trainer(cfg, report=report or both(monitor, reporter))
             resumed_from = trainer.train_from_checkpoint()
             if trainer.rank == 0:
-                reporter.finish(finish(trainer, resumed_from))
+                reporter.finish(finish(trainer, resumed_from, monitor))
     except BaseException as err:  # noqa: BLE001 - every failure must end this rank non-zero
         sys.stdout.flush()
         sys.stderr.write(f"[rank {rank}] training failed: {type(err).__name__}: {err}\n")
@@ -85,7 +86,23 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
     _exit_cleanly()
 
 
-def finish(trainer, resumed_from: int) -> dict:
+def run_monitor(cfg, progress):
+    """Rank 0's monitor: TensorBoard events beside the run's checkpoints (none without a checkpoint folder)."""
+    from training.monitor import RunMonitor
+
+    folder = os.path.join(cfg.checkpoint.dir, "tensorboard") if cfg.checkpoint.dir else None
+    return RunMonitor(folder, cfg.steps, cfg.optim.warmup_steps, cfg.log_every, print_line=progress)
+
+
+def both(monitor, reporter):
+    def report(metrics: dict) -> None:
+        if monitor is not None:
+            monitor.step(metrics)
+        reporter.step(metrics)
+    return report
+
+
+def finish(trainer, resumed_from: int, monitor=None) -> dict:
     """Rank 0, after the last checkpoint: export it for HF and summarize the run."""
     from training import checkpoint
     from training.export import export_hf
@@ -95,11 +112,19 @@ def finish(trainer, resumed_from: int) -> dict:
         "resumed_from_step": resumed_from,
         "tokens": trainer.tokens_seen,
         "final_loss": trainer.last_metrics.get("loss"),
-        "tokens_per_s": trainer.last_metrics.get("tokens_per_s"),
-        "mfu": trainer.last_metrics.get("mfu"),
+        "tokens_per_s_last": trainer.last_metrics.get("tokens_per_s"),
         "layout": {"pp": trainer.dims.pp, "tp": trainer.dims.tp, "dp": trainer.dims.dp, "world_size": trainer.world},
-        "checkpoint_dir": None, "tag": None, "tags": [], "hf_export": None,
+        "checkpoint_dir": None, "tag": None, "tags": [], "hf_export": None, "tensorboard": None, "curves_png": None,
     }
+    if monitor is not None:
+        monitor.close()
+        summary |= monitor.summary()
+        summary["tokens_per_s"] = summary["tokens_per_s_mean"]
+        summary["mfu"] = summary["mfu_mean"]
+        if monitor.folder is not None:
+            summary["tensorboard"] = str(monitor.folder)
+            png = monitor.plot(monitor.folder.parent / "curves.png")
+            summary["curves_png"] = str(png) if png else None
     ckpt_dir = trainer.cfg.checkpoint.dir
     if not ckpt_dir:
         return summary

@@ -1,0 +1,93 @@
+"""Watching a run: rank 0's per-step metrics as TensorBoard event files, a progress line every few
+steps, averages over the run, and a PNG of the loss and learning-rate curves.
+
+`RunMonitor(folder, total_steps, warmup_steps, log_every)` takes each step's metrics (`step`,
+`loss`, `lr`, `grad_norm`, `tokens_per_s`, `step_time_s`, `mfu`); `summary()` gives the run's
+averages with the warm-up steps left out (they carry compilation and allocator warm-up, not the
+steady pace), and `plot(path)` writes the curves. Event files go to `folder` (TensorBoard's
+`SummaryWriter`, read with `tensorboard --logdir <folder>`); without a folder nothing is written.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+SCALARS = ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "mfu")
+NO_PEAK_FLOPS = "n/a: no peak FLOP/s known for this device; set `peak_flops`"
+
+
+class RunMonitor:
+    def __init__(self, folder: str | Path | None, total_steps: int, warmup_steps: int = 0, log_every: int = 10,
+                 print_line=print):
+        self.folder = Path(folder) if folder else None
+        self.total_steps = total_steps
+        self.warmup_steps = warmup_steps
+        self.log_every = max(1, log_every)
+        self.print_line = print_line
+        self.history: list[dict] = []
+        self._started = time.perf_counter()
+        self._writer = None
+        if self.folder is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=str(self.folder))
+
+    def step(self, metrics: dict) -> None:
+        self.history.append(metrics)
+        if self._writer is not None:
+            for name in SCALARS:
+                if metrics.get(name) is not None:
+                    self._writer.add_scalar(f"train/{name}", metrics[name], metrics["step"])
+        step = metrics["step"]
+        if step % self.log_every == 0 or step == self.total_steps or len(self.history) == 1:
+            self.print_line(self.progress_line(metrics))
+
+    def progress_line(self, metrics: dict) -> str:
+        step, done = metrics["step"], len(self.history)
+        elapsed = time.perf_counter() - self._started
+        eta = elapsed / done * (self.total_steps - step) if done else 0.0
+        return (f"step {step}/{self.total_steps}  loss {metrics['loss']:.4f}  "
+                f"tokens/s {metrics['tokens_per_s']:,.0f}  eta {eta:.0f} s")
+
+    def summary(self) -> dict:
+        """Averages over the steps after warm-up (all steps when the run had no others)."""
+        steady = [m for m in self.history if m["step"] > self.warmup_steps] or self.history
+        mean = lambda name: sum(m[name] for m in steady) / len(steady) if steady else None  # noqa: E731
+        mfus = [m["mfu"] for m in steady if m.get("mfu") is not None]
+        return {
+            "tokens_per_s_mean": mean("tokens_per_s"),
+            "step_time_s_mean": mean("step_time_s"),
+            "steps_averaged": len(steady),
+            "warmup_steps_left_out": len(self.history) - len(steady),
+            "mfu_mean": sum(mfus) / len(mfus) if mfus else NO_PEAK_FLOPS,
+        }
+
+    def plot(self, path: str | Path) -> Path | None:
+        """The loss and lr curves as a PNG; None when the run had no steps."""
+        if not self.history:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        steps = [m["step"] for m in self.history]
+        figure, (loss_axes, lr_axes) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+        loss_axes.plot(steps, [m["loss"] for m in self.history], color="tab:blue")
+        loss_axes.set_ylabel("loss")
+        loss_axes.grid(alpha=0.3)
+        lr_axes.plot(steps, [m["lr"] for m in self.history], color="tab:orange")
+        lr_axes.set_ylabel("learning rate")
+        lr_axes.set_xlabel("step")
+        lr_axes.grid(alpha=0.3)
+        figure.tight_layout()
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        return path
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
