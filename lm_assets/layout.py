@@ -86,6 +86,11 @@ def classifier_keys(model_hash: str) -> dict[str, str]:
     return {"model": f"{folder}/model.bin", "info": f"{folder}/info.json"}
 
 
+def question_results_key(checkpoint: str, benchmark: str) -> str:
+    """Per-question results of a benchmark on a checkpoint (its `checkpoints` partition key)."""
+    return f"evaluation/{checkpoint}/{benchmark}_questions.parquet"
+
+
 CHECKPOINTS_FOLDER = "checkpoints"
 
 

@@ -24,8 +24,10 @@ DEMO_RUN_CONFIG = {
         "curated_shard": {"config": OFFLINE_TOXICITY},
         "tokenizer": {"config": {"vocab_size": 4000}},
         "packed_dataset": {"config": {"seq_len": 257, "val_fraction": 0.05}},
-        # The tiny model as a 2-stage pipeline: two CPU processes on gloo, one per core.
-        "training": {"config": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 20}},
+        # The tiny model as a 2-stage pipeline: two CPU processes on gloo, one per core. Its context holds
+        # 5-shot prompts whole (C-Eval's reach 1,200 tokens), so evaluation sees the examples.
+        "training": {"config": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 20,
+                                "max_seq_len": 2048}},
         # A few MMLU subjects keep the demo quick; the asset's default is all 57.
         "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
     }
@@ -63,11 +65,9 @@ def run_shard_graph(
         steps += [("packing_job", None, "packed_dataset")]
     if through_training:
         steps += [("training_job", None, "training_run → checkpoint (DeepSpeed, through Pipes)")]
-        steps += [("evaluation_job", LATEST_CHECKPOINT, "perplexity, mmlu_score, ceval_score")]
+        steps += [("evaluation_job", EVERY_CHECKPOINT, "perplexity, mmlu_score, ceval_score")]
     results = []
-    for job_name, shard, what in steps:
-        if shard is LATEST_CHECKPOINT:
-            shard = instance.get_dynamic_partitions("checkpoints")[-1]
+    for job_name, shard, what in expand_checkpoints(steps, instance):
         what = what + (f" for {shard}" if shard else "")
         progress(f"materializing {what}")
         job = defs.resolve_job_def(job_name)
@@ -82,7 +82,17 @@ def run_shard_graph(
     return results
 
 
-LATEST_CHECKPOINT = object()
+EVERY_CHECKPOINT = object()
+
+
+def expand_checkpoints(steps: list, instance: dg.DagsterInstance):
+    """The steps, with one per `checkpoints` partition in place of EVERY_CHECKPOINT (known once training ran)."""
+    for job_name, key, what in steps:
+        if key is EVERY_CHECKPOINT:
+            for checkpoint in instance.get_dynamic_partitions("checkpoints"):
+                yield job_name, checkpoint, what
+        else:
+            yield job_name, key, what
 
 
 def run_config_for(run_config: dict | None, job: dg.JobDefinition) -> dict | None:

@@ -8,10 +8,10 @@ from lm_assets.defs.evaluation.assets import expected_questions, score_checks
 from lm_assets.evaluation.stats import question_blind_chance
 
 
-def result(acc: float, n: int = 400) -> dict:
+def result(acc: float, n: int = 400, truncated: int = 0) -> dict:
     low, high = 0.25 - 3 * math.sqrt(0.25 * 0.75 / n), 0.25 + 3 * math.sqrt(0.25 * 0.75 / n)
     overall = {"n": n, "acc": acc, "acc_norm": acc, "chance_low": low, "chance_high": high}
-    return {"overall": overall, "subjects": {"s": {"acc": acc, "acc_norm": acc}}}
+    return {"overall": overall, "subjects": {"s": {"acc": acc, "acc_norm": acc}}, "truncated": truncated, "max_length": 2048}
 
 
 def by_name(checks: list[dg.AssetCheckResult]) -> dict:
@@ -20,8 +20,17 @@ def by_name(checks: list[dg.AssetCheckResult]) -> dict:
 
 def test_checks_pass_for_a_plausible_score():
     assert by_name(score_checks(result(0.27), expected=400, loss=3.0, vocab_size=32000)) == {
-        "scores_in_unit_interval": True, "all_questions_scored": True, "chance_while_untrained": True,
+        "scores_in_unit_interval": True, "prompts_fit_the_context": True, "all_questions_scored": True,
+        "chance_while_untrained": True,
     }
+
+
+def test_more_than_five_percent_truncated_prompts_warn():
+    assert by_name(score_checks(result(0.27, truncated=20), expected=400, loss=3.0, vocab_size=32000))["prompts_fit_the_context"]
+    checks = score_checks(result(0.27, truncated=21), expected=400, loss=3.0, vocab_size=32000)
+    warning = next(c for c in checks if c.check_name == "prompts_fit_the_context")
+    assert warning.passed is False and warning.severity == dg.AssetCheckSeverity.WARN
+    assert warning.metadata["share"].value == 0.0525
 
 
 def test_out_of_range_and_missing_questions_fail():

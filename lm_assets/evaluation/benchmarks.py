@@ -40,7 +40,7 @@ from lm_assets.evaluation.scoring import (
     score_questions,
 )
 from lm_assets.evaluation.stats import chance_interval, mean, mean_stderr, pooled_sample_stderr
-from lm_assets.evaluation.subjects import MMLU_CATEGORIES, MMLU_CATEGORY_ORDER, ceval_subject_names
+from lm_assets.evaluation.subjects import CEVAL_CATEGORY_ORDER, MMLU_CATEGORIES, MMLU_CATEGORY_ORDER, ceval_subject_names
 
 METRICS = ("acc", "acc_norm")
 
@@ -186,8 +186,8 @@ def evaluate_ceval(
     """
     _, categories = ceval_subject_names(subject_names)
     questions = _limit(ceval_questions(source, split, num_fewshot, subjects, subject_names), limit)
-    result = evaluate_questions(em, questions, categories=categories or None, overall_over="subjects",
-                                details=details, **batching)  # fmt: skip
+    result = evaluate_questions(em, questions, categories=categories or None, category_order=CEVAL_CATEGORY_ORDER,
+                                overall_over="subjects", details=details, **batching)  # fmt: skip
     result["num_fewshot"] = num_fewshot
     return result
 

@@ -137,6 +137,14 @@ CEVAL_SUBJECTS_ZH: dict[str, str] = {
     "physician": "医师资格",
 }
 
+# C-Eval's four categories, per the C-Eval paper (Huang et al., 2023) and its subject_mapping.json:
+# the subjects above in order, 20 STEM, 10 Social Science, 11 Humanities, 11 Other.
+_CEVAL_CATEGORY_SIZES = (("STEM", 20), ("Social Science", 10), ("Humanities", 11), ("Other", 11))
+CEVAL_CATEGORY_ORDER = tuple(name for name, _ in _CEVAL_CATEGORY_SIZES)
+CEVAL_CATEGORIES: dict[str, str] = dict(
+    zip(CEVAL_SUBJECTS_ZH, (name for name, size in _CEVAL_CATEGORY_SIZES for _ in range(size)), strict=True)
+)
+
 
 def mmlu_category(subject: str) -> str:
     """The lm-evaluation-harness category of an MMLU subject (KeyError for an unknown subject)."""
@@ -149,14 +157,14 @@ def mmlu_category(subject: str) -> str:
 def ceval_subject_names(
     mapping: str | os.PathLike | Mapping[str, str | list | tuple] | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """`(names, categories)`: Chinese subject names (the built-in table, overridden by `mapping`) and
-    the categories `mapping` gives (empty unless it is in the official three-field layout).
+    """`(names, categories)`: Chinese subject names and categories, the built-in tables
+    (`CEVAL_SUBJECTS_ZH`, `CEVAL_CATEGORIES`) overridden by what `mapping` gives.
 
     `mapping` is a path to a JSON file or a dict, either `{subject: "中文名"}` or
     `{subject: [english, 中文名, category]}`.
     """
     names = dict(CEVAL_SUBJECTS_ZH)
-    categories: dict[str, str] = {}
+    categories = dict(CEVAL_CATEGORIES)
     if mapping is None:
         return names, categories
     if not isinstance(mapping, Mapping):
@@ -174,6 +182,8 @@ def ceval_subject_names(
 
 
 __all__ = [
+    "CEVAL_CATEGORIES",
+    "CEVAL_CATEGORY_ORDER",
     "CEVAL_SUBJECTS_ZH",
     "HUMANITIES",
     "MMLU_CATEGORIES",

@@ -17,11 +17,17 @@ from lm_assets.corpus.keys import UnsafeKeyError
 from lm_assets.defs.automation import stage_tags
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import checkpoint_partitions
-from lm_assets.defs.reporting import markdown_table
+from lm_assets.defs.reporting import latest_metadata, markdown_table
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens.assets import DEFAULT_MMLU_PATH
 from lm_assets.evaluation.stats import question_blind_chance
-from lm_assets.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_run_folder, parse_checkpoint_key
+from lm_assets.layout import (
+    PACKED_FOLDER,
+    TOKENIZER_KEYS,
+    checkpoint_run_folder,
+    parse_checkpoint_key,
+    question_results_key,
+)
 
 DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
 UNTRAINED_LOSS_FRACTION = 0.9
@@ -57,13 +63,54 @@ def training_loss(store, partition_key: str) -> float | None:
 
 
 def with_blind_chance(result: dict) -> dict:
-    """Replace the per-question details by the chance band of a question-blind model with this one's
-    letter preferences (see `question_blind_chance`), which is what 'at chance' means for a model
-    that has not learned yet."""
-    questions = result.pop("questions")
-    p, low, high = question_blind_chance(questions)
+    """Add the chance band of a question-blind model with this one's letter preferences (see
+    `question_blind_chance`), which is what 'at chance' means for a model that has not learned yet."""
+    p, low, high = question_blind_chance(result["questions"])
     result["overall"] |= {"blind_chance": p, "chance_low": low, "chance_high": high}
     return result
+
+
+TRUNCATION_LIMIT = 0.05  # share of prompts cut to fit the model's context before the check warns
+
+
+def question_table(result: dict) -> pl.DataFrame:
+    """One row per question: id, gold, prediction, the log-likelihood of each choice, truncation."""
+    rows = result["questions"]
+    return pl.DataFrame({
+        "question_id": [f"{r['subject']}/{r['index']}" for r in rows],
+        "subject": [r["subject"] for r in rows],
+        "gold": [r["gold"] for r in rows],
+        "prediction": [r["pred"] for r in rows],
+        "prediction_norm": [r["pred_norm"] for r in rows],
+        **{f"loglikelihood_{letter}": [float(r["loglikelihoods"][i]) for r in rows] for i, letter in enumerate("ABCD")},
+        "context_tokens": [r["context_tokens"] for r in rows],
+        "truncated": [bool(r["truncated"]) for r in rows],
+    })
+
+
+def publish_questions(store, checkpoint: str, result: dict) -> dict:
+    key = question_results_key(checkpoint, result["benchmark"])
+    store.write_parquet(key, question_table(result))
+    return {"questions_parquet": dg.MetadataValue.path(store.uri(key))}
+
+
+def trend_table(instance: dg.DagsterInstance, asset: str, current: str, result: dict) -> dg.MetadataValue:
+    """Accuracy per category and subject (rows) on every evaluated checkpoint (columns), this one included."""
+    columns: dict[str, dict[str, float]] = {}
+    for checkpoint in instance.get_dynamic_partitions(checkpoint_partitions.name):
+        metadata = latest_metadata(instance, dg.AssetKey(asset), checkpoint) if checkpoint != current else None
+        if checkpoint == current:
+            columns[checkpoint] = per_group_accuracy(result)
+        elif metadata:
+            columns[checkpoint] = {k.split("/", 1)[1]: v.value for k, v in metadata.items() if "/" in k and k.split("/")[0] == result["benchmark"]}
+    names = sorted({name for column in columns.values() for name in column})
+    table = pl.DataFrame({"group": names, **{c: [round(col.get(n, float("nan")), 3) for n in names] for c, col in columns.items()}})
+    return markdown_table(table, max_rows=120)
+
+
+def per_group_accuracy(result: dict) -> dict[str, float]:
+    return {**{name: e["acc"] for name, e in result["categories"].items()},
+            **{name: e["acc"] for name, e in result["subjects"].items()}}
 
 
 def score_metadata(result: dict) -> dict:
@@ -85,6 +132,8 @@ def score_metadata(result: dict) -> dict:
         "num_fewshot": result["num_fewshot"],
         "split": result["split"],
         "truncated_prompts": result["truncated"],
+        "max_length": result["max_length"],
+        **{f"{result['benchmark']}/{name}": dg.MetadataValue.float(acc) for name, acc in per_group_accuracy(result).items()},
         "by_category": markdown_table(categories, max_rows=50),
         "by_subject": markdown_table(subjects, max_rows=100),
         "seconds": round(result["seconds"], 2),
@@ -96,8 +145,16 @@ def score_checks(result: dict, expected: int, loss: float | None, vocab_size: in
     in_range = all(0.0 <= e[m] <= 1.0 for e in [overall, *result["subjects"].values()] for m in ("acc", "acc_norm"))
     untrained = loss is not None and loss >= UNTRAINED_LOSS_FRACTION * math.log(vocab_size)
     suspicious = untrained and overall["acc"] > overall["chance_high"]
+    truncated_share = result["truncated"] / overall["n"]
     return [
         dg.AssetCheckResult(check_name="scores_in_unit_interval", passed=in_range),
+        dg.AssetCheckResult(
+            check_name="prompts_fit_the_context", passed=truncated_share <= TRUNCATION_LIMIT,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"truncated": result["truncated"], "questions": overall["n"], "share": round(truncated_share, 4),
+                      "limit": TRUNCATION_LIMIT, "max_length": result["max_length"]},
+            description="Few-shot prompts cut from the left lose their examples: a score on them is not n-shot.",
+        ),
         dg.AssetCheckResult(
             check_name="all_questions_scored", passed=overall["n"] == expected,
             metadata={"scored": overall["n"], "expected": expected},
@@ -114,6 +171,8 @@ def score_checks(result: dict, expected: int, loss: float | None, vocab_size: in
 def benchmark_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec("scores_in_unit_interval", asset=asset, description="Every accuracy lies in [0, 1]."),
+        dg.AssetCheckSpec("prompts_fit_the_context", asset=asset,
+                          description=f"Warns when more than {TRUNCATION_LIMIT:.0%} of the prompts were cut to fit the model's context."),
         dg.AssetCheckSpec("all_questions_scored", asset=asset, description="As many questions scored as the data holds."),
         dg.AssetCheckSpec("chance_while_untrained", asset=asset,
                           description="Warns when a model still near log(vocab) loss scores above chance."),
@@ -197,7 +256,8 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
     ))
     expected = expected_questions(config.mmlu_path, "mmlu", config.split, config.subjects, config.limit)
     return dg.MaterializeResult(
-        metadata=score_metadata(result),
+        metadata=score_metadata(result) | publish_questions(store, context.partition_key, result)
+        | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), context.partition_key, result)},
         check_results=score_checks(result, expected, training_loss(store, context.partition_key), em.cfg.vocab_size),
     )
 
@@ -220,7 +280,8 @@ def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, sto
     ))
     expected = expected_questions(config.ceval_path, "ceval", config.split, config.subjects, None)
     return dg.MaterializeResult(
-        metadata=score_metadata(result),
+        metadata=score_metadata(result) | publish_questions(store, context.partition_key, result)
+        | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), context.partition_key, result)},
         check_results=score_checks(result, expected, training_loss(store, context.partition_key), em.cfg.vocab_size),
     )
 

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+from pydantic import Field
 
 
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
@@ -41,6 +42,11 @@ class TrainingRunConfig(dg.Config):
     save_every: int = 20
     seed: int = 0
     peak_flops: float | None = None
+    max_seq_len: int | None = Field(
+        default=None,
+        description="the model's context: the longest prompt evaluation can score whole (5-shot C-Eval needs "
+        "about 1,200 tokens); unset: the packed sequence length, at least 128",
+    )
     overrides: list[str] = []
 
     @property
@@ -52,7 +58,7 @@ class TrainingRunConfig(dg.Config):
             "data": data,
             "tokenizer_model": tokenizer_model,
             "model": self.model,
-            "model_overrides": [f"max_seq_len={max(seq_len, 128)}"],
+            "model_overrides": [f"max_seq_len={self.max_seq_len or max(seq_len, 128)}"],
             "parallel": {"pp": self.pp, "tp": self.tp, "dp": self.dp},
             "precision": self.precision,
             "zero_stage": self.zero_stage,
