@@ -54,7 +54,6 @@ def test_expected_questions_counts_the_files():
 
 
 def test_a_random_model_scores_at_chance_on_the_full_mmlu_test_set(tmp_path):
-    import pytest  # noqa: F401
     import torch
 
     from lm_assets.corpus.decontam import load_mmlu
@@ -75,3 +74,17 @@ def test_a_random_model_scores_at_chance_on_the_full_mmlu_test_set(tmp_path):
     expected, low, high = question_blind_chance(result["questions"])
     assert low <= overall["acc"] <= high, (overall["acc"], expected, low, high)
     assert abs(expected - 0.25) < 0.03
+
+
+def test_evaluation_runs_where_configured_and_auto_means_cuda_bf16_or_cpu_fp32():
+    import pytest
+    import torch
+
+    from lm_assets.defs.evaluation.assets import resolve_device
+
+    expected = ("cuda", "bfloat16") if torch.cuda.is_available() else ("cpu", "float32")
+    assert resolve_device("auto", "auto") == expected
+    assert resolve_device("cpu", "bfloat16") == ("cpu", "bfloat16")
+    assert resolve_device("cuda:1", "auto") == ("cuda:1", "bfloat16")
+    with pytest.raises(dg.Failure, match="unknown dtype 'fp8'"):
+        resolve_device("cpu", "fp8")

@@ -338,6 +338,8 @@ def test_benchmark_scores_for_a_checkpoint(materialized):
     assert checks and all(checks.values()), checks
     assert meta["mmlu_score"]["questions"].value == 40
     assert 0.0 <= meta["mmlu_score"]["acc"].value <= 1.0
+    assert {name: (meta[name]["device"].value, meta[name]["dtype"].value) for name in meta} == {
+        name: ("cpu", "float32") for name in ("perplexity", "mmlu_score", "ceval_score")}
 
     # Per-question results: an audit of the score, question by question.
     questions = pl.read_parquet(meta["mmlu_score"]["questions_parquet"].value)

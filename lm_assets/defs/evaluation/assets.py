@@ -179,7 +179,36 @@ def benchmark_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
     ]
 
 
-class MmluScoreConfig(dg.Config):
+class EvaluationDeviceConfig(dg.Config):
+    device: str = Field(default="auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
+    dtype: str = Field(default="auto", description="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+
+
+def resolve_device(device: str, dtype: str) -> tuple[str, str]:
+    """The device and dtype `auto` stands for on this machine; explicit values as given."""
+    import torch
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dtype == "auto":
+        dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise dg.Failure(f"unknown dtype {dtype!r}: use float32, bfloat16 or float16")
+    return device, dtype
+
+
+def load_checkpoint_model(store, partition_key: str, config: EvaluationDeviceConfig):
+    """The checkpoint's model on the configured device and dtype, and metadata saying what ran."""
+    import torch
+
+    from lm_assets.evaluation.checkpoint import load_model  # torch: imported when the asset runs
+
+    device, dtype = resolve_device(config.device, config.dtype)
+    em = load_model(hf_export(store, partition_key), device=device, dtype=getattr(torch, dtype))
+    return em, {"device": device, "dtype": dtype}
+
+
+class MmluScoreConfig(EvaluationDeviceConfig):
     mmlu_path: str | None = Field(default=None, description="unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip")
     split: str = "test"
     num_fewshot: int = 5
@@ -192,7 +221,7 @@ class MmluScoreConfig(dg.Config):
         return fill_from_environment(data, {"mmlu_path": ("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)}, paths=("mmlu_path",))
 
 
-class CevalScoreConfig(dg.Config):
+class CevalScoreConfig(EvaluationDeviceConfig):
     ceval_path: str | None = Field(default=None, description="unset: $LM_ASSETS_CEVAL_PATH, else data/eval/ceval-sample")
     subject_names: str | None = None
     split: str = "val"
@@ -207,7 +236,7 @@ class CevalScoreConfig(dg.Config):
         )
 
 
-class PerplexityConfig(dg.Config):
+class PerplexityConfig(EvaluationDeviceConfig):
     split: str = "val"
     max_sequences: int | None = None
     batch_size: int = 8
@@ -221,14 +250,14 @@ EVAL_DEPS = ["checkpoint"]
     description="Token perplexity and bits per byte of the checkpoint on packed_dataset's val split.",
 )
 def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, storage: StorageResource) -> dg.MaterializeResult:
-    from lm_assets.evaluation.checkpoint import load_model  # torch: imported when the asset runs
-    from lm_assets.evaluation.perplexity import packed_perplexity
+    from lm_assets.evaluation.perplexity import packed_perplexity  # torch: imported when the asset runs
 
     store = storage.storage()
-    em = load_model(hf_export(store, context.partition_key))
+    em, ran_on = load_checkpoint_model(store, context.partition_key, config)
     result = packed_perplexity(em, store.local_path(PACKED_FOLDER), config.split, batch_size=config.batch_size,
                                max_sequences=config.max_sequences)  # fmt: skip
     return dg.MaterializeResult(metadata={
+        **ran_on,
         "perplexity": dg.MetadataValue.float(result["perplexity"]),
         "bits_per_byte": dg.MetadataValue.float(result["bits_per_byte"]),
         "nll_per_token": dg.MetadataValue.float(result["nll_per_token"]),
@@ -245,18 +274,16 @@ def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, stor
 )
 def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
     from lm_assets.evaluation.benchmarks import evaluate_mmlu  # torch: imported when the asset runs
-    from lm_assets.evaluation.checkpoint import load_model
-
     store = storage.storage()
     if not Path(config.mmlu_path).exists():
         raise dg.Failure(f"MMLU not found at {config.mmlu_path} (set mmlu_path)")
-    em = load_model(hf_export(store, context.partition_key))
+    em, ran_on = load_checkpoint_model(store, context.partition_key, config)
     result = with_blind_chance(evaluate_mmlu(
         em, config.mmlu_path, config.split, config.num_fewshot, config.subjects or None, limit=config.limit, details=True
     ))
     expected = expected_questions(config.mmlu_path, "mmlu", config.split, config.subjects, config.limit)
     return dg.MaterializeResult(
-        metadata=score_metadata(result) | publish_questions(store, context.partition_key, result)
+        metadata=score_metadata(result) | ran_on | publish_questions(store, context.partition_key, result)
         | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), context.partition_key, result)},
         check_results=score_checks(result, expected, training_loss(store, context.partition_key), em.cfg.vocab_size),
     )
@@ -269,18 +296,16 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
 )
 def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
     from lm_assets.evaluation.benchmarks import evaluate_ceval  # torch: imported when the asset runs
-    from lm_assets.evaluation.checkpoint import load_model
-
     store = storage.storage()
     if not Path(config.ceval_path).exists():
         raise dg.Failure(f"C-Eval not found at {config.ceval_path} (set ceval_path; C-Eval itself cannot be shipped)")
-    em = load_model(hf_export(store, context.partition_key))
+    em, ran_on = load_checkpoint_model(store, context.partition_key, config)
     result = with_blind_chance(evaluate_ceval(
         em, config.ceval_path, config.split, config.num_fewshot, config.subjects or None, config.subject_names, details=True
     ))
     expected = expected_questions(config.ceval_path, "ceval", config.split, config.subjects, None)
     return dg.MaterializeResult(
-        metadata=score_metadata(result) | publish_questions(store, context.partition_key, result)
+        metadata=score_metadata(result) | ran_on | publish_questions(store, context.partition_key, result)
         | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), context.partition_key, result)},
         check_results=score_checks(result, expected, training_loss(store, context.partition_key), em.cfg.vocab_size),
     )
