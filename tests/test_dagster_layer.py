@@ -113,6 +113,10 @@ def test_materialize_one_shard_locally(tmp_path):
     assert mat.metadata["quality_preset"].value == "lm_assets"
     examples = mat.metadata["drop_examples"].value
     assert "https://en.example/stub" in examples and "Click here to win a prize today" in examples
+    # Dagster's standard keys: the rows and the columns of what was stored.
+    assert mat.metadata["dagster/row_count"].value == curated.height == 2
+    columns = {c.name: c.type for c in mat.metadata["dagster/column_schema"].value.columns}
+    assert columns == {name: str(dtype) for name, dtype in curated.schema.items()}
 
 
 def test_expectations_check_the_languages_the_run_was_configured_with(tmp_path):

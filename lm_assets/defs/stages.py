@@ -32,6 +32,11 @@ CURATED_SCHEMA = {
 }
 
 
+def table_schema(frame: pl.DataFrame) -> dg.TableSchema:
+    """The frame's columns and polars types, for Dagster's standard `dagster/column_schema`."""
+    return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()])
+
+
 def open_stage(context: dg.AssetExecutionContext, storage) -> tuple[str, Storage]:
     """The run's shard key (refused before any I/O when unsafe) and the storage root."""
     return shard_key(context), storage.storage()
@@ -67,6 +72,8 @@ def close_stage(
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(store.uri(stage_keys(stage, shard)["documents"])),
+            "dagster/row_count": result.kept.height,
+            "dagster/column_schema": table_schema(result.kept),
             "documents_in": docs_in,
             "documents_out": result.kept.height,
             "dropped": result.dropped.height,
