@@ -11,7 +11,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from lm_assets.defs.automation import landing_shards
-from lm_assets.defs.partitions import add_new_partitions, shard_partitions
+from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
 OFFLINE_TOXICITY = {"toxicity": {"backend": "profanity_check"}}
@@ -89,7 +89,7 @@ def expand_checkpoints(steps: list, instance: dg.DagsterInstance):
     """The steps, with one per `checkpoints` partition in place of EVERY_CHECKPOINT (known once training ran)."""
     for job_name, key, what in steps:
         if key is EVERY_CHECKPOINT:
-            for checkpoint in instance.get_dynamic_partitions("checkpoints"):
+            for checkpoint in instance.get_dynamic_partitions(checkpoint_partitions.name):
                 yield job_name, checkpoint, what
         else:
             yield job_name, key, what

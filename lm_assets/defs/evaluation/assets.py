@@ -96,13 +96,13 @@ def publish_questions(store, checkpoint: str, result: dict) -> dict:
 
 def trend_table(instance: dg.DagsterInstance, asset: str, current: str, result: dict) -> dg.MetadataValue:
     """Accuracy per category and subject (rows) on every evaluated checkpoint (columns), this one included."""
+    prefix = f"{result['benchmark']}/"
     columns: dict[str, dict[str, float]] = {}
     for checkpoint in instance.get_dynamic_partitions(checkpoint_partitions.name):
-        metadata = latest_metadata(instance, dg.AssetKey(asset), checkpoint) if checkpoint != current else None
         if checkpoint == current:
             columns[checkpoint] = per_group_accuracy(result)
-        elif metadata:
-            columns[checkpoint] = {k.split("/", 1)[1]: v.value for k, v in metadata.items() if "/" in k and k.split("/")[0] == result["benchmark"]}
+        elif metadata := latest_metadata(instance, dg.AssetKey(asset), checkpoint):
+            columns[checkpoint] = {k[len(prefix):]: v.value for k, v in metadata.items() if k.startswith(prefix)}
     names = sorted({name for column in columns.values() for name in column})
     table = pl.DataFrame({"group": names, **{c: [round(col.get(n, float("nan")), 3) for n in names] for c, col in columns.items()}})
     return markdown_table(table, max_rows=120)
@@ -274,6 +274,7 @@ def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, stor
 )
 def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
     from lm_assets.evaluation.benchmarks import evaluate_mmlu  # torch: imported when the asset runs
+
     store = storage.storage()
     if not Path(config.mmlu_path).exists():
         raise dg.Failure(f"MMLU not found at {config.mmlu_path} (set mmlu_path)")
@@ -282,11 +283,7 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
         em, config.mmlu_path, config.split, config.num_fewshot, config.subjects or None, limit=config.limit, details=True
     ))
     expected = expected_questions(config.mmlu_path, "mmlu", config.split, config.subjects, config.limit)
-    return dg.MaterializeResult(
-        metadata=score_metadata(result) | ran_on | publish_questions(store, context.partition_key, result)
-        | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), context.partition_key, result)},
-        check_results=score_checks(result, expected, training_loss(store, context.partition_key), em.cfg.vocab_size),
-    )
+    return benchmark_result(context, store, em, ran_on, result, expected)
 
 
 @dg.asset(
@@ -296,6 +293,7 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
 )
 def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
     from lm_assets.evaluation.benchmarks import evaluate_ceval  # torch: imported when the asset runs
+
     store = storage.storage()
     if not Path(config.ceval_path).exists():
         raise dg.Failure(f"C-Eval not found at {config.ceval_path} (set ceval_path; C-Eval itself cannot be shipped)")
@@ -304,10 +302,18 @@ def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, sto
         em, config.ceval_path, config.split, config.num_fewshot, config.subjects or None, config.subject_names, details=True
     ))
     expected = expected_questions(config.ceval_path, "ceval", config.split, config.subjects, None)
+    return benchmark_result(context, store, em, ran_on, result, expected)
+
+
+def benchmark_result(
+    context: dg.AssetExecutionContext, store, em, ran_on: dict, result: dict, expected: int
+) -> dg.MaterializeResult:
+    """A benchmark's scores, what ran, its per-question file and trend as metadata, and its checks."""
+    checkpoint = context.partition_key
     return dg.MaterializeResult(
-        metadata=score_metadata(result) | ran_on | publish_questions(store, context.partition_key, result)
-        | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), context.partition_key, result)},
-        check_results=score_checks(result, expected, training_loss(store, context.partition_key), em.cfg.vocab_size),
+        metadata=score_metadata(result) | ran_on | publish_questions(store, checkpoint, result)
+        | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), checkpoint, result)},
+        check_results=score_checks(result, expected, training_loss(store, checkpoint), em.cfg.vocab_size),
     )
 
 
