@@ -119,6 +119,33 @@ def test_materialize_one_shard_locally(tmp_path):
     assert columns == {name: str(dtype) for name, dtype in curated.schema.items()}
 
 
+def test_each_shard_keeps_its_own_check_status(tmp_path):
+    """Checks on per-shard assets are partitioned: a shard that passes later does not hide one that failed."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "both.warc.gz")
+    WarcBuilder().warcinfo().response("https://en.example/harbour", page("Harbour", f"<p>{EN}</p>")).write(
+        landing / "english.warc.gz"
+    )
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["english.warc.gz", "both.warc.gz"])
+    for shard in ("english.warc.gz", "both.warc.gz"):
+        assert dg.materialize(
+            [raw_shard, extracted_shard, curated_shard], partition_key=shard, instance=instance,
+            resources=resources(str(tmp_path / "storage"), str(landing)), run_config=OFFLINE_TOXICITY,
+        ).success
+    assert all(spec.partitions_def is not None for spec in curated_shard.check_specs)
+
+    def status(check: str) -> dict:
+        key = dg.AssetCheckKey(curated_shard.key, check)
+        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=10)
+        return {record.partition: record.evaluation.passed for record in history}
+
+    # No Chinese page in one shard: its share (0) is below the 5% floor there, and only there.
+    assert status("language_share") == {"english.warc.gz": False, "both.warc.gz": True}
+    assert status("conservation") == {"english.warc.gz": True, "both.warc.gz": True}
+
+
 def test_expectations_check_the_languages_the_run_was_configured_with(tmp_path):
     landing = tmp_path / "landing"
     landing.mkdir()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import warnings
 
 import dagster as dg
 import polars as pl
 
 from lm_assets.corpus.accounting import drop_examples, reason_counts, reason_totals
+from lm_assets.defs.partitions import checkpoint_partitions, shard_partitions
 
 HISTOGRAM_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
 
@@ -92,20 +95,44 @@ def conservation_result(name: str, account: dict) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(check_name=name, passed=account["holds"], metadata={k: v for k, v in account.items()})
 
 
+def partitioned_check_spec(
+    partitions_def: dg.PartitionsDefinition, name: str, asset: str, description: str, blocking: bool = False
+) -> dg.AssetCheckSpec:
+    """A check whose result Dagster keeps per partition, so each shard or checkpoint shows its own status
+    and a later passing one cannot hide an earlier failure. Partitioned checks are a preview feature of
+    Dagster 1.x (`AssetCheckSpec(partitions_def=...)`); its PreviewWarning at every load is silenced here."""
+    with partitioned_checks_allowed():
+        return dg.AssetCheckSpec(name, asset=asset, description=description, blocking=blocking, partitions_def=partitions_def)
+
+
+@contextlib.contextmanager
+def partitioned_checks_allowed():
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
+        )
+        yield
+
+
+def shard_check_spec(name: str, asset: str, description: str, blocking: bool = False) -> dg.AssetCheckSpec:
+    return partitioned_check_spec(shard_partitions, name, asset, description, blocking)
+
+
+def checkpoint_check_spec(name: str, asset: str, description: str, blocking: bool = False) -> dg.AssetCheckSpec:
+    return partitioned_check_spec(checkpoint_partitions, name, asset, description, blocking)
+
+
 def standard_check_specs(asset_key: str, extra: list[dg.AssetCheckSpec] = ()) -> list[dg.AssetCheckSpec]:
     return [
-        dg.AssetCheckSpec("schema", asset=asset_key, blocking=True, description="Columns and types match the contract."),
-        dg.AssetCheckSpec("non_empty", asset=asset_key, description="The shard kept at least one document (warns)."),
-        dg.AssetCheckSpec(
-            "conservation", asset=asset_key, blocking=True, description="received = kept + Σ dropped + quarantined."
-        ),
+        shard_check_spec("schema", asset_key, "Columns and types match the contract.", blocking=True),
+        shard_check_spec("non_empty", asset_key, "The shard kept at least one document (warns)."),
+        shard_check_spec("conservation", asset_key, "received = kept + Σ dropped + quarantined.", blocking=True),
         *extra,
     ]
 
 
 def shard_conservation_spec(asset_key: str) -> dg.AssetCheckSpec:
     """The whole-shard account, checked at every per-shard stage after curation."""
-    return dg.AssetCheckSpec(
-        "shard_conservation", asset=asset_key, blocking=True,
-        description="Records read = kept + Σ dropped over all stages + quarantined.",
+    return shard_check_spec(
+        "shard_conservation", asset_key, "Records read = kept + Σ dropped over all stages + quarantined.", blocking=True
     )

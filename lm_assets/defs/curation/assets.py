@@ -25,6 +25,7 @@ from lm_assets.defs.reporting import (
     length_histogram,
     markdown_table,
     preview,
+    shard_check_spec,
     shard_conservation_spec,
     standard_check_specs,
 )
@@ -63,9 +64,9 @@ class ExtractedShardConfig(dg.Config):
     check_specs=standard_check_specs(
         "extracted_shard",
         [
-            dg.AssetCheckSpec(
-                "no_control_chars", asset="extracted_shard", blocking=True,
-                description="No NUL or other control characters remain in the text.",
+            shard_check_spec(
+                "no_control_chars", "extracted_shard", "No NUL or other control characters remain in the text.",
+                blocking=True,
             )
         ],
     ),
@@ -218,13 +219,13 @@ def pii_residue(texts: list[str]) -> dict[str, int]:
         "curated_shard",
         [
             shard_conservation_spec("curated_shard"),
-            dg.AssetCheckSpec(
-                "pii_residue", asset="curated_shard", blocking=True,
-                description="A regex scan of the output finds none of the redacted PII types.",
+            shard_check_spec(
+                "pii_residue", "curated_shard", "A regex scan of the output finds none of the redacted PII types.",
+                blocking=True,
             ),
-            dg.AssetCheckSpec(
-                "language_share", asset="curated_shard",
-                description="Each configured language's share of kept documents is within its bounds (warns).",
+            shard_check_spec(
+                "language_share", "curated_shard",
+                "Each configured language's share of kept documents is within its bounds (warns).",
             ),
         ],
     ),

@@ -5,13 +5,11 @@ its import alone costs seconds.
 """
 
 
-import warnings
-
 import dagster as dg
 
 from lm_assets.defs.curation.assets import curated_shard
 from lm_assets.defs.partitions import shard_key, shard_partitions
-from lm_assets.defs.reporting import latest_metadata
+from lm_assets.defs.reporting import latest_metadata, partitioned_checks_allowed
 from lm_assets.defs.resources import StorageResource
 from lm_assets.layout import stage_keys
 
@@ -19,14 +17,10 @@ SAMPLE_ROWS = 2_000
 
 
 def partitioned_asset_check(**kwargs):
-    """`dg.asset_check(**kwargs)` with a `partitions_def`, without the PreviewWarning dagster raises at every
-    load for a partitioned AssetCheckSpec (partitioned checks are a preview feature in dagster 1.x)."""
+    """`dg.asset_check(**kwargs)` with a `partitions_def` (see `partitioned_check_spec`)."""
 
     def decorate(fn):
-        with warnings.catch_warnings():
-            warnings.filterwarnings(
-                "ignore", message="Specifying a partitions_def on an AssetCheckSpec", category=dg.PreviewWarning
-            )
+        with partitioned_checks_allowed():
             return dg.asset_check(**kwargs)(fn)
 
     return decorate

@@ -25,6 +25,7 @@ from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
 from lm_assets.defs.reporting import (
     markdown_table,
+    shard_check_spec,
     shard_conservation_spec,
     standard_check_specs,
 )
@@ -83,9 +84,9 @@ def content_digest(sketches: pl.DataFrame) -> str:
     deps=["curated_shard"],
     automation_condition=dg.AutomationCondition.eager(),
     check_specs=[
-        dg.AssetCheckSpec(
-            "one_sketch_per_document", asset="minhash_signatures", blocking=True,
-            description="Every curated document has exactly one sketch.",
+        shard_check_spec(
+            "one_sketch_per_document", "minhash_signatures", "Every curated document has exactly one sketch.",
+            blocking=True,
         )
     ],
     description="Per document: normalized content hash and MinHash signature (vectorised, equal to datasketch's); "

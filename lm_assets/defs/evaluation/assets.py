@@ -17,7 +17,7 @@ from lm_assets.corpus.keys import UnsafeKeyError
 from lm_assets.defs.automation import stage_tags
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import checkpoint_partitions
-from lm_assets.defs.reporting import latest_metadata, markdown_table
+from lm_assets.defs.reporting import checkpoint_check_spec, latest_metadata, markdown_table
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens.assets import DEFAULT_MMLU_PATH
 from lm_assets.evaluation.stats import question_blind_chance
@@ -170,12 +170,12 @@ def score_checks(result: dict, expected: int, loss: float | None, vocab_size: in
 
 def benchmark_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
     return [
-        dg.AssetCheckSpec("scores_in_unit_interval", asset=asset, description="Every accuracy lies in [0, 1]."),
-        dg.AssetCheckSpec("prompts_fit_the_context", asset=asset,
-                          description=f"Warns when more than {TRUNCATION_LIMIT:.0%} of the prompts were cut to fit the model's context."),
-        dg.AssetCheckSpec("all_questions_scored", asset=asset, description="As many questions scored as the data holds."),
-        dg.AssetCheckSpec("chance_while_untrained", asset=asset,
-                          description="Warns when a model still near log(vocab) loss scores above chance."),
+        checkpoint_check_spec("scores_in_unit_interval", asset, "Every accuracy lies in [0, 1]."),
+        checkpoint_check_spec("prompts_fit_the_context", asset,
+                              f"Warns when more than {TRUNCATION_LIMIT:.0%} of the prompts were cut to fit the model's context."),
+        checkpoint_check_spec("all_questions_scored", asset, "As many questions scored as the data holds."),
+        checkpoint_check_spec("chance_while_untrained", asset,
+                              "Warns when a model still near log(vocab) loss scores above chance."),
     ]
 
 

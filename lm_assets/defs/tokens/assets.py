@@ -28,6 +28,7 @@ from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_partitions, shards_with
 from lm_assets.defs.reporting import (
     markdown_table,
+    shard_check_spec,
     shard_conservation_spec,
     standard_check_specs,
 )
@@ -208,8 +209,8 @@ def current_tokenizer(store):
     deps=[decontaminated_shard, tokenizer],
     automation_condition=dg.AutomationCondition.eager(),
     check_specs=[
-        dg.AssetCheckSpec("index_matches_tokens", asset="tokenized_shard", blocking=True,
-                          description="Offsets and lengths tile the token file exactly, one row per document."),
+        shard_check_spec("index_matches_tokens", "tokenized_shard",
+                         "Offsets and lengths tile the token file exactly, one row per document.", blocking=True),
     ],
     description="A flat little-endian token file (uint16 below 65,536 pieces, else uint32), a document index "
     "(doc_id, offset, length) and a JSON sidecar (dtype, token count, tokenizer hash).",
