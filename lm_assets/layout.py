@@ -7,6 +7,7 @@ shard's partition key, already checked by `corpus.keys.check_name`. Pure: no Dag
     raw/<shard>/{documents,dropped,quarantine}.parquet, summary.json
     <stage>/<shard>/{documents,dropped}.parquet          extracted, curated, deduplicated, decontaminated
     curated/<shard>/curation.json                        who decided quality
+    curated/<shard>/effective_config.json                the curation config the run used, whole
     minhash/<shard>/{sketches,bands}.parquet, info.json
     dedup/clusters.parquet, dedup/index.json
     tokenizer/tokenizer.model, info.json
@@ -44,6 +45,10 @@ def raw_keys(shard: str) -> dict[str, str]:
 
 def curation_record_key(shard: str) -> str:
     return f"curated/{shard}/curation.json"
+
+
+def effective_config_key(shard: str) -> str:
+    return f"curated/{shard}/effective_config.json"
 
 
 def minhash_keys(shard: str) -> dict[str, str]:

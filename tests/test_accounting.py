@@ -19,7 +19,8 @@ def test_drop_examples_show_a_few_pages_per_reason_with_their_opening_text():
         "reason": ["prose:min_sentences"] * 4 + ["lang:de"],
     })
     examples = drop_examples(dropped, docs, per_reason=3, chars=300)
-    assert examples.columns == ["stage", "reason", "url", "text"]
+    assert examples.columns == ["stage", "reason", "score", "url", "text"]
+    assert examples["score"].is_null().all()  # this stage recorded no scores
     assert examples.filter(pl.col("reason") == "prose:min_sentences")["url"].to_list() == [
         "https://a.example/0", "https://a.example/1", "https://a.example/2"
     ]
@@ -28,6 +29,8 @@ def test_drop_examples_show_a_few_pages_per_reason_with_their_opening_text():
         "langid:lang:de": 1, "quality:c4:lorem_ipsum": 0, "quality:prose:min_sentences": 4
     }
     assert drop_examples(dropped.clear(), docs).height == 0
+    scored = drop_examples(dropped.with_columns(pl.Series("score", [1.0, 2.0, 0.0, 1.0, 0.3])), docs)
+    assert scored.filter(pl.col("reason") == "lang:de")["score"].to_list() == [0.3]
 
 
 def test_labels_are_validated_and_scored(tmp_path):

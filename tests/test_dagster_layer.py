@@ -113,6 +113,19 @@ def test_materialize_one_shard_locally(tmp_path):
     assert mat.metadata["quality_preset"].value == "lm_assets"
     examples = mat.metadata["drop_examples"].value
     assert "https://en.example/stub" in examples and "Click here to win a prize today" in examples
+    # The stub was dropped with the score that dropped it: 10 words against the minimum of 50.
+    assert "| quality | gopher_quality:min_doc_words | 10 | https://en.example/stub |" in examples
+    # Documents to read: the kept ones whole, paragraphs as stored, and a table of their openings.
+    full = mat.metadata["full_text"].value
+    assert EN in full and "\n\nYou can write to the keeper at <EMAIL>" in full and ZH in full
+    assert "https://en.example/harbour" in mat.metadata["preview"].value
+    raw_preview = raw_mat.metadata["preview"].value
+    assert "Click here to win a prize today." in raw_preview and "<p>" not in raw_preview
+    # The stop-word lists show as counts; the whole config is a file next to the shard.
+    effective = mat.metadata["effective_config"].value
+    whole = json.loads(Path(mat.metadata["effective_config_path"].value).read_text())
+    assert effective["quality"]["stop_words"]["en"] == f"{len(whole['quality']['stop_words']['en'])} words"
+    assert effective["langid"] == whole["langid"] and effective["langid"]["allowed"] == ["en", "zh"]
     # Dagster's standard keys: the rows and the columns of what was stored.
     assert mat.metadata["dagster/row_count"].value == curated.height == 2
     columns = {c.name: c.type for c in mat.metadata["dagster/column_schema"].value.columns}
@@ -279,6 +292,7 @@ def test_materialize_raw_to_curated_on_s3(tmp_path, s3_server):
         "curated/s3shard.warc.gz/curation.json",
         "curated/s3shard.warc.gz/documents.parquet",
         "curated/s3shard.warc.gz/dropped.parquet",
+        "curated/s3shard.warc.gz/effective_config.json",
     ]
     assert store.read_parquet("curated/s3shard.warc.gz/documents.parquet").height == 2
     assert json.loads(store.read_bytes("raw/s3shard.warc.gz/summary.json"))["records"] == 6
@@ -380,6 +394,11 @@ def test_the_shard_graph_through_packing_on_s3(s3_server):
     documents = store.read_parquet(f"decontaminated/{shard}/documents.parquet")
     assert set(segments["shard"]) == {shard}
     assert set(segments["doc_id"]) <= set(documents["doc_id"])
+    # The first training sequence, decoded: a marker opens each of its document pieces.
+    packed = next(m for r in results for m in r.asset_materializations_for_node("packed_dataset"))
+    shown = packed.metadata["first_train_sequence"].value
+    first = segments.filter(pl.col("seq_index") == 0)
+    assert shown.count("⟦document ") == first.height and f"⟦document {first['doc_id'][0]}, its tokens" in shown
 
 
 def test_the_cli_makes_a_missing_dagster_home_and_explains_an_unset_one(tmp_path):

@@ -10,6 +10,7 @@ from lm_assets.corpus.packing import (
     ShardTokens,
     best_fit_decreasing,
     pack,
+    render_sequence,
     val_mask,
     write_packed,
 )
@@ -351,3 +352,24 @@ def test_empty_documents_and_empty_splits(tmp_path):
     m = write_packed(r, tmp_path)
     assert m["splits"]["val"]["sequences"] == 0 and (tmp_path / "val.bin").stat().st_size == 0
     assert pl.read_parquet(Path(tmp_path) / "val_segments.parquet").height == 0
+
+
+def test_a_rendered_sequence_marks_every_document_piece_and_what_lies_between():
+    rng = np.random.default_rng(3)
+    shards = [make_shard("a", 12, rng, max_len=30)]
+    for strategy in ("concat", "bfd"):
+        result = pack(shards, PackingConfig(seq_len=64, strategy=strategy, val_fraction=0.0, eos_id=EOS, pad_id=PAD))
+        tokens = result.sequences("train", 0, 1)[0]
+        pieces = result.segments("train").filter(pl.col("seq_index") == 0).sort("seq_offset")
+        text = render_sequence(tokens, pieces, lambda ids: " ".join(map(str, ids)), EOS, PAD)
+        lines = text.split("\n")
+        # Each piece: its marker, then exactly its tokens, which are the document's own.
+        for piece in pieces.iter_rows(named=True):
+            first = piece["doc_token_start"]
+            at = lines.index(f"⟦document {piece['doc_id']}, its tokens {first}–{first + piece['length']}⟧")
+            own = doc_tokens(shards, "a", piece["doc_id"])[first:first + piece["length"]]
+            assert lines[at + 1] == " ".join(map(str, own))
+        gaps = [line for line in lines if line.startswith("⟦") and not line.startswith("⟦document")]
+        assert all("EOS" in g or "PAD" in g for g in gaps) and "other tokens" not in text
+        if strategy == "bfd":
+            assert any("PAD" in g for g in gaps)

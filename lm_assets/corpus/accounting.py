@@ -39,18 +39,20 @@ def reason_counts(*tables: pl.DataFrame) -> pl.DataFrame:
 
 
 def drop_examples(dropped: pl.DataFrame, docs: pl.DataFrame, per_reason: int = 3, chars: int = 300) -> pl.DataFrame:
-    """`stage, reason, url, text` for the first `per_reason` documents each reason dropped, with the first
-    `chars` characters of the text they had: what a rule costs, to read. `docs` holds `doc_id`, `url`
-    and `text` of the stage's input."""
-    columns = {"stage": pl.String, "reason": pl.String, "url": pl.String, "text": pl.String}
+    """`stage, reason, score, url, text` for the first `per_reason` documents each reason dropped, with the
+    score that dropped them (where the stage records one: a rule's signal, the classifier's P(KEEP)) and
+    the first `chars` characters of the text they had: what a rule costs, to read. `docs` holds `doc_id`,
+    `url` and `text` of the stage's input."""
+    columns = {"stage": pl.String, "reason": pl.String, "score": pl.Float64, "url": pl.String, "text": pl.String}
     if dropped.height == 0:
         return pl.DataFrame(schema=columns)
+    score = pl.col("score") if "score" in dropped.columns else pl.lit(None, dtype=pl.Float64).alias("score")
     return (
-        dropped.select("doc_id", "stage", "reason")
+        dropped.select("doc_id", "stage", "reason", score)
         .join(docs.select("doc_id", "url", "text"), on="doc_id", how="left", maintain_order="left")
         .group_by("stage", "reason", maintain_order=True)
         .head(per_reason)
-        .select("stage", "reason", "url", pl.col("text").str.slice(0, chars))
+        .select("stage", "reason", "score", "url", pl.col("text").str.slice(0, chars))
         .sort("stage", "reason", maintain_order=True)
         .cast(columns)
     )

@@ -10,8 +10,8 @@ import polars as pl
 from lm_assets.corpus.langid import LangIdConfig, identify_languages
 from lm_assets.corpus.pii import redact_frame
 from lm_assets.corpus.quality import QualityConfig, apply_quality_rules, preset
-from lm_assets.corpus.quality_policy import SCORED_DROPPED_SCHEMA, Scorer, check_policy, decide_quality
-from lm_assets.corpus.stage import StageResult
+from lm_assets.corpus.quality_policy import Scorer, check_policy, decide_quality
+from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 from lm_assets.corpus.toxicity import ToxicityConfig, score_toxicity
 
 STEPS = ("langid", "quality", "toxicity", "pii")

@@ -135,7 +135,10 @@ def identify_languages(docs: pl.DataFrame, config: LangIdConfig | None = None) -
         .when(allowed_share < config.min_score)
         .then(pl.concat_str(pl.lit("lang_low_score:"), pl.col("lang")))
     )
-    result = split_by_reason(scored, reason, stage="langid")
+    # A drop's score is the share of the text in allowed languages.
+    result = split_by_reason(scored.with_columns(allowed_share.alias("_allowed_share")), reason, stage="langid",
+                             score="_allowed_share")
+    result.kept = result.kept.drop("_allowed_share")
     path = str(config.model_path or bundled_model_path())
     result.stats = {
         "model": f"fasttext lid.176.ftz ({Path(path).name}, sha256 {model_digest(path)})",

@@ -53,7 +53,7 @@ import json
 import math
 import os
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -722,3 +722,31 @@ def write_packed(result: PackedResult, out_dir: str | os.PathLike, rows_per_chun
 
 def read_manifest(packed_dir: str | os.PathLike) -> dict:
     return json.loads((Path(packed_dir) / "manifest.json").read_text())
+
+
+def render_sequence(
+    tokens: np.ndarray, segments: pl.DataFrame, decode: Callable[[list[int]], str], eos_id: int, pad_id: int
+) -> str:
+    """One packed sequence as readable text: each document piece opens with a marker naming the document
+    and the span of its tokens it holds, and the tokens between pieces (EOS, padding) show as markers.
+    `segments` are the sequence's rows of the segments table."""
+    parts: list[str] = []
+    position = 0
+
+    def between(stop: int) -> None:
+        gap = tokens[position:stop].tolist()
+        if gap:
+            eos, pad = gap.count(eos_id), gap.count(pad_id)
+            other = len(gap) - eos - pad
+            labels = [f"EOS ×{eos}" if eos > 1 else "EOS"] * bool(eos) + [f"PAD ×{pad}"] * bool(pad)
+            parts.append("⟦" + ", ".join(labels + [f"{other} other tokens"] * bool(other)) + "⟧")
+
+    for piece in segments.sort("seq_offset").iter_rows(named=True):
+        start, length = piece["seq_offset"], piece["length"]
+        between(start)
+        first = piece["doc_token_start"]
+        parts.append(f"⟦document {piece['doc_id']}, its tokens {first}–{first + length}⟧")
+        parts.append(decode(tokens[start:start + length].tolist()))
+        position = start + length
+    between(len(tokens))
+    return "\n".join(parts)

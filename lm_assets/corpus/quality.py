@@ -735,27 +735,28 @@ def quality_signals(texts: list[str], langs: list[str], cfg: QualityConfig | Non
 
 
 # (rule name, threshold or None when switched off, threshold -> "document fails" expression)
-_Rule = tuple[str, Any, Callable[[Any], pl.Expr]]
+# A rule: its name, its threshold (None: off), the signal column it reads, and when it fails.
+_Rule = tuple[str, Any, str, Callable[[Any], pl.Expr]]
 
 
 def _gopher_quality_rules(cfg: QualityConfig) -> list[_Rule]:
     cjk, words = pl.col("q_cjk"), pl.col("q_word_count")
     mean_len = pl.col("q_mean_word_length")
     return [
-        ("min_doc_words", cfg.min_doc_words, lambda t: ~cjk & (words < t)),
-        ("max_doc_words", cfg.max_doc_words, lambda t: ~cjk & (words > t)),
-        ("min_doc_chars_cjk", cfg.min_doc_chars_cjk, lambda t: cjk & (words < t)),
-        ("max_doc_chars_cjk", cfg.max_doc_chars_cjk, lambda t: cjk & (words > t)),
+        ("min_doc_words", cfg.min_doc_words, "q_word_count", lambda t: ~cjk & (words < t)),
+        ("max_doc_words", cfg.max_doc_words, "q_word_count", lambda t: ~cjk & (words > t)),
+        ("min_doc_chars_cjk", cfg.min_doc_chars_cjk, "q_word_count", lambda t: cjk & (words < t)),
+        ("max_doc_chars_cjk", cfg.max_doc_chars_cjk, "q_word_count", lambda t: cjk & (words > t)),
         # One character per word makes the mean word length meaningless for CJK.
-        ("min_avg_word_length", cfg.min_avg_word_length, lambda t: ~cjk & (mean_len < t)),
-        ("max_avg_word_length", cfg.max_avg_word_length, lambda t: ~cjk & (mean_len > t)),
-        ("hash_word_ratio", cfg.max_symbol_word_ratio, lambda t: pl.col("q_hash_word_ratio") > t),
-        ("ellipsis_word_ratio", cfg.max_symbol_word_ratio, lambda t: pl.col("q_ellipsis_word_ratio") > t),
-        ("bullet_lines_ratio", cfg.max_bullet_lines_ratio, lambda t: pl.col("q_bullet_lines_ratio") > t),
-        ("ellipsis_lines_ratio", cfg.max_ellipsis_lines_ratio, lambda t: pl.col("q_ellipsis_lines_ratio") > t),
-        ("alpha_words_ratio", cfg.max_non_alpha_words_ratio, lambda t: pl.col("q_alpha_words_ratio") < t),
+        ("min_avg_word_length", cfg.min_avg_word_length, "q_mean_word_length", lambda t: ~cjk & (mean_len < t)),
+        ("max_avg_word_length", cfg.max_avg_word_length, "q_mean_word_length", lambda t: ~cjk & (mean_len > t)),
+        ("hash_word_ratio", cfg.max_symbol_word_ratio, "q_hash_word_ratio", _above("q_hash_word_ratio")),
+        ("ellipsis_word_ratio", cfg.max_symbol_word_ratio, "q_ellipsis_word_ratio", _above("q_ellipsis_word_ratio")),
+        ("bullet_lines_ratio", cfg.max_bullet_lines_ratio, "q_bullet_lines_ratio", _above("q_bullet_lines_ratio")),
+        ("ellipsis_lines_ratio", cfg.max_ellipsis_lines_ratio, "q_ellipsis_lines_ratio", _above("q_ellipsis_lines_ratio")),
+        ("alpha_words_ratio", cfg.max_non_alpha_words_ratio, "q_alpha_words_ratio", _below("q_alpha_words_ratio")),
         # Languages without a stop-word list have a null count and pass.
-        ("min_stop_words", cfg.min_stop_words, lambda t: pl.col("q_stop_words") < t),
+        ("min_stop_words", cfg.min_stop_words, "q_stop_words", _below("q_stop_words")),
     ]
 
 
@@ -763,9 +764,13 @@ def _above(column: str) -> Callable[[Any], pl.Expr]:
     return lambda t: pl.col(column) > t
 
 
+def _below(column: str) -> Callable[[Any], pl.Expr]:
+    return lambda t: pl.col(column) < t
+
+
 def _gopher_repetition_rules(cfg: QualityConfig) -> list[_Rule]:
     rules: list[_Rule] = [
-        (name, threshold, _above(f"q_{name}"))
+        (name, threshold, f"q_{name}", _above(f"q_{name}"))
         for name, threshold in (
             ("dup_para_frac", cfg.dup_para_frac),
             ("dup_para_char_frac", cfg.dup_para_char_frac),
@@ -773,16 +778,18 @@ def _gopher_repetition_rules(cfg: QualityConfig) -> list[_Rule]:
             ("dup_line_char_frac", cfg.dup_line_char_frac),
         )
     ]
-    rules += [(f"top_{n}gram", frac, _above(f"q_top_{n}gram_frac")) for n, frac in cfg.top_n_grams]
-    rules += [(f"dup_{n}gram", frac, _above(f"q_dup_{n}gram_frac")) for n, frac in sorted(cfg.dup_n_grams)]
+    rules += [(f"top_{n}gram", frac, f"q_top_{n}gram_frac", _above(f"q_top_{n}gram_frac")) for n, frac in cfg.top_n_grams]
+    rules += [
+        (f"dup_{n}gram", frac, f"q_dup_{n}gram_frac", _above(f"q_dup_{n}gram_frac")) for n, frac in sorted(cfg.dup_n_grams)
+    ]
     return rules
 
 
 def _c4_rules(cfg: QualityConfig) -> list[_Rule]:
     return [
-        ("lorem_ipsum", cfg.c4_filter_lorem_ipsum or None, lambda _: pl.col("q_c4_lorem_ipsum")),
-        ("curly_bracket", cfg.c4_filter_curly_bracket or None, lambda _: pl.col("q_c4_curly_bracket")),
-        ("min_sentences", cfg.c4_min_sentences, lambda t: pl.col("q_c4_sentences") < t),
+        ("lorem_ipsum", cfg.c4_filter_lorem_ipsum or None, "q_c4_lorem_ipsum", lambda _: pl.col("q_c4_lorem_ipsum")),
+        ("curly_bracket", cfg.c4_filter_curly_bracket or None, "q_c4_curly_bracket", lambda _: pl.col("q_c4_curly_bracket")),
+        ("min_sentences", cfg.c4_min_sentences, "q_c4_sentences", _below("q_c4_sentences")),
     ]
 
 
@@ -795,18 +802,18 @@ def _too_little_line_punct(exclude_zero: bool) -> Callable[[Any], pl.Expr]:
 
 def _fineweb_rules(cfg: QualityConfig) -> list[_Rule]:
     return [
-        ("line_punct_ratio", cfg.line_punct_thr, _too_little_line_punct(cfg.line_punct_exclude_zero)),
-        ("short_line_ratio", cfg.short_line_thr, lambda t: pl.col("q_fw_short_line_ratio") >= t),
-        ("char_dup_ratio", cfg.char_duplicates_ratio, lambda t: pl.col("q_fw_char_dup_ratio") >= t),
-        ("new_line_ratio", cfg.new_line_ratio, _above("q_fw_new_line_ratio")),
+        ("line_punct_ratio", cfg.line_punct_thr, "q_fw_line_punct_ratio", _too_little_line_punct(cfg.line_punct_exclude_zero)),
+        ("short_line_ratio", cfg.short_line_thr, "q_fw_short_line_ratio", lambda t: pl.col("q_fw_short_line_ratio") >= t),
+        ("char_dup_ratio", cfg.char_duplicates_ratio, "q_fw_char_dup_ratio", lambda t: pl.col("q_fw_char_dup_ratio") >= t),
+        ("new_line_ratio", cfg.new_line_ratio, "q_fw_new_line_ratio", _above("q_fw_new_line_ratio")),
     ]
 
 
 def _prose_rules(cfg: QualityConfig) -> list[_Rule]:
     return [
-        ("min_sentences", cfg.min_sentences, lambda t: pl.col("q_sentences") < t),
-        ("min_prose_share", cfg.min_prose_share, lambda t: pl.col("q_prose_share") < t),
-        ("max_licence_share", cfg.max_licence_share, lambda t: pl.col("q_licence_share") > t),
+        ("min_sentences", cfg.min_sentences, "q_sentences", _below("q_sentences")),
+        ("min_prose_share", cfg.min_prose_share, "q_prose_share", _below("q_prose_share")),
+        ("max_licence_share", cfg.max_licence_share, "q_licence_share", _above("q_licence_share")),
     ]
 
 
@@ -825,7 +832,7 @@ def rule_reasons(cfg: QualityConfig | None = None) -> list[str]:
     return [
         f"{family}:{name}"
         for family in cfg.families
-        for name, threshold, _ in _RULES_BY_FAMILY[family](cfg)
+        for name, threshold, _, _ in _RULES_BY_FAMILY[family](cfg)
         if threshold is not None
     ]
 
@@ -834,18 +841,20 @@ def rule_reasons(cfg: QualityConfig | None = None) -> list[str]:
 HARD_RULES = ("gopher_quality:min_doc_words", "gopher_quality:min_doc_chars_cjk")
 
 
-def _reason_expr(cfg: QualityConfig, only: tuple[str, ...] | None = None) -> pl.Expr:
-    chain = None
+def _verdict_exprs(cfg: QualityConfig, only: tuple[str, ...] | None = None) -> tuple[pl.Expr, pl.Expr]:
+    """The first failing rule as `family:rule` (null: passes), and the value of the signal that failed it."""
+    reason = score = None
     for family in cfg.families:
-        for name, threshold, failed in _RULES_BY_FAMILY[family](cfg):
+        for name, threshold, signal, failed in _RULES_BY_FAMILY[family](cfg):
             if threshold is None or (only is not None and f"{family}:{name}" not in only):
                 continue
             condition = failed(threshold).fill_null(False)
-            reason = pl.lit(f"{family}:{name}")
-            chain = pl.when(condition).then(reason) if chain is None else chain.when(condition).then(reason)
-    if chain is None:
-        return pl.lit(None, dtype=pl.String)
-    return chain.otherwise(pl.lit(None, dtype=pl.String))
+            label, value = pl.lit(f"{family}:{name}"), pl.col(signal).cast(pl.Float64)
+            reason = pl.when(condition).then(label) if reason is None else reason.when(condition).then(label)
+            score = pl.when(condition).then(value) if score is None else score.when(condition).then(value)
+    if reason is None:
+        return pl.lit(None, dtype=pl.String), pl.lit(None, dtype=pl.Float64)
+    return reason.otherwise(pl.lit(None, dtype=pl.String)), score.otherwise(pl.lit(None, dtype=pl.Float64))
 
 
 def reasons_from_signals(
@@ -853,15 +862,16 @@ def reasons_from_signals(
 ) -> pl.Series:
     """The first failing rule per document as `family:rule`, or null for documents that pass;
     `only` limits the rules to those reasons."""
-    return signals_df.select(_reason_expr(cfg or QualityConfig(), only).alias("reason")).to_series()
+    return signals_df.select(_verdict_exprs(cfg or QualityConfig(), only)[0].alias("reason")).to_series()
 
 
 def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defer: bool = False) -> StageResult:
     """Score `df` (columns `doc_id`, `text`, `lang`), drop failing documents and keep their signals.
+    Each drop's `score` is the value of the signal that failed its rule.
 
     With C4 line filtering on, kept documents carry the text C4 leaves behind. With `defer`, only the
-    HARD_RULES drop here; every kept document carries the rules' verdict in `rules_reason` for a
-    classifier policy to decide on.
+    HARD_RULES drop here; every kept document carries the rules' verdict in `rules_reason` (and the
+    failing signal's value in `rules_score`) for a classifier policy to decide on.
     """
     cfg = cfg or QualityConfig()
     signals, filtered_texts = _score(df["text"].to_list(), df["lang"].to_list(), cfg)
@@ -869,16 +879,14 @@ def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defe
     scored = pl.concat([df.select(pl.exclude("^q_.*$")), signals], how="horizontal")
     if "c4" in cfg.families and cfg.c4_filter_lines:
         scored = scored.with_columns(pl.Series("text", filtered_texts, dtype=pl.String))
+    reason, score = _verdict_exprs(cfg, only=HARD_RULES if defer else None)
+    scored = scored.with_columns(reason.alias("_quality_reason"), score.alias("_quality_score"))
     if defer:
-        scored = scored.with_columns(
-            reasons_from_signals(signals, cfg, only=HARD_RULES).alias("_quality_reason"),
-            reasons_from_signals(signals, cfg).alias("rules_reason"),
-        )
-    else:
-        scored = scored.with_columns(reasons_from_signals(signals, cfg).alias("_quality_reason"))
+        rules_reason, rules_score = _verdict_exprs(cfg)
+        scored = scored.with_columns(rules_reason.alias("rules_reason"), rules_score.alias("rules_score"))
 
-    result = split_by_reason(scored, "_quality_reason", stage=STAGE)
-    result.kept = result.kept.drop("_quality_reason")
+    result = split_by_reason(scored, "_quality_reason", stage=STAGE, score="_quality_score")
+    result.kept = result.kept.drop("_quality_reason", "_quality_score")
     result.stats = _stats(df.height, result, cfg)
     return result
 

@@ -8,7 +8,8 @@ hard rules (a minimum length) and left every other document with the rules' verd
 - `classifier`: drops what scores below the threshold (stage `classifier`, `below_threshold`);
 - `both`: drops what either drops, the rules first.
 
-Dropped rows carry the score, and the stats list where the rules and the classifier disagree.
+Dropped rows carry the score that dropped them: the failing signal's value (`rules_score`) for a
+rule, P(KEEP) for the classifier. The stats list where the rules and the classifier disagree.
 """
 
 from __future__ import annotations
@@ -18,11 +19,10 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.stage import DROPPED_SCHEMA, StageResult
+from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 
 POLICIES = ("rules", "classifier", "both")
 STAGE = "classifier"
-SCORED_DROPPED_SCHEMA = DROPPED_SCHEMA | {"score": pl.Float64}
 DISAGREEMENT_EXAMPLES = 10
 
 
@@ -56,10 +56,12 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
     else:
         stage = pl.when(rule_drop).then(pl.lit("quality")).when(low).then(pl.lit(STAGE))
         reason = pl.when(rule_drop).then(pl.col("rules_reason")).when(low).then(pl.lit("below_threshold"))
+    rule_score = pl.col("rules_score") if "rules_score" in docs.columns else pl.lit(None, dtype=pl.Float64)
+    score = pl.when(pl.col("_stage") == "quality").then(rule_score).otherwise(pl.col("quality_score"))
     tagged = scored.with_columns(stage.alias("_stage"), reason.alias("_reason"))
-    kept = tagged.filter(pl.col("_stage").is_null()).drop("_stage", "_reason", "rules_reason")
+    kept = tagged.filter(pl.col("_stage").is_null()).drop("_stage", "_reason", "rules_reason", "rules_score", strict=False)
     dropped = tagged.filter(pl.col("_stage").is_not_null()).select(
-        "doc_id", pl.col("_stage").alias("stage"), pl.col("_reason").alias("reason"), pl.col("quality_score").alias("score")
+        "doc_id", pl.col("_stage").alias("stage"), pl.col("_reason").alias("reason"), score.alias("score")
     ).cast(SCORED_DROPPED_SCHEMA)
     stats = {"policy": policy, "classifier": classifier.hash if classifier is not None else "none"}
     if classifier is not None:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import polars as pl
 
 DROPPED_SCHEMA = {"doc_id": pl.String, "stage": pl.String, "reason": pl.String}
+# Where a stage drops on a score: the rule's signal, or the classifier's P(KEEP).
+SCORED_DROPPED_SCHEMA = DROPPED_SCHEMA | {"score": pl.Float64}
 
 
 @dataclass
@@ -23,12 +25,15 @@ class StageResult:
     stats: dict = field(default_factory=dict)
 
 
-def split_by_reason(df: pl.DataFrame, reason: pl.Expr | str, stage: str) -> StageResult:
-    """Split `df` on a reason column or expression: null reason means kept."""
+def split_by_reason(df: pl.DataFrame, reason: pl.Expr | str, stage: str, score: str | None = None) -> StageResult:
+    """Split `df` on a reason column or expression: null reason means kept. With `score` (a column), each
+    dropped row also carries that column's value as `score`: what dropped it."""
     expr = pl.col(reason) if isinstance(reason, str) else reason
     tagged = df.with_columns(expr.alias("_reason"))
     kept = tagged.filter(pl.col("_reason").is_null()).drop("_reason")
+    schema = DROPPED_SCHEMA if score is None else SCORED_DROPPED_SCHEMA
     dropped = tagged.filter(pl.col("_reason").is_not_null()).select(
-        pl.col("doc_id"), pl.lit(stage).alias("stage"), pl.col("_reason").alias("reason")
+        pl.col("doc_id"), pl.lit(stage).alias("stage"), pl.col("_reason").alias("reason"),
+        *([] if score is None else [pl.col(score).alias("score")]),
     )
-    return StageResult(kept=kept, dropped=dropped.cast(DROPPED_SCHEMA))
+    return StageResult(kept=kept, dropped=dropped.cast(schema))

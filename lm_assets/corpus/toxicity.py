@@ -127,6 +127,7 @@ def score_toxicity(docs: pl.DataFrame, config: ToxicityConfig | None = None) -> 
         scored,
         pl.when(pl.col("tox_frac") >= config.max_toxic_fraction).then(pl.lit("toxicity:toxic_fraction")),
         stage="toxicity",
+        score="tox_frac",
     )
     result.stats = {"model": model_name, "docs_with_toxic_lines": int(sum(f > 0 for f in fractions))}
     return result

@@ -5,15 +5,20 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import warnings
 
 import dagster as dg
+import numpy as np
 import polars as pl
 
 from lm_assets.corpus.accounting import drop_examples, reason_counts, reason_totals
 from lm_assets.defs.partitions import checkpoint_partitions, shard_partitions
 
 HISTOGRAM_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
+# Previews: this many documents by their opening characters, and the first few in full.
+PREVIEW_DOCS, PREVIEW_CHARS = 10, 500
+FULL_TEXT_DOCS, FULL_TEXT_MAX_CHARS = 3, 20_000
 
 
 def config_hash(config: dg.Config) -> str:
@@ -30,14 +35,29 @@ def latest_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partit
     return mat.metadata if mat else None
 
 
+def significant(value: float, digits: int = 3) -> str:
+    """`value` rounded to `digits` significant digits, written without an exponent: 0.000123, 0.253, 12,300."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return str(value)
+    rounded = float(f"{value:.{digits}g}")
+    if abs(rounded) >= 10 ** (digits - 1):
+        return f"{rounded:,.0f}"
+    return np.format_float_positional(rounded, trim="-")
+
+
+def table_cell(value) -> str:
+    """A markdown table cell: floats at 3 significant digits, line breaks shown as ↵."""
+    text = significant(value) if isinstance(value, float) else str(value)
+    return text.replace("|", "\\|").replace("\n", " ↵ ")
+
+
 def markdown_table(df: pl.DataFrame, max_rows: int = 20) -> dg.MetadataValue:
     if df.height == 0:
         return dg.MetadataValue.md("_none_")
     head = df.head(max_rows)
     lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
     for row in head.iter_rows():
-        cells = [str(v).replace("|", "\\|").replace("\n", " ") for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(table_cell(v) for v in row) + " |")
     if df.height > max_rows:
         lines.append(f"\n_{df.height - max_rows} more rows_")
     return dg.MetadataValue.md("\n".join(lines))
@@ -52,11 +72,37 @@ def length_histogram(lengths: pl.Series, unit: str = "chars") -> dg.MetadataValu
     return markdown_table(pl.DataFrame(counts))
 
 
-def preview(docs: pl.DataFrame, columns: list[str], chars: int = 120) -> dg.MetadataValue:
-    shown = docs.head(5).select(
-        [pl.col(c).cast(pl.String).str.slice(0, chars) if c == "text" else pl.col(c) for c in columns if c in docs.columns]
+def document_previews(docs: pl.DataFrame, columns: list[str]) -> dict:
+    """`preview`: the first PREVIEW_DOCS documents' `columns`, their `text` cut to PREVIEW_CHARS characters;
+    `full_text`: the first FULL_TEXT_DOCS documents whole (up to FULL_TEXT_MAX_CHARS characters each), with
+    their line breaks and paragraphs as stored."""
+    columns = [c for c in columns if c in docs.columns]
+    shown = docs.head(PREVIEW_DOCS).select(
+        [pl.col(c).cast(pl.String).str.slice(0, PREVIEW_CHARS) if c == "text" else pl.col(c) for c in columns]
     )
-    return markdown_table(shown)
+    return {"preview": markdown_table(shown, max_rows=PREVIEW_DOCS), "full_text": full_text(docs, columns)}
+
+
+def full_text(docs: pl.DataFrame, columns: list[str]) -> dg.MetadataValue:
+    if docs.height == 0 or "text" not in docs.columns:
+        return dg.MetadataValue.md("_none_")
+    blocks = []
+    for number, doc in enumerate(docs.head(FULL_TEXT_DOCS).iter_rows(named=True), start=1):
+        label = " · ".join(f"{c}: {table_cell(doc[c])}" for c in columns if c != "text" and doc[c] is not None)
+        text = doc["text"] or ""
+        cut = len(text) - FULL_TEXT_MAX_CHARS
+        blocks.append(f"**{number}.** {label} · {len(text):,} characters")
+        blocks.append(fenced(text[:FULL_TEXT_MAX_CHARS]))
+        if cut > 0:
+            blocks.append(f"_{cut:,} more characters not shown_")
+    return dg.MetadataValue.md("\n\n".join(blocks))
+
+
+def fenced(text: str) -> str:
+    """`text` as a fenced block, its fence longer than any run of tildes inside it."""
+    longest = max((len(run) for run in re.findall("~+", text)), default=0)
+    fence = "~" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
 
 
 def drop_metadata(*tables: pl.DataFrame) -> dict:

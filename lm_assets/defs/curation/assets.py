@@ -21,10 +21,10 @@ from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.reporting import (
     config_hash,
+    document_previews,
     drop_audit_metadata,
     length_histogram,
     markdown_table,
-    preview,
     shard_check_spec,
     shard_conservation_spec,
     standard_check_specs,
@@ -35,6 +35,7 @@ from lm_assets.layout import (
     CURRENT_CLASSIFIER,
     classifier_keys,
     curation_record_key,
+    effective_config_key,
     raw_keys,
     stage_keys,
 )
@@ -93,7 +94,7 @@ def extracted_shard(
             "docs_with_control_chars": result.stats["docs_with_control_chars"],
             **drop_audit_metadata(result.dropped, raw.select("doc_id", "url", pl.coalesce("text", "html").alias("text"))),
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
-            "preview": preview(docs, ["doc_id", "title", "lang_hint", "text"]),
+            **document_previews(docs, ["doc_id", "url", "title", "lang_hint", "text"]),
             "seconds": round(seconds, 3),
             "html_mb_per_second": round(html_bytes / 1e6 / seconds, 2) if seconds else 0.0,
             "config_hash": config_hash(config),
@@ -243,6 +244,7 @@ def curated_shard(
     except (RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
     record = {"policy": config.quality_policy, "classifier_hash": classifier.hash if classifier else None}
+    effective = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(curation_config, classifier=None)), default=str))
     docs = result.kept
     shares = language_shares(docs)
     out_of_bounds = {
@@ -258,7 +260,7 @@ def curated_shard(
     pii_totals = step_stats.get("pii", {}).get("redacted", {})
     return close_stage(
         store, "curated", shard, extracted.height, result, CURATED_SCHEMA,
-        extra={"curation.json": json.dumps(record).encode()},
+        extra={"curation.json": json.dumps(record).encode(), "effective_config.json": json.dumps(effective, indent=1).encode()},
         metadata={
             **drop_audit_metadata(
                 result.dropped, extracted, [f"quality:{reason}" for reason in rule_reasons(curation_config.quality)]
@@ -273,10 +275,9 @@ def curated_shard(
             "toxicity_model": step_stats.get("toxicity", {}).get("model", "not run"),
             "pii_redacted": dg.MetadataValue.json(pii_totals),
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
-            "preview": preview(docs, ["doc_id", "lang", "lang_score", "tox_max", "text"]),
-            "effective_config": dg.MetadataValue.json(
-                json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(curation_config, classifier=None)), default=str))
-            ),
+            **document_previews(docs, ["doc_id", "url", "lang", "lang_score", "quality_score", "tox_max", "text"]),
+            "effective_config": dg.MetadataValue.json(without_word_lists(effective)),
+            "effective_config_path": dg.MetadataValue.path(store.uri(effective_config_key(shard))),
             "config_hash": config_hash(config),
         },
         checks=[
@@ -291,6 +292,13 @@ def curated_shard(
             ),
         ],
     )
+
+
+def without_word_lists(effective: dict) -> dict:
+    """The effective config with each stop-word list shown as its size; the whole config is in its JSON file."""
+    quality = effective["quality"]
+    words = {lang: f"{len(listed)} words" for lang, listed in quality.get("stop_words", {}).items()}
+    return effective | {"quality": quality | {"stop_words": words}}
 
 
 def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:

@@ -8,16 +8,18 @@ import dagster as dg
 import polars as pl
 
 from lm_assets.corpus.accounting import conservation
+from lm_assets.corpus.extract import ExtractConfig, extract_html
 from lm_assets.corpus.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
 from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.reporting import (
+    PREVIEW_DOCS,
     config_hash,
     conservation_result,
+    document_previews,
     drop_metadata,
     length_histogram,
     non_empty_result,
-    preview,
     schema_result,
     standard_check_specs,
 )
@@ -34,6 +36,15 @@ class RawShardConfig(dg.Config):
     text_field: str = READER_DEFAULTS.text_field
     url_field: str = READER_DEFAULTS.url_field
     default_charset: str = READER_DEFAULTS.default_charset
+
+
+def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:
+    """The first documents with their text: a record's own text, else all the text of its HTML."""
+    sample = docs.head(PREVIEW_DOCS)
+    as_text = ExtractConfig(extractor="all_text")
+    texts = [text if text is not None else extract_html(html or "", as_text)[0]
+             for text, html in zip(sample["text"], sample["html"])]
+    return sample.with_columns(pl.Series("text", texts, dtype=pl.String))
 
 
 @dg.asset(
@@ -71,7 +82,7 @@ def raw_shard(
             "quarantined": quarantine.height,
             **drop_metadata(dropped, quarantine),
             "payload_length_histogram": length_histogram(payload_chars),
-            "preview": preview(docs, ["doc_id", "url", "content_type"]),
+            **document_previews(raw_text_sample(docs), ["doc_id", "url", "content_type", "text"]),
             "seconds": round(time.perf_counter() - started, 3),
             "config_hash": config_hash(config),
         },

@@ -21,12 +21,13 @@ from lm_assets.corpus.tokenizer import (
     tokenizer_report,
     train_tokenizer,
 )
-from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
+from lm_assets.corpus.packing import PackedResult, PackingConfig, ShardTokens, pack, render_sequence, write_packed
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
 from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_partitions, shards_with
 from lm_assets.defs.reporting import (
+    fenced,
     markdown_table,
     shard_check_spec,
     shard_conservation_spec,
@@ -283,6 +284,15 @@ class PackedDatasetConfig(dg.Config):
         return fill_from_environment(data, {"seq_len": ("LM_ASSETS_SEQ_LEN", PACKING_DEFAULTS.seq_len)})
 
 
+def sequence_preview(result: PackedResult, decode) -> dg.MetadataValue:
+    """The first training sequence decoded, each document piece marked where it starts, EOS and padding shown."""
+    if result.num_sequences("train") == 0:
+        return dg.MetadataValue.md("_no training sequence_")
+    segments = result.segments("train").filter(pl.col("seq_index") == 0)
+    text = render_sequence(result.sequences("train", 0, 1)[0], segments, decode, result.config.eos_id, result.config.pad_id)
+    return dg.MetadataValue.md(f"{segments.height} document pieces in {result.config.seq_len} tokens\n\n{fenced(text)}")
+
+
 def tokenized_shards(instance: dg.DagsterInstance, store) -> list[str]:
     return shards_with(instance, store, lambda s: tokenized_keys(s)["sidecar"])
 
@@ -315,7 +325,7 @@ def packed_dataset(
     context: dg.AssetExecutionContext, config: PackedDatasetConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
     store = storage.storage()
-    _, info = current_tokenizer(store)
+    sp, info = current_tokenizer(store)
     shards = tokenized_shards(context.instance, store)
     if not shards:
         raise dg.Failure("no tokenized shards yet: materialize tokenized_shard first")
@@ -330,6 +340,7 @@ def packed_dataset(
         result = pack(inputs, cfg)
         out = Path(tmp) / "packed"
         manifest = write_packed(result, out)
+        first_sequence = sequence_preview(result, sp.decode)
         train_docs = set(result.segments("train")["doc_id"].unique().to_list())
         val_docs = set(result.segments("val")["doc_id"].unique().to_list())
         for name in PACKED_FILES:  # the manifest last: its presence means the rest is complete
@@ -353,6 +364,7 @@ def packed_dataset(
             "packing_efficiency": round(manifest["efficiency"], 4),
             "truncated_share": round(manifest["truncated_share"], 4),
             "mixture_shares": markdown_table(shares),
+            "first_train_sequence": first_sequence,
             "tokenizer_hash": info["tokenizer_hash"],
             "tokens_per_second": round(sum(manifest["splits"][s]["tokens"] for s in ("train", "val")) / seconds) if seconds else 0,
         },

@@ -1,0 +1,33 @@
+"""Metadata that people read: numbers at three significant digits, documents in full and in part."""
+
+import polars as pl
+
+from lm_assets.defs.reporting import FULL_TEXT_DOCS, PREVIEW_CHARS, PREVIEW_DOCS, document_previews, fenced, significant
+
+
+def test_floats_read_at_three_significant_digits():
+    assert [significant(v) for v in (0.000123456, 0.25345, 12.345, 12345.6, 2.0, 0.0, -0.5)] == [
+        "0.000123", "0.253", "12.3", "12,300", "2", "0", "-0.5"
+    ]
+
+
+def test_previews_show_three_documents_whole_and_ten_openings():
+    paragraphs = "First paragraph of document {i}.\n\nSecond paragraph, " + "long " * 200 + "end."
+    docs = pl.DataFrame({
+        "doc_id": [f"d{i}" for i in range(12)],
+        "score": [1 / 3] * 12,
+        "text": [paragraphs.format(i=i) for i in range(12)],
+    })
+    meta = document_previews(docs, ["doc_id", "score", "text"])
+    table = meta["preview"].value.splitlines()
+    assert len(table) == 2 + PREVIEW_DOCS and "| d9 | 0.333 |" in table[-1]
+    assert all(len(line) < PREVIEW_CHARS + 40 for line in table) and " ↵  ↵ Second paragraph" in table[2]
+    full = meta["full_text"].value
+    for i in range(FULL_TEXT_DOCS):
+        assert paragraphs.format(i=i) in full
+    assert "document 3." not in full
+
+
+def test_a_fence_outlasts_the_tildes_inside():
+    block = fenced("code\n~~~~\nmore")
+    assert block.startswith("~~~~~text\n") and block.endswith("\n~~~~~")
