@@ -50,7 +50,7 @@ def run_step(name: str, docs: pl.DataFrame, config: CurationConfig) -> StageResu
 def curate(docs: pl.DataFrame, config: CurationConfig | None = None) -> StageResult:
     """Run the steps in `config.order`; a classifier decides right after the quality rules. Stats
     hold, per step, docs in/out, seconds and its own stats. Every document gets a `quality_score`
-    (null without a classifier), and every drop a `score` (null but for the classifier's)."""
+    (null without a classifier), and every drop a `score` (the rule's signal or the classifier's P(KEEP))."""
     config = config or CurationConfig()
     check_policy(config.policy)
     unknown = set(config.order) - set(STEPS)
