@@ -1,10 +1,22 @@
 import dagster as dg
 
+from lm_assets.corpus import curation, extract, langid, main_content, pii, quality, quality_classifier as classifier
+from lm_assets.corpus import quality_labels as labels, quality_policy, toxicity
+from lm_assets.defs.catalog import CORPUS_TEAM, catalogued, source_version
 from lm_assets.defs.curation.assets import curated_shard, curated_with_current_classifier, extracted_shard
 from lm_assets.defs.curation.expectations import curated_expectations
 from lm_assets.defs.curation.quality import quality_classifier, quality_labels
 
 defs = dg.Definitions(
-    assets=[extracted_shard, quality_labels, quality_classifier, curated_shard],
+    assets=catalogued(
+        [extracted_shard, quality_labels, quality_classifier, curated_shard],
+        CORPUS_TEAM,
+        {
+            "extracted_shard": source_version(extract, main_content),
+            "quality_labels": source_version(labels),
+            "quality_classifier": source_version(classifier, quality),
+            "curated_shard": source_version(curation, langid, quality, quality_policy, toxicity, pii),
+        },
+    ),
     asset_checks=[curated_with_current_classifier, curated_expectations],
 )

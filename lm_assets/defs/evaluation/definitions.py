@@ -1,5 +1,7 @@
 import dagster as dg
 
+from lm_assets import evaluation
+from lm_assets.defs.catalog import EVALUATION_TEAM, catalogued, source_version
 from lm_assets.defs.evaluation.assets import (
     ceval_score,
     checkpoint_evaluation_sensor,
@@ -8,6 +10,14 @@ from lm_assets.defs.evaluation.assets import (
     perplexity,
 )
 
+EVALUATION_VERSION = source_version(evaluation)
+
 defs = dg.Definitions(
-    assets=[perplexity, mmlu_score, ceval_score], jobs=[evaluation_job], sensors=[checkpoint_evaluation_sensor]
+    assets=catalogued(
+        [perplexity, mmlu_score, ceval_score],
+        EVALUATION_TEAM,
+        {"perplexity": EVALUATION_VERSION, "mmlu_score": EVALUATION_VERSION, "ceval_score": EVALUATION_VERSION},
+    ),
+    jobs=[evaluation_job],
+    sensors=[checkpoint_evaluation_sensor],
 )

@@ -1,5 +1,7 @@
 import dagster as dg
 
+from lm_assets.corpus import decontam, packing, tokenizer as tokenizer_training, tokens
+from lm_assets.defs.catalog import CORPUS_TEAM, catalogued, source_version
 from lm_assets.defs.tokens.assets import (
     decontaminated_shard,
     packed_dataset,
@@ -9,6 +11,15 @@ from lm_assets.defs.tokens.assets import (
 )
 
 defs = dg.Definitions(
-    assets=[decontaminated_shard, tokenizer, tokenized_shard, packed_dataset],
+    assets=catalogued(
+        [decontaminated_shard, tokenizer, tokenized_shard, packed_dataset],
+        CORPUS_TEAM,
+        {
+            "decontaminated_shard": source_version(decontam),
+            "tokenizer": source_version(tokenizer_training),
+            "tokenized_shard": source_version(tokens),
+            "packed_dataset": source_version(packing),
+        },
+    ),
     asset_checks=[tokenized_with_current_tokenizer],
 )
