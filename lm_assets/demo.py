@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import threading
 import time
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -73,6 +75,40 @@ def output_to(log: Path):
         terminal.close()
 
 
+# The training program's progress lines (training/monitor.py), as rank 0 writes them to the log.
+PROGRESS_LINE = re.compile(r"^\[rank 0\] (step \d+/\d+ .*)$")
+
+
+@contextmanager
+def echoed_progress(log: Path, terminal):
+    """While the context is open, each training progress line written to `log` is also shown on `terminal`."""
+    done = threading.Event()
+
+    def follow():
+        with open(log, errors="replace") as lines:
+            pending = ""
+            while True:
+                finished = done.is_set()  # read before the check, so nothing written before `done` is missed
+                pending += lines.readline()
+                if pending.endswith("\n"):
+                    match = PROGRESS_LINE.match(pending.rstrip("\n"))
+                    if match:
+                        print(f"{'':17}training {match.group(1)}", file=terminal, flush=True)
+                    pending = ""
+                elif finished:
+                    return
+                else:
+                    time.sleep(0.2)
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    try:
+        yield
+    finally:
+        done.set()
+        follower.join()
+
+
 def step_line(what: str, result: dg.ExecuteInProcessResult, seconds: float) -> str:
     """One line per run: what ran, how long, and the documents its assets took in and gave out."""
     metadata = [event.materialization.metadata for event in result.get_asset_materialization_events()]
@@ -102,7 +138,7 @@ def main() -> int:
     log = Path(os.environ.get("DAGSTER_HOME") or store.root) / "demo.log"
     print(f"Materializing the graph for {len(shards)} shards; Dagster's and DeepSpeed's logs go to {log}")
     started = time.perf_counter()
-    with output_to(log) as terminal:
+    with output_to(log) as terminal, echoed_progress(log, terminal):
         results = run_shard_graph(
             defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, through_training=True, train_classifier=True,
             finished=lambda what, result, seconds: print(step_line(what, result, seconds), file=terminal, flush=True),
@@ -118,7 +154,8 @@ def main() -> int:
         for key in (raw_keys(shard)["dropped"], raw_keys(shard)["quarantine"],
                     *(stage_keys(stage, shard)["dropped"] for stage in DOCUMENT_STAGES[1:])):
             tables.append(store.read_parquet(key))
-    with pl.Config(tbl_rows=60, tbl_hide_dataframe_shape=True, tbl_width_chars=120, fmt_str_lengths=60):
+    with pl.Config(tbl_rows=60, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, tbl_width_chars=120,
+                   fmt_str_lengths=60):
         print("\nDocuments per shard and stage:")
         print(summary)
         print("\nWhy documents were dropped or quarantined (all shards):")

@@ -5,7 +5,7 @@ import sys
 
 import dagster as dg
 
-from lm_assets.demo import output_to, step_line
+from lm_assets.demo import echoed_progress, output_to, step_line
 
 
 def test_output_of_the_process_and_its_children_goes_to_the_log(tmp_path, capfd):
@@ -37,3 +37,16 @@ def test_a_run_is_one_line_with_its_documents_in_and_out():
     line = step_line("first → second", dg.materialize([first, second]), 1.23)
     assert line.split() == ["ok", "1.2", "s", "first", "→", "second", "144", "→", "125", "documents"]
     assert step_line("no_documents", dg.materialize([no_documents]), 0.5).split() == ["ok", "0.5", "s", "no_documents"]
+
+
+def test_training_progress_lines_reach_the_terminal(tmp_path, capfd):
+    log = tmp_path / "demo.log"
+    with output_to(log) as terminal, echoed_progress(log, terminal):
+        child = "import sys; [print(line, file=sys.stderr, flush=True) for line in sys.argv[1:]]"
+        subprocess.run([sys.executable, "-c", child, "[rank 0] step 10/40  loss 7.5205  tokens/s 9,093  eta 16 s",
+                        "[rank 1] step 10/40 from another rank", '{"step": 10, "loss": 7.52}'], check=True)
+        print("[rank 0] step 40/40  loss 6.1", flush=True)
+    out, _ = capfd.readouterr()
+    assert [line.strip() for line in out.splitlines()] == [
+        "training step 10/40  loss 7.5205  tokens/s 9,093  eta 16 s", "training step 40/40  loss 6.1"
+    ]
