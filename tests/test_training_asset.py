@@ -78,7 +78,7 @@ def test_training_through_pipes_then_resume(packed_storage):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "data:image/png;base64," in run["curves"].value
     losses = tensorboard_scalars(run["tensorboard_logdir"].value, "train/loss")
     assert [step for step, _ in losses] == [1, 2, 3, 4, 5, 6] and all(np.isfinite([v for _, v in losses]))
-    assert abs(losses[-1][1] - run["final_loss"].value) < 1e-5
+    assert abs(losses[-1][1] - run["final_loss"].value) <= 5e-5  # metadata holds four decimals
 
     hf_dir = by_key["checkpoint"]["hf_export"].value
     from transformers import AutoTokenizer, LlamaForCausalLM

@@ -31,6 +31,10 @@ class PrintReporter:
         print(json.dumps({"summary": summary}), flush=True)
 
 
+def rounded(value: float | None, decimals: int) -> float | None:
+    return None if value is None else round(value, decimals)
+
+
 class PipesReporter:
     def __init__(self, pipes):
         self.pipes = pipes
@@ -47,13 +51,13 @@ class PipesReporter:
     def finish(self, summary: dict) -> None:
         curve = loss_curve(self.losses)
         metadata = {
-            "final_loss": summary["final_loss"],
+            "final_loss": rounded(summary["final_loss"], 4),
             "steps": summary["step"],
             "resumed_from_step": summary["resumed_from_step"],
             "tokens": summary["tokens"],
-            "tokens_per_s": summary.get("tokens_per_s"),
-            "tokens_per_s_last_step": summary["tokens_per_s_last"],
-            "step_time_s_mean": summary.get("step_time_s_mean"),
+            "tokens_per_s": rounded(summary.get("tokens_per_s"), 0),
+            "tokens_per_s_last_step": rounded(summary["tokens_per_s_last"], 0),
+            "step_time_s_mean": rounded(summary.get("step_time_s_mean"), 4),
             "steps_averaged": summary.get("steps_averaged"),
             "warmup_steps_left_out": summary.get("warmup_steps_left_out"),
             "mfu": summary.get("mfu"),

@@ -124,16 +124,18 @@ def score_metadata(result: dict) -> dict:
          for c, e in result["categories"].items()]
     )
     return {
-        "acc": dg.MetadataValue.float(overall["acc"]),
-        "acc_stderr": dg.MetadataValue.float(overall["acc_stderr"]),
-        "acc_norm": dg.MetadataValue.float(overall["acc_norm"]),
+        # Four decimals, as lm-evaluation-harness prints them; the per-question parquet holds the rest.
+        "acc": dg.MetadataValue.float(round(overall["acc"], 4)),
+        "acc_stderr": dg.MetadataValue.float(round(overall["acc_stderr"], 4)),
+        "acc_norm": dg.MetadataValue.float(round(overall["acc_norm"], 4)),
         "questions": overall["n"],
         "chance_band": f"{overall['chance_low']:.4f}–{overall['chance_high']:.4f}",
         "num_fewshot": result["num_fewshot"],
         "split": result["split"],
         "truncated_prompts": result["truncated"],
         "max_length": result["max_length"],
-        **{f"{result['benchmark']}/{name}": dg.MetadataValue.float(acc) for name, acc in per_group_accuracy(result).items()},
+        **{f"{result['benchmark']}/{name}": dg.MetadataValue.float(round(acc, 4))
+           for name, acc in per_group_accuracy(result).items()},
         "by_category": markdown_table(categories, max_rows=50),
         "by_subject": markdown_table(subjects, max_rows=100),
         "seconds": round(result["seconds"], 2),
