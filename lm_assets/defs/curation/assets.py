@@ -51,8 +51,14 @@ class ExtractedShardConfig(dg.Config):
         description="main_content (default: chrome pruned on lexbor's DOM, Readability's root, text with its "
         "paragraphs, lists and code), resiliparse (its own main_content heuristics, flat), all_text",
     )
-    unicode_form: str = EXTRACT_DEFAULTS.unicode_form
-    keep_alt_texts: bool = EXTRACT_DEFAULTS.keep_alt_texts
+    unicode_form: str = Field(
+        default=EXTRACT_DEFAULTS.unicode_form,
+        description="Unicode normalization form applied to the text: NFC, NFKC, NFD or NFKD; empty: none",
+    )
+    keep_alt_texts: bool = Field(
+        default=EXTRACT_DEFAULTS.keep_alt_texts,
+        description="keep images' alt texts in the text (resiliparse and all_text only; main_content never does)",
+    )
 
 
 @dg.asset(
@@ -111,12 +117,32 @@ class ToxicityRulesConfig(dg.Config):
         default=None,
         description=f"detoxify or profanity_check; unset: $LM_ASSETS_TOXICITY_BACKEND, else {TOXICITY_DEFAULTS.backend}",
     )
-    detoxify_model_type: str = TOXICITY_DEFAULTS.detoxify_model_type
-    detoxify_checkpoint: str | None = Field(default=None, description="unset: $LM_ASSETS_DETOXIFY_CHECKPOINT")
-    detoxify_hf_config_path: str | None = Field(default=None, description="unset: $LM_ASSETS_DETOXIFY_HF_CONFIG")
-    device: str = TOXICITY_DEFAULTS.device
-    line_threshold: float = TOXICITY_DEFAULTS.line_threshold
-    max_toxic_fraction: float = TOXICITY_DEFAULTS.max_toxic_fraction
+    detoxify_model_type: str = Field(
+        default=TOXICITY_DEFAULTS.detoxify_model_type,
+        description="Detoxify's release model (original, unbiased, multilingual), downloaded unless "
+        "detoxify_checkpoint is set",
+    )
+    detoxify_checkpoint: str | None = Field(
+        default=None,
+        description="a local Detoxify .ckpt file, for offline use; unset: $LM_ASSETS_DETOXIFY_CHECKPOINT, else the "
+        "release model's download",
+    )
+    detoxify_hf_config_path: str | None = Field(
+        default=None,
+        description="a folder with the model's config.json and tokenizer files, for offline use; "
+        "unset: $LM_ASSETS_DETOXIFY_HF_CONFIG, else from the Hugging Face Hub",
+    )
+    device: str = Field(
+        default=TOXICITY_DEFAULTS.device, description="torch device Detoxify runs on: cpu, cuda, cuda:1, ..."
+    )
+    line_threshold: float = Field(
+        default=TOXICITY_DEFAULTS.line_threshold, description="toxicity score (0-1) at or above which a line is toxic"
+    )
+    max_toxic_fraction: float = Field(
+        default=TOXICITY_DEFAULTS.max_toxic_fraction,
+        description="share of a document's characters in toxic lines at or above which it is dropped "
+        "(toxicity:toxic_fraction)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -129,10 +155,24 @@ class ToxicityRulesConfig(dg.Config):
 
 
 class CuratedShardConfig(dg.Config):
-    order: list[str] = list(CURATION_DEFAULTS.order)
-    allowed_languages: list[str] = list(CURATION_DEFAULTS.langid.allowed)
-    min_language_score: float = CURATION_DEFAULTS.langid.min_score
-    language_share_bounds: dict[str, list[float]] = {"en": [0.05, 1.0], "zh": [0.05, 1.0]}
+    order: list[str] = Field(
+        default=list(CURATION_DEFAULTS.order),
+        description="the curation steps in the order they run (langid, quality, toxicity, pii); a step left out "
+        "does not run; langid must come before quality, and a classifier decides right after quality",
+    )
+    allowed_languages: list[str] = Field(
+        default=list(CURATION_DEFAULTS.langid.allowed),
+        description="language codes kept by language ID (fastText lid.176 codes such as en, zh)",
+    )
+    min_language_score: float = Field(
+        default=CURATION_DEFAULTS.langid.min_score,
+        description="share of a document (0-1) the allowed languages must hold together, else it is dropped",
+    )
+    language_share_bounds: dict[str, list[float]] = Field(
+        default={"en": [0.05, 1.0], "zh": [0.05, 1.0]},
+        description="language code -> [low, high] share of the kept documents; the language_share check warns "
+        "outside these bounds",
+    )
     quality_preset: str = Field(
         default=DEFAULT_PRESET,
         description=f"quality rule preset: {', '.join(sorted(PRESETS))} (lm_assets: chosen on labelled manuals; "
@@ -146,7 +186,9 @@ class CuratedShardConfig(dg.Config):
     )
     classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops; "
                                                "unset: the threshold chosen when it was trained")
-    toxicity: ToxicityRulesConfig = ToxicityRulesConfig()
+    toxicity: ToxicityRulesConfig = Field(
+        default=ToxicityRulesConfig(), description="the toxicity step: line scores and the document drop rule"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -209,11 +209,15 @@ def load_checkpoint_model(store, partition_key: str, config: EvaluationDeviceCon
 
 
 class MmluScoreConfig(EvaluationDeviceConfig):
-    mmlu_path: str | None = Field(default=None, description="unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip")
-    split: str = "test"
-    num_fewshot: int = 5
-    subjects: list[str] = []
-    limit: int | None = None
+    mmlu_path: str | None = Field(
+        default=None, description="MMLU's zip or extracted folder; unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip"
+    )
+    split: str = Field(default="test", description="the split scored: dev, val or test")
+    num_fewshot: int = Field(default=5, description="worked examples from the subject's dev split before each question")
+    subjects: list[str] = Field(default=[], description="MMLU subjects to score (e.g. college_physics); empty: all")
+    limit: int | None = Field(
+        default=None, description="score only the first this many questions of each subject; unset: all"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -222,11 +226,18 @@ class MmluScoreConfig(EvaluationDeviceConfig):
 
 
 class CevalScoreConfig(EvaluationDeviceConfig):
-    ceval_path: str | None = Field(default=None, description="unset: $LM_ASSETS_CEVAL_PATH, else data/eval/ceval-sample")
-    subject_names: str | None = None
-    split: str = "val"
-    num_fewshot: int = 5
-    subjects: list[str] = []
+    ceval_path: str | None = Field(
+        default=None,
+        description="C-Eval's zip or folder; unset: $LM_ASSETS_CEVAL_PATH, else data/eval/ceval-sample",
+    )
+    subject_names: str | None = Field(
+        default=None,
+        description="a JSON file of subjects' Chinese names (and categories) over the built-in table; unset: the "
+        "built-in table",
+    )
+    split: str = Field(default="val", description="the split scored: dev, val or test (C-Eval's test has no answers)")
+    num_fewshot: int = Field(default=5, description="worked examples from the subject's dev split before each question")
+    subjects: list[str] = Field(default=[], description="C-Eval subjects to score (e.g. computer_network); empty: all")
 
     @model_validator(mode="before")
     @classmethod
@@ -237,9 +248,11 @@ class CevalScoreConfig(EvaluationDeviceConfig):
 
 
 class PerplexityConfig(EvaluationDeviceConfig):
-    split: str = "val"
-    max_sequences: int | None = None
-    batch_size: int = 8
+    split: str = Field(default="val", description="packed_dataset's split to score: train or val")
+    max_sequences: int | None = Field(
+        default=None, description="score only the first this many packed sequences; unset: the whole split"
+    )
+    batch_size: int = Field(default=8, description="packed sequences per forward pass")
 
 
 EVAL_DEPS = ["checkpoint"]
