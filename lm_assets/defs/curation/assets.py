@@ -10,13 +10,14 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.curation import CurationConfig, curate
-from lm_assets.corpus.extract import CONTROL_CHARS, ExtractConfig, extract_documents
+from lm_assets.corpus.curation import STEPS, CurationConfig, curate
+from lm_assets.corpus.extract import CONTROL_CHARS, EXTRACTORS, ExtractConfig, extract_documents
 from lm_assets.corpus.pii import find_pii
 from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.quality_classifier import QualityClassifier
-from lm_assets.corpus.toxicity import ToxicityConfig
-from lm_assets.defs.config import to_dataclass
+from lm_assets.corpus.quality_policy import POLICIES
+from lm_assets.corpus.toxicity import BACKENDS, ToxicityConfig
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.reporting import (
@@ -43,10 +44,13 @@ DEFAULT_QUALITY_POLICY = "classifier"
 
 # extracted_shard --------------------------------------------------------------------------------
 EXTRACT_DEFAULTS = ExtractConfig()
+Extractor = choices("Extractor", EXTRACTORS)
 
 
 class ExtractedShardConfig(dg.Config):
-    extractor: str = Field(
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    extractor: Extractor = Field(
         default=EXTRACT_DEFAULTS.extractor,
         description="main_content (default: chrome pruned on lexbor's DOM, Readability's root, text with its "
         "paragraphs, lists and code), resiliparse (its own main_content heuristics, flat), all_text",
@@ -110,10 +114,16 @@ def extracted_shard(
 # curated_shard ----------------------------------------------------------------------------------
 CURATION_DEFAULTS = CurationConfig()
 TOXICITY_DEFAULTS = ToxicityConfig()
+CurationStep = choices("CurationStep", STEPS)
+ToxicityBackend = choices("ToxicityBackend", BACKENDS)
+QualityPreset = choices("QualityPreset", PRESETS)
+QualityPolicy = choices("QualityPolicy", POLICIES)
 
 
 class ToxicityRulesConfig(dg.Config):
-    backend: str | None = Field(
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    backend: ToxicityBackend | None = Field(
         default=None,
         description=f"detoxify or profanity_check; unset: $LM_ASSETS_TOXICITY_BACKEND, else {TOXICITY_DEFAULTS.backend}",
     )
@@ -155,7 +165,9 @@ class ToxicityRulesConfig(dg.Config):
 
 
 class CuratedShardConfig(dg.Config):
-    order: list[str] = Field(
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    order: list[CurationStep] = Field(
         default=list(CURATION_DEFAULTS.order),
         description="the curation steps in the order they run (langid, quality, toxicity, pii); a step left out "
         "does not run; langid must come before quality, and a classifier decides right after quality",
@@ -173,21 +185,22 @@ class CuratedShardConfig(dg.Config):
         description="language code -> [low, high] share of the kept documents; the language_share check warns "
         "outside these bounds",
     )
-    quality_preset: str = Field(
+    quality_preset: QualityPreset = Field(
         default=DEFAULT_PRESET,
         description=f"quality rule preset: {', '.join(sorted(PRESETS))} (lm_assets: chosen on labelled manuals; "
         "published: Gopher+C4+FineWeb as published)",
     )
     quality_overrides: dict[str, Any] = Field(default={}, description="QualityConfig fields set on top of the preset")
-    quality_policy: str | None = Field(
+    quality_policy: QualityPolicy | None = Field(
         default=None,
         description="who decides quality: rules (the preset), classifier (the current quality_classifier, after "
         f"language ID and a minimum length) or both (either drops); unset: $LM_ASSETS_QUALITY_POLICY, else {DEFAULT_QUALITY_POLICY}",
     )
     classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops; "
                                                "unset: the threshold chosen when it was trained")
+    # A factory, so that the backend's environment default is read when a run starts, not at import.
     toxicity: ToxicityRulesConfig = Field(
-        default=ToxicityRulesConfig(), description="the toxicity step: line scores and the document drop rule"
+        default_factory=ToxicityRulesConfig, description="the toxicity step: line scores and the document drop rule"
     )
 
     @model_validator(mode="before")

@@ -14,9 +14,9 @@ import polars as pl
 from pydantic import Field
 
 from lm_assets.corpus.langid import LangIdConfig, identify
-from lm_assets.corpus.quality_classifier import ClassifierConfig, train_classifier
+from lm_assets.corpus.quality_classifier import FEATURES, ClassifierConfig, train_classifier
 from lm_assets.corpus.quality_labels import files_version, match_labels, read_label_file
-from lm_assets.defs.config import to_dataclass
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.curation.assets import extracted_shard
 from lm_assets.defs.partitions import shards_with
 from lm_assets.defs.reporting import markdown_table
@@ -95,9 +95,12 @@ def quality_labels(context: dg.AssetExecutionContext, storage: StorageResource, 
 
 
 CLASSIFIER_DEFAULTS = ClassifierConfig()
+ClassifierFeatures = choices("ClassifierFeatures", FEATURES)
 
 
 class QualityClassifierConfig(dg.Config):
+    model_config = ENUM_FIELDS_AS_VALUES
+
     seed: int = Field(
         default=CLASSIFIER_DEFAULTS.seed, description="seeds the held-back split, the folds, fastText and the stacker"
     )
@@ -106,7 +109,7 @@ class QualityClassifierConfig(dg.Config):
         description="share of the labels held back for the reported figures, stratified by language and label; "
         "0: out-of-fold figures instead",
     )
-    features: str = Field(
+    features: ClassifierFeatures = Field(
         default=CLASSIFIER_DEFAULTS.features,
         description="text+signals: fastText's score stacked with the quality rules' q_* signals; text: fastText alone",
     )

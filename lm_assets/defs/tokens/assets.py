@@ -21,9 +21,9 @@ from lm_assets.corpus.tokenizer import (
     tokenizer_report,
     train_tokenizer,
 )
-from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
+from lm_assets.corpus.packing import STRATEGIES, PackingConfig, ShardTokens, pack, write_packed
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
-from lm_assets.defs.config import to_dataclass
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_partitions, shards_with
 from lm_assets.defs.reporting import (
@@ -286,13 +286,16 @@ def tokenized_with_current_tokenizer(context: dg.AssetCheckExecutionContext, sto
 # packed_dataset ---------------------------------------------------------------------------------
 PACKED_FILES = ("train.bin", "val.bin", "train_segments.parquet", "val_segments.parquet", "manifest.json")
 PACKING_DEFAULTS = PackingConfig()
+PackingStrategy = choices("PackingStrategy", STRATEGIES)
 
 
 class PackedDatasetConfig(dg.Config):
+    model_config = ENUM_FIELDS_AS_VALUES
+
     seq_len: int | None = Field(
         default=None, description=f"tokens per sequence; unset: $LM_ASSETS_SEQ_LEN, else {PACKING_DEFAULTS.seq_len}"
     )
-    strategy: str = Field(
+    strategy: PackingStrategy = Field(
         default=PACKING_DEFAULTS.strategy,
         description="concat: documents joined and cut every seq_len tokens, no padding, a document may span "
         "sequences; bfd: best-fit decreasing, documents kept whole when they fit, padding",

@@ -18,26 +18,38 @@ from pydantic import Field
 
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices
 from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions
 from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
 from lm_assets.defs.resources import S3ClientResource, StorageResource
 from lm_assets.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
+from training.config import PRECISIONS, PRESETS as MODEL_PRESETS
+
+ModelPreset = choices("ModelPreset", MODEL_PRESETS)
+Precision = choices("Precision", PRECISIONS)
+TrainingBackend = choices("TrainingBackend", ("local", "kubernetes"))
+LocalLauncher = choices("LocalLauncher", ("torchrun", "deepspeed"))
+
 
 class TrainingRunConfig(dg.Config):
     """The main knobs of training/config.py's TrainConfig; `overrides` reaches every other field."""
+
+    model_config = ENUM_FIELDS_AS_VALUES
 
     run_name: str = Field(
         default="main",
         description="the run's name: its checkpoints go under checkpoints/<run_name>/ and their partitions are "
         "<run_name>-step_<n>; a run of the same name resumes from its latest checkpoint",
     )
-    model: str = Field(default="tiny", description="a model preset of training/config.py: tiny, 125m, 350m or 1b")
+    model: ModelPreset = Field(
+        default="tiny", description="a model preset of training/config.py: tiny, 125m, 350m or 1b"
+    )
     steps: int = Field(default=40, description="optimizer steps the run ends at")
     pp: int = Field(default=2, description="pipeline-parallel degree: stages the model's layers are split into")
     tp: int = Field(default=1, description="tensor-parallel degree")
     dp: int = Field(default=1, description="data-parallel degree; the run has pp × tp × dp ranks")
-    precision: str = Field(default="fp32", description="fp32, bf16 or fp16 (fp16 needs zero_stage 1 or more)")
+    precision: Precision = Field(default="fp32", description="fp32, bf16 or fp16 (fp16 needs zero_stage 1 or more)")
     zero_stage: int = Field(
         default=1, description="DeepSpeed ZeRO stage 0-3; with pipeline parallelism (pp > 1) at most 1"
     )
@@ -93,10 +105,14 @@ class TrainingLauncher(dg.ConfigurableResource):
     `kubernetes` (a Kubeflow PyTorchJob on `cluster`; see lm_assets/defs/training/kubernetes.py). On Kubernetes the
     storage root is a volume (`cluster.pvc_name`) that every pod mounts at `cluster.data_mount`."""
 
-    backend: str | None = Field(
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    backend: TrainingBackend | None = Field(
         default=None, description="local or kubernetes; unset: $LM_ASSETS_TRAINING_BACKEND, else local"
     )
-    local_launcher: str = Field(default="torchrun", description="the local backend's launcher: torchrun or deepspeed")
+    local_launcher: LocalLauncher = Field(
+        default="torchrun", description="the local backend's launcher: torchrun or deepspeed"
+    )
     device: str = Field(
         default="cpu",
         description="the local backend's accelerator: cpu (CPU processes on gloo); any other value lets DeepSpeed "
