@@ -1,6 +1,8 @@
-"""What the Launchpad shows: every config field says what it does, and a closed choice is a dropdown
-whose value reaches the corpus library as its plain string."""
+"""What the Launchpad shows: every config field says what it does, a closed choice is a dropdown whose
+value reaches the corpus library as its plain string, and the quality thresholds are typed fields by
+rule family on top of the preset."""
 
+import dataclasses
 import enum
 import importlib
 import json
@@ -155,3 +157,87 @@ def test_a_run_config_choice_reaches_the_asset_as_a_string():
     assert dg.materialize([probe], run_config={"ops": {"probe": {"config": run_config}}}).success
     assert seen == {"policy": "rules", "backend": "profanity_check", "preset": "fineweb"}
     assert all(type(value) is str for value in seen.values())
+
+
+def curated_quality(monkeypatch, **config):
+    monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
+    from lm_assets.defs.curation.assets import CuratedShardConfig
+
+    return CuratedShardConfig(**config).curation_config().quality
+
+
+def test_unset_quality_rules_are_the_preset_exactly(monkeypatch):
+    from lm_assets.corpus.quality import QualityConfig, preset
+
+    assert curated_quality(monkeypatch) == preset("lm_assets")
+    assert curated_quality(monkeypatch, quality_preset="fineweb") == preset("fineweb")
+    assert curated_quality(monkeypatch, quality_preset="published") == QualityConfig()
+
+
+def test_a_typed_threshold_reaches_the_quality_config(monkeypatch):
+    from lm_assets.corpus.quality import preset
+
+    rules = {
+        "families": ["gopher_quality", "c4"],
+        "gopher_quality": {"min_doc_words": 10},
+        "gopher_repetition": {"dup_n_grams": [{"n": 5, "fraction": 0.5}], "top_n_grams": []},
+        "c4": {"c4_filter_curly_bracket": True},
+    }
+    quality = curated_quality(monkeypatch, quality_rules=rules)
+    expected = preset(
+        "lm_assets", families=("gopher_quality", "c4"), min_doc_words=10, dup_n_grams=((5, 0.5),), top_n_grams=(),
+        c4_filter_curly_bracket=True,
+    )
+    assert quality == expected and quality.min_doc_words == 10
+    assert type(quality.dup_n_grams[0][0]) is int  # n stays a whole number: it names the q_dup_5gram_frac signal
+
+
+def test_switching_a_threshold_off(monkeypatch):
+    from lm_assets.corpus.quality import preset, rule_reasons
+
+    quality = curated_quality(monkeypatch, quality_rules={"off": ["min_stop_words", "max_licence_share"]})
+    assert quality == preset("lm_assets", min_stop_words=None, max_licence_share=None)
+    assert quality.min_stop_words is None and "gopher_quality:min_stop_words" not in rule_reasons(quality)
+    assert "gopher_quality:min_stop_words" in rule_reasons(preset("lm_assets"))
+
+
+def test_a_threshold_both_set_and_off_is_refused():
+    from lm_assets.defs.curation.assets import CuratedShardConfig
+
+    with pytest.raises(pydantic.ValidationError, match=r"both set and switched off: \['min_doc_words'\]"):
+        CuratedShardConfig(quality_rules={"gopher_quality": {"min_doc_words": 10}, "off": ["min_doc_words"]})
+
+
+def test_the_rule_families_cover_quality_config():
+    from lm_assets.corpus.quality import FAMILIES, QualityConfig
+    from lm_assets.defs.curation.quality_rules import PRESET_DEFAULTS, QualityRules, QualityThreshold, shown
+
+    family_classes = [QualityRules.model_fields[name].annotation for name in FAMILIES]
+    typed = [name for cls in family_classes for name in cls.model_fields]
+    assert len(typed) == len(set(typed))
+    # stop_words, a long list per language, is left to the preset.
+    assert set(typed) | {"families", "stop_words"} == {f.name for f in dataclasses.fields(QualityConfig)}
+    assert {t.value for t in QualityThreshold} <= set(typed)
+    for cls in family_classes:
+        for name, field in cls.model_fields.items():
+            assert field.default is None
+            preset_value = shown(getattr(PRESET_DEFAULTS, name))
+            assert field.description.endswith(f"unset: the preset's ({preset_value} in lm_assets)")
+
+
+def test_quality_rules_from_a_run_config_reach_the_quality_config():
+    from lm_assets.corpus.quality import FAMILIES
+    from lm_assets.defs.curation.assets import CuratedShardConfig
+
+    seen = {}
+
+    @dg.asset
+    def probe(config: CuratedShardConfig) -> None:
+        seen["quality"] = config.curation_config().quality
+
+    rules = {"gopher_quality": {"min_doc_words": 10}, "off": ["min_sentences"], "families": ["gopher_quality", "prose"]}
+    run_config = {"quality_policy": "rules", "quality_rules": rules}
+    assert dg.materialize([probe], run_config={"ops": {"probe": {"config": run_config}}}).success
+    quality = seen["quality"]
+    assert (quality.min_doc_words, quality.min_sentences, quality.families) == (10, None, ("gopher_quality", "prose"))
+    assert field_choices(probe, "quality_rules", "families") == list(FAMILIES)

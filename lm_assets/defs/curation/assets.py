@@ -18,6 +18,7 @@ from lm_assets.corpus.quality_classifier import QualityClassifier
 from lm_assets.corpus.quality_policy import POLICIES
 from lm_assets.corpus.toxicity import BACKENDS, ToxicityConfig
 from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
+from lm_assets.defs.curation.quality_rules import QualityRules
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.reporting import (
@@ -187,10 +188,14 @@ class CuratedShardConfig(dg.Config):
     )
     quality_preset: QualityPreset = Field(
         default=DEFAULT_PRESET,
-        description=f"quality rule preset: {', '.join(sorted(PRESETS))} (lm_assets: chosen on labelled manuals; "
-        "published: Gopher+C4+FineWeb as published)",
+        description="the quality rules' base values: lm_assets (chosen on labelled manuals), published "
+        "(Gopher+C4+FineWeb as published), or gopher, c4, fineweb alone",
     )
-    quality_overrides: dict[str, Any] = Field(default={}, description="QualityConfig fields set on top of the preset")
+    quality_rules: QualityRules = Field(
+        default=QualityRules(),
+        description="thresholds by rule family on top of the preset: a field left unset keeps the preset's value; "
+        "off switches single thresholds off",
+    )
     quality_policy: QualityPolicy | None = Field(
         default=None,
         description="who decides quality: rules (the preset), classifier (the current quality_classifier, after "
@@ -212,7 +217,7 @@ class CuratedShardConfig(dg.Config):
         return to_dataclass(CurationConfig, {
             "order": self.order,
             "langid": {"allowed": self.allowed_languages, "min_score": self.min_language_score},
-            "quality": quality_config(self.quality_preset, self.quality_overrides),
+            "quality": quality_config(self.quality_preset, self.quality_rules.overrides()),
             "toxicity": self.toxicity,
             "policy": self.quality_policy,
             "classifier": classifier,
