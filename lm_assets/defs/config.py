@@ -2,20 +2,35 @@
 
 Each stage's Dagster config takes its defaults from the corpus dataclass it configures and becomes
 that dataclass through `to_dataclass`, so a setting has one default and one way in.
+
+A closed choice is an enum (`choices`), which the Launchpad shows as a dropdown; the dataclasses
+take its plain string value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 import dagster as dg
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 T = TypeVar("T")
+
+# The model_config of a Config class with enum fields: once validated, such a field holds its plain
+# string value, defaults included, so the dataclasses, metadata, JSON records and config hashes see
+# "classifier" and never QualityPolicy.classifier.
+ENUM_FIELDS_AS_VALUES = ConfigDict(use_enum_values=True, validate_default=True)
+
+
+def choices(name: str, values: Iterable[str]) -> type[enum.StrEnum]:
+    """A string enum of `values`, each member named by its value: Dagster's config takes and shows
+    member names, so a run config keeps the strings the corpus library knows."""
+    return enum.StrEnum(name, [(value, value) for value in values])
 
 
 def to_dataclass(cls: type[T], config: BaseModel | Mapping[str, Any], exclude: Iterable[str] = ()) -> T:
@@ -44,11 +59,21 @@ def _build(cls: type[T], data: dict[str, Any], where: str) -> T:
 
 
 def _value(hint: Any, value: Any, where: str) -> Any:
+    value = _plain(value)
     nested = _dataclass_in(hint)
     if nested is not None and isinstance(value, (BaseModel, Mapping)):
         return _build(nested, _fields_of(value), where)
     if isinstance(value, list) and _is_tuple(hint):
         return tuple(value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    """Enum members, alone or in a list, as their values: the dataclasses take plain strings."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
     return value
 
 

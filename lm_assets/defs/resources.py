@@ -19,6 +19,8 @@ from lm_assets.defs.environment import project_path
 
 DEFAULT_STORAGE_ROOT = "storage"
 DEFAULT_LANDING_ROOT = "data/sample-crawl"
+STORAGE_ROOT_VARIABLE = "LM_ASSETS_STORAGE_ROOT"
+LANDING_ROOT_VARIABLE = "LM_ASSETS_LANDING_ROOT"
 
 
 class S3ClientResource(dg.ConfigurableResource):
@@ -70,9 +72,13 @@ class StorageResource(dg.ConfigurableResource):
     """The storage root: a local folder or `s3://bucket/prefix`. Unset, it is $LM_ASSETS_STORAGE_ROOT,
     else `storage`; a relative folder is inside the project folder, whatever the working directory."""
 
-    root: str | None = None
-    s3: dg.ResourceDependency[S3ClientResource]
-    environment_variable: ClassVar[str] = "LM_ASSETS_STORAGE_ROOT"
+    root: str | None = Field(
+        default=None,
+        description="a local folder (relative: inside the project folder) or s3://bucket/prefix; "
+        f"unset: ${STORAGE_ROOT_VARIABLE}, else {DEFAULT_STORAGE_ROOT}",
+    )
+    s3: dg.ResourceDependency[S3ClientResource] = Field(description="the S3 client used when root is an s3:// URL")
+    environment_variable: ClassVar[str] = STORAGE_ROOT_VARIABLE
     default_root: ClassVar[str] = DEFAULT_STORAGE_ROOT
 
     def storage(self) -> Storage:
@@ -83,7 +89,12 @@ class LandingResource(StorageResource):
     """Where new shard files arrive: a local folder or `s3://bucket/prefix`. Unset, it is
     $LM_ASSETS_LANDING_ROOT, else the shipped sample crawl; a relative folder is inside the project folder."""
 
-    environment_variable: ClassVar[str] = "LM_ASSETS_LANDING_ROOT"
+    root: str | None = Field(
+        default=None,
+        description="a local folder (relative: inside the project folder) or s3://bucket/prefix; "
+        f"unset: ${LANDING_ROOT_VARIABLE}, else {DEFAULT_LANDING_ROOT}",
+    )
+    environment_variable: ClassVar[str] = LANDING_ROOT_VARIABLE
     default_root: ClassVar[str] = DEFAULT_LANDING_ROOT
 
 

@@ -10,13 +10,15 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.curation import CurationConfig, curate
-from lm_assets.corpus.extract import CONTROL_CHARS, ExtractConfig, extract_documents
+from lm_assets.corpus.curation import STEPS, CurationConfig, curate
+from lm_assets.corpus.extract import CONTROL_CHARS, EXTRACTORS, ExtractConfig, extract_documents
 from lm_assets.corpus.pii import find_pii
 from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.quality_classifier import QualityClassifier
-from lm_assets.corpus.toxicity import ToxicityConfig
-from lm_assets.defs.config import to_dataclass
+from lm_assets.corpus.quality_policy import POLICIES
+from lm_assets.corpus.toxicity import BACKENDS, ToxicityConfig
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
+from lm_assets.defs.curation.quality_rules import QualityRules
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_partitions
 from lm_assets.defs.reporting import (
@@ -45,16 +47,25 @@ DEFAULT_QUALITY_POLICY = "classifier"
 
 # extracted_shard --------------------------------------------------------------------------------
 EXTRACT_DEFAULTS = ExtractConfig()
+Extractor = choices("Extractor", EXTRACTORS)
 
 
 class ExtractedShardConfig(dg.Config):
-    extractor: str = Field(
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    extractor: Extractor = Field(
         default=EXTRACT_DEFAULTS.extractor,
         description="main_content (default: chrome pruned on lexbor's DOM, Readability's root, text with its "
         "paragraphs, lists and code), resiliparse (its own main_content heuristics, flat), all_text",
     )
-    unicode_form: str = EXTRACT_DEFAULTS.unicode_form
-    keep_alt_texts: bool = EXTRACT_DEFAULTS.keep_alt_texts
+    unicode_form: str = Field(
+        default=EXTRACT_DEFAULTS.unicode_form,
+        description="Unicode normalization form applied to the text: NFC, NFKC, NFD or NFKD; empty: none",
+    )
+    keep_alt_texts: bool = Field(
+        default=EXTRACT_DEFAULTS.keep_alt_texts,
+        description="keep images' alt texts in the text (resiliparse and all_text only; main_content never does)",
+    )
 
 
 @dg.asset(
@@ -106,19 +117,45 @@ def extracted_shard(
 # curated_shard ----------------------------------------------------------------------------------
 CURATION_DEFAULTS = CurationConfig()
 TOXICITY_DEFAULTS = ToxicityConfig()
+CurationStep = choices("CurationStep", STEPS)
+ToxicityBackend = choices("ToxicityBackend", BACKENDS)
+QualityPreset = choices("QualityPreset", PRESETS)
+QualityPolicy = choices("QualityPolicy", POLICIES)
 
 
 class ToxicityRulesConfig(dg.Config):
-    backend: str | None = Field(
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    backend: ToxicityBackend | None = Field(
         default=None,
         description=f"detoxify or profanity_check; unset: $LM_ASSETS_TOXICITY_BACKEND, else {TOXICITY_DEFAULTS.backend}",
     )
-    detoxify_model_type: str = TOXICITY_DEFAULTS.detoxify_model_type
-    detoxify_checkpoint: str | None = Field(default=None, description="unset: $LM_ASSETS_DETOXIFY_CHECKPOINT")
-    detoxify_hf_config_path: str | None = Field(default=None, description="unset: $LM_ASSETS_DETOXIFY_HF_CONFIG")
-    device: str = TOXICITY_DEFAULTS.device
-    line_threshold: float = TOXICITY_DEFAULTS.line_threshold
-    max_toxic_fraction: float = TOXICITY_DEFAULTS.max_toxic_fraction
+    detoxify_model_type: str = Field(
+        default=TOXICITY_DEFAULTS.detoxify_model_type,
+        description="Detoxify's release model (original, unbiased, multilingual), downloaded unless "
+        "detoxify_checkpoint is set",
+    )
+    detoxify_checkpoint: str | None = Field(
+        default=None,
+        description="a local Detoxify .ckpt file, for offline use; unset: $LM_ASSETS_DETOXIFY_CHECKPOINT, else the "
+        "release model's download",
+    )
+    detoxify_hf_config_path: str | None = Field(
+        default=None,
+        description="a folder with the model's config.json and tokenizer files, for offline use; "
+        "unset: $LM_ASSETS_DETOXIFY_HF_CONFIG, else from the Hugging Face Hub",
+    )
+    device: str = Field(
+        default=TOXICITY_DEFAULTS.device, description="torch device Detoxify runs on: cpu, cuda, cuda:1, ..."
+    )
+    line_threshold: float = Field(
+        default=TOXICITY_DEFAULTS.line_threshold, description="toxicity score (0-1) at or above which a line is toxic"
+    )
+    max_toxic_fraction: float = Field(
+        default=TOXICITY_DEFAULTS.max_toxic_fraction,
+        description="share of a document's characters in toxic lines at or above which it is dropped "
+        "(toxicity:toxic_fraction)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -131,24 +168,47 @@ class ToxicityRulesConfig(dg.Config):
 
 
 class CuratedShardConfig(dg.Config):
-    order: list[str] = list(CURATION_DEFAULTS.order)
-    allowed_languages: list[str] = list(CURATION_DEFAULTS.langid.allowed)
-    min_language_score: float = CURATION_DEFAULTS.langid.min_score
-    language_share_bounds: dict[str, list[float]] = {"en": [0.05, 1.0], "zh": [0.05, 1.0]}
-    quality_preset: str = Field(
-        default=DEFAULT_PRESET,
-        description=f"quality rule preset: {', '.join(sorted(PRESETS))} (lm_assets: chosen on labelled manuals; "
-        "published: Gopher+C4+FineWeb as published)",
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    order: list[CurationStep] = Field(
+        default=list(CURATION_DEFAULTS.order),
+        description="the curation steps in the order they run (langid, quality, toxicity, pii); a step left out "
+        "does not run; langid must come before quality, and a classifier decides right after quality",
     )
-    quality_overrides: dict[str, Any] = Field(default={}, description="QualityConfig fields set on top of the preset")
-    quality_policy: str | None = Field(
+    allowed_languages: list[str] = Field(
+        default=list(CURATION_DEFAULTS.langid.allowed),
+        description="language codes kept by language ID (fastText lid.176 codes such as en, zh)",
+    )
+    min_language_score: float = Field(
+        default=CURATION_DEFAULTS.langid.min_score,
+        description="share of a document (0-1) the allowed languages must hold together, else it is dropped",
+    )
+    language_share_bounds: dict[str, list[float]] = Field(
+        default={"en": [0.05, 1.0], "zh": [0.05, 1.0]},
+        description="language code -> [low, high] share of the kept documents; the language_share check warns "
+        "outside these bounds",
+    )
+    quality_preset: QualityPreset = Field(
+        default=DEFAULT_PRESET,
+        description="the quality rules' base values: lm_assets (chosen on labelled manuals), published "
+        "(Gopher+C4+FineWeb as published), or gopher, c4, fineweb alone",
+    )
+    quality_rules: QualityRules = Field(
+        default=QualityRules(),
+        description="thresholds by rule family on top of the preset: a field left unset keeps the preset's value; "
+        "off switches single thresholds off",
+    )
+    quality_policy: QualityPolicy | None = Field(
         default=None,
         description="who decides quality: rules (the preset), classifier (the current quality_classifier, after "
         f"language ID and a minimum length) or both (either drops); unset: $LM_ASSETS_QUALITY_POLICY, else {DEFAULT_QUALITY_POLICY}",
     )
     classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops; "
                                                "unset: the threshold chosen when it was trained")
-    toxicity: ToxicityRulesConfig = ToxicityRulesConfig()
+    # A factory, so that the backend's environment default is read when a run starts, not at import.
+    toxicity: ToxicityRulesConfig = Field(
+        default_factory=ToxicityRulesConfig, description="the toxicity step: line scores and the document drop rule"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -159,7 +219,7 @@ class CuratedShardConfig(dg.Config):
         return to_dataclass(CurationConfig, {
             "order": self.order,
             "langid": {"allowed": self.allowed_languages, "min_score": self.min_language_score},
-            "quality": quality_config(self.quality_preset, self.quality_overrides),
+            "quality": quality_config(self.quality_preset, self.quality_rules.overrides()),
             "toxicity": self.toxicity,
             "policy": self.quality_policy,
             "classifier": classifier,

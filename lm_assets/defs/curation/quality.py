@@ -11,11 +11,12 @@ import json
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
 from lm_assets.corpus.langid import LangIdConfig, identify
-from lm_assets.corpus.quality_classifier import ClassifierConfig, train_classifier
+from lm_assets.corpus.quality_classifier import FEATURES, ClassifierConfig, train_classifier
 from lm_assets.corpus.quality_labels import files_version, match_labels, read_label_file
-from lm_assets.defs.config import to_dataclass
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.curation.assets import extracted_shard
 from lm_assets.defs.partitions import shards_with
 from lm_assets.defs.reporting import markdown_table
@@ -94,13 +95,30 @@ def quality_labels(context: dg.AssetExecutionContext, storage: StorageResource, 
 
 
 CLASSIFIER_DEFAULTS = ClassifierConfig()
+ClassifierFeatures = choices("ClassifierFeatures", FEATURES)
 
 
 class QualityClassifierConfig(dg.Config):
-    seed: int = CLASSIFIER_DEFAULTS.seed
-    test_fraction: float = CLASSIFIER_DEFAULTS.test_fraction
-    features: str = CLASSIFIER_DEFAULTS.features
-    min_balanced_accuracy: float = 0.75  # the asset's own: below it the classifier is not made current
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    seed: int = Field(
+        default=CLASSIFIER_DEFAULTS.seed, description="seeds the held-back split, the folds, fastText and the stacker"
+    )
+    test_fraction: float = Field(
+        default=CLASSIFIER_DEFAULTS.test_fraction,
+        description="share of the labels held back for the reported figures, stratified by language and label; "
+        "0: out-of-fold figures instead",
+    )
+    features: ClassifierFeatures = Field(
+        default=CLASSIFIER_DEFAULTS.features,
+        description="text+signals: fastText's score stacked with the quality rules' q_* signals; text: fastText alone",
+    )
+    # The asset's own, not a ClassifierConfig field.
+    min_balanced_accuracy: float = Field(
+        default=0.75,
+        description="held-back balanced accuracy (0-1) the classifier needs to become the current one; below it, "
+        "it is stored but curated_shard keeps the previous one",
+    )
 
 
 @dg.asset(

@@ -7,6 +7,7 @@ import time
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
 from lm_assets.corpus.dedup import (
     CLUSTER_SCHEMA,
@@ -42,16 +43,43 @@ MINHASH_FIELDS = ("num_perm", "seed", "threshold", "word_ngram", "char_ngram")
 class DedupSettings(dg.ConfigurableResource):
     """MinHash-LSH settings shared by the sketches and the clusters, so the two always agree."""
 
-    num_perm: int = DEDUP_DEFAULTS.minhash.num_perm
-    seed: int = DEDUP_DEFAULTS.minhash.seed
-    threshold: float = DEDUP_DEFAULTS.minhash.threshold
-    word_ngram: int = DEDUP_DEFAULTS.minhash.word_ngram
-    char_ngram: int = DEDUP_DEFAULTS.minhash.char_ngram
-    verify: bool = DEDUP_DEFAULTS.verify
-    verify_margin: float = DEDUP_DEFAULTS.verify_margin
-    duckdb_memory_limit: str = DEDUP_DEFAULTS.duckdb.memory_limit
-    duckdb_temp_directory: str | None = DEDUP_DEFAULTS.duckdb.temp_directory
-    band_parts: int = 1  # the band join runs in this many parts, to bound memory (not a DedupConfig field)
+    num_perm: int = Field(
+        default=DEDUP_DEFAULTS.minhash.num_perm, description="MinHash permutations: values in each document's signature"
+    )
+    seed: int = Field(default=DEDUP_DEFAULTS.minhash.seed, description="seed of the MinHash permutations")
+    threshold: float = Field(
+        default=DEDUP_DEFAULTS.minhash.threshold,
+        description="Jaccard similarity (0-1) of near-duplicates; the LSH bands and rows are chosen for it",
+    )
+    word_ngram: int = Field(
+        default=DEDUP_DEFAULTS.minhash.word_ngram,
+        description="shingle length in words, for documents other than zh/ja/ko",
+    )
+    char_ngram: int = Field(
+        default=DEDUP_DEFAULTS.minhash.char_ngram, description="shingle length in characters, for zh/ja/ko documents"
+    )
+    verify: bool = Field(
+        default=DEDUP_DEFAULTS.verify,
+        description="check each LSH candidate pair's signature similarity before linking it; off: every candidate "
+        "pair is a duplicate",
+    )
+    verify_margin: float = Field(
+        default=DEDUP_DEFAULTS.verify_margin,
+        description="a candidate pair is linked when its estimated similarity reaches threshold minus this margin",
+    )
+    duckdb_memory_limit: str = Field(
+        default=DEDUP_DEFAULTS.duckdb.memory_limit,
+        description="DuckDB's memory limit for the band join and ranking (e.g. 2GB); beyond it DuckDB spills to disk",
+    )
+    duckdb_temp_directory: str | None = Field(
+        default=DEDUP_DEFAULTS.duckdb.temp_directory,
+        description="where DuckDB spills; unset: $LM_ASSETS_DUCKDB_TEMP_DIR, else a folder in the system temp "
+        "directory",
+    )
+    # The asset's own, not a DedupConfig field.
+    band_parts: int = Field(
+        default=1, description="the band join runs in this many parts, one after another, to bound its memory"
+    )
 
     def dedup_config(self) -> DedupConfig:
         temp_directory = self.duckdb_temp_directory or os.environ.get("LM_ASSETS_DUCKDB_TEMP_DIR") or None
@@ -130,7 +158,11 @@ def minhash_signatures(
 
 # dedup_clusters --------------------------------------------------------------------------------
 class DedupClustersConfig(dg.Config):
-    full_rebuild: bool = False
+    full_rebuild: bool = Field(
+        default=False,
+        description="cluster every sketched shard again; off: only new shards are matched against the index, unless "
+        "the MinHash settings or a shard's sketches changed",
+    )
 
 
 def sketched_shards(instance: dg.DagsterInstance, store, fingerprint: str) -> dict[str, str]:

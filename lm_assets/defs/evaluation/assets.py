@@ -13,8 +13,11 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
+from lm_assets.corpus.decontam import SPLITS as BENCHMARK_SPLITS
 from lm_assets.corpus.keys import UnsafeKeyError
+from lm_assets.corpus.packing import SPLITS as PACKED_SPLITS
 from lm_assets.defs.automation import stage_tags
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import checkpoint_partitions
 from lm_assets.defs.reporting import checkpoint_check_spec, latest_metadata, markdown_table
@@ -210,12 +213,22 @@ def load_checkpoint_model(store, partition_key: str, config: EvaluationDeviceCon
     return em, {"device": device, "dtype": dtype}
 
 
+BenchmarkSplit = choices("BenchmarkSplit", BENCHMARK_SPLITS)
+PackedSplit = choices("PackedSplit", PACKED_SPLITS)
+
+
 class MmluScoreConfig(EvaluationDeviceConfig):
-    mmlu_path: str | None = Field(default=None, description="unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip")
-    split: str = "test"
-    num_fewshot: int = 5
-    subjects: list[str] = []
-    limit: int | None = None
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    mmlu_path: str | None = Field(
+        default=None, description="MMLU's zip or extracted folder; unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip"
+    )
+    split: BenchmarkSplit = Field(default="test", description="the split scored: dev, val or test")
+    num_fewshot: int = Field(default=5, description="worked examples from the subject's dev split before each question")
+    subjects: list[str] = Field(default=[], description="MMLU subjects to score (e.g. college_physics); empty: all")
+    limit: int | None = Field(
+        default=None, description="score only the first this many questions of each subject; unset: all"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -224,11 +237,22 @@ class MmluScoreConfig(EvaluationDeviceConfig):
 
 
 class CevalScoreConfig(EvaluationDeviceConfig):
-    ceval_path: str | None = Field(default=None, description="unset: $LM_ASSETS_CEVAL_PATH, else data/eval/ceval-sample")
-    subject_names: str | None = None
-    split: str = "val"
-    num_fewshot: int = 5
-    subjects: list[str] = []
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    ceval_path: str | None = Field(
+        default=None,
+        description="C-Eval's zip or folder; unset: $LM_ASSETS_CEVAL_PATH, else data/eval/ceval-sample",
+    )
+    subject_names: str | None = Field(
+        default=None,
+        description="a JSON file of subjects' Chinese names (and categories) over the built-in table; unset: the "
+        "built-in table",
+    )
+    split: BenchmarkSplit = Field(
+        default="val", description="the split scored: dev, val or test (C-Eval's test has no answers)"
+    )
+    num_fewshot: int = Field(default=5, description="worked examples from the subject's dev split before each question")
+    subjects: list[str] = Field(default=[], description="C-Eval subjects to score (e.g. computer_network); empty: all")
 
     @model_validator(mode="before")
     @classmethod
@@ -239,9 +263,13 @@ class CevalScoreConfig(EvaluationDeviceConfig):
 
 
 class PerplexityConfig(EvaluationDeviceConfig):
-    split: str = "val"
-    max_sequences: int | None = None
-    batch_size: int = 8
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    split: PackedSplit = Field(default="val", description="packed_dataset's split to score: train or val")
+    max_sequences: int | None = Field(
+        default=None, description="score only the first this many packed sequences; unset: the whole split"
+    )
+    batch_size: int = Field(default=8, description="packed sequences per forward pass")
 
 
 EVAL_DEPS = ["checkpoint"]

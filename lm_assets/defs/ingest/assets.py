@@ -6,6 +6,7 @@ import time
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.extract import ExtractConfig, extract_html
@@ -32,10 +33,23 @@ READER_DEFAULTS = ReaderConfig()
 
 
 class RawShardConfig(dg.Config):
-    max_doc_bytes: int = READER_DEFAULTS.max_doc_bytes
-    text_field: str = READER_DEFAULTS.text_field
-    url_field: str = READER_DEFAULTS.url_field
-    default_charset: str = READER_DEFAULTS.default_charset
+    max_doc_bytes: int = Field(
+        default=READER_DEFAULTS.max_doc_bytes,
+        description="bytes a record (or a JSONL line, or a Parquet row's text) may hold; larger ones are quarantined "
+        "as oversize",
+    )
+    text_field: str = Field(
+        default=READER_DEFAULTS.text_field, description="the JSONL field or Parquet column holding the text"
+    )
+    url_field: str = Field(
+        default=READER_DEFAULTS.url_field,
+        description="the JSONL field or Parquet column holding the URL; documents without it have no URL",
+    )
+    default_charset: str = Field(
+        default=READER_DEFAULTS.default_charset,
+        description="charset of WARC payloads that declare none (no HTTP header, no <meta charset>); one that fails "
+        "to decode falls back to detection",
+    )
 
 
 def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:

@@ -21,9 +21,17 @@ from lm_assets.corpus.tokenizer import (
     tokenizer_report,
     train_tokenizer,
 )
-from lm_assets.corpus.packing import PackedResult, PackingConfig, ShardTokens, pack, render_sequence, write_packed
+from lm_assets.corpus.packing import (
+    STRATEGIES,
+    PackedResult,
+    PackingConfig,
+    ShardTokens,
+    pack,
+    render_sequence,
+    write_packed,
+)
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
-from lm_assets.defs.config import to_dataclass
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import shard_partitions, shards_with
 from lm_assets.defs.reporting import (
@@ -57,10 +65,20 @@ class DecontaminatedShardConfig(dg.Config):
     mmlu_path: str | None = Field(
         default=None, description="MMLU's zip; unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip; empty: no MMLU"
     )
-    ceval_paths: list[str] = []
-    word_ngram: int = DECONTAM_DEFAULTS.word_ngram
-    cjk_ngram: int = DECONTAM_DEFAULTS.cjk_ngram
-    min_matches: int = DECONTAM_DEFAULTS.min_matches
+    ceval_paths: list[str] = Field(
+        default=[], description="C-Eval zips or folders whose questions are also indexed; empty: no C-Eval"
+    )
+    word_ngram: int = Field(
+        default=DECONTAM_DEFAULTS.word_ngram, description="n-gram length in words, for benchmark texts mostly of words"
+    )
+    cjk_ngram: int = Field(
+        default=DECONTAM_DEFAULTS.cjk_ngram,
+        description="n-gram length in characters, for Chinese, Japanese and Korean benchmark texts",
+    )
+    min_matches: int = Field(
+        default=DECONTAM_DEFAULTS.min_matches,
+        description="distinct n-grams a document must share with a benchmark to be dropped",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -119,12 +137,23 @@ TOKENIZER_DEFAULTS = TokenizerConfig()
 
 class TokenizerTrainingConfig(dg.Config):
     vocab_size: int | None = Field(
-        default=None, description=f"unset: $LM_ASSETS_VOCAB_SIZE, else {TOKENIZER_DEFAULTS.vocab_size}"
+        default=None,
+        description=f"pieces in the vocabulary; unset: $LM_ASSETS_VOCAB_SIZE, else {TOKENIZER_DEFAULTS.vocab_size}",
     )
-    sample_docs: int = TOKENIZER_DEFAULTS.sample_docs
-    sample_seed: int = TOKENIZER_DEFAULTS.sample_seed
-    character_coverage: float = TOKENIZER_DEFAULTS.character_coverage
-    num_threads: int = TOKENIZER_DEFAULTS.num_threads
+    sample_docs: int = Field(
+        default=TOKENIZER_DEFAULTS.sample_docs,
+        description="at most this many documents, drawn across shards, to train on",
+    )
+    sample_seed: int = Field(default=TOKENIZER_DEFAULTS.sample_seed, description="seed of the document sample")
+    character_coverage: float = Field(
+        default=TOKENIZER_DEFAULTS.character_coverage,
+        description="share (0-1] of character occurrences given pieces of their own; the rarest rest go to byte "
+        "fallback (0.9995 suits Chinese)",
+    )
+    num_threads: int = Field(
+        default=TOKENIZER_DEFAULTS.num_threads,
+        description="SentencePiece training threads (default: this machine's CPUs); the model does not depend on it",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -267,16 +296,33 @@ def tokenized_with_current_tokenizer(context: dg.AssetCheckExecutionContext, sto
 # packed_dataset ---------------------------------------------------------------------------------
 PACKED_FILES = ("train.bin", "val.bin", "train_segments.parquet", "val_segments.parquet", "manifest.json")
 PACKING_DEFAULTS = PackingConfig()
+PackingStrategy = choices("PackingStrategy", STRATEGIES)
 
 
 class PackedDatasetConfig(dg.Config):
+    model_config = ENUM_FIELDS_AS_VALUES
+
     seq_len: int | None = Field(
         default=None, description=f"tokens per sequence; unset: $LM_ASSETS_SEQ_LEN, else {PACKING_DEFAULTS.seq_len}"
     )
-    strategy: str = PACKING_DEFAULTS.strategy
-    val_fraction: float = PACKING_DEFAULTS.val_fraction
-    seed: int = PACKING_DEFAULTS.seed
-    mixture: dict[str, float] = dict(PACKING_DEFAULTS.mixture)
+    strategy: PackingStrategy = Field(
+        default=PACKING_DEFAULTS.strategy,
+        description="concat: documents joined and cut every seq_len tokens, no padding, a document may span "
+        "sequences; bfd: best-fit decreasing, documents kept whole when they fit, padding",
+    )
+    val_fraction: float = Field(
+        default=PACKING_DEFAULTS.val_fraction,
+        description="share of documents (by a hash of doc_id, whatever the seed) held out for the val split",
+    )
+    seed: int = Field(
+        default=PACKING_DEFAULTS.seed,
+        description="drives the mixture's draws, the document order and the sequence shuffle; never the split",
+    )
+    mixture: dict[str, float] = Field(
+        default=dict(PACKING_DEFAULTS.mixture),
+        description='weights by "source:<name>" and "lang:<code>": a document appears weight times on average '
+        "(weights multiply; missing ones are 1); empty: every document once",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -18,36 +18,64 @@ from pydantic import Field
 
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices
 from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions
 from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
 from lm_assets.defs.resources import S3ClientResource, StorageResource
 from lm_assets.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
+from training.config import PRECISIONS, PRESETS as MODEL_PRESETS
+
+ModelPreset = choices("ModelPreset", MODEL_PRESETS)
+Precision = choices("Precision", PRECISIONS)
+TrainingBackend = choices("TrainingBackend", ("local", "kubernetes"))
+LocalLauncher = choices("LocalLauncher", ("torchrun", "deepspeed"))
+
 
 class TrainingRunConfig(dg.Config):
     """The main knobs of training/config.py's TrainConfig; `overrides` reaches every other field."""
 
-    run_name: str = "main"
-    model: str = "tiny"
-    steps: int = 40
-    pp: int = 2
-    tp: int = 1
-    dp: int = 1
-    precision: str = "fp32"
-    zero_stage: int = 1
-    micro_batch_size: int = 4
-    grad_accum: int = 1
-    lr: float = 3e-3
-    warmup_steps: int = 4
-    save_every: int = 20
-    seed: int = 0
-    peak_flops: float | None = None
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    run_name: str = Field(
+        default="main",
+        description="the run's name: its checkpoints go under checkpoints/<run_name>/ and their partitions are "
+        "<run_name>-step_<n>; a run of the same name resumes from its latest checkpoint",
+    )
+    model: ModelPreset = Field(
+        default="tiny", description="a model preset of training/config.py: tiny, 125m, 350m or 1b"
+    )
+    steps: int = Field(default=40, description="optimizer steps the run ends at")
+    pp: int = Field(default=2, description="pipeline-parallel degree: stages the model's layers are split into")
+    tp: int = Field(default=1, description="tensor-parallel degree")
+    dp: int = Field(default=1, description="data-parallel degree; the run has pp × tp × dp ranks")
+    precision: Precision = Field(default="fp32", description="fp32, bf16 or fp16 (fp16 needs zero_stage 1 or more)")
+    zero_stage: int = Field(
+        default=1, description="DeepSpeed ZeRO stage 0-3; with pipeline parallelism (pp > 1) at most 1"
+    )
+    micro_batch_size: int = Field(default=4, description="sequences per rank per micro-step")
+    grad_accum: int = Field(default=1, description="micro-steps accumulated into each optimizer step")
+    lr: float = Field(
+        default=3e-3, description="peak learning rate, reached after warmup and decayed by a cosine to a tenth of it"
+    )
+    warmup_steps: int = Field(default=4, description="steps of linear warmup to lr")
+    save_every: int = Field(
+        default=20, description="a checkpoint every this many steps, and one at the end; 0: only at the end"
+    )
+    seed: int = Field(default=0, description="seeds the model's initialization (the data order has its own, data_seed)")
+    peak_flops: float | None = Field(
+        default=None, description="peak FLOP/s of one device, to report MFU; unset: no MFU"
+    )
     max_seq_len: int | None = Field(
         default=None,
         description="the model's context: the longest prompt evaluation can score whole (5-shot C-Eval needs "
         "about 1,200 tokens); unset: the packed sequence length, at least 128",
     )
-    overrides: list[str] = []
+    overrides: list[str] = Field(
+        default=[],
+        description='"a.b=value" settings of any other field of training/config.py\'s TrainConfig, '
+        'e.g. "optim.weight_decay=0.05"',
+    )
 
     @property
     def world_size(self) -> int:
@@ -77,12 +105,25 @@ class TrainingLauncher(dg.ConfigurableResource):
     `kubernetes` (a Kubeflow PyTorchJob on `cluster`; see lm_assets/defs/training/kubernetes.py). On Kubernetes the
     storage root is a volume (`cluster.pvc_name`) that every pod mounts at `cluster.data_mount`."""
 
-    backend: str | None = None
-    local_launcher: str = "torchrun"
-    device: str = "cpu"
-    cluster: ClusterSpec = ClusterSpec()
-    pipes_bucket: str | None = None
-    s3: dg.ResourceDependency[S3ClientResource]
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    backend: TrainingBackend | None = Field(
+        default=None, description="local or kubernetes; unset: $LM_ASSETS_TRAINING_BACKEND, else local"
+    )
+    local_launcher: LocalLauncher = Field(
+        default="torchrun", description="the local backend's launcher: torchrun or deepspeed"
+    )
+    device: str = Field(
+        default="cpu",
+        description="the local backend's accelerator: cpu (CPU processes on gloo); any other value lets DeepSpeed "
+        "detect one",
+    )
+    cluster: ClusterSpec = Field(default=ClusterSpec(), description="the Kubernetes cluster of the kubernetes backend")
+    pipes_bucket: str | None = Field(
+        default=None,
+        description="the S3 bucket Pipes messages go through on the kubernetes backend; unset: $LM_ASSETS_PIPES_BUCKET",
+    )
+    s3: dg.ResourceDependency[S3ClientResource] = Field(description="the S3 client for the Pipes bucket")
 
     def backend_name(self) -> str:
         """The backend; unset, $LM_ASSETS_TRAINING_BACKEND, else local."""

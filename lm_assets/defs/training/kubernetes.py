@@ -11,6 +11,7 @@ import json
 import time
 
 import dagster as dg
+from pydantic import Field
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 
@@ -18,15 +19,17 @@ GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "pytorchjobs"
 class ClusterSpec(dg.Config):
     """The cluster a PyTorchJob runs on: the `cluster` part of the training_launcher resource."""
 
-    image: str = "lm-assets:latest"
-    namespace: str = "default"
-    nodes: int = 1
-    gpus_per_node: int = 8
-    pvc_name: str = "lm-assets-data"  # the volume holding the storage root, mounted on every pod
-    data_mount: str = "/data"
-    config_mount: str = "/etc/lm-assets"
-    service_account: str = "lm-assets"
-    env: dict[str, str] = {}
+    image: str = Field(default="lm-assets:latest", description="the container image every pod runs")
+    namespace: str = Field(default="default", description="the Kubernetes namespace of the job and its ConfigMap")
+    nodes: int = Field(default=1, description="pods: one Master and nodes - 1 Workers, one torchrun each")
+    gpus_per_node: int = Field(default=8, description="GPUs each pod requests, and torchrun's processes per pod")
+    pvc_name: str = Field(
+        default="lm-assets-data", description="the PersistentVolumeClaim holding the storage root, mounted on every pod"
+    )
+    data_mount: str = Field(default="/data", description="where the storage root volume is mounted in the pods")
+    config_mount: str = Field(default="/etc/lm-assets", description="where the train config's ConfigMap is mounted")
+    service_account: str = Field(default="lm-assets", description="the pods' Kubernetes service account")
+    env: dict[str, str] = Field(default={}, description="extra environment variables for every pod")
 
 
 def pytorch_job_manifest(name: str, train_config: dict, cluster: ClusterSpec, pipes_env: dict[str, str]) -> dict:
