@@ -68,8 +68,9 @@ class PipesReporter:
             metadata["tensorboard_logdir"] = {"raw_value": summary["tensorboard"], "type": "path"}
             metadata["tensorboard"] = {"raw_value": f"`tensorboard --logdir {summary['tensorboard']}`", "type": "md"}
         if summary.get("curves_png"):
+            # Only the path: a message of tens of KB can reach Dagster's file reader half written.
+            # The asset embeds the picture itself (lm_assets/defs/training/assets.py).
             metadata["curves_png"] = {"raw_value": summary["curves_png"], "type": "path"}
-            metadata["curves"] = {"raw_value": embedded_png(summary["curves_png"]), "type": "md"}
         self.pipes.report_asset_materialization(asset_key="training_run", metadata=metadata)
         self.pipes.report_asset_materialization(
             asset_key="checkpoint",
@@ -81,15 +82,6 @@ class PipesReporter:
                 "step": summary["step"],
             },
         )
-
-
-def embedded_png(path: str) -> str:
-    """Markdown showing the PNG inline (a data URI), so the UI shows the curves without another tool."""
-    import base64
-
-    with open(path, "rb") as f:
-        data = base64.b64encode(f.read()).decode()
-    return f"![loss and learning rate](data:image/png;base64,{data})"
 
 
 def loss_curve(losses: list[tuple[int, float]], width: int = 60) -> str:

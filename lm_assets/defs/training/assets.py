@@ -6,6 +6,7 @@ terminated (`process_group.py`). On a cluster, the same config becomes a Kuberne
 PyTorchJob whose rank 0 writes Pipes messages to S3. Only rank 0 talks to Dagster.
 """
 
+import base64
 import json
 import os
 import shutil
@@ -234,4 +235,18 @@ def training(
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [checkpoint_key(config.run_name, tag) for tag in tags]
     add_new_partitions(context.instance, checkpoint_partitions, keys)
-    yield from results
+    yield from (with_curves(result) for result in results)
+
+
+def with_curves(result):
+    """training_run's result with its loss and lr curves shown inline (a data URI in markdown), read from
+    the PNG the run wrote, so the UI shows them without another tool."""
+    path = result.metadata.get("curves_png") if isinstance(result, dg.MaterializeResult) else None
+    if path is None or not Path(path.value).exists():
+        return result
+    data = base64.b64encode(Path(path.value).read_bytes()).decode()
+    curves = dg.MetadataValue.md(f"![loss and learning rate](data:image/png;base64,{data})")
+    return dg.MaterializeResult(
+        asset_key=result.asset_key, metadata={**result.metadata, "curves": curves},
+        check_results=result.check_results, data_version=result.data_version, tags=result.tags,
+    )
