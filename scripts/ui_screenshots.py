@@ -21,9 +21,10 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 # name, path, then the texts to click in order (a tab, a check, ...); where a text shows more than
-# once, the last one is clicked (a check's own Partitions tab comes after the asset's).
+# once, the last visible one is clicked (a check's own Partitions tab comes after the asset's).
 PAGES = [
     ("training_run", "/assets/training_run", []),
+    ("training_run_curves", "/assets/training_run", ["[Show Markdown]"]),
     ("mmlu_score", "/assets/mmlu_score", []),
     ("mmlu_score_plots", "/assets/mmlu_score", ["Plots"]),
     ("mmlu_score_events", "/assets/mmlu_score?view=events", []),
@@ -33,6 +34,8 @@ PAGES = [
     ("curated_shard", "/assets/curated_shard", []),
     ("raw_shard", "/assets/raw_shard", []),
     ("packed_dataset", "/assets/packed_dataset", []),
+    ("packed_dataset_sequence", "/assets/packed_dataset", ["[Show Markdown]"]),
+    ("curated_shard_full_text", "/assets/curated_shard", ["[Show Markdown]"]),
     ("runs", "/runs", []),
 ]
 
@@ -60,7 +63,8 @@ def capture(out: Path, port: int, chromium: str) -> None:
             if skip.count():
                 skip.first.click()
             for text in clicks:
-                page.get_by_text(text, exact=True).last.click()
+                visible = [m for m in page.get_by_text(text, exact=True).all() if m.is_visible()]
+                visible[-1].click()
                 page.wait_for_load_state("networkidle")
             page.wait_for_timeout(1500)
             page.screenshot(path=str(out / f"{name}.png"), full_page=True)
