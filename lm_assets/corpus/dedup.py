@@ -682,6 +682,7 @@ def deduplicate_incremental(
     state: DedupState,
     cfg: DedupConfig | None = None,
     band_parts: int = 1,
+    edges: pl.DataFrame | None = None,
 ) -> DedupResult:
     """Clusters rows for the new documents only, deduplicated against the earlier ones.
 
@@ -692,13 +693,18 @@ def deduplicate_incremental(
     the keep rule; one that reached an old cluster only through others stays as itself. Old rows
     never change and old-old edges are never computed; a new group that reaches several old clusters
     joins the one with the smallest cluster_id. New doc_ids must not occur in the state. `merge_clusters` folds the result into the
-    persisted table; the new sketches and bands are appended to the state by the caller.
+    persisted table; the new sketches and bands are appended to the state by the caller. `edges`, when
+    given, are the verified edges already found per band range (`global_dedup.band_range_edges` with
+    the state's bands and sketches); `new_bands` and `state.bands` are then not read.
     """
     cfg = cfg or DedupConfig()
     ranked = rank_documents(new_sketches, cfg.duckdb)
     exact_old = _exact_matches_in_old(new_sketches, state.sketches, cfg.duckdb)
     representatives = exact_representatives(ranked.join(exact_old, on="content_hash", how="anti"))
-    edges = _fuzzy_edges(new_bands, [new_sketches, state.sketches], representatives, cfg, band_parts, state.bands)
+    if edges is None:
+        edges = _fuzzy_edges(new_bands, [new_sketches, state.sketches], representatives, cfg, band_parts, state.bands)
+    else:
+        edges = edges.select("doc_a", "doc_b", "similarity").unique()
 
     component, old_components, new_values, new_components = _components_with_old(ranked, edges)
     reached = pl.concat(
