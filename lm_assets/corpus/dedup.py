@@ -280,19 +280,28 @@ RANK_COLUMNS = ["doc_id", "content_hash", "empty", "url", "fetched_at"]
 
 
 def _keep_features_sql(src: str) -> str:
-    """CTEs `docs` and `features`: the keep-rule columns of every document of `src`."""
+    """CTEs `docs` and `features`: the keep-rule columns of every document of `src`. Aggregates and
+    joins rather than window functions, as those spill to disk under DuckDB's memory limit."""
     return f"""
         docs AS (
             SELECT *, regexp_extract(url, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)', 1) AS host FROM {src}
         ),
+        hosts AS (SELECT host, count(*) AS host_docs FROM docs GROUP BY host),
         features AS (
             SELECT doc_id, content_hash, empty, fetched_at,
                    coalesce(strpos(url, '?') > 0, FALSE) AS has_query,
-                   count(*) OVER (PARTITION BY host) AS host_docs,
+                   host_docs,
                    NOT coalesce(starts_with(lower(url), 'https://'), FALSE) AS not_https,
                    coalesce(length(url) - length(replace(url, '/', '')), 0) AS depth
-            FROM docs
+            FROM docs JOIN hosts ON hosts.host IS NOT DISTINCT FROM docs.host
         )"""
+
+
+# KEEP_ORDER as one comparable value, for arg_min.
+KEEP_KEY = (
+    "struct_pack(q := has_query, h := -host_docs, s := not_https, d := depth, "
+    "n := fetched_at IS NULL, f := coalesce(fetched_at, ''), i := doc_id)"
+)
 
 
 def ranked_sql(src: str) -> str:
@@ -302,10 +311,10 @@ def ranked_sql(src: str) -> str:
         ranked AS (
             SELECT doc_id, content_hash, empty, row_number() OVER (ORDER BY {KEEP_ORDER}) - 1 AS rank
             FROM features
-        )
-        SELECT doc_id, content_hash, empty, rank,
-               min(rank) OVER (PARTITION BY CASE WHEN empty THEN doc_id ELSE content_hash END) AS exact_rank
-        FROM ranked
+        ),
+        grouped AS (SELECT *, CASE WHEN empty THEN doc_id ELSE content_hash END AS exact_group FROM ranked),
+        groups AS (SELECT exact_group, min(rank) AS exact_rank FROM grouped GROUP BY exact_group)
+        SELECT doc_id, content_hash, empty, rank, exact_rank FROM grouped JOIN groups USING (exact_group)
     """
 
 
@@ -316,8 +325,7 @@ def representatives_sql(src: str, excluded_hashes: str | None = None) -> str:
     excluded = f"AND content_hash NOT IN ({excluded_hashes})" if excluded_hashes else ""
     return f"""
         WITH {_keep_features_sql(src)}
-        SELECT doc_id FROM features WHERE NOT empty {excluded}
-        QUALIFY row_number() OVER (PARTITION BY content_hash ORDER BY {KEEP_ORDER}) = 1
+        SELECT arg_min(doc_id, {KEEP_KEY}) AS doc_id FROM features WHERE NOT empty {excluded} GROUP BY content_hash
     """
 
 

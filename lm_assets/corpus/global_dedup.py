@@ -41,7 +41,8 @@ from lm_assets.corpus.dedup import (
 
 VERIFIED_EDGE_COLUMNS = ("doc_a", "doc_b", "similarity")
 COMPONENT_ALGORITHMS = ("union_find", "star")
-BATCH_ROWS = 100_000
+# Rows handed from DuckDB to numpy at a time: two signatures each, about 8 MiB a batch.
+BATCH_ROWS = 8192
 
 
 def _quoted(path: str | Path) -> str:
@@ -125,14 +126,17 @@ def band_range_edges(
             old_src = db.table("old_sketches", old_sketches, ["doc_id", "content_hash", "empty", "signature"])
             excluded = f"SELECT content_hash FROM {old_src} WHERE NOT empty"
             signature_src = f"({signature_src} UNION ALL SELECT doc_id, signature FROM {old_src})"
-        members = representatives_sql(f"(SELECT {', '.join(RANK_COLUMNS)} FROM {fresh_sketches})", excluded)
         fresh = db.table("fresh_bands", bands, ["doc_id", "band", "band_hash"])
-        candidates_file = out.with_name(out.name + ".candidates.parquet")
+        members_file, candidates_file = (out.with_name(f"{out.name}.{name}.parquet") for name in ("members", "candidates"))
         try:
+            _copy(db, representatives_sql(f"(SELECT {', '.join(RANK_COLUMNS)} FROM {fresh_sketches})", excluded),
+                  members_file)
+            members = f"SELECT doc_id FROM read_parquet({_quoted(members_file)})"
             candidates = _copy(db, candidate_edges_sql(fresh, band_range, members, old), candidates_file)
             verified = _verify(db, f"read_parquet({_quoted(candidates_file)})", signature_src, candidates, out,
                                cfg.effective_verify_threshold)
         finally:
+            members_file.unlink(missing_ok=True)
             candidates_file.unlink(missing_ok=True)
     return {"band_range": list(band_range), "candidate_edges": candidates, "verified_edges": verified}
 
