@@ -10,6 +10,7 @@ shard's partition key, already checked by `corpus.keys.check_name`. Pure: no Dag
     curated/<shard>/effective_config.json                the curation config the run used, whole
     minhash/<shard>/{sketches,bands}.parquet, info.json
     dedup/clusters.parquet, dedup/index.json
+    dedup/edges/<band range>.{parquet,json}             verified edges of one band range, and the plan they follow
     tokenizer/tokenizer.model, info.json
     tokenized/<shard>/tokens.bin, index.parquet, tokens.json
     packed/                                              the packed dataset and its manifest.json
@@ -57,6 +58,14 @@ def minhash_keys(shard: str) -> dict[str, str]:
 
 CLUSTERS_KEY = "dedup/clusters.parquet"
 INDEX_KEY = "dedup/index.json"
+
+EDGES_FOLDER = "dedup/edges"
+
+
+def band_edges_keys(band_key: str) -> dict[str, str]:
+    """Verified edges of one band range (its `dedup_edges` partition key) and its info, written last."""
+    return {"edges": f"{EDGES_FOLDER}/{band_key}.parquet", "info": f"{EDGES_FOLDER}/{band_key}.json"}
+
 
 TOKENIZER_KEYS = {"model": "tokenizer/tokenizer.model", "info": "tokenizer/info.json"}
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import dagster as dg
 
 from lm_assets.defs.automation import landing_shards
+from lm_assets.defs.dedup.assets import band_partitions
 from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
@@ -45,8 +46,9 @@ def run_shard_graph(
     progress: Callable[[str], None] = lambda message: None,
     finished: Callable[[str, dg.ExecuteInProcessResult, float], None] = lambda what, result, seconds: None,
 ) -> list[dg.ExecuteInProcessResult]:
-    """Curate and sketch each shard, cluster across shards, apply the decisions per shard and, with
-    `through_packing`, train the tokenizer, tokenize and pack. With `train_classifier`, every shard is
+    """Curate and sketch each shard, find verified duplicate pairs per LSH band range, cluster across
+    shards, apply the decisions per shard and, with `through_packing`, train the tokenizer, tokenize
+    and pack. With `train_classifier`, every shard is
     extracted first, then the quality classifier is trained on the labels and curation uses it.
     `progress` hears of each run before it starts, `finished` after it ends (what ran, its result,
     seconds). Stops at the first failed run, which is returned last."""
@@ -57,6 +59,7 @@ def run_shard_graph(
         steps += [("curated_shard_job", s, "curated_shard → minhash_signatures") for s in shards]
     else:
         steps = [("shard_curation_job", s, "raw_shard → extracted_shard → curated_shard → minhash_signatures") for s in shards]
+    steps += [("dedup_edges_job", band, "dedup_edges") for band in band_partitions.get_partition_keys()]
     steps += [("dedup_job", None, "dedup_clusters across all shards")]
     steps += [("deduplicated_shard_job", s, "deduplicated_shard → decontaminated_shard") for s in shards]
     if through_packing:

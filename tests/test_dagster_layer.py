@@ -335,6 +335,17 @@ def test_real_cli_materializes_a_partition(tmp_path):
     assert records[0].asset_materialization.metadata["documents_out"].value == 2
 
 
+def materialize_dedup(instance, resources, **kwargs):
+    """dedup_edges for every band range, then dedup_clusters; the last result."""
+    from lm_assets.defs.dedup.assets import band_partitions, dedup_clusters, dedup_edges
+
+    for band in band_partitions.get_partition_keys():
+        edges = dg.materialize([dedup_edges], partition_key=band, instance=instance, resources=resources, **kwargs)
+        if not edges.success:
+            return edges
+    return dg.materialize([dedup_clusters], instance=instance, resources=resources, **kwargs)
+
+
 def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
     from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
 
@@ -355,15 +366,19 @@ def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
     failure = next(e for e in missing.all_events if e.event_type_value == "STEP_FAILURE")
     assert "no dedup clusters yet" in failure.event_specific_data.error.to_string()
     other = res | {"dedup": DedupSettings(num_perm=64)}
-    mismatch = dg.materialize([dedup_clusters], instance=instance, resources=other, raise_on_error=False)
+    mismatch = materialize_dedup(instance, other, raise_on_error=False)
     assert not mismatch.success
     failure = next(e for e in mismatch.all_events if e.event_type_value == "STEP_FAILURE")
     assert "made with other MinHash settings" in failure.event_specific_data.error.to_string()
-    assert dg.materialize([dedup_clusters], instance=instance, resources=res).success
+    no_edges = dg.materialize([dedup_clusters], instance=instance, resources=res, raise_on_error=False)
+    assert not no_edges.success
+    failure = next(e for e in no_edges.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "materialize dedup_edges for every band range" in failure.event_specific_data.error.to_string()
+    assert materialize_dedup(instance, res).success
     assert dg.materialize([deduplicated_shard], partition_key="s1.warc.gz", instance=instance, resources=res).success
     # A shard registered but not sketched yet is named, in the metadata and as a warning.
     instance.add_dynamic_partitions("shards", ["s2.warc.gz"])
-    partial = dg.materialize([dedup_clusters], instance=instance, resources=res)
+    partial = materialize_dedup(instance, res)
     metadata = partial.asset_materializations_for_node("dedup_clusters")[0].metadata
     assert metadata["shards_registered_without_sketches"].value == ["s2.warc.gz"]
     assert metadata["shards_in_index"].value == 1

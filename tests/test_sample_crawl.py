@@ -9,7 +9,14 @@ import pytest
 
 from lm_assets.corpus.pii import find_pii
 from lm_assets.defs.curation.assets import curated_shard, extracted_shard
-from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
+from lm_assets.defs.dedup.assets import (
+    DedupSettings,
+    band_partitions,
+    dedup_clusters,
+    dedup_edges,
+    deduplicated_shard,
+    minhash_signatures,
+)
 from lm_assets.defs.curation.expectations import curated_expectations
 from lm_assets.defs.ingest.assets import raw_shard
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
@@ -46,6 +53,8 @@ def materialized(tmp_path_factory):
         return dg.materialize(shard_assets, partition_key=shard, instance=instance, resources=resources, run_config=RUN_CONFIG)
 
     def cluster():
+        for band in band_partitions.get_partition_keys():
+            dg.materialize([dedup_edges], partition_key=band, instance=instance, resources=resources)
         return dg.materialize([dedup_clusters], instance=instance, resources=resources, selection=[dedup_clusters])
 
     results = {shard: curate(shard) for shard in SHARDS[:2]}

@@ -276,37 +276,67 @@ def _lazy(source: Source) -> pl.LazyFrame:
 # ---------------------------------------------------------------------------------------------
 
 
+RANK_COLUMNS = ["doc_id", "content_hash", "empty", "url", "fetched_at"]
+
+
+def _keep_features_sql(src: str) -> str:
+    """CTEs `docs` and `features`: the keep-rule columns of every document of `src`. Aggregates and
+    joins rather than window functions, as those spill to disk under DuckDB's memory limit."""
+    return f"""
+        docs AS (
+            SELECT *, regexp_extract(url, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)', 1) AS host FROM {src}
+        ),
+        hosts AS (SELECT host, count(*) AS host_docs FROM docs GROUP BY host),
+        features AS (
+            SELECT doc_id, content_hash, empty, fetched_at,
+                   coalesce(strpos(url, '?') > 0, FALSE) AS has_query,
+                   host_docs,
+                   NOT coalesce(starts_with(lower(url), 'https://'), FALSE) AS not_https,
+                   coalesce(length(url) - length(replace(url, '/', '')), 0) AS depth
+            FROM docs JOIN hosts ON hosts.host IS NOT DISTINCT FROM docs.host
+        )"""
+
+
+# KEEP_ORDER as one comparable value, for arg_min.
+KEEP_KEY = (
+    "struct_pack(q := has_query, h := -host_docs, s := not_https, d := depth, "
+    "n := fetched_at IS NULL, f := coalesce(fetched_at, ''), i := doc_id)"
+)
+
+
+def ranked_sql(src: str) -> str:
+    """`doc_id, content_hash, empty, rank, exact_rank` of the documents of `src` (see rank_documents)."""
+    return f"""
+        WITH {_keep_features_sql(src)},
+        ranked AS (
+            SELECT doc_id, content_hash, empty, row_number() OVER (ORDER BY {KEEP_ORDER}) - 1 AS rank
+            FROM features
+        ),
+        grouped AS (SELECT *, CASE WHEN empty THEN doc_id ELSE content_hash END AS exact_group FROM ranked),
+        groups AS (SELECT exact_group, min(rank) AS exact_rank FROM grouped GROUP BY exact_group)
+        SELECT doc_id, content_hash, empty, rank, exact_rank FROM grouped JOIN groups USING (exact_group)
+    """
+
+
+def representatives_sql(src: str, excluded_hashes: str | None = None) -> str:
+    """`doc_id` of the best document of each exact group of `src`, empty documents left out: the
+    documents `exact_representatives(rank_documents(src))` gives, without ranking the whole corpus.
+    `excluded_hashes` (a query of `content_hash`) leaves out groups whose text is already known."""
+    excluded = f"AND content_hash NOT IN ({excluded_hashes})" if excluded_hashes else ""
+    return f"""
+        WITH {_keep_features_sql(src)}
+        SELECT arg_min(doc_id, {KEEP_KEY}) AS doc_id FROM features WHERE NOT empty {excluded} GROUP BY content_hash
+    """
+
+
 def rank_documents(sketches: Source, duckdb_cfg: DuckDBConfig | None = None) -> pl.DataFrame:
     """`doc_id, content_hash, empty, rank, exact_rank` for every document.
 
     `rank` numbers all documents 0.. in keep-rule order; `exact_rank` is the smallest rank among the
     documents sharing this one's content hash (its own rank for empty documents, never grouped).
     """
-    columns = ["doc_id", "content_hash", "empty", "url", "fetched_at"]
     with _DuckDB(duckdb_cfg or DuckDBConfig()) as db:
-        src = db.table("sketches", sketches, columns)
-        ranked = db.query(
-            f"""
-            WITH docs AS (
-                SELECT *, regexp_extract(url, '^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)', 1) AS host FROM {src}
-            ),
-            features AS (
-                SELECT doc_id, content_hash, empty, fetched_at,
-                       coalesce(strpos(url, '?') > 0, FALSE) AS has_query,
-                       count(*) OVER (PARTITION BY host) AS host_docs,
-                       NOT coalesce(starts_with(lower(url), 'https://'), FALSE) AS not_https,
-                       coalesce(length(url) - length(replace(url, '/', '')), 0) AS depth
-                FROM docs
-            ),
-            ranked AS (
-                SELECT doc_id, content_hash, empty, row_number() OVER (ORDER BY {KEEP_ORDER}) - 1 AS rank
-                FROM features
-            )
-            SELECT doc_id, content_hash, empty, rank,
-                   min(rank) OVER (PARTITION BY CASE WHEN empty THEN doc_id ELSE content_hash END) AS exact_rank
-            FROM ranked
-            """
-        )
+        ranked = db.query(ranked_sql(db.table("sketches", sketches, RANK_COLUMNS)))
     return ranked.sort("rank").cast({"rank": pl.Int64, "exact_rank": pl.Int64})
 
 
@@ -335,38 +365,43 @@ def candidate_edges(
     representatives. `old_bands` holds bands of documents deduplicated earlier: they join only
     buckets that hold at least one document of `bands`, and no edge links two old documents.
     """
-    lo, hi = band_range if band_range is not None else (0, 2**31 - 1)
     with _DuckDB(duckdb_cfg or DuckDBConfig()) as db:
         fresh = db.table("fresh_bands", bands, ["doc_id", "band", "band_hash"])
-        member_filter = ""
-        if members is not None:
-            member_filter = f"AND doc_id IN (SELECT doc_id FROM {db.table('members', members, ['doc_id'])})"
-        old_rows = ""
-        if old_bands is not None:
-            old = db.table("old_bands", old_bands, ["doc_id", "band", "band_hash"])
-            old_rows = f"""
-                UNION ALL
-                SELECT o.doc_id, o.band, o.band_hash, TRUE AS old
-                FROM {old} o SEMI JOIN (SELECT DISTINCT band, band_hash FROM fresh) USING (band, band_hash)
-                WHERE o.band >= {int(lo)} AND o.band < {int(hi)}
-            """
-        edges = db.query(
-            f"""
-            WITH fresh AS (
-                SELECT doc_id, band, band_hash, FALSE AS old FROM {fresh}
-                WHERE band >= {int(lo)} AND band < {int(hi)} {member_filter}
-            ),
-            bucket_members AS (SELECT * FROM fresh {old_rows}),
-            buckets AS (
-                SELECT band, band_hash, min(doc_id) AS centre, arg_min(old, doc_id) AS centre_old
-                FROM bucket_members GROUP BY band, band_hash HAVING count(*) > 1
-            )
-            SELECT DISTINCT b.centre AS doc_a, m.doc_id AS doc_b
-            FROM bucket_members m JOIN buckets b USING (band, band_hash)
-            WHERE m.doc_id <> b.centre AND NOT (m.old AND b.centre_old)
-            """
-        )
+        member_ids = f"SELECT doc_id FROM {db.table('members', members, ['doc_id'])}" if members is not None else None
+        old = db.table("old_bands", old_bands, ["doc_id", "band", "band_hash"]) if old_bands is not None else None
+        edges = db.query(candidate_edges_sql(fresh, band_range, member_ids, old))
     return edges.cast(EDGE_SCHEMA)
+
+
+def candidate_edges_sql(
+    fresh: str, band_range: tuple[int, int] | None, member_ids: str | None = None, old: str | None = None
+) -> str:
+    """The query behind `candidate_edges`, over FROM-clause expressions of band rows; `member_ids` is a
+    query of the `doc_id`s of `fresh` that take part."""
+    lo, hi = band_range if band_range is not None else (0, 2**31 - 1)
+    member_filter = f"AND doc_id IN ({member_ids})" if member_ids else ""
+    old_rows = ""
+    if old is not None:
+        old_rows = f"""
+            UNION ALL
+            SELECT o.doc_id, o.band, o.band_hash, TRUE AS old
+            FROM {old} o SEMI JOIN (SELECT DISTINCT band, band_hash FROM fresh) USING (band, band_hash)
+            WHERE o.band >= {int(lo)} AND o.band < {int(hi)}
+        """
+    return f"""
+        WITH fresh AS (
+            SELECT doc_id, band, band_hash, FALSE AS old FROM {fresh}
+            WHERE band >= {int(lo)} AND band < {int(hi)} {member_filter}
+        ),
+        bucket_members AS (SELECT * FROM fresh {old_rows}),
+        buckets AS (
+            SELECT band, band_hash, min(doc_id) AS centre, arg_min(old, doc_id) AS centre_old
+            FROM bucket_members GROUP BY band, band_hash HAVING count(*) > 1
+        )
+        SELECT DISTINCT b.centre AS doc_a, m.doc_id AS doc_b
+        FROM bucket_members m JOIN buckets b USING (band, band_hash)
+        WHERE m.doc_id <> b.centre AND NOT (m.old AND b.centre_old)
+    """
 
 
 def band_ranges(bands: int, parts: int) -> list[tuple[int, int]]:
@@ -504,13 +539,20 @@ def centres(
             sample = sigs
         else:
             sample = sigs[np.random.default_rng(int(nodes[0])).choice(len(nodes), CENTRE_SAMPLE, replace=False)]
-        agreement = (sigs[:, None, :] == sample[None, :, :]).mean(axis=2)
         # Self-similarity is 1 for every node in a full comparison, so it does not change the order.
-        centre = int(np.argmax(agreement.mean(axis=1)))
+        centre = int(np.argmax(_mean_agreement(sigs, sample)))
         to_centre = (sigs == sigs[centre]).mean(axis=1)
         stays = to_centre >= threshold if threshold is not None else np.ones(len(nodes), dtype=bool)
         kept[members] = np.where(stays, nodes[centre], nodes)
     return kept
+
+
+def _mean_agreement(sigs: np.ndarray, sample: np.ndarray, chunk: int = 512) -> np.ndarray:
+    """Each row's mean estimated similarity to the rows of `sample`, `chunk` rows at a time."""
+    return np.concatenate([
+        (sigs[lo : lo + chunk, None, :] == sample[None, :, :]).mean(axis=2).mean(axis=1)
+        for lo in range(0, len(sigs), chunk)
+    ])
 
 
 def cluster_documents(
@@ -648,6 +690,7 @@ def deduplicate_incremental(
     state: DedupState,
     cfg: DedupConfig | None = None,
     band_parts: int = 1,
+    edges: pl.DataFrame | None = None,
 ) -> DedupResult:
     """Clusters rows for the new documents only, deduplicated against the earlier ones.
 
@@ -658,13 +701,18 @@ def deduplicate_incremental(
     the keep rule; one that reached an old cluster only through others stays as itself. Old rows
     never change and old-old edges are never computed; a new group that reaches several old clusters
     joins the one with the smallest cluster_id. New doc_ids must not occur in the state. `merge_clusters` folds the result into the
-    persisted table; the new sketches and bands are appended to the state by the caller.
+    persisted table; the new sketches and bands are appended to the state by the caller. `edges`, when
+    given, are the verified edges already found per band range (`global_dedup.band_range_edges` with
+    the state's bands and sketches); `new_bands` and `state.bands` are then not read.
     """
     cfg = cfg or DedupConfig()
     ranked = rank_documents(new_sketches, cfg.duckdb)
     exact_old = _exact_matches_in_old(new_sketches, state.sketches, cfg.duckdb)
     representatives = exact_representatives(ranked.join(exact_old, on="content_hash", how="anti"))
-    edges = _fuzzy_edges(new_bands, [new_sketches, state.sketches], representatives, cfg, band_parts, state.bands)
+    if edges is None:
+        edges = _fuzzy_edges(new_bands, [new_sketches, state.sketches], representatives, cfg, band_parts, state.bands)
+    else:
+        edges = edges.select("doc_a", "doc_b", "similarity").unique()
 
     component, old_components, new_values, new_components = _components_with_old(ranked, edges)
     reached = pl.concat(

@@ -92,6 +92,15 @@ class Storage:
                 tmp.write_bytes(data)
         return self.uri(key)
 
+    def put_file(self, key: str, path: str | Path) -> str:
+        """Store a local file under `key` without reading it into memory (an upload on S3)."""
+        if self.is_s3:
+            self.s3.upload_file(str(path), self.bucket, self._s3_key(key))
+        else:
+            with atomic_path(self.local_path(key)) as tmp:
+                shutil.copyfile(path, tmp)
+        return self.uri(key)
+
     def read_bytes(self, key: str) -> bytes:
         if self.is_s3:
             return self.s3.get_object(Bucket=self.bucket, Key=self._s3_object(key))["Body"].read()

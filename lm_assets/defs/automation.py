@@ -43,11 +43,17 @@ curated_shard_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets("curated_shard", "minhash_signatures"),
     description="Curate one extracted shard (with the current quality classifier) and sketch it for dedup.",
 )
+dedup_edges_job = dg.define_asset_job(
+    "dedup_edges_job",
+    tags=stage_tags("dedup"),
+    selection=dg.AssetSelection.assets("dedup_edges"),
+    description="Find and verify the candidate duplicate pairs of one LSH band range.",
+)
 dedup_job = dg.define_asset_job(
     "dedup_job",
     tags=stage_tags("dedup"),
     selection=dg.AssetSelection.assets("dedup_clusters"),
-    description="Cluster duplicates across shards.",
+    description="Cluster duplicates across shards, from the verified edges of every band range.",
 )
 deduplicated_shard_job = dg.define_asset_job(
     "deduplicated_shard_job",
@@ -149,6 +155,7 @@ defs = dg.Definitions(
         shard_ingest_job,
         quality_classifier_job,
         curated_shard_job,
+        dedup_edges_job,
         dedup_job,
         deduplicated_shard_job,
         tokenizer_job,

@@ -5,6 +5,24 @@ import dagster as dg
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 
 shard_partitions = dg.DynamicPartitionsDefinition(name="shards")
+BAND_KEY_PREFIX = "bands-"
+
+
+def band_partition_key(band_range: tuple[int, int]) -> str:
+    """`bands-000-006`: LSH bands 0 <= band < 6."""
+    lo, hi = band_range
+    return f"{BAND_KEY_PREFIX}{lo:03d}-{hi:03d}"
+
+
+def parse_band_partition_key(key: str) -> tuple[int, int]:
+    lo, hi = key.removeprefix(BAND_KEY_PREFIX).split("-")
+    return int(lo), int(hi)
+
+
+def band_partitions_for(band_ranges: list[tuple[int, int]]) -> dg.StaticPartitionsDefinition:
+    return dg.StaticPartitionsDefinition([band_partition_key(r) for r in band_ranges])
+
+
 # One per saved checkpoint: `<run>-<tag>` (lm_assets/layout.py builds and parses it).
 checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
 

@@ -3,7 +3,10 @@
 import hashlib
 import json
 import os
+import tempfile
 import time
+from contextlib import ExitStack
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -14,16 +17,24 @@ from lm_assets.corpus.dedup import (
     DedupConfig,
     DedupState,
     apply_dedup,
+    band_ranges,
     band_table,
     deduplicate_incremental,
-    deduplicate_sketches,
     dedup_stats,
     merge_clusters,
     sketch_documents,
 )
+from lm_assets.corpus.global_dedup import band_range_edges, cluster_files
 from lm_assets.corpus.minhash import lsh_params
 from lm_assets.defs.config import to_dataclass
-from lm_assets.defs.partitions import shard_key, shard_partitions, shards_with
+from lm_assets.defs.partitions import (
+    band_partition_key,
+    band_partitions_for,
+    parse_band_partition_key,
+    shard_key,
+    shard_partitions,
+    shards_with,
+)
 from lm_assets.defs.reporting import (
     markdown_table,
     shard_check_spec,
@@ -32,7 +43,7 @@ from lm_assets.defs.reporting import (
 )
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.stages import CURATED_SCHEMA, close_stage, open_stage
-from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, minhash_keys, stage_folder, stage_keys
+from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, band_edges_keys, minhash_keys, stage_folder, stage_keys
 
 
 DEDUP_DEFAULTS = DedupConfig()
@@ -76,9 +87,16 @@ class DedupSettings(dg.ConfigurableResource):
         description="where DuckDB spills; unset: $LM_ASSETS_DUCKDB_TEMP_DIR, else a folder in the system temp "
         "directory",
     )
-    # The asset's own, not a DedupConfig field.
+    # The assets' own, not a DedupConfig field.
     band_parts: int = Field(
-        default=1, description="the band join runs in this many parts, one after another, to bound its memory"
+        default=4,
+        description="the LSH bands are split into this many ranges, each a partition of dedup_edges (its own run "
+        "and pod); the partitions are made from the default when the code location loads",
+    )
+    components: str = Field(
+        default="union_find",
+        description="connected components of the verified edges: union_find (a memory-mapped parent array, 4 bytes "
+        "per document) or star (large-star/small-star rounds in DuckDB)",
     )
 
     def dedup_config(self) -> DedupConfig:
@@ -90,10 +108,16 @@ class DedupSettings(dg.ConfigurableResource):
             "duckdb": {"memory_limit": self.duckdb_memory_limit, "temp_directory": temp_directory},
         })
 
+    def band_ranges(self) -> list[tuple[int, int]]:
+        return band_ranges(lsh_params(self.dedup_config().minhash)[0], self.band_parts)
+
     def sketch_fingerprint(self) -> str:
         """What sketches and bands depend on: a change means every shard needs new sketches."""
         payload = json.dumps([getattr(self, name) for name in MINHASH_FIELDS])
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+band_partitions = band_partitions_for(DedupSettings().band_ranges())
 
 
 def content_digest(sketches: pl.DataFrame) -> str:
@@ -156,12 +180,12 @@ def minhash_signatures(
     )
 
 
-# dedup_clusters --------------------------------------------------------------------------------
-class DedupClustersConfig(dg.Config):
+# dedup_edges, dedup_clusters --------------------------------------------------------------------
+class DedupPlanConfig(dg.Config):
     full_rebuild: bool = Field(
         default=False,
         description="cluster every sketched shard again; off: only new shards are matched against the index, unless "
-        "the MinHash settings or a shard's sketches changed",
+        "the MinHash settings or a shard's sketches changed. Give dedup_edges and dedup_clusters the same value.",
     )
 
 
@@ -178,8 +202,8 @@ def sketched_shards(instance: dg.DagsterInstance, store, fingerprint: str) -> di
     return out
 
 
-def read_shards(store, shards: list[str], table: str) -> pl.DataFrame:
-    return pl.concat([store.read_parquet(minhash_keys(s)[table]) for s in shards], how="vertical_relaxed")
+def read_shards(store, shards: list[str], table: str, columns: list[str] | None = None) -> pl.DataFrame:
+    return pl.concat([store.read_parquet(minhash_keys(s)[table], columns) for s in shards], how="vertical_relaxed")
 
 
 def plan(index: dict | None, available: dict[str, str], fingerprint: str, full_rebuild: bool) -> tuple[str, list[str]]:
@@ -196,10 +220,110 @@ def plan(index: dict | None, available: dict[str, str], fingerprint: str, full_r
     return "incremental", sorted(set(available) - set(index["shards"]))
 
 
+class DedupPlan:
+    """What this round of dedup covers, as dedup_edges and dedup_clusters both work it out from storage."""
+
+    def __init__(self, instance: dg.DagsterInstance, store, dedup: DedupSettings, full_rebuild: bool):
+        self.fingerprint = dedup.sketch_fingerprint()
+        self.available = sketched_shards(instance, store, self.fingerprint)
+        self.index = json.loads(store.read_bytes(INDEX_KEY)) if store.exists(INDEX_KEY) else None
+        self.mode, self.shards = plan(self.index, self.available, self.fingerprint, full_rebuild)
+        self.full = self.mode.startswith("full")
+        self.earlier = [] if self.full else sorted(self.index["shards"])
+
+    @property
+    def digest(self) -> str:
+        """Equal for two runs exactly when they dedup the same shards the same way."""
+        payload = [self.full, self.shards, self.available, self.fingerprint]
+        return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+
+
+def minhash_files(stack: ExitStack, store, shards: list[str], table: str) -> list[str]:
+    """Local paths of the shards' sketches or bands (downloaded for the run when the storage is S3)."""
+    if not shards:
+        return []
+    names = [f"{shard}/{table}.parquet" for shard in shards]
+    folder = stack.enter_context(store.local_dir("minhash", names))
+    return [str(folder / name) for name in names]
+
+
+@dg.asset(
+    partitions_def=band_partitions,
+    group_name="dedup",
+    kinds={"duckdb", "parquet"},
+    deps=[dg.AssetDep(minhash_signatures, partition_mapping=dg.AllPartitionMapping())],
+    automation_condition=dg.AutomationCondition.eager(),
+    description="Per LSH band range: candidate pairs of documents sharing a band bucket, verified by their signature "
+    "similarity, streamed through DuckDB under its memory limit. Each range is its own run; dedup_clusters reads "
+    "them all. New shards are matched against the bands of earlier ones.",
+)
+def dedup_edges(
+    context: dg.AssetExecutionContext, config: DedupPlanConfig, storage: StorageResource, dedup: DedupSettings
+) -> dg.MaterializeResult:
+    store = storage.storage()
+    round_ = DedupPlan(context.instance, store, dedup, config.full_rebuild)
+    band_range = parse_band_partition_key(context.partition_key)
+    if band_range not in dedup.band_ranges():
+        raise dg.Failure(
+            f"{context.partition_key} is not a band range of these settings "
+            f"({', '.join(band_partition_key(r) for r in dedup.band_ranges())}): the partitions follow DedupSettings' "
+            "defaults"
+        )
+    cfg = dedup.dedup_config()
+    keys = band_edges_keys(context.partition_key)
+    started = time.perf_counter()
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dedup-edges-")))
+        out = work / "edges.parquet"
+        sketches, bands = (minhash_files(stack, store, round_.shards, t) for t in ("sketches", "bands"))
+        if not round_.shards:
+            pl.DataFrame(schema={"doc_a": pl.String, "doc_b": pl.String, "similarity": pl.Float64}).write_parquet(out)
+            stats = {"candidate_edges": 0, "verified_edges": 0}
+        elif round_.full:
+            stats = band_range_edges(bands, sketches, band_range, out, cfg)
+        else:
+            stats = band_range_edges(
+                bands, sketches, band_range, out, cfg,
+                old_bands=minhash_files(stack, store, round_.earlier, "bands"),
+                old_sketches=minhash_files(stack, store, round_.earlier, "sketches"),
+            )
+        store.put_file(keys["edges"], out)
+    seconds = time.perf_counter() - started
+    info = {"plan": round_.digest, "mode": round_.mode, "band_range": list(band_range), **stats}
+    store.write_bytes(keys["info"], json.dumps(info, indent=1).encode())
+    return dg.MaterializeResult(
+        metadata={
+            "path": dg.MetadataValue.path(store.uri(keys["edges"])),
+            "mode": round_.mode,
+            "shards_processed": len(round_.shards),
+            "candidate_edges": stats["candidate_edges"],
+            "verified_edges": stats["verified_edges"],
+            "seconds": round(seconds, 3),
+        }
+    )
+
+
+def edge_files_of(store, round_: DedupPlan) -> list[str]:
+    """The edge-file keys of every band range, refused unless each was made for this round."""
+    keys, stale = [], []
+    for band_key in band_partitions.get_partition_keys():
+        info_key = band_edges_keys(band_key)["info"]
+        info = json.loads(store.read_bytes(info_key)) if store.exists(info_key) else None
+        if info is None or info["plan"] != round_.digest:
+            stale.append(band_key)
+        keys.append(band_edges_keys(band_key)["edges"])
+    if stale:
+        raise dg.Failure(
+            f"the verified edges of {', '.join(stale)} are missing or were made for other shards or settings: "
+            "materialize dedup_edges for every band range, then dedup_clusters"
+        )
+    return keys
+
+
 @dg.asset(
     group_name="dedup",
     kinds={"duckdb", "polars"},
-    deps=[minhash_signatures],
+    deps=[dedup_edges, minhash_signatures],
     automation_condition=dg.AutomationCondition.eager(),
     check_specs=[
         dg.AssetCheckSpec(
@@ -211,52 +335,56 @@ def plan(index: dict | None, available: dict[str, str], fingerprint: str, full_r
             description="No two kept documents share a normalized-content hash.",
         ),
     ],
-    description="Clusters of duplicate documents across all shards (exact hash, then MinHash-LSH with verified "
-    "edges and union-find) and which document each cluster keeps. New shards are deduplicated against the "
-    "persisted index of earlier ones; earlier decisions never change.",
+    description="Clusters of duplicate documents across all shards (exact hash, then the verified edges of every band "
+    "range, connected components out of core) and which document each cluster keeps. New shards are deduplicated "
+    "against the persisted index of earlier ones; earlier decisions never change.",
 )
 def dedup_clusters(
-    context: dg.AssetExecutionContext, config: DedupClustersConfig, storage: StorageResource, dedup: DedupSettings
+    context: dg.AssetExecutionContext, config: DedupPlanConfig, storage: StorageResource, dedup: DedupSettings
 ) -> dg.MaterializeResult:
     store = storage.storage()
-    fingerprint = dedup.sketch_fingerprint()
-    available = sketched_shards(context.instance, store, fingerprint)
-    index = json.loads(store.read_bytes(INDEX_KEY)) if store.exists(INDEX_KEY) else None
-    mode, shards = plan(index, available, fingerprint, config.full_rebuild)
+    round_ = DedupPlan(context.instance, store, dedup, config.full_rebuild)
+    mode, shards, available = round_.mode, round_.shards, round_.available
     cfg = dedup.dedup_config()
     started = time.perf_counter()
-    sketched = read_shards(store, sorted(available), "sketches") if available else None
-    if mode.startswith("full"):
-        if shards:
-            result = deduplicate_sketches(sketched, read_shards(store, shards, "bands"), cfg, dedup.band_parts)
-            clusters = result.clusters
-        else:
-            clusters = pl.DataFrame(schema=CLUSTER_SCHEMA)
+    if shards or round_.full:
+        edge_keys = edge_files_of(store, round_)
+    if round_.full and shards:
+        with ExitStack() as stack:
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dedup-clusters-")))
+            edges = [str(stack.enter_context(store.local_copy(key))) for key in edge_keys]
+            sketches = minhash_files(stack, store, shards, "sketches")
+            run = cluster_files(sketches, edges, work / "clusters.parquet", work, cfg, algorithm=dedup.components)
+            store.put_file(CLUSTERS_KEY, run.clusters)
+    elif round_.full:
+        store.write_parquet(CLUSTERS_KEY, pl.DataFrame(schema=CLUSTER_SCHEMA))
     elif shards:
-        earlier = sorted(index["shards"])
-        is_new = pl.col("source").is_in(shards)
-        state = DedupState(
-            sketches=sketched.filter(~is_new),
-            bands=read_shards(store, earlier, "bands"),
-            clusters=store.read_parquet(CLUSTERS_KEY),
-        )
-        result = deduplicate_incremental(
-            sketched.filter(is_new), read_shards(store, shards, "bands"), state, cfg, dedup.band_parts
-        )
-        clusters = merge_clusters(state.clusters, result.clusters)
-    else:
-        clusters = store.read_parquet(CLUSTERS_KEY)
+        with ExitStack() as stack:
+            old_clusters = stack.enter_context(store.local_copy(CLUSTERS_KEY))
+            state = DedupState(
+                sketches=minhash_files(stack, store, round_.earlier, "sketches"),
+                bands=minhash_files(stack, store, round_.earlier, "bands"),
+                clusters=old_clusters,
+            )
+            edges = pl.concat([store.read_parquet(key) for key in edge_keys])
+            new_sketches = read_shards(store, shards, "sketches")
+            result = deduplicate_incremental(new_sketches, None, state, cfg, edges=edges)
+            clusters = merge_clusters(pl.read_parquet(old_clusters), result.clusters)
+        store.write_parquet(CLUSTERS_KEY, clusters)
     seconds = time.perf_counter() - started
-    store.write_parquet(CLUSTERS_KEY, clusters)
-    store.write_bytes(INDEX_KEY, json.dumps({"fingerprint": fingerprint, "shards": available}, indent=1).encode())
+    store.write_bytes(INDEX_KEY, json.dumps({"fingerprint": round_.fingerprint, "shards": available}, indent=1).encode())
 
-    sketches = sketched.select("doc_id", "content_hash", "source", "url") if sketched is not None else None
+    clusters = store.read_parquet(CLUSTERS_KEY)
+    sketches = (
+        read_shards(store, sorted(available), "sketches", ["doc_id", "content_hash", "source", "url"])
+        if available else None
+    )
     unsketched = [s for s in context.instance.get_dynamic_partitions(shard_partitions.name) if s not in available]
     if unsketched:
         context.log.warning(
             f"clustered {len(available)} shards; {len(unsketched)} registered shards have no sketches yet and are left "
             f"out: {', '.join(unsketched[:10])}{' …' if len(unsketched) > 10 else ''}. Materialize minhash_signatures "
-            "for them, then dedup_clusters again."
+            "for them, then dedup_edges and dedup_clusters again."
         )
     return dg.MaterializeResult(
         metadata={
@@ -269,6 +397,7 @@ def dedup_clusters(
             "seconds": round(seconds, 3),
             "threshold": cfg.minhash.threshold,
             "verify_threshold": cfg.effective_verify_threshold,
+            "components": dedup.components,
         },
         check_results=cluster_checks(clusters, sketches),
     )

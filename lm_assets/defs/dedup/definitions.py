@@ -1,16 +1,23 @@
 import dagster as dg
 
-from lm_assets.corpus import dedup, minhash
+from lm_assets.corpus import dedup, global_dedup, minhash
 from lm_assets.defs.catalog import CORPUS_TEAM, catalogued, source_version
-from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
+from lm_assets.defs.dedup.assets import (
+    DedupSettings,
+    dedup_clusters,
+    dedup_edges,
+    deduplicated_shard,
+    minhash_signatures,
+)
 
 defs = dg.Definitions(
     assets=catalogued(
-        [minhash_signatures, dedup_clusters, deduplicated_shard],
+        [minhash_signatures, dedup_edges, dedup_clusters, deduplicated_shard],
         CORPUS_TEAM,
         {
             "minhash_signatures": source_version(minhash),
-            "dedup_clusters": source_version(dedup, minhash),
+            "dedup_edges": source_version(dedup, global_dedup, minhash),
+            "dedup_clusters": source_version(dedup, global_dedup, minhash),
             "deduplicated_shard": source_version(dedup),
         },
     ),

@@ -1,0 +1,434 @@
+"""Global dedup over parquet files in bounded memory: the steps of `dedup.deduplicate_sketches`, streamed.
+
+Inputs are the per-shard files `minhash_signatures` writes (sketches and band rows); every step reads
+them through DuckDB under its memory limit, spilling to its temporary folder, and writes its result
+to a parquet file. No step loads all signatures or all documents into Python:
+
+1. `band_range_edges` (one band range; each range can run in its own process): the best document of
+   each exact group (`dedup.representatives_sql`), the LSH candidate edges of the range
+   (`dedup.candidate_edges_sql`), then verification: DuckDB joins the edges with both endpoints'
+   signatures and hands the joined rows over in record batches, whose similarities numpy computes;
+   edges at or above the threshold are written with their `similarity`.
+2. `cluster_files`: `dedup.ranked_sql` numbers the documents 0..n-1 in keep-rule order (the dense
+   document number), edges become pairs of exact-group numbers, and connected components come from
+   union-find over a memory-mapped parent array (`UnionFindFile`, 4 bytes per document up to 2^31
+   documents, 8 beyond) or, with `algorithm="star"`, from alternating large-star and small-star
+   rounds in DuckDB SQL (`star_components`). Only members of non-singleton components take part in
+   the keep rule: their signatures are read sorted by component and `dedup.centres` decides one
+   component at a time. The clusters table (`dedup.CLUSTER_SCHEMA`) is written by a DuckDB query.
+
+The result equals `dedup.deduplicate_sketches` row for row (order aside).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from lm_assets.corpus.dedup import (
+    RANK_COLUMNS,
+    DedupConfig,
+    Source,
+    _DuckDB,
+    candidate_edges_sql,
+    centres,
+    ranked_sql,
+    representatives_sql,
+)
+
+VERIFIED_EDGE_COLUMNS = ("doc_a", "doc_b", "similarity")
+COMPONENT_ALGORITHMS = ("union_find", "star")
+# Rows handed from DuckDB to numpy at a time: two signatures each, about 8 MiB a batch.
+BATCH_ROWS = 8192
+
+
+def _quoted(path: str | Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _copy(db: _DuckDB, sql: str, out: Path) -> int:
+    """Writes the query's rows to a parquet file; returns how many."""
+    db.con.execute(f"COPY ({sql}) TO {_quoted(out)} (FORMAT parquet)").fetchall()
+    return _count(db, f"read_parquet({_quoted(out)})")
+
+
+def _count(db: _DuckDB, src: str) -> int:
+    return int(db.con.execute(f"SELECT count(*) FROM {src}").fetchall()[0][0])
+
+
+def _batches(db: _DuckDB, sql: str, rows: int = BATCH_ROWS) -> Iterator:
+    """The query's result as pyarrow record batches of at most `rows` rows."""
+    reader = db.con.sql(sql).to_arrow_reader(rows)
+    yield from reader
+
+
+def _matrix(column) -> np.ndarray:
+    """A pyarrow list column of equal-length uint32 lists as a (rows, length) array."""
+    values = np.asarray(column.flatten(), dtype=np.uint32)
+    return values.reshape(len(column), -1) if len(column) else values.reshape(0, 0)
+
+
+class _ParquetSink:
+    """Appends pyarrow tables of one schema to a parquet file; an empty file when nothing came."""
+
+    def __init__(self, out: Path, schema):
+        import pyarrow.parquet as pq
+
+        self.writer = pq.ParquetWriter(str(out), schema, compression="zstd")
+        self.schema = schema
+        self.rows = 0
+
+    def write(self, columns: dict) -> None:
+        import pyarrow as pa
+
+        table = pa.table(columns).cast(self.schema)
+        self.writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 1: candidate edges and verification of one band range
+# ---------------------------------------------------------------------------------------------
+
+
+def band_range_edges(
+    bands: Source,
+    sketches: Source,
+    band_range: tuple[int, int],
+    out: str | Path,
+    cfg: DedupConfig | None = None,
+    *,
+    old_bands: Source | None = None,
+    old_sketches: Source | None = None,
+) -> dict:
+    """Writes the verified edges (`doc_a, doc_b, similarity`) of one band range to `out`.
+
+    `sketches` must hold every document of `bands`. With `old_bands` and `old_sketches` (the state
+    of earlier runs) this is the incremental run's range: new exact groups whose text is already in
+    the old sketches take no part, old documents join buckets of new ones, no edge links two old
+    documents. Returns counts and the folder DuckDB spilled to.
+    """
+    cfg = cfg or DedupConfig()
+    out = Path(out)
+    with _DuckDB(cfg.duckdb) as db:
+        fresh_sketches = db.table("sketches", sketches, [*RANK_COLUMNS, "signature"])
+        old = None
+        excluded = None
+        signature_src = f"(SELECT doc_id, signature FROM {fresh_sketches})"
+        if old_bands is not None:
+            old = db.table("old_bands", old_bands, ["doc_id", "band", "band_hash"])
+            old_src = db.table("old_sketches", old_sketches, ["doc_id", "content_hash", "empty", "signature"])
+            excluded = f"SELECT content_hash FROM {old_src} WHERE NOT empty"
+            signature_src = f"({signature_src} UNION ALL SELECT doc_id, signature FROM {old_src})"
+        fresh = db.table("fresh_bands", bands, ["doc_id", "band", "band_hash"])
+        members_file, candidates_file = (out.with_name(f"{out.name}.{name}.parquet") for name in ("members", "candidates"))
+        try:
+            _copy(db, representatives_sql(f"(SELECT {', '.join(RANK_COLUMNS)} FROM {fresh_sketches})", excluded),
+                  members_file)
+            members = f"SELECT doc_id FROM read_parquet({_quoted(members_file)})"
+            candidates = _copy(db, candidate_edges_sql(fresh, band_range, members, old), candidates_file)
+            verified = _verify(db, f"read_parquet({_quoted(candidates_file)})", signature_src, candidates, out,
+                               cfg.effective_verify_threshold)
+        finally:
+            members_file.unlink(missing_ok=True)
+            candidates_file.unlink(missing_ok=True)
+    return {"band_range": list(band_range), "candidate_edges": candidates, "verified_edges": verified}
+
+
+def _verify(db: _DuckDB, edges: str, signatures: str, expected: int, out: Path, threshold: float | None) -> int:
+    """Streams edges joined with both signatures; writes those with similarity >= threshold."""
+    import pyarrow as pa
+
+    schema = pa.schema([("doc_a", pa.string()), ("doc_b", pa.string()), ("similarity", pa.float64())])
+    sink = _ParquetSink(out, schema)
+    seen = 0
+    try:
+        for batch in _batches(db, f"""
+            SELECT e.doc_a, e.doc_b, sa.signature AS sig_a, sb.signature AS sig_b
+            FROM {edges} e JOIN {signatures} sa ON sa.doc_id = e.doc_a JOIN {signatures} sb ON sb.doc_id = e.doc_b
+        """):
+            seen += batch.num_rows
+            similarity = (_matrix(batch.column("sig_a")) == _matrix(batch.column("sig_b"))).mean(axis=1)
+            keep = similarity >= threshold if threshold is not None else np.ones(len(similarity), dtype=bool)
+            sink.write({
+                "doc_a": batch.column("doc_a").filter(pa.array(keep)),
+                "doc_b": batch.column("doc_b").filter(pa.array(keep)),
+                "similarity": similarity[keep],
+            })
+    finally:
+        sink.close()
+    if seen != expected:
+        raise ValueError(f"{expected - seen} candidate edges have an endpoint without a signature in the sketches")
+    return sink.rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 2: components
+# ---------------------------------------------------------------------------------------------
+
+
+class UnionFindFile:
+    """Disjoint sets over 0..n-1 in a memory-mapped parent array; every root is its set's smallest member.
+
+    Edges come in batches of numpy arrays. Within a batch, roots are hooked onto smaller roots
+    (`np.minimum.at`) and the batch's nodes pointer-jump to their roots, until every edge of the batch
+    has both ends in one set; so a long chain or a star takes a few vectorised rounds, not a Python
+    loop per edge.
+    """
+
+    def __init__(self, n: int, path: str | Path, chunk: int = 1 << 22):
+        self.n = n
+        self.chunk = chunk
+        self.dtype = np.int32 if n < 2**31 else np.int64
+        self.parent = np.memmap(path, dtype=self.dtype, mode="w+", shape=(max(n, 1),))
+        for lo in range(0, n, chunk):
+            self.parent[lo : lo + chunk] = np.arange(lo, min(lo + chunk, n), dtype=self.dtype)
+
+    @property
+    def bytes_per_document(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    def _find(self, nodes: np.ndarray) -> np.ndarray:
+        """Roots of `nodes`, whose parents are then set to them."""
+        parent = self.parent
+        roots = parent[nodes]
+        while True:
+            above = parent[roots]
+            if np.array_equal(above, roots):
+                break
+            roots = above
+        parent[nodes] = roots
+        return roots
+
+    def _jump(self, nodes: np.ndarray) -> None:
+        """Pointer doubling on `nodes` until each points at a root (log of the longest path rounds)."""
+        parent = self.parent
+        while True:
+            up = parent[nodes]
+            above = parent[up]
+            if np.array_equal(up, above):
+                return
+            parent[nodes] = above
+
+    def union(self, a: np.ndarray, b: np.ndarray) -> None:
+        a = np.asarray(a, dtype=self.dtype)
+        b = np.asarray(b, dtype=self.dtype)
+        while len(a):
+            root_a, root_b = self._find(a), self._find(b)
+            apart = root_a != root_b
+            if not apart.any():
+                return
+            a, b, root_a, root_b = a[apart], b[apart], root_a[apart], root_b[apart]
+            low, high = np.minimum(root_a, root_b), np.maximum(root_a, root_b)
+            np.minimum.at(self.parent, high, low)
+            self._jump(np.unique(np.concatenate([a, b, low, high])))
+
+    def flatten(self) -> None:
+        """Every element points at its root, by pointer doubling over the whole array in chunks."""
+        parent = self.parent
+        changed = True
+        while changed:
+            changed = False
+            for lo in range(0, self.n, self.chunk):
+                up = parent[lo : lo + self.chunk]
+                above = parent[up]
+                if not np.array_equal(up, above):
+                    parent[lo : lo + self.chunk] = above
+                    changed = True
+
+    def members(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """`(nodes, roots)` of every element that is not alone in its set, in chunks, after `flatten`;
+        a root comes once per chunk holding a member of its set."""
+        parent = self.parent
+        for lo in range(0, self.n, self.chunk):
+            roots = np.asarray(parent[lo : lo + self.chunk])
+            nodes = np.arange(lo, lo + len(roots), dtype=self.dtype)
+            linked = roots != nodes
+            found = np.unique(roots[linked])
+            yield np.concatenate([nodes[linked], found]), np.concatenate([roots[linked], found])
+
+
+def union_find_components(pairs: str, n: int, db: _DuckDB, workdir: Path, out: Path) -> dict:
+    """`node, component` (its set's smallest node) of the nodes of `pairs` (a FROM-clause expression
+    with integer columns a, b over 0..n-1), written to `out`; the parent array lives in `workdir`."""
+    import pyarrow as pa
+
+    sets = UnionFindFile(n, workdir / "parents.int")
+    for batch in _batches(db, f"SELECT a, b FROM {pairs}", rows=1 << 20):
+        sets.union(batch.column("a").to_numpy(), batch.column("b").to_numpy())
+    sets.flatten()
+    listed = workdir / "members.parquet"
+    sink = _ParquetSink(listed, pa.schema([("node", pa.int64()), ("component", pa.int64())]))
+    try:
+        for nodes, roots in sets.members():
+            sink.write({"node": nodes.astype(np.int64), "component": roots.astype(np.int64)})
+    finally:
+        sink.close()
+    del sets
+    (workdir / "parents.int").unlink(missing_ok=True)
+    _copy(db, f"SELECT DISTINCT node, component FROM read_parquet({_quoted(listed)})", out)
+    listed.unlink()
+    return {"algorithm": "union_find", "id_array_bytes_per_document": 4 if n < 2**31 else 8}
+
+
+def star_components(pairs: str, db: _DuckDB, out: Path, max_rounds: int = 200) -> dict:
+    """`node, component` of the nodes of `pairs` by alternating large-star and small-star rounds
+    (Kiveris et al., "Connected Components in MapReduce and Beyond", 2014), each a DuckDB query over
+    the edge table, until a round changes nothing; every node then links to its component's minimum."""
+    con = db.con
+    con.execute(f"CREATE OR REPLACE TEMP TABLE star_edges AS SELECT DISTINCT least(a, b) AS u, greatest(a, b) AS v "
+                f"FROM {pairs} WHERE a <> b").fetchall()
+    rounds = 0
+    while True:
+        rounds += 1
+        if rounds > max_rounds:
+            raise RuntimeError(f"star components did not converge in {max_rounds} rounds")
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE star_large AS
+            WITH adj AS (SELECT u AS x, v AS y FROM star_edges UNION ALL SELECT v, u FROM star_edges),
+            low AS (SELECT x, least(x, min(y)) AS m FROM adj GROUP BY x)
+            SELECT DISTINCT adj.y AS u, low.m AS v FROM adj JOIN low USING (x) WHERE adj.y > adj.x AND adj.y <> low.m
+        """).fetchall()
+        con.execute("""
+            CREATE OR REPLACE TEMP TABLE star_small AS
+            WITH adj AS (SELECT u AS x, v AS y FROM star_large UNION ALL SELECT v, u FROM star_large),
+            lower_side AS (SELECT x, y FROM adj WHERE y <= x),
+            low AS (SELECT x, least(x, min(y)) AS m FROM adj WHERE y <= x GROUP BY x),
+            linked AS (
+                SELECT lower_side.y AS a, low.m AS b FROM lower_side JOIN low USING (x)
+                UNION ALL SELECT x, m FROM low
+            )
+            SELECT DISTINCT least(a, b) AS u, greatest(a, b) AS v FROM linked WHERE a <> b
+        """).fetchall()
+        unchanged = con.execute("""
+            SELECT (SELECT count(*) FROM star_small) = (SELECT count(*) FROM star_edges)
+               AND NOT EXISTS (SELECT u, v FROM star_small EXCEPT SELECT u, v FROM star_edges)
+        """).fetchall()[0][0]
+        con.execute("CREATE OR REPLACE TEMP TABLE star_edges AS SELECT * FROM star_small").fetchall()
+        if unchanged:
+            break
+    _copy(db, """
+        SELECT v AS node, min(u) AS component FROM star_edges GROUP BY v
+        UNION ALL SELECT DISTINCT u, u FROM star_edges WHERE u NOT IN (SELECT v FROM star_edges)
+    """, out)
+    for table in ("star_edges", "star_large", "star_small"):
+        con.execute(f"DROP TABLE IF EXISTS {table}").fetchall()
+    return {"algorithm": "star", "rounds": rounds}
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 3: the keep rule and the clusters table
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_centres(db: _DuckDB, members: str, threshold: float | None, out: Path) -> int:
+    """`node, kept_node` for every node of a non-singleton component, read in component order."""
+    import pyarrow as pa
+
+    sink = _ParquetSink(out, pa.schema([("node", pa.int64()), ("kept_node", pa.int64())]))
+    pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def settle(nodes: np.ndarray, components: np.ndarray, signatures: np.ndarray) -> None:
+        sink.write({"node": nodes, "kept_node": centres(nodes, components, signatures, threshold)})
+
+    try:
+        for batch in _batches(db, members):
+            nodes = batch.column("node").to_numpy().astype(np.int64)
+            components = batch.column("component").to_numpy().astype(np.int64)
+            signatures = _matrix(batch.column("signature"))
+            if pending:
+                earlier = pending.pop()
+                nodes, components, signatures = (
+                    np.concatenate([before, now]) for before, now in zip(earlier, (nodes, components, signatures))
+                )
+            # The batch's last component may go on in the next batch.
+            last = np.searchsorted(components, components[-1])
+            if last:
+                settle(nodes[:last], components[:last], signatures[:last])
+            pending = [(nodes[last:], components[last:], signatures[last:])]
+        if pending:
+            settle(*pending[0])
+    finally:
+        sink.close()
+    return sink.rows
+
+
+CLUSTERS_SQL = """
+    WITH kept AS (
+        SELECT r.doc_id, r.content_hash, coalesce(c.kept_node, r.exact_rank) AS kept_rank
+        FROM {ranked} r LEFT JOIN {centres} c ON c.node = r.exact_rank
+    ),
+    named AS (
+        SELECT k.doc_id, best.doc_id AS kept_doc_id, k.content_hash = best.content_hash AS same_content
+        FROM kept k JOIN {ranked} best ON best.rank = k.kept_rank
+    ),
+    sizes AS (SELECT kept_doc_id, count(*) AS cluster_size FROM named GROUP BY kept_doc_id)
+    SELECT doc_id, kept_doc_id AS cluster_id, CAST(cluster_size AS BIGINT) AS cluster_size,
+           doc_id = kept_doc_id AS kept,
+           CASE WHEN doc_id = kept_doc_id THEN NULL WHEN same_content THEN 'exact_duplicate'
+                ELSE 'near_duplicate' END AS reason,
+           kept_doc_id
+    FROM named JOIN sizes USING (kept_doc_id)
+"""
+
+
+@dataclass
+class ClusterRun:
+    clusters: Path
+    stats: dict
+
+
+def cluster_files(
+    sketches: Source,
+    edge_files: Sequence[str | Path],
+    out: str | Path,
+    workdir: str | Path,
+    cfg: DedupConfig | None = None,
+    algorithm: str = "union_find",
+) -> ClusterRun:
+    """Writes the clusters table of every document of `sketches` to `out`, from the verified edges of
+    every band range (`band_range_edges` files); `workdir` holds the intermediate files."""
+    if algorithm not in COMPONENT_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {COMPONENT_ALGORITHMS}, not {algorithm!r}")
+    cfg = cfg or DedupConfig()
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    ranked, pairs, members, kept = (workdir / f"{name}.parquet" for name in ("ranked", "pairs", "components", "centres"))
+    with _DuckDB(cfg.duckdb) as db:
+        src = db.table("sketches", sketches, [*RANK_COLUMNS, "signature"])
+        documents = _copy(db, ranked_sql(f"(SELECT {', '.join(RANK_COLUMNS)} FROM {src})"), ranked)
+        ranked_src = f"read_parquet({_quoted(ranked)})"
+        edges = "read_parquet([" + ", ".join(_quoted(p) for p in edge_files) + "])" if edge_files else None
+        edge_count = 0
+        if edges:
+            edge_count = _copy(db, f"""
+                SELECT ra.exact_rank AS a, rb.exact_rank AS b
+                FROM {edges} e JOIN {ranked_src} ra ON ra.doc_id = e.doc_a JOIN {ranked_src} rb ON rb.doc_id = e.doc_b
+                WHERE ra.exact_rank <> rb.exact_rank
+            """, pairs)
+        else:
+            _copy(db, "SELECT 0::BIGINT AS a, 0::BIGINT AS b WHERE FALSE", pairs)
+        pairs_src = f"read_parquet({_quoted(pairs)})"
+        if algorithm == "union_find":
+            stats = union_find_components(pairs_src, documents, db, workdir, members)
+        else:
+            stats = star_components(pairs_src, db, members)
+        members_src = f"read_parquet({_quoted(members)})"
+        clustered = _write_centres(db, f"""
+            SELECT c.node, c.component, s.signature
+            FROM {members_src} c JOIN {ranked_src} r ON r.rank = c.node JOIN {src} s ON s.doc_id = r.doc_id
+            ORDER BY c.component, c.node
+        """, cfg.effective_verify_threshold, kept)
+        rows = _copy(db, CLUSTERS_SQL.format(ranked=ranked_src, centres=f"read_parquet({_quoted(kept)})"), Path(out))
+    for path in (ranked, pairs, members, kept):
+        path.unlink(missing_ok=True)
+    if rows != documents:
+        raise ValueError(f"clusters table has {rows} rows for {documents} documents")
+    return ClusterRun(Path(out), stats | {"documents": documents, "edge_pairs": edge_count,
+                                          "clustered_nodes": clustered})
