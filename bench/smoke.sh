@@ -68,6 +68,7 @@ run "$PY" bench/quality_classifier.py --smoke
 run "$PY" bench/dedup_quality.py --smoke
 run "$PY" bench/dedup_speed.py --smoke
 run "$PY" bench/dedup_scale.py --smoke
+run "$PY" bench/dagster_overhead.py --smoke
 run "$PY" bench/tokens.py --smoke
 run "$PY" bench/extraction_quality.py --smoke
 run "$PY" bench/eval_agreement.py --smoke
