@@ -58,6 +58,7 @@ CASES = [
     pytest.param("", "en", id="empty"),
     pytest.param(" ... !!! — ", "en", id="punctuation-only"),
     pytest.param(None, "zh", id="none"),
+    pytest.param("broken\ud800text 好\udfff字 here", "en", id="lone-surrogates"),
 ]
 
 

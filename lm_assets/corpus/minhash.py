@@ -248,8 +248,9 @@ def _batch_unit_hashes(texts: Sequence[str | None]) -> tuple[np.ndarray, np.ndar
     """`unit_hash` of every unit of `normalized_units(text)` for each text, concatenated, and how many
     units each text has; computed on the code points, without building the normalised strings."""
     folded = [_folded(text) for text in texts]
-    # A space between texts keeps units from spanning two of them.
-    code_points = np.frombuffer(" ".join(folded).encode("utf-32-le"), dtype=np.uint32)
+    # A space between texts keeps units from spanning two of them. A lone surrogate, which `_UNIT`
+    # skips, passes as its code point, a separator.
+    code_points = np.frombuffer(" ".join(folded).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
     spans = np.array([len(text) + 1 for text in folded], dtype=np.int64)
     text_start = np.cumsum(spans) - spans
     kinds = _char_kinds()[code_points]
