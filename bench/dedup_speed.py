@@ -113,12 +113,18 @@ WORD_SPLIT = re.compile(r"(\s+)")
 # ---------------------------------------------------------------------------------------------
 
 
-def load_documents(crawl: Path, max_docs: int) -> pl.DataFrame:
-    """Extracted, language-identified documents of the crawl's shards, in order, at most `max_docs`."""
+def load_documents(crawl: Path, max_docs: int, doc_bytes: int | None = None) -> pl.DataFrame:
+    """Extracted, language-identified documents of the crawl's shards, in order, at most `max_docs`.
+    With `doc_bytes`, only documents of at least that many UTF-8 bytes, each cut to that size (at a
+    character boundary): a fixed document size to compare throughput figures at."""
     frames, count = [], 0
     for shard in find_shards(crawl):
         html = read_shard(shard).documents.filter(pl.col("html").is_not_null())
         kept = identify_languages(extract_documents(html, ExtractConfig()).kept, LangIdConfig()).kept
+        if doc_bytes:
+            kept = kept.filter(pl.col("text").str.len_bytes() >= doc_bytes).with_columns(
+                pl.col("text").map_elements(lambda t: t.encode()[:doc_bytes].decode(errors="ignore"), pl.String)
+            )
         frames.append(kept.select("doc_id", "text", "lang", "fetched_at"))
         count += kept.height
         if count >= max_docs:
@@ -595,6 +601,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build $OUT/dev-crawl)")
     parser.add_argument("--smoke", action="store_true", help="seconds, offline: a few documents of the test slice")
     parser.add_argument("--max-docs", type=int, default=2000, help="documents used, before replication (2000)")
+    parser.add_argument("--doc-bytes", type=int, help="only documents of at least this many bytes, cut to it (e.g. 3500)")
     parser.add_argument("--replicas", type=replica_counts, default=[1, 4, 16], help="replica counts (1,4,16)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per signature side; the best counts (3)")
     parser.add_argument("--shard-docs", type=int, default=500, help="documents per sketch shard (500)")
@@ -614,7 +621,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict:
     crawl = resolve_crawl(args)
     quiet_datatrove_logs()
-    docs = load_documents(crawl, args.max_docs)
+    docs = load_documents(crawl, args.max_docs, args.doc_bytes)
     documents = describe_documents(docs)
     print(f"crawl {crawl}: {documents['docs']} documents {documents['by_language']}", flush=True)
     print("signature throughput...", flush=True)

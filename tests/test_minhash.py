@@ -13,6 +13,7 @@ from lm_assets.corpus.minhash import (
     MinHashConfig,
     band_hashes,
     empty_signatures,
+    KNOWN_BANDS_ROWS,
     lsh_params,
     normalized_units,
     permutations,
@@ -174,6 +175,9 @@ def test_lsh_params_match_datasketch():
         assert lsh_params(config) == (lsh.b, lsh.r)
     assert lsh_params(CFG) == (24, 4)
     assert lsh_params(MinHashConfig(threshold=0.8, false_positive_weight=0.5, false_negative_weight=0.5)) == (9, 13)
+    for (threshold, num_perm, fp_weight, fn_weight), known in KNOWN_BANDS_ROWS.items():
+        lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=(fp_weight, fn_weight))
+        assert known == (lsh.b, lsh.r)
 
 
 def test_band_hashes_follow_band_rows():

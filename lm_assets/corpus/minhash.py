@@ -121,8 +121,16 @@ def lsh_params(cfg: MinHashConfig) -> tuple[int, int]:
     return _optimal_bands_rows(cfg.threshold, cfg.num_perm, cfg.false_positive_weight, cfg.false_negative_weight)
 
 
+# datasketch's choice for the default settings, known in advance: the code location names the dedup
+# band-range partitions when it loads, and importing datasketch (with scipy) would cost seconds there.
+# tests/test_minhash.py checks it against datasketch.
+KNOWN_BANDS_ROWS = {(0.6, 128, 0.05, 0.95): (24, 4)}
+
+
 @functools.lru_cache(maxsize=64)
 def _optimal_bands_rows(threshold: float, num_perm: int, fp_weight: float, fn_weight: float) -> tuple[int, int]:
+    if (threshold, num_perm, fp_weight, fn_weight) in KNOWN_BANDS_ROWS:
+        return KNOWN_BANDS_ROWS[threshold, num_perm, fp_weight, fn_weight]
     # Private in datasketch 2.0 (datasketch.lsh._optimal_param), and slow: a few hundred integrals.
     from datasketch.lsh import _optimal_param
 
