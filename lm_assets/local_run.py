@@ -12,7 +12,7 @@ import dagster as dg
 
 from lm_assets.defs.automation import landing_shards
 from lm_assets.defs.dedup.assets import band_partitions
-from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
+from lm_assets.defs.partitions import add_new_partitions, shard_partitions
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
 OFFLINE_TOXICITY = {"toxicity": {"backend": "profanity_check"}}
@@ -89,13 +89,23 @@ EVERY_CHECKPOINT = object()
 
 
 def expand_checkpoints(steps: list, instance: dg.DagsterInstance):
-    """The steps, with one per `checkpoints` partition in place of EVERY_CHECKPOINT (known once training ran)."""
+    """The steps, with one per checkpoint to evaluate in place of EVERY_CHECKPOINT (known once training ran)."""
     for job_name, key, what in steps:
         if key is EVERY_CHECKPOINT:
-            for checkpoint in instance.get_dynamic_partitions(checkpoint_partitions.name):
+            for checkpoint in checkpoints_to_evaluate(instance):
                 yield job_name, checkpoint, what
         else:
             yield job_name, key, what
+
+
+def checkpoints_to_evaluate(instance: dg.DagsterInstance) -> list[str]:
+    """What `checkpoint_evaluation_sensor` requests on a tick now, run in process: every checkpoint
+    partition that some benchmark has not scored yet. The demo evaluates through it, as the sensor
+    would when switched on."""
+    from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
+
+    result = checkpoint_evaluation_sensor(dg.build_sensor_context(instance=instance))
+    return [request.partition_key for request in result.run_requests or []]
 
 
 def run_config_for(run_config: dict | None, job: dg.JobDefinition) -> dict | None:
