@@ -149,9 +149,14 @@ def _verify(db: _DuckDB, edges: str, signatures: str, expected: int, out: Path, 
     sink = _ParquetSink(out, schema)
     seen = 0
     try:
+        # Only the endpoints' signatures take part in the joins: a semi join streams the sketches past
+        # the (smaller) set of endpoints instead of building a hash table of every signature.
         for batch in _batches(db, f"""
+            WITH edges AS (SELECT doc_a, doc_b FROM {edges}),
+            ends AS (SELECT doc_a AS doc_id FROM edges UNION SELECT doc_b FROM edges),
+            sigs AS (SELECT s.doc_id, s.signature FROM {signatures} s SEMI JOIN ends USING (doc_id))
             SELECT e.doc_a, e.doc_b, sa.signature AS sig_a, sb.signature AS sig_b
-            FROM {edges} e JOIN {signatures} sa ON sa.doc_id = e.doc_a JOIN {signatures} sb ON sb.doc_id = e.doc_b
+            FROM edges e JOIN sigs sa ON sa.doc_id = e.doc_a JOIN sigs sb ON sb.doc_id = e.doc_b
         """):
             seen += batch.num_rows
             similarity = (_matrix(batch.column("sig_a")) == _matrix(batch.column("sig_b"))).mean(axis=1)
