@@ -20,8 +20,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
-	mkdir -p $(DAGSTER_HOME)
-	cp deploy/dagster.yaml $@
+	@mkdir -p $(DAGSTER_HOME)
+	@cp deploy/dagster.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	@LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} $(BIN)/python -m lm_assets.demo
