@@ -38,6 +38,7 @@ from lm_assets.corpus.dedup import (
     ranked_sql,
     representatives_sql,
 )
+from lm_assets.corpus.storage import ROW_GROUP_ROWS
 
 VERIFIED_EDGE_COLUMNS = ("doc_a", "doc_b", "similarity")
 COMPONENT_ALGORITHMS = ("union_find", "star")
@@ -51,7 +52,7 @@ def _quoted(path: str | Path) -> str:
 
 def _copy(db: _DuckDB, sql: str, out: Path) -> int:
     """Writes the query's rows to a parquet file; returns how many."""
-    db.con.execute(f"COPY ({sql}) TO {_quoted(out)} (FORMAT parquet)").fetchall()
+    db.con.execute(f"COPY ({sql}) TO {_quoted(out)} (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})").fetchall()
     return _count(db, f"read_parquet({_quoted(out)})")
 
 
@@ -142,34 +143,45 @@ def band_range_edges(
 
 
 def _verify(db: _DuckDB, edges: str, signatures: str, expected: int, out: Path, threshold: float | None) -> int:
-    """Streams edges joined with both signatures; writes those with similarity >= threshold."""
-    import pyarrow as pa
+    """Writes to `out` the edges whose endpoints' signatures agree in at least `threshold` of their values.
 
-    schema = pa.schema([("doc_a", pa.string()), ("doc_b", pa.string()), ("similarity", pa.float64())])
-    sink = _ParquetSink(out, schema)
-    seen = 0
+    Each endpoint's signature is joined on by DuckDB alone (the hash table holds the edges, not the
+    signatures) and written sorted by edge, so that the two files, read back in batches, line up row
+    for row: memory stays bounded by DuckDB's limit and one batch, however many edges and documents."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ends = {side: out.with_name(f"{out.name}.{side}.parquet") for side in ("doc_a", "doc_b")}
     try:
-        # Only the endpoints' signatures take part in the joins: a semi join streams the sketches past
-        # the (smaller) set of endpoints instead of building a hash table of every signature.
-        for batch in _batches(db, f"""
-            WITH edges AS (SELECT doc_a, doc_b FROM {edges}),
-            ends AS (SELECT doc_a AS doc_id FROM edges UNION SELECT doc_b FROM edges),
-            sigs AS (SELECT s.doc_id, s.signature FROM {signatures} s SEMI JOIN ends USING (doc_id))
-            SELECT e.doc_a, e.doc_b, sa.signature AS sig_a, sb.signature AS sig_b
-            FROM edges e JOIN sigs sa ON sa.doc_id = e.doc_a JOIN sigs sb ON sb.doc_id = e.doc_b
-        """):
-            seen += batch.num_rows
-            similarity = (_matrix(batch.column("sig_a")) == _matrix(batch.column("sig_b"))).mean(axis=1)
-            keep = similarity >= threshold if threshold is not None else np.ones(len(similarity), dtype=bool)
-            sink.write({
-                "doc_a": batch.column("doc_a").filter(pa.array(keep)),
-                "doc_b": batch.column("doc_b").filter(pa.array(keep)),
-                "similarity": similarity[keep],
-            })
+        counts = [
+            _copy(db, f"""
+                SELECT e.doc_a, e.doc_b, s.signature
+                FROM {signatures} s JOIN (SELECT doc_a, doc_b FROM {edges}) e ON s.doc_id = e.{side}
+                ORDER BY e.doc_a, e.doc_b
+            """, path)
+            for side, path in ends.items()
+        ]
+        schema = pa.schema([("doc_a", pa.string()), ("doc_b", pa.string()), ("similarity", pa.float64())])
+        sink = _ParquetSink(out, schema)
+        try:
+            batches = (pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS) for path in ends.values())
+            for a, b in zip(*batches, strict=True):
+                if not (a.column("doc_a").equals(b.column("doc_a")) and a.column("doc_b").equals(b.column("doc_b"))):
+                    raise ValueError("the two endpoint files of the verification do not line up")
+                similarity = (_matrix(a.column("signature")) == _matrix(b.column("signature"))).mean(axis=1)
+                keep = similarity >= threshold if threshold is not None else np.ones(len(similarity), dtype=bool)
+                sink.write({
+                    "doc_a": a.column("doc_a").filter(pa.array(keep)),
+                    "doc_b": a.column("doc_b").filter(pa.array(keep)),
+                    "similarity": similarity[keep],
+                })
+        finally:
+            sink.close()
     finally:
-        sink.close()
-    if seen != expected:
-        raise ValueError(f"{expected - seen} candidate edges have an endpoint without a signature in the sketches")
+        for path in ends.values():
+            path.unlink(missing_ok=True)
+    if min(counts) != expected:
+        raise ValueError(f"{expected - min(counts)} candidate edges have an endpoint without a signature in the sketches")
     return sink.rows
 
 

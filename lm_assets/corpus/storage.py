@@ -27,6 +27,9 @@ from lm_assets.corpus.keys import check_name, confined_path
 from training.primitives import atomic_path
 
 MANIFEST = ".published.json"
+# Rows per parquet row group: readers decode a row group's column at once, so a group of MinHash
+# signatures (512 bytes a row) stays a few MB, well inside a global step's DuckDB memory limit.
+ROW_GROUP_ROWS = 16_384
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -181,7 +184,7 @@ class Storage:
         try:
             for name, data in files.items():
                 if isinstance(data, pl.DataFrame):
-                    data.write_parquet(staging / name, compression="zstd")
+                    data.write_parquet(staging / name, compression="zstd", row_group_size=ROW_GROUP_ROWS)
                 else:
                     (staging / name).write_bytes(_as_bytes(data))
             if target.exists():
@@ -246,7 +249,7 @@ class Storage:
 def _as_bytes(data: bytes | pl.DataFrame) -> bytes:
     if isinstance(data, pl.DataFrame):
         buf = io.BytesIO()
-        data.write_parquet(buf, compression="zstd")
+        data.write_parquet(buf, compression="zstd", row_group_size=ROW_GROUP_ROWS)
         return buf.getvalue()
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"a stored file holds bytes or a table, not {type(data).__name__}")
