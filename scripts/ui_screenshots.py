@@ -64,6 +64,9 @@ def capture(out: Path, port: int, chromium: str) -> None:
                 skip.first.click()
             for text in clicks:
                 visible = [m for m in page.get_by_text(text, exact=True).all() if m.is_visible()]
+                if not visible:
+                    print(f"  {name}: nothing to click named {text!r}; the page as it is")
+                    continue
                 visible[-1].click()
                 page.wait_for_load_state("networkidle")
             page.wait_for_timeout(1500)

@@ -409,11 +409,13 @@ def test_the_shard_graph_through_packing_on_s3(s3_server):
     documents = store.read_parquet(f"decontaminated/{shard}/documents.parquet")
     assert set(segments["shard"]) == {shard}
     assert set(segments["doc_id"]) <= set(documents["doc_id"])
-    # The first training sequence, decoded: a marker opens each of its document pieces.
+    # A training sequence that holds a document boundary, decoded: a marker opens each of its pieces.
     packed = next(m for r in results for m in r.asset_materializations_for_node("packed_dataset"))
-    shown = packed.metadata["first_train_sequence"].value
-    first = segments.filter(pl.col("seq_index") == 0)
-    assert shown.count("⟦document ") == first.height and f"⟦document {first['doc_id'][0]}, its tokens" in shown
+    shown = packed.metadata["train_sequence"].value
+    index = int(shown.split(":")[0].removeprefix("Sequence "))
+    pieces = segments.filter(pl.col("seq_index") == index)
+    assert pieces.height > 1 and shown.count("⟦document ") == pieces.height
+    assert all(f"⟦document {doc_id}, its tokens" in shown for doc_id in pieces["doc_id"]) and "⟦EOS⟧" in shown
 
 
 def test_the_cli_makes_a_missing_dagster_home_and_explains_an_unset_one(tmp_path):

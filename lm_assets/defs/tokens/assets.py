@@ -331,12 +331,18 @@ class PackedDatasetConfig(dg.Config):
 
 
 def sequence_preview(result: PackedResult, decode) -> dg.MetadataValue:
-    """The first training sequence decoded, each document piece marked where it starts, EOS and padding shown."""
+    """A training sequence decoded, each document piece marked where it starts, EOS and padding shown: the
+    first one that holds a document boundary, else the first."""
     if result.num_sequences("train") == 0:
         return dg.MetadataValue.md("_no training sequence_")
-    segments = result.segments("train").filter(pl.col("seq_index") == 0)
-    text = render_sequence(result.sequences("train", 0, 1)[0], segments, decode, result.config.eos_id, result.config.pad_id)
-    return dg.MetadataValue.md(f"{segments.height} document pieces in {result.config.seq_len} tokens\n\n{fenced(text)}")
+    segments = result.segments("train")
+    pieces = segments.group_by("seq_index").len().filter(pl.col("len") > 1)
+    index = int(pieces["seq_index"].min()) if pieces.height else 0
+    shown = segments.filter(pl.col("seq_index") == index)
+    text = render_sequence(result.sequences("train", index, index + 1)[0], shown, decode,
+                           result.config.eos_id, result.config.pad_id)
+    count = f"{shown.height} document piece{'s' if shown.height != 1 else ''}"
+    return dg.MetadataValue.md(f"Sequence {index}: {count} in {result.config.seq_len} tokens\n\n{fenced(text)}")
 
 
 def tokenized_shards(instance: dg.DagsterInstance, store) -> list[str]:
@@ -386,7 +392,7 @@ def packed_dataset(
         result = pack(inputs, cfg)
         out = Path(tmp) / "packed"
         manifest = write_packed(result, out)
-        first_sequence = sequence_preview(result, sp.decode)
+        sequence_shown = sequence_preview(result, sp.decode)
         train_docs = set(result.segments("train")["doc_id"].unique().to_list())
         val_docs = set(result.segments("val")["doc_id"].unique().to_list())
         for name in PACKED_FILES:  # the manifest last: its presence means the rest is complete
@@ -410,7 +416,7 @@ def packed_dataset(
             "packing_efficiency": round(manifest["efficiency"], 4),
             "truncated_share": round(manifest["truncated_share"], 4),
             "mixture_shares": markdown_table(shares),
-            "first_train_sequence": first_sequence,
+            "train_sequence": sequence_shown,
             "tokenizer_hash": info["tokenizer_hash"],
             "tokens_per_second": round(sum(manifest["splits"][s]["tokens"] for s in ("train", "val")) / seconds) if seconds else 0,
         },
