@@ -23,6 +23,7 @@ from lm_assets.corpus.global_dedup import (
     UnionFindFile,
     band_range_edges,
     cluster_files,
+    cluster_report,
     star_components,
     union_find_components,
 )
@@ -212,3 +213,44 @@ def test_a_memory_limit_far_below_the_data_completes_by_spilling(tmp_path):
     assert clusters.height == sketches.height
     assert clusters.filter(pl.col("reason") == "exact_duplicate").height == 19_999
     assert clusters.filter(pl.col("reason") == "near_duplicate").height == 19_999
+
+
+def report_frames():
+    clusters = pl.DataFrame({
+        "doc_id": ["a", "b", "c", "d", "e", "f"],
+        "cluster_id": ["a", "a", "c", "d", "d", "d"],
+        "cluster_size": [2, 2, 1, 3, 3, 3],
+        "kept": [True, False, True, True, False, False],
+        "reason": [None, "exact_duplicate", None, None, "near_duplicate", "near_duplicate"],
+    })
+    sketches = pl.DataFrame({
+        "doc_id": ["a", "b", "c", "d", "e", "f"],
+        "content_hash": ["h1", "h1", "h2", "h3", "h4", "h5"],
+        "source": ["s1", "s1", "s1", "s2", "s2", "s2"],
+        "url": [f"https://x.example/{d}" for d in "abcdef"],
+    })
+    return clusters, sketches
+
+
+def test_the_cluster_report_counts_and_checks_through_duckdb():
+    clusters, sketches = report_frames()
+    report = cluster_report(clusters, sketches)
+    assert (report["documents"], report["kept"], report["exact_duplicates"], report["near_duplicates"]) == (6, 3, 1, 2)
+    assert report["dup_rate"] == 0.5 and report["cluster_size_histogram"] == {"1": 1, "2": 1, "3-4": 1}
+    assert not any(report["problems"].values()) and report["kept_sharing_a_hash"] == 0
+    assert report["per_shard"].rows() == [("s1", 3, 1, 0.3333), ("s2", 3, 2, 0.6667)]
+    assert report["largest"]["cluster_id"].to_list() == ["d", "a"]
+    assert report["largest"]["sample_urls"][0] == "https://x.example/d  https://x.example/e  https://x.example/f"
+
+    broken = pl.concat([clusters, pl.DataFrame({
+        "doc_id": ["c", "g"], "cluster_id": ["c", "c"], "cluster_size": [1, 1], "kept": [True, True], "reason": [None, None],
+    })])
+    unsketched = sketches.with_columns(
+        pl.when(pl.col("doc_id") == "c").then(pl.lit("h1")).otherwise("content_hash").alias("content_hash")
+    ).vstack(pl.DataFrame({"doc_id": ["h"], "content_hash": ["h9"], "source": ["s2"], "url": ["https://x.example/h"]}))
+    bad = cluster_report(broken, unsketched)
+    assert bad["problems"] == {
+        "duplicate_rows": 1, "clusters_not_keeping_one": 1, "wrong_cluster_size": 1,
+        "documents_without_cluster": 1, "rows_without_sketch": 1,
+    }
+    assert bad["kept_sharing_a_hash"] == 2  # c twice and a share h1

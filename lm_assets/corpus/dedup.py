@@ -902,13 +902,16 @@ def dedup_stats(clusters: pl.DataFrame, largest: int = 10) -> dict:
     }
 
 
-def cluster_size_histogram(sizes: pl.Series) -> dict[str, int]:
-    """Clusters per size bin: "1", "2", "3-4", "5-8", ... (only bins that occur, in order)."""
+def cluster_size_histogram(sizes: pl.Series, counts: pl.Series | None = None) -> dict[str, int]:
+    """Clusters per size bin: "1", "2", "3-4", "5-8", ... (only bins that occur, in order). `sizes` holds
+    one size per cluster, or, with `counts`, each distinct size once and `counts` its clusters."""
     size = sizes.to_numpy().astype(np.int64)
+    weight = np.ones(len(size), dtype=np.int64) if counts is None else counts.to_numpy().astype(np.int64)
     # frexp's exponent of size - 1 is its bit length, so this is the next power of two >= size.
     upper = np.where(size <= 2, size, np.int64(2) ** np.frexp((size - 1).astype(np.float64))[1].astype(np.int64))
-    bins, counts = np.unique(upper, return_counts=True)
+    bins, where = np.unique(upper, return_inverse=True)
+    totals = np.bincount(where, weights=weight, minlength=len(bins)).astype(np.int64) if len(size) else []
     return {
         (str(bin_) if bin_ <= 2 else f"{bin_ // 2 + 1}-{bin_}"): int(count)
-        for bin_, count in zip(bins.tolist(), counts.tolist())
+        for bin_, count in zip(bins.tolist(), list(totals))
     }

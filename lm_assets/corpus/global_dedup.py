@@ -29,12 +29,15 @@ from pathlib import Path
 import numpy as np
 
 from lm_assets.corpus.dedup import (
+    EXACT,
+    NEAR,
     RANK_COLUMNS,
     DedupConfig,
     Source,
     _DuckDB,
     candidate_edges_sql,
     centres,
+    cluster_size_histogram,
     ranked_sql,
     representatives_sql,
 )
@@ -449,3 +452,71 @@ def cluster_files(
         raise ValueError(f"clusters table has {rows} rows for {documents} documents")
     return ClusterRun(Path(out), stats | {"documents": documents, "edge_pairs": edge_count,
                                           "clustered_nodes": clustered})
+
+
+# ---------------------------------------------------------------------------------------------
+# What a round reports and checks
+# ---------------------------------------------------------------------------------------------
+
+
+def cluster_report(clusters: Source, sketches: Source | None, cfg: DedupConfig | None = None, largest: int = 10) -> dict:
+    """Counts, the cluster-size histogram, duplicates per shard, the largest clusters and the consistency
+    checks of a clusters table against the sketches it was made from, each computed by DuckDB over the
+    files, so a report on billions of rows stays within its memory limit. `sketches` hold `doc_id`,
+    `content_hash`, `source` and `url`; without them only the clusters' own figures are reported."""
+    cfg = cfg or DedupConfig()
+    with _DuckDB(cfg.duckdb) as db:
+        c = db.table("clusters", clusters, ["doc_id", "cluster_id", "cluster_size", "kept", "reason"])
+        counts = db.query(f"""
+            SELECT count(*) AS documents, count_if(kept)::BIGINT AS kept,
+                   count_if(reason = '{EXACT}')::BIGINT AS exact_duplicates,
+                   count_if(reason = '{NEAR}')::BIGINT AS near_duplicates, count(DISTINCT doc_id) AS distinct_documents
+            FROM {c}
+        """).row(0, named=True)
+        per_cluster = f"""(SELECT cluster_id, any_value(cluster_size) AS cluster_size, count(*) AS members,
+                                  count_if(kept)::BIGINT AS kept FROM {c} GROUP BY cluster_id)"""
+        sizes = db.query(f"SELECT cluster_size, count(*) AS clusters FROM {per_cluster} GROUP BY cluster_size ORDER BY 1")
+        wrong = db.query(f"""
+            SELECT count_if(kept <> 1)::BIGINT AS clusters_not_keeping_one,
+                   count_if(members <> cluster_size)::BIGINT AS wrong_cluster_size
+            FROM {per_cluster}
+        """).row(0, named=True)
+        documents = counts["documents"]
+        report = {
+            "documents": documents,
+            "kept": counts["kept"],
+            "exact_duplicates": counts["exact_duplicates"],
+            "near_duplicates": counts["near_duplicates"],
+            "dup_rate": (documents - counts["kept"]) / documents if documents else 0.0,
+            "cluster_size_histogram": cluster_size_histogram(sizes["cluster_size"], sizes["clusters"]),
+            "problems": {"duplicate_rows": documents - counts["distinct_documents"], **wrong},
+        }
+        if sketches is None:
+            return report
+        k = db.table("sketches", sketches, ["doc_id", "content_hash", "source", "url"])
+        report["per_shard"] = db.query(f"""
+            SELECT k.source, count(*) AS documents, count_if(NOT c.kept)::BIGINT AS removed,
+                   round(count_if(NOT c.kept) / count(*), 4)::DOUBLE AS dup_rate
+            FROM {c} c JOIN {k} k USING (doc_id) GROUP BY k.source ORDER BY k.source
+        """)
+        report["largest"] = db.query(f"""
+            WITH top AS (
+                SELECT cluster_id, cluster_size FROM {per_cluster} WHERE cluster_size > 1
+                ORDER BY cluster_size DESC, cluster_id LIMIT {int(largest)}
+            ),
+            members AS (
+                SELECT t.cluster_id, t.cluster_size, k.url, row_number() OVER (PARTITION BY t.cluster_id ORDER BY c.doc_id) AS n
+                FROM top t JOIN {c} c USING (cluster_id) JOIN {k} k USING (doc_id)
+            )
+            SELECT cluster_id, any_value(cluster_size) AS cluster_size, string_agg(url, '  ' ORDER BY n) AS sample_urls
+            FROM members WHERE n <= 3 GROUP BY cluster_id ORDER BY cluster_size DESC, cluster_id
+        """)
+        missing = db.query(f"""
+            SELECT (SELECT count(*) FROM {k} ANTI JOIN {c} USING (doc_id)) AS documents_without_cluster,
+                   (SELECT count(*) FROM {c} ANTI JOIN {k} USING (doc_id)) AS rows_without_sketch,
+                   (SELECT count(*) - count(DISTINCT content_hash) FROM {c} c JOIN {k} k USING (doc_id) WHERE c.kept)
+                       AS kept_sharing_a_hash
+        """).row(0, named=True)
+        report["kept_sharing_a_hash"] = missing.pop("kept_sharing_a_hash")
+        report["problems"] |= missing
+    return report

@@ -20,11 +20,10 @@ from lm_assets.corpus.dedup import (
     band_ranges,
     band_table,
     deduplicate_incremental,
-    dedup_stats,
     merge_clusters,
     sketch_documents,
 )
-from lm_assets.corpus.global_dedup import band_range_edges, cluster_files
+from lm_assets.corpus.global_dedup import band_range_edges, cluster_files, cluster_report
 from lm_assets.corpus.minhash import lsh_params
 from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.partitions import (
@@ -374,11 +373,10 @@ def dedup_clusters(
     seconds = time.perf_counter() - started
     store.write_bytes(INDEX_KEY, json.dumps({"fingerprint": round_.fingerprint, "shards": available}, indent=1).encode())
 
-    clusters = store.read_parquet(CLUSTERS_KEY)
-    sketches = (
-        read_shards(store, sorted(available), "sketches", ["doc_id", "content_hash", "source", "url"])
-        if available else None
-    )
+    with ExitStack() as stack:
+        clusters_file = str(stack.enter_context(store.local_copy(CLUSTERS_KEY)))
+        sketches = minhash_files(stack, store, sorted(available), "sketches") or None
+        report = cluster_report(clusters_file, sketches, cfg)
     unsketched = [s for s in context.instance.get_dynamic_partitions(shard_partitions.name) if s not in available]
     if unsketched:
         context.log.warning(
@@ -393,64 +391,36 @@ def dedup_clusters(
             "shards_processed": dg.MetadataValue.json(shards),
             "shards_in_index": len(available),
             "shards_registered_without_sketches": dg.MetadataValue.json(unsketched),
-            **cluster_metadata(clusters, sketches),
+            **cluster_metadata(report),
             "seconds": round(seconds, 3),
             "threshold": cfg.minhash.threshold,
             "verify_threshold": cfg.effective_verify_threshold,
             "components": dedup.components,
         },
-        check_results=cluster_checks(clusters, sketches),
+        check_results=cluster_checks(report),
     )
 
 
-def cluster_metadata(clusters: pl.DataFrame, sketches: pl.DataFrame | None) -> dict:
-    stats = dedup_stats(clusters)
+def cluster_metadata(report: dict) -> dict:
+    histogram = report["cluster_size_histogram"]
     meta = {
-        "documents": stats["documents"],
-        "kept": stats["kept"],
-        "exact_duplicates": stats["exact_duplicates"],
-        "near_duplicates": stats["near_duplicates"],
-        "dup_rate": round(stats["dup_rate"], 4),
+        "documents": report["documents"],
+        "kept": report["kept"],
+        "exact_duplicates": report["exact_duplicates"],
+        "near_duplicates": report["near_duplicates"],
+        "dup_rate": round(report["dup_rate"], 4),
         "cluster_size_histogram": markdown_table(
-            pl.DataFrame({"cluster_size": list(stats["cluster_size_histogram"]), "clusters": list(stats["cluster_size_histogram"].values())})
+            pl.DataFrame({"cluster_size": list(histogram), "clusters": list(histogram.values())})
         ),
     }
-    if sketches is None or clusters.height == 0:
+    if "per_shard" not in report:
         return meta
-    joined = clusters.join(sketches, on="doc_id", how="left")
-    per_shard = (
-        joined.group_by("source")
-        .agg(pl.len().alias("documents"), (~pl.col("kept")).sum().alias("removed"))
-        .with_columns((pl.col("removed") / pl.col("documents")).round(4).alias("dup_rate"))
-        .sort("source")
-    )
-    largest = (
-        joined.filter(pl.col("cluster_size") > 1)
-        .group_by("cluster_id")
-        .agg(pl.col("cluster_size").first(), pl.col("url").head(3).str.join("  ").alias("sample_urls"))
-        .sort(["cluster_size", "cluster_id"], descending=[True, False])
-        .head(10)
-    )
-    return meta | {"dup_rate_per_shard": markdown_table(per_shard), "largest_clusters": markdown_table(largest)}
+    return meta | {"dup_rate_per_shard": markdown_table(report["per_shard"]), "largest_clusters": markdown_table(report["largest"])}
 
 
-def cluster_checks(clusters: pl.DataFrame, sketches: pl.DataFrame | None) -> list[dg.AssetCheckResult]:
-    expected_ids = sketches["doc_id"] if sketches is not None else pl.Series([], dtype=pl.String)
-    per_cluster = clusters.group_by("cluster_id").agg(
-        pl.col("kept").sum().alias("kept"), pl.len().alias("members"), pl.col("cluster_size").first()
-    )
-    problems = {
-        "documents_without_cluster": expected_ids.is_in(clusters["doc_id"].implode()).not_().sum(),
-        "rows_without_sketch": clusters["doc_id"].is_in(expected_ids.implode()).not_().sum(),
-        "duplicate_rows": clusters.height - clusters["doc_id"].n_unique(),
-        "clusters_not_keeping_one": per_cluster.filter(pl.col("kept") != 1).height,
-        "wrong_cluster_size": per_cluster.filter(pl.col("members") != pl.col("cluster_size")).height,
-    }
-    kept_hashes = (
-        clusters.filter("kept").join(sketches.select("doc_id", "content_hash"), on="doc_id")["content_hash"]
-        if sketches is not None else pl.Series([], dtype=pl.String)
-    )
-    shared = kept_hashes.len() - kept_hashes.n_unique()
+def cluster_checks(report: dict) -> list[dg.AssetCheckResult]:
+    problems = report["problems"]
+    shared = report.get("kept_sharing_a_hash", 0)
     return [
         dg.AssetCheckResult(
             check_name="clusters_consistent", passed=not any(problems.values()),
