@@ -24,6 +24,7 @@ from lm_assets.corpus.global_dedup import (
     band_range_edges,
     cluster_files,
     cluster_report,
+    merge_cluster_files,
     star_components,
     union_find_components,
 )
@@ -254,3 +255,18 @@ def test_the_cluster_report_counts_and_checks_through_duckdb():
         "documents_without_cluster": 1, "rows_without_sketch": 1,
     }
     assert bad["kept_sharing_a_hash"] == 2  # c twice and a share h1
+
+
+def test_merging_cluster_files_equals_merging_in_memory(tmp_path):
+    old, _ = report_frames()
+    new = pl.DataFrame({
+        "doc_id": ["g", "h"], "cluster_id": ["a", "h"], "cluster_size": [3, 1], "kept": [False, True],
+        "reason": ["near_duplicate", None], "kept_doc_id": ["a", "h"],
+    })
+    old = old.with_columns(pl.when(pl.col("kept")).then("doc_id").otherwise("cluster_id").alias("kept_doc_id"))
+    old.write_parquet(tmp_path / "old.parquet")
+    rows = merge_cluster_files(tmp_path / "old.parquet", new, tmp_path / "merged.parquet")
+    merged = pl.read_parquet(tmp_path / "merged.parquet")
+    assert rows == 8 and merged.schema == D.CLUSTER_SCHEMA
+    assert merged.sort("doc_id").equals(D.merge_clusters(old, new).sort("doc_id"))
+    assert merged.filter(pl.col("cluster_id") == "a")["cluster_size"].to_list() == [3, 3, 3]

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from lm_assets.corpus.dedup import (
+    CLUSTER_SCHEMA,
     EXACT,
     NEAR,
     RANK_COLUMNS,
@@ -520,3 +521,20 @@ def cluster_report(clusters: Source, sketches: Source | None, cfg: DedupConfig |
         report["kept_sharing_a_hash"] = missing.pop("kept_sharing_a_hash")
         report["problems"] |= missing
     return report
+
+
+def merge_cluster_files(old: Source, new: Source, out: str | Path, cfg: DedupConfig | None = None) -> int:
+    """The persisted clusters table after an incremental round, written to `out` by DuckDB: the old rows,
+    then the new, every row with its cluster's grown size (as `dedup.merge_clusters`, in bounded memory).
+    Returns the rows written."""
+    cfg = cfg or DedupConfig()
+    columns = list(CLUSTER_SCHEMA)
+    with _DuckDB(cfg.duckdb) as db:
+        combined = f"""(SELECT {', '.join(columns)} FROM {db.table('old_clusters', old, columns)}
+                        UNION ALL SELECT {', '.join(columns)} FROM {db.table('new_clusters', new, columns)})"""
+        return _copy(db, f"""
+            WITH combined AS {combined},
+            sizes AS (SELECT cluster_id, count(*) AS grown FROM combined GROUP BY cluster_id)
+            SELECT {', '.join('grown::BIGINT AS cluster_size' if c == 'cluster_size' else c for c in columns)}
+            FROM combined JOIN sizes USING (cluster_id)
+        """, Path(out))

@@ -20,10 +20,9 @@ from lm_assets.corpus.dedup import (
     band_ranges,
     band_table,
     deduplicate_incremental,
-    merge_clusters,
     sketch_documents,
 )
-from lm_assets.corpus.global_dedup import band_range_edges, cluster_files, cluster_report
+from lm_assets.corpus.global_dedup import band_range_edges, cluster_files, cluster_report, merge_cluster_files
 from lm_assets.corpus.minhash import lsh_params
 from lm_assets.defs.config import to_dataclass
 from lm_assets.defs.partitions import (
@@ -368,8 +367,9 @@ def dedup_clusters(
             edges = pl.concat([store.read_parquet(key) for key in edge_keys])
             new_sketches = read_shards(store, shards, "sketches")
             result = deduplicate_incremental(new_sketches, None, state, cfg, edges=edges)
-            clusters = merge_clusters(pl.read_parquet(old_clusters), result.clusters)
-        store.write_parquet(CLUSTERS_KEY, clusters)
+            work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dedup-clusters-")))
+            merge_cluster_files(old_clusters, result.clusters.cast(CLUSTER_SCHEMA), work / "clusters.parquet", cfg)
+            store.put_file(CLUSTERS_KEY, work / "clusters.parquet")
     seconds = time.perf_counter() - started
     store.write_bytes(INDEX_KEY, json.dumps({"fingerprint": round_.fingerprint, "shards": available}, indent=1).encode())
 
