@@ -12,6 +12,7 @@ import dagster as dg
 
 from lm_assets.defs.automation import landing_shards
 from lm_assets.defs.dedup.assets import band_partitions
+from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
 from lm_assets.defs.partitions import add_new_partitions, shard_partitions
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
@@ -102,8 +103,6 @@ def checkpoints_to_evaluate(instance: dg.DagsterInstance) -> list[str]:
     """What `checkpoint_evaluation_sensor` requests on a tick now, run in process: every checkpoint
     partition that some benchmark has not scored yet. The demo evaluates through it, as the sensor
     would when switched on."""
-    from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
-
     result = checkpoint_evaluation_sensor(dg.build_sensor_context(instance=instance))
     return [request.partition_key for request in result.run_requests or []]
 

@@ -6,9 +6,10 @@ to a parquet file. No step loads all signatures or all documents into Python:
 
 1. `band_range_edges` (one band range; each range can run in its own process): the best document of
    each exact group (`dedup.representatives_sql`), the LSH candidate edges of the range
-   (`dedup.candidate_edges_sql`), then verification: DuckDB joins the edges with both endpoints'
-   signatures and hands the joined rows over in record batches, whose similarities numpy computes;
-   edges at or above the threshold are written with their `similarity`.
+   (`dedup.candidate_edges_sql`), then verification: DuckDB joins the edges with each endpoint's
+   signatures in its own query and writes both sorted by edge; read back batch by batch, the two
+   files line up row for row, numpy computes the similarities, and edges at or above the threshold
+   are written with their `similarity`.
 2. `cluster_files`: `dedup.ranked_sql` numbers the documents 0..n-1 in keep-rule order (the dense
    document number), edges become pairs of exact-group numbers, and connected components come from
    union-find over a memory-mapped parent array (`UnionFindFile`, 4 bytes per document up to 2^31
@@ -44,7 +45,6 @@ from lm_assets.corpus.dedup import (
 )
 from lm_assets.corpus.storage import ROW_GROUP_ROWS
 
-VERIFIED_EDGE_COLUMNS = ("doc_a", "doc_b", "similarity")
 COMPONENT_ALGORITHMS = ("union_find", "star")
 # Rows handed from DuckDB to numpy at a time: two signatures each, about 8 MiB a batch.
 BATCH_ROWS = 8192
@@ -117,7 +117,7 @@ def band_range_edges(
     `sketches` must hold every document of `bands`. With `old_bands` and `old_sketches` (the state
     of earlier runs) this is the incremental run's range: new exact groups whose text is already in
     the old sketches take no part, old documents join buckets of new ones, no edge links two old
-    documents. Returns counts and the folder DuckDB spilled to.
+    documents. Returns the range and its candidate and verified edge counts.
     """
     cfg = cfg or DedupConfig()
     out = Path(out)
@@ -291,11 +291,12 @@ def union_find_components(pairs: str, n: int, db: _DuckDB, workdir: Path, out: P
             sink.write({"node": nodes.astype(np.int64), "component": roots.astype(np.int64)})
     finally:
         sink.close()
+    bytes_per_document = sets.bytes_per_document
     del sets
     (workdir / "parents.int").unlink(missing_ok=True)
     _copy(db, f"SELECT DISTINCT node, component FROM read_parquet({_quoted(listed)})", out)
     listed.unlink()
-    return {"algorithm": "union_find", "id_array_bytes_per_document": 4 if n < 2**31 else 8}
+    return {"algorithm": "union_find", "id_array_bytes_per_document": bytes_per_document}
 
 
 def star_components(pairs: str, db: _DuckDB, out: Path, max_rounds: int = 200) -> dict:
@@ -474,13 +475,18 @@ def cluster_report(clusters: Source, sketches: Source | None, cfg: DedupConfig |
                    count_if(reason = '{NEAR}')::BIGINT AS near_duplicates, count(DISTINCT doc_id) AS distinct_documents
             FROM {c}
         """).row(0, named=True)
-        per_cluster = f"""(SELECT cluster_id, any_value(cluster_size) AS cluster_size, count(*) AS members,
-                                  count_if(kept)::BIGINT AS kept FROM {c} GROUP BY cluster_id)"""
-        sizes = db.query(f"SELECT cluster_size, count(*) AS clusters FROM {per_cluster} GROUP BY cluster_size ORDER BY 1")
-        wrong = db.query(f"""
+        # One row per cluster, made once: the histogram, two checks and the largest clusters read it.
+        db.con.execute(f"""
+            CREATE TEMP TABLE per_cluster AS
+            SELECT cluster_id, any_value(cluster_size) AS cluster_size, count(*) AS members,
+                   count_if(kept)::BIGINT AS kept
+            FROM {c} GROUP BY cluster_id
+        """).fetchall()
+        sizes = db.query("SELECT cluster_size, count(*) AS clusters FROM per_cluster GROUP BY cluster_size ORDER BY 1")
+        wrong = db.query("""
             SELECT count_if(kept <> 1)::BIGINT AS clusters_not_keeping_one,
                    count_if(members <> cluster_size)::BIGINT AS wrong_cluster_size
-            FROM {per_cluster}
+            FROM per_cluster
         """).row(0, named=True)
         documents = counts["documents"]
         report = {
@@ -502,7 +508,7 @@ def cluster_report(clusters: Source, sketches: Source | None, cfg: DedupConfig |
         """)
         report["largest"] = db.query(f"""
             WITH top AS (
-                SELECT cluster_id, cluster_size FROM {per_cluster} WHERE cluster_size > 1
+                SELECT cluster_id, cluster_size FROM per_cluster WHERE cluster_size > 1
                 ORDER BY cluster_size DESC, cluster_id LIMIT {int(largest)}
             ),
             members AS (

@@ -110,7 +110,7 @@ def drop_metadata(*tables: pl.DataFrame) -> dict:
 
 
 def drop_audit_metadata(dropped: pl.DataFrame, docs: pl.DataFrame, known_reasons: list[str] = ()) -> dict:
-    """A few dropped documents per reason (URL, opening text), and per reason a numeric count under
+    """A few dropped documents per reason (the score that dropped them, URL, opening text), and per reason a numeric count under
     `dropped/<stage:reason>` (0 for known reasons that dropped nothing), so each rule's cost plots
     across runs."""
     examples = drop_examples(dropped, docs)
