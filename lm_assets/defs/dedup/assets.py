@@ -154,7 +154,8 @@ def minhash_signatures(
     bands = band_table(sketches, config)
     seconds = time.perf_counter() - started
     keys = minhash_keys(shard)
-    info = {"fingerprint": dedup.sketch_fingerprint(), "documents": docs.height, "digest": content_digest(sketches)}
+    fingerprint = dedup.sketch_fingerprint()
+    info = {"fingerprint": fingerprint, "documents": docs.height, "digest": content_digest(sketches)}
     store.publish(stage_folder("minhash", shard), {"sketches.parquet": sketches, "bands.parquet": bands, "info.json": json.dumps(info).encode()})
     n_bands, rows = lsh_params(config.minhash)
     ids_match = sketches["doc_id"].n_unique() == sketches.height == docs.height
@@ -167,7 +168,7 @@ def minhash_signatures(
             "bands_x_rows": f"{n_bands} x {rows}",
             "threshold": config.minhash.threshold,
             "docs_per_second": round(docs.height / seconds, 1) if seconds else 0.0,
-            "sketch_fingerprint": dedup.sketch_fingerprint(),
+            "sketch_fingerprint": fingerprint,
         },
         check_results=[
             dg.AssetCheckResult(
