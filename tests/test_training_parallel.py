@@ -44,12 +44,14 @@ slow = pytest.mark.slow
 def write_packed(path: Path, n_seq: int = 256, seed: int = 0) -> Path:
     """A packed dataset in the packing stage's layout: `train.bin` ([n_seq, SEQ_LEN] uint16,
     little-endian) and `manifest.json`. Rows are arithmetic sequences mod the vocabulary, so a
-    tiny model learns them within a few steps."""
+    tiny model learns them within a few steps, each cut in two documents by an EOS (id 3), so that
+    document masking changes what a token sees."""
     path.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     start = rng.integers(4, VOCAB, size=(n_seq, 1))
     stride = rng.integers(1, 4, size=(n_seq, 1))
     rows = (start + stride * np.arange(SEQ_LEN)) % (VOCAB - 4) + 4
+    rows[np.arange(n_seq), rng.integers(8, SEQ_LEN - 8, size=n_seq)] = 3
     rows.astype("<u2").tofile(path / "train.bin")
     manifest = {
         "format": "lm-assets-packed/1",
@@ -65,8 +67,11 @@ def write_packed(path: Path, n_seq: int = 256, seed: int = 0) -> Path:
     return path
 
 
-def launch(nproc: int, overrides: list[str], launcher: str = "torchrun") -> tuple[int, list[dict], str]:
-    """Run a training job; returns (exit status, rank 0's per-step metrics, stderr)."""
+def launch(
+    nproc: int, overrides: list[str], launcher: str = "torchrun", summaries: list | None = None
+) -> tuple[int, list[dict], str]:
+    """Run a training job; returns (exit status, rank 0's per-step metrics, stderr). The run's
+    final summary is appended to `summaries` when given."""
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     port = str(free_port())
     if launcher == "torchrun":
@@ -88,11 +93,13 @@ def launch(nproc: int, overrides: list[str], launcher: str = "torchrun") -> tupl
                 continue
             if "step" in record and "loss" in record:
                 metrics.append(record)
+            elif "summary" in record and summaries is not None:
+                summaries.append(record["summary"])
     return proc.returncode, metrics, proc.stderr
 
 
-def run_ok(nproc: int, overrides: list[str], launcher: str = "torchrun") -> list[dict]:
-    rc, metrics, stderr = launch(nproc, overrides, launcher)
+def run_ok(nproc: int, overrides: list[str], launcher: str = "torchrun", summaries: list | None = None) -> list[dict]:
+    rc, metrics, stderr = launch(nproc, overrides, launcher, summaries)
     assert rc == 0, stderr[-4000:]
     return metrics
 
@@ -161,7 +168,7 @@ def test_model_split_checks():
 
 def test_config_files_and_generated_deepspeed_json(tmp_path):
     from training.config import load_config
-    from training.engine import deepspeed_config
+    from training.engine import adamw, deepspeed_config
 
     toml = tmp_path / "run.toml"
     toml.write_text('data = "/d"\nprecision = "bf16"\nzero_stage = 1\nmodel_overrides = ["n_layers=4"]\n'
@@ -174,8 +181,11 @@ def test_config_files_and_generated_deepspeed_json(tmp_path):
     assert ds["bf16"]["enabled"] and not ds["fp16"]["enabled"]
     assert ds["zero_optimization"]["stage"] == 1
     assert ds["gradient_clipping"] == 0.5
-    assert ds["optimizer"]["type"] == "AdamW" and ds["optimizer"]["params"]["torch_adam"] is True
-    assert ds["optimizer"]["params"]["lr"] == 1e-3
+    assert "optimizer" not in ds  # ours: torch's AdamW, handed to deepspeed.initialize
+    opt = adamw([{"params": [torch.nn.Parameter(torch.zeros(2, 2))]}], cfg)
+    assert opt.defaults["lr"] == 1e-3 and opt.defaults["fused"] is True and opt.defaults["betas"] == (0.9, 0.95)
+    cfg.kernels.fused_adamw = False
+    assert not adamw([{"params": [torch.nn.Parameter(torch.zeros(2, 2))]}], cfg).defaults["fused"]
     as_json = tmp_path / "run.json"
     as_json.write_text(json.dumps({"data": "/d", "spike": {"k_sigma": 3.0}}))
     assert load_config(as_json).spike.k_sigma == 3.0
@@ -279,7 +289,9 @@ def test_pp2_tp2_dp2_matches_single_process(layout_runs):
     model.load_state_dict(a, strict=True)
     for sub in ("3d", "single"):
         written = json.loads((ckpt / sub / "step_00000020" / "ds_config.json").read_text())
-        assert written["optimizer"]["params"]["torch_adam"] is True
+        assert "optimizer" not in written
+        train_config = json.loads((ckpt / sub / "step_00000020" / "train_config.json").read_text())
+        assert train_config["kernels"]["fused_adamw"] is True and train_config["document_mask"] is True
 
 
 @slow

@@ -213,6 +213,29 @@ class CheckpointConfig:
     resume: bool = True  # continue from the latest checkpoint in dir, if any
 
 
+KERNEL_CHOICES = {
+    "rms_norm": ("eager", "torch", "liger"),
+    "rope": ("eager", "liger"),
+    "swiglu": ("eager", "liger"),
+    "cross_entropy": ("eager", "liger"),
+    "attention": ("sdpa", "flash", "flex"),
+}
+
+
+@dataclass
+class KernelConfig:
+    """The kernel of each hot op: "auto" or one of `KERNEL_CHOICES[op]` (`training/kernels.py`
+    says what each is). "auto" takes liger-kernel on CUDA when it is installed, FlexAttention on
+    CUDA for document masks, torch's own kernels otherwise."""
+
+    rms_norm: str = "auto"
+    rope: str = "auto"
+    swiglu: str = "auto"
+    cross_entropy: str = "auto"
+    attention: str = "auto"
+    fused_adamw: bool = True  # torch's fused AdamW (one kernel for all parameters; CPU and CUDA)
+
+
 @dataclass
 class DebugConfig:
     """Fault injection for tests."""
@@ -247,6 +270,9 @@ class TrainConfig:
     grad_accum: int = 1
     optim: OptimConfig = field(default_factory=OptimConfig)
     activation_checkpointing: bool = False
+    compile: bool | None = None  # torch.compile each transformer block; None: on for CUDA, off for CPU
+    document_mask: bool = True  # attend within documents only, positions restarting per document
+    kernels: KernelConfig = field(default_factory=KernelConfig)
     seed: int = 0
     steps: int = 100
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -303,6 +329,9 @@ class TrainConfig:
             raise ValueError("checkpoint.save_every needs checkpoint.dir")
         if self.peak_flops is not None and not self.peak_flops > 0:
             raise ValueError("peak_flops must be positive (FLOP/s of one device)")
+        for op, choices in KERNEL_CHOICES.items():
+            if getattr(self.kernels, op) not in ("auto", *choices):
+                raise ValueError(f"kernels.{op}={getattr(self.kernels, op)!r}: choose one of {('auto', *choices)}")
         self.debug.loss_scales()
 
     def dims(self, world_size: int) -> ParallelDims:
@@ -448,6 +477,8 @@ def to_dict(cfg) -> dict:
 __all__ = [
     "CheckpointConfig",
     "DebugConfig",
+    "KERNEL_CHOICES",
+    "KernelConfig",
     "ModelConfig",
     "OptimConfig",
     "PRECISIONS",

@@ -71,7 +71,8 @@ log = logging.getLogger("training")
 
 
 def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
-    """The DeepSpeed JSON for `cfg` at data-parallel size `dp` (scheduler is ours, not in it)."""
+    """The DeepSpeed JSON for `cfg` at data-parallel size `dp` (the optimizer, `adamw`, and the
+    scheduler are ours, not in it)."""
     o = cfg.optim
     ds: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
@@ -80,17 +81,6 @@ def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
         "gradient_clipping": o.grad_clip,
         "steps_per_print": 2**31 - 1,  # the training loop reports; keep DeepSpeed quiet
         "wall_clock_breakdown": False,
-        "optimizer": {
-            "type": "AdamW",
-            "params": {
-                "lr": o.lr,
-                "betas": [o.beta1, o.beta2],
-                "eps": o.eps,
-                "weight_decay": o.weight_decay,
-                # torch's AdamW: FusedAdam/CPUAdam JIT-compile for minutes on first use.
-                "torch_adam": True,
-            },
-        },
         "zero_optimization": {"stage": cfg.zero_stage},
         "bf16": {"enabled": cfg.precision == "bf16"},
         "fp16": {"enabled": cfg.precision == "fp16"},
@@ -99,6 +89,14 @@ def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
         ds["fp16"].update({"loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
                            "min_loss_scale": 1})  # fmt: skip
     return ds
+
+
+def adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.AdamW:
+    """torch's AdamW over the parameter `groups`; `kernels.fused_adamw` takes its fused kernel
+    (one launch for every parameter; on CPU too). DeepSpeed wraps it for ZeRO and bf16."""
+    o = cfg.optim
+    return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
+                             fused=cfg.kernels.fused_adamw or None)  # fmt: skip
 
 
 def lr_lambda(warmup_steps: int, total_steps: int, min_ratio: float) -> Callable[[int], float]:
@@ -225,6 +223,8 @@ class Trainer:
         from deepspeed.accelerator import get_accelerator
         from deepspeed.runtime.pipe.engine import PipelineEngine
 
+        from training import kernels
+        from training.model import compile_blocks
         from training.parallel import LossFn, build_model, init_distributed, setup_parallel
 
         cfg.validate()
@@ -254,9 +254,19 @@ class Trainer:
             # DeepSpeed's CPU accelerator reports no fp16 support; it works for testing.
             get_accelerator().is_fp16_supported = lambda: True
 
+        device_type = get_accelerator().device_name()
+        self.kernels = kernels.resolve(cfg.kernels, device_type, cfg.document_mask)
+        kernels.activate(self.kernels)
+        self.compiled = device_type == "cuda" if cfg.compile is None else cfg.compile
+        self.eos_id = self.dataset.manifest.get("eos_id") if cfg.document_mask else None
+        if cfg.document_mask and self.eos_id is None:
+            raise ValueError("document_mask needs the data manifest's eos_id; set document_mask=false")
+
         self.state = setup_parallel(dims)
         self.loss_fn = LossFn(cfg.debug.loss_scales())
         model = build_model(self.model_cfg, self.state, cfg.seed, self.loss_fn, cfg.activation_checkpointing)
+        if self.compiled:
+            compile_blocks(model)
         self.ds_config = deepspeed_config(cfg, dims.dp)
         decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
@@ -264,7 +274,7 @@ class Trainer:
         schedule = lr_lambda(cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
         self.engine, _, _, _ = deepspeed.initialize(
             model=model,
-            model_parameters=groups,
+            optimizer=adamw(groups, cfg),
             config=self.ds_config,
             lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule),
             mpu=self.state.mpu,
@@ -295,14 +305,24 @@ class Trainer:
 
     # -- data ----------------------------------------------------------------------------------
 
-    def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def micro_batches(self, step: int) -> list[tuple]:
+        """`(inputs, doc_ids, targets)` of each micro-batch of `step`, on the device; `doc_ids` is
+        None without document masks."""
+        from training.kernels import document_ids
+
         g = self.cfg.grad_accum
         device = self.engine.device
         out = []
         for i in range(g):
             x, y = self.dataset.get_batch(step * g + i, self.state.dp_rank, self.dims.dp, self.cfg.micro_batch_size)
-            out.append((x.to(device), y.to(device)))
+            doc = None if self.eos_id is None else document_ids(x, self.eos_id).to(device)
+            out.append((x.to(device), doc, y.to(device)))
         return out
+
+    def run_info(self) -> dict:
+        """How this run computes: compilation, kernels, document masks (the run's metadata)."""
+        return {"compiled": self.compiled, "document_mask": self.cfg.document_mask,
+                "kernels": self.kernels.to_dict() | {"fused_adamw": self.cfg.kernels.fused_adamw}}  # fmt: skip
 
     @property
     def tokens_per_step(self) -> int:
@@ -360,11 +380,11 @@ class Trainer:
         batches = self.micro_batches(step)
         t0 = time.perf_counter()
         if self.pipeline:
-            engine.train_batch(iter(batches))
+            engine.train_batch(iter(((x, doc) if doc is not None else x, y) for x, doc, y in batches))
         else:
             losses = []
-            for i, (x, y) in enumerate(batches):
-                loss = self.loss_fn(engine(x), y)
+            for i, (x, doc, y) in enumerate(batches):
+                loss = self.loss_fn(engine(x, doc), y)
                 engine.backward(loss)
                 losses.append(loss.detach().float())
                 if i < len(batches) - 1:

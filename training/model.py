@@ -9,13 +9,19 @@
   `LlamaForCausalLM` with no permutation. Each attention layer keeps its own cos/sin table
   (`[max_seq_len, head_dim]`, fp32, not saved in the state dict), so a block is self-contained.
 - Grouped-query attention: `n_kv_heads` key/value heads, each shared by `n_heads / n_kv_heads` query
-  heads (query head h uses kv head h // group, HF's `repeat_kv`), then
-  `F.scaled_dot_product_attention(is_causal=True)`, which picks flash/memory-efficient kernels.
+  heads (query head h uses kv head h // group, HF's `repeat_kv`), causal, through
+  `kernels.attention` (SDPA, FlashAttention or FlexAttention).
 - SwiGLU MLP: `down(silu(gate(x)) * up(x))`. No biases anywhere.
+- Document masks: given `doc_ids` (`kernels.document_ids` of a packed row), a token attends only
+  to earlier tokens of its own document and its RoPE position counts from its document's start,
+  so every document is computed as if it were alone in the row.
 
-Building blocks for parallel wrappers. `Embedding`, `Block` and `Head` are separate modules with
-`forward(tensor) -> tensor`, so a pipeline-parallel wrapper can stack `[Embedding, *Blocks, Head]`
-across stages; `Transformer` is just that stack. The attention and MLP linears come from a
+The norm, RoPE, SwiGLU, cross-entropy and attention run on the kernels `training/kernels.py` has
+activated for the process (eager math by default). `compile_blocks` compiles every block's layer.
+
+Building blocks for parallel wrappers. `Embedding`, `Block` and `Head` are separate modules
+(`Block.forward(x, positions=None, mask=None)`), so a pipeline-parallel wrapper can stack
+`[Embedding, *Blocks, Head]` across stages; `Transformer` is that stack. The attention and MLP linears come from a
 `linear_factory(in_features, out_features, style)` where style is "column" for q/k/v/gate/up
 (output features may be split across tensor-parallel ranks) and "row" for o/down (input features
 split, outputs summed). The attention reshapes with the head count inferred from the projection
@@ -39,10 +45,11 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from training import kernels
 from training.config import ModelConfig
+from training.kernels import rotate_half
 
 IGNORE_INDEX = -100
 
@@ -66,10 +73,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        return kernels.rms_norm(x, self.weight, self.eps)
 
 
 def rope_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,11 +84,6 @@ def rope_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> t
     angles = torch.outer(positions, inv_freq)
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -113,7 +112,8 @@ class Attention(nn.Module):
         cos, sin = rope_tables(self.head_dim, self.cfg.max_seq_len, self.cfg.rope_theta, device=device)
         self.rope_cos, self.rope_sin = cos, sin
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None, mask=None) -> torch.Tensor:
+        """`positions`: `[B, T]` RoPE positions (None: 0..T-1); `mask`: see `kernels.attention`."""
         B, T, _ = x.shape
         if T > self.rope_cos.size(0):
             raise ValueError(f"sequence length {T} exceeds max_seq_len {self.rope_cos.size(0)}")
@@ -121,13 +121,12 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
-        cos, sin = self.rope_cos[:T].to(q.dtype), self.rope_sin[:T].to(q.dtype)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        group = q.size(1) // k.size(1)
-        if group > 1:  # kv head j serves query heads j*group .. (j+1)*group - 1
-            k = k.repeat_interleave(group, dim=1)
-            v = v.repeat_interleave(group, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if positions is None:
+            cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        else:
+            cos, sin = self.rope_cos[positions], self.rope_sin[positions]
+        q, k = kernels.rope(q, k, cos.to(q.dtype), sin.to(q.dtype))
+        y = kernels.attention(q, k, v, mask)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
@@ -141,7 +140,7 @@ class MLP(nn.Module):
                             "down_proj": (cfg.dim, cfg.ffn_hidden)}  # fmt: skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,8 +171,13 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = MLP(cfg, linear_factory)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x))
+        self.run = self.layer  # `compile_blocks` swaps in the compiled layer
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None, mask=None) -> torch.Tensor:
+        return self.run(x, positions, mask)
+
+    def layer(self, x: torch.Tensor, positions: torch.Tensor | None, mask) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), positions, mask)
         return x + self.mlp(self.mlp_norm(x))
 
     def init_weights(self, seed: int, prefix: str | None = None) -> None:
@@ -223,15 +227,20 @@ class Transformer(nn.Module):
         if seed is not None:
             self.init_weights(seed)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """`doc_ids` (`[B, T]`, `kernels.document_ids`): attend within documents only, positions
+        restarting at each document; None: one causal sequence per row."""
         h = self.embed(ids)
+        positions = mask = None
+        if doc_ids is not None:
+            positions, mask = kernels.document_positions(doc_ids), kernels.document_mask(doc_ids)
         for layer in self.layers:
-            h = layer(h)
+            h = layer(h, positions, mask)
         return self.head(h)
 
-    def loss(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def loss(self, inputs: torch.Tensor, targets: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Mean cross-entropy of the next-token predictions over non-ignored targets."""
-        return cross_entropy(self(inputs), targets)
+        return cross_entropy(self(inputs, doc_ids), targets)
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
@@ -275,12 +284,16 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = 
     data parallelism weighted by token count, take reduction="sum" and divide by the global count
     of `targets != IGNORE_INDEX`.
     """
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(),
-        targets.reshape(-1),
-        ignore_index=IGNORE_INDEX,
-        reduction=reduction,
-    )
+    return kernels.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction)
+
+
+def compile_blocks(model: nn.Module, **options) -> int:
+    """`torch.compile` the layer of every `Block` in `model` (regional compilation: blocks share
+    one compiled graph; weights, names and state dict unchanged); returns how many."""
+    blocks = [m for m in model.modules() if isinstance(m, Block)]
+    for block in blocks:
+        block.run = torch.compile(block.layer, **options)
+    return len(blocks)
 
 
 def _layer_matmul_params(cfg: ModelConfig) -> int:
@@ -335,6 +348,7 @@ __all__ = [
     "RMSNorm",
     "Transformer",
     "apply_rope",
+    "compile_blocks",
     "cross_entropy",
     "default_linear",
     "flops_per_token",

@@ -22,7 +22,9 @@ Model. With `pp > 1` the model is a `deepspeed.pipe.PipelineModule` of `LayerSpe
 `[EmbeddingPipe, BlockPipe x n_layers, HeadPipe]` with the loss as `loss_fn`, blocks split evenly
 across stages (`partition_method="type:BlockPipe"`); each stage builds only its own layers. With
 `pp == 1` it is a plain `training.model.Transformer` (its state dict is the export layout), which
-the ordinary DeepSpeed engine trains with any ZeRO stage.
+the ordinary DeepSpeed engine trains with any ZeRO stage. With document masks the pipeline carries
+`(hidden, doc_ids, positions)` between stages (integer tensors get no gradient); each stage builds
+the attention mask of a micro-batch once, from `doc_ids`, for all its blocks.
 
 Nothing here imports Dagster or lm_assets.
 """
@@ -42,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
+from training import kernels
 from training.config import ModelConfig, ParallelDims
 from training.model import Block, Embedding, Head, Transformer, cross_entropy, default_linear
 
@@ -268,17 +271,33 @@ def tp_linear_factory(group):
 
 
 class EmbeddingPipe(Embedding):
+    """Pipeline input: ids, or `(ids, doc_ids)` with document masks; passes `(h, doc_ids,
+    positions)` on so that every stage can build the mask of its micro-batch."""
+
     def __init__(self, cfg: ModelConfig, seed: int):
         super().__init__(cfg)
         with torch.no_grad():
             self.init_weights(seed)
 
+    def forward(self, inputs):
+        if isinstance(inputs, torch.Tensor):
+            return super().forward(inputs)
+        ids, doc_ids = inputs
+        return super().forward(ids), doc_ids, kernels.document_positions(doc_ids)
+
 
 class BlockPipe(Block):
-    def __init__(self, cfg: ModelConfig, layer_id: int, seed: int, tp_group=None):
+    def __init__(self, cfg: ModelConfig, layer_id: int, seed: int, tp_group=None, masks=None):
         super().__init__(cfg, layer_id, tp_linear_factory(tp_group))
+        self.masks = masks
         with torch.no_grad():
             self.init_weights(seed)
+
+    def forward(self, inputs):
+        if isinstance(inputs, torch.Tensor):
+            return self.run(inputs, None, None)
+        h, doc_ids, positions = inputs
+        return self.run(h, positions, self.masks(doc_ids)), doc_ids, positions
 
 
 class HeadPipe(Head):
@@ -286,6 +305,9 @@ class HeadPipe(Head):
         super().__init__(cfg)
         with torch.no_grad():
             self.init_weights(seed)
+
+    def forward(self, inputs):
+        return super().forward(inputs if isinstance(inputs, torch.Tensor) else inputs[0])
 
 
 class LossFn:
@@ -331,9 +353,10 @@ def build_model(
 
     from deepspeed.pipe import LayerSpec, PipelineModule
 
+    masks = kernels.DocumentMaskCache()  # shared by this stage's blocks
     specs = [
         LayerSpec(EmbeddingPipe, cfg, seed),
-        *(LayerSpec(BlockPipe, cfg, i, seed, state.tp_group) for i in range(cfg.n_layers)),
+        *(LayerSpec(BlockPipe, cfg, i, seed, state.tp_group, masks) for i in range(cfg.n_layers)),
         LayerSpec(HeadPipe, cfg, seed),
     ]
     module = PipelineModule(

@@ -62,6 +62,9 @@ class PipesReporter:
             "warmup_steps_left_out": summary.get("warmup_steps_left_out"),
             "mfu": summary.get("mfu"),
             "layout": {"raw_value": summary["layout"], "type": "json"},
+            "compiled": summary.get("compiled"),
+            "document_mask": summary.get("document_mask"),
+            "kernels": {"raw_value": summary.get("kernels"), "type": "json"},
             "loss_curve": {"raw_value": curve, "type": "md"},
         }
         if summary.get("tensorboard"):

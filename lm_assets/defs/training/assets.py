@@ -72,6 +72,13 @@ class TrainingRunConfig(dg.Config):
         description="the model's context: the longest prompt evaluation can score whole (5-shot C-Eval needs "
         "about 1,200 tokens); unset: the packed sequence length, at least 128",
     )
+    compile: bool | None = Field(
+        default=None, description="torch.compile each transformer block; unset: on for CUDA, off for CPU"
+    )
+    document_mask: bool = Field(
+        default=True,
+        description="attend within each packed document only, positions restarting per document; off: whole rows",
+    )
     overrides: list[str] = Field(
         default=[],
         description='"a.b=value" settings of any other field of training/config.py\'s TrainConfig, '
@@ -96,6 +103,8 @@ class TrainingRunConfig(dg.Config):
             "optim": {"lr": self.lr, "warmup_steps": self.warmup_steps},
             "seed": self.seed,
             "steps": self.steps,
+            "compile": self.compile,
+            "document_mask": self.document_mask,
             "checkpoint": {"dir": checkpoint_dir, "save_every": self.save_every, "resume": True},
             **({"peak_flops": self.peak_flops} if self.peak_flops else {}),
         }
