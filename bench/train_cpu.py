@@ -9,11 +9,11 @@ one torch thread), on a synthetic packed dataset written to a temporary folder (
 rows of 129 tokens, so 128-token inputs: the `tiny` preset's context), it times one training step of:
 
 - plain torch: `training.model.Transformer` (the `tiny` preset, seed 0), `cross_entropy`,
-  `torch.optim.AdamW` with the same decay / no-decay groups and hyperparameters, the same
+  torch's fused AdamW (the engine's default) with the same decay / no-decay groups and hyperparameters, the same
   warmup-cosine `LambdaLR`, `clip_grad_norm_` at `optim.grad_clip` (1.0), `zero_grad`, and the loss
   read back as a float (`bench/train_gpu.py`'s `PlainLoop`, fp32);
 - our engine: `training.engine.Trainer.train_step()` on a job of one process (the plain DeepSpeed
-  engine, fp32), once with ZeRO stage 0 and once with stage 1. `init_distributed` skips the shm
+  engine, fp32, `document_mask=false` like the plain loop), once with ZeRO stage 0 and once with stage 1. `init_distributed` skips the shm
   JIT build as always. `spike.k_sigma=0`, so every step applies its update (the spike check still
   runs; only its k-sigma test is off).
 
@@ -64,7 +64,7 @@ class PlainSide:
     name = "plain torch"
 
     def __init__(self, cfg: TrainConfig, vocab: int):
-        self.loop = PlainLoop(cfg, vocab, "cpu", "fp32")
+        self.loop = PlainLoop(cfg, vocab, "cpu", "fp32", fused=cfg.kernels.fused_adamw)
         self.ds = PackedDataset(cfg.data, cfg.split, seed=cfg.data_seed)
         self.mbs = cfg.micro_batch_size
         self.step = 0
@@ -165,6 +165,7 @@ def main(argv=None) -> int:
                 zero_stage=zero,
                 micro_batch_size=args.micro_batch,
                 steps=10**6,
+                document_mask=False,  # the plain loop attends over whole rows
                 spike=SpikeConfig(k_sigma=0.0),
             )
 

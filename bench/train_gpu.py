@@ -1,44 +1,46 @@
-"""Training throughput on one GPU: our DeepSpeed engine against a plain-torch bf16 loop on the same model.
+"""Training throughput on one GPU: our DeepSpeed engine, compiled and eager, with and without
+document masks, against a plain-torch loop on the same model, at 350m and 1b.
 
 Usage::
 
-    bash bench/train_gpu.sh [--model 350m] [--steps 50] [--micro-batch 16] [--deadline-s 200]
-    bash bench/train_gpu.sh --dry-run        # CPU, tiny preset, 2 steps: checks the script, not the GPU
+    bash bench/train_gpu.sh [--cases engine/350m/compiled/docmask,...] [--steps 25] [--deadline-s 450]
+    bash bench/train_gpu.sh --dry-run        # CPU, tiny preset, 3 steps of each case: checks the script
 
 `train_gpu.sh` picks the Python (`$PYTHON`, else `python3`) and runs this file. Everything it
-needs is on the GPU machine except DeepSpeed and its small dependencies and `dagster-pipes`
-(`training.train` imports it); wheels of those in `bench/out/gpu_wheels/` (see bench/README.md)
-are installed into a temporary folder, each only when that package is missing or older there.
-Nothing is fetched from the network.
+needs is on the GPU machine except DeepSpeed and its small dependencies, `dagster-pipes`
+(`training.train` imports it) and liger-kernel; wheels of those in `bench/out/gpu_wheels/` (see
+bench/README.md) are installed into a temporary folder, each only when that package is missing or
+older there. Nothing is fetched from the network.
 
-A synthetic packed dataset (uniform random token ids, no padding; `seq_len` 2049 gives rows of
-2048 tokens) is written to a temporary folder in the layout `training.data.PackedDataset` reads.
-Then, on the same model preset, batch and data:
+A synthetic packed dataset (uniform random token ids cut into documents of `--mean-doc-tokens` by
+EOS, no padding; `seq_len` 2049 gives rows of 2048 tokens) is written to a temporary folder in the
+layout `training.data.PackedDataset` reads. Then each case, in order (a case is
+`kind/preset/compiled|eager[/docmask|causal]`):
 
-(a) DeepSpeed engine: `python -m training.train data=... model=350m precision=bf16 zero_stage=1
-    micro_batch_size=16 steps=50 peak_flops=989e12 spike.k_sigma=0` in a subprocess, unchanged:
-    bf16 weights with fp32 master weights and AdamW (ZeRO-1), attention through
-    `F.scaled_dot_product_attention`, no torch.compile. Its per-step JSON lines are parsed.
-(b) plain torch, compiled (the ceiling): the same `training.model.Transformer` in bf16 with fp32
-    master weights held by a fused torch AdamW (what DeepSpeed's bf16 path keeps), the same lr
-    schedule and gradient clipping, each transformer block compiled on its own with
-    `torch.compile` (regional compilation: one block is compiled and reused by all of them) and
-    the head fused with the loss; steps run under `sdpa_kernel(SDPBackend.FLASH_ATTENTION)`.
-(c) plain torch, eager: (b) without torch.compile, which separates the engine's own overhead from
-    what compilation buys.
+- `engine/...`: `python -m training.train data=... model=<preset> precision=bf16 zero_stage=1
+  micro_batch_size=16 compile=<..> document_mask=<..> debug.profile_step=<warmup>` in a
+  subprocess: bf16 weights with fp32 master weights and torch's fused AdamW (ZeRO-1), the kernels
+  `training/kernels.py` resolves ("auto": liger-kernel when installed, FlexAttention block masks
+  for documents, FlashAttention through SDPA for the causal mask). Its step lines and final
+  summary (kernels, compile, peak memory, the profiled step's kernel names) are parsed.
+- `plain/...`: the same `training.model.Transformer` in a plain-torch bf16 loop (`PlainLoop`):
+  fp32 master weights in a fused AdamW, the same lr schedule and clipping, each block compiled on
+  its own (when compiled) and the head fused with the loss, under
+  `sdpa_kernel(SDPBackend.FLASH_ATTENTION)`: the ceiling the engine is measured against.
 
-Before training, a probe runs the model's attention shape under
-`sdpa_kernel(SDPBackend.FLASH_ATTENTION)` alone, which raises if FlashAttention cannot take it;
-when it passes, SDPA's default dispatch (path a) picks FlashAttention too, since it tries it first.
+Before training, a probe runs each model's attention shape under `sdpa_kernel(FLASH_ATTENTION)`
+alone, which raises if FlashAttention cannot take it.
 
-Figures: the median over the steps after `--warmup` of the step time (for (a) the engine's own
-`step_time_s`, forward to `engine.step()`, data loading excluded; for (b) and (c) the same span,
-closed by a device synchronization), tokens/s = micro_batch * (seq_len - 1) / step time, and MFU
-= `training.model.flops_per_token` * tokens/s / `--peak-tflops` (989, the H200's dense bf16
-peak). `--deadline-s` keeps the whole run inside a budget: the DeepSpeed subprocess gets what is
-left less the time (b) needs, and a plain-torch path that no longer fits is skipped (it says so).
+Figures: the median over the steps after `--warmup` of the step time (the engine's own
+`step_time_s`, forward to `engine.step()`, data loading excluded; the plain loop's same span,
+closed by a device synchronization), the profiled step left out; tokens/s = micro_batch *
+(seq_len - 1) / step time; MFU = `training.model.flops_per_token` * tokens/s / `--peak-tflops`
+(989, the H200's dense bf16 peak); the device's peak allocated memory. `--deadline-s` (450 by
+default, so that the whole script stays under 8 minutes) skips the cases that no longer fit,
+last ones first.
 
-The last line printed is one JSON object holding every figure (also written to `--json-out`).
+The report (every figure, kernels and profiles included) is one JSON object written to
+`--json-out`.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import sys
 import tempfile
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 START = time.monotonic()
@@ -71,6 +74,7 @@ WHEEL_MODULES = {
     "typing_inspection": "typing_inspection",
     "typing_extensions": "typing_extensions",
     "dagster_pipes": "dagster_pipes",
+    "liger_kernel": "liger_kernel",
 }
 
 # Used only when dagster-pipes is missing: `training.pipes.reporting` then prints JSON lines as it
@@ -168,9 +172,11 @@ def module_available(name: str) -> bool:
 
 
 def write_synthetic_packed(out_dir: str | os.PathLike, n_seq: int, seq_len: int, vocab_size: int,
-                           seed: int = 0, split: str = "train") -> Path:  # fmt: skip
+                           seed: int = 0, split: str = "train", mean_doc_tokens: int = 0) -> Path:  # fmt: skip
     """A packed dataset of `n_seq` rows of `seq_len` uniform random ids in [1, vocab_size) (id 0 is
-    the pad id and never occurs), little-endian uint16, with the manifest PackedDataset reads."""
+    the pad id and never occurs), little-endian uint16, with the manifest PackedDataset reads.
+    `mean_doc_tokens` > 0 cuts the rows into documents of that mean length (geometric): each token
+    is the EOS (id 1) with probability 1/mean_doc_tokens, and no other token is."""
     import numpy as np
 
     if not 2 <= vocab_size <= 2**16:
@@ -179,6 +185,9 @@ def write_synthetic_packed(out_dir: str | os.PathLike, n_seq: int, seq_len: int,
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     rows = rng.integers(1, vocab_size, size=(n_seq, seq_len), dtype=np.uint16)
+    if mean_doc_tokens > 0:
+        rows[rows == 1] = 2
+        rows[rng.random(size=rows.shape) < 1.0 / mean_doc_tokens] = 1
     rows.astype("<u2").tofile(out / f"{split}.bin")
     manifest = {
         "format": "synthetic",
@@ -200,8 +209,7 @@ class PlainLoop:
     configures DeepSpeed: AdamW with the decay / no-decay groups, the warmup-cosine `LambdaLR`,
     global gradient-norm clipping at `optim.grad_clip`.
 
-    fp32: the parameters are the optimizer's (DeepSpeed's `torch_adam` is `torch.optim.AdamW` with
-    its default implementation). bf16: the model runs in bf16 and fp32 master copies are updated
+    fp32: the parameters are the optimizer's (`fused`: torch's fused AdamW, as the engine's default). bf16: the model runs in bf16 and fp32 master copies are updated
     (fused AdamW on a GPU), then copied back, as DeepSpeed's bf16 path does. `compile=True`
     compiles each block on its own and the head together with the loss.
     """
@@ -322,14 +330,49 @@ def flash_probe(model_cfg, micro_batch: int, seq_len: int, device: str) -> dict:
     return out
 
 
-def deepspeed_path(args, data_dir: Path, vocab: int, timeout_s: float) -> dict:
-    """(a): `python -m training.train` in a subprocess; its step lines parsed."""
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration: `engine` (python -m training.train) or `plain` (PlainLoop)."""
+
+    kind: str  # engine | plain
+    model: str
+    compiled: bool
+    document_mask: bool = False
+
+    @property
+    def name(self) -> str:
+        mask = ("docmask" if self.document_mask else "causal") if self.kind == "engine" else ""
+        return "/".join(filter(None, (self.kind, self.model, "compiled" if self.compiled else "eager", mask)))
+
+    @classmethod
+    def parse(cls, text: str) -> "Case":
+        parts = text.strip().split("/")
+        if len(parts) not in (3, 4) or parts[0] not in ("engine", "plain") or parts[2] not in ("compiled", "eager"):
+            raise ValueError(f"case {text!r} is not engine|plain/<preset>/compiled|eager[/docmask|causal]")
+        mask = len(parts) == 4 and parts[3] == "docmask"
+        if parts[0] == "plain" and mask:
+            raise ValueError(f"case {text!r}: the plain loop runs the causal mask only")
+        return cls(parts[0], parts[1], parts[2] == "compiled", mask)
+
+
+# In order of importance: a deadline drops the last ones first.
+DEFAULT_CASES = ",".join([
+    "engine/350m/compiled/docmask", "plain/350m/compiled", "engine/1b/compiled/docmask",
+    "engine/350m/compiled/causal", "engine/350m/eager/docmask", "plain/1b/compiled", "engine/1b/compiled/causal",
+])  # fmt: skip
+# Seconds a case needs on one H200 (process start, compilation, the steps), to skip what cannot fit.
+NEEDS_S = {("engine", True): 110.0, ("engine", False): 60.0, ("plain", True): 90.0, ("plain", False): 35.0}
+
+
+def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) -> dict:
+    """`python -m training.train` in a subprocess; its step lines and summary parsed."""
     from training.config import TrainConfig
 
-    overrides = [f"data={data_dir}", f"model={args.model}", f"precision={args.precision}", "zero_stage=1",
-                 f"micro_batch_size={args.micro_batch}", f"steps={args.steps}",
+    overrides = [f"data={data_dir}", f"model={case.model}", f"precision={args.precision}", "zero_stage=1",
+                 f"micro_batch_size={args.micro_batch}", f"steps={args.steps}", f"compile={case.compiled}",
+                 f"document_mask={case.document_mask}", f"debug.profile_step={args.warmup}",
                  f"peak_flops={args.peak_tflops * 1e12:g}", "spike.k_sigma=0"]  # fmt: skip
-    result: dict = {"path": "deepspeed engine (python -m training.train)", "status": "skipped"}
+    result: dict = {"case": case.name, "status": "skipped"}
     if not module_available("deepspeed"):
         result["reason"] = f"deepspeed is not installed for {sys.executable} and no wheel of it in {WHEELS}"
         return result
@@ -342,7 +385,7 @@ def deepspeed_path(args, data_dir: Path, vocab: int, timeout_s: float) -> dict:
     env = dict(os.environ)
     env["DS_ACCELERATOR"] = "cpu" if args.device == "cpu" else "cuda"
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    say(f"\n(a) deepspeed engine: {result['command']}  (timeout {timeout_s:.0f} s)")
+    say(f"\n{case.name}: {result['command']}  (timeout {timeout_s:.0f} s)")
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -352,13 +395,18 @@ def deepspeed_path(args, data_dir: Path, vocab: int, timeout_s: float) -> dict:
         stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         rc = "timeout"
     result["wall_s"] = round(time.monotonic() - t0, 1)
-    steps = []
+    steps, summary = [], {}
     for line in stdout.splitlines():
-        if line.startswith("{") and '"step_time_s"' in line:
-            try:
-                steps.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if "step_time_s" in record:
+            steps.append(record)
+        elif "summary" in record:
+            summary = record["summary"]
     result["returncode"] = rc
     if rc != 0 or not steps:
         result["status"] = "failed" if rc != "timeout" else "timed out"
@@ -369,33 +417,34 @@ def deepspeed_path(args, data_dir: Path, vocab: int, timeout_s: float) -> dict:
             return result
     else:
         result["status"] = "ran"
-    cfg = TrainConfig(model=args.model)
-    model_cfg = cfg.model_config(vocab)
+    model_cfg = TrainConfig(model=case.model).model_config(vocab)
     tokens_per_step = args.micro_batch * (args.seq_len - 1)
-    result.update(summarize([s["step_time_s"] for s in steps], tokens_per_step, args.warmup, model_cfg,
-                            args.seq_len - 1, args.peak_tflops * 1e12))  # fmt: skip
-    timed = steps[args.warmup:] or steps[-1:]
-    result["engine_mfu_median"] = median([s["mfu"] for s in timed if s.get("mfu") is not None])
+    times = [s["step_time_s"] for i, s in enumerate(steps) if i != args.warmup]  # that one was profiled
+    result.update(summarize(times, tokens_per_step, args.warmup, model_cfg, args.seq_len - 1,
+                            args.peak_tflops * 1e12))  # fmt: skip
     result["loss_first_last"] = [steps[0]["loss"], steps[-1]["loss"]]
+    for key in ("compiled", "document_mask", "kernels", "peak_memory_gib", "profile"):
+        if key in summary:
+            result[key] = summary[key]
     say(f"    {result['status']}: {len(steps)} steps in {result['wall_s']} s (process start to exit), "
         f"median step {result['step_ms']} ms, loss {steps[0]['loss']:.3f} -> {steps[-1]['loss']:.3f}")  # fmt: skip
     return result
 
 
-def plain_path(args, data_dir: Path, vocab: int, compile: bool, time_left: float | None) -> dict:
-    """(b) / (c): the plain-torch loop in this process."""
+def plain_path(args, case: Case, data_dir: Path, vocab: int, time_left: float | None) -> dict:
+    """The plain-torch loop in this process (causal attention, FlashAttention on CUDA)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.data import PackedDataset
     from training.config import TrainConfig
+    from training.data import PackedDataset
+    from training.engine import _profiler, kernel_profile
 
-    name = "plain torch, compiled" if compile else "plain torch, eager"
-    result: dict = {"path": name, "status": "ran", "compile": compile}
-    say(f"\n({'b' if compile else 'c'}) {name}: {args.model}, {args.precision}, micro batch {args.micro_batch}")
-    cfg = TrainConfig(model=args.model, steps=args.steps, micro_batch_size=args.micro_batch)
+    result: dict = {"case": case.name, "status": "ran", "compiled": case.compiled}
+    say(f"\n{case.name}: {args.precision}, micro batch {args.micro_batch}")
+    cfg = TrainConfig(model=case.model, steps=args.steps, micro_batch_size=args.micro_batch)
     cuda = args.device == "cuda"
-    loop = PlainLoop(cfg, vocab, args.device, args.precision, compile=compile, fused=cuda)
+    loop = PlainLoop(cfg, vocab, args.device, args.precision, compile=case.compiled, fused=cuda)
     ds = PackedDataset(data_dir, seed=cfg.data_seed)
     tokens_per_step = args.micro_batch * (args.seq_len - 1)
     flash = sdpa_kernel(SDPBackend.FLASH_ATTENTION) if cuda else contextlib.nullcontext()
@@ -407,19 +456,25 @@ def plain_path(args, data_dir: Path, vocab: int, compile: bool, time_left: float
             x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
             if cuda:
                 torch.cuda.synchronize()
+            profiler = _profiler(torch.device(args.device)) if step == args.warmup else contextlib.nullcontext()
             t0 = time.perf_counter()
-            loss = loop.step(x, y)
-            losses.append(float(loss))  # synchronizes
+            with profiler:
+                loss = loop.step(x, y)
+                losses.append(float(loss))  # synchronizes
             step_times.append(time.perf_counter() - t0)
+            if step == args.warmup:
+                result["profile"] = kernel_profile(profiler, step)
+                step_times[-1] = None  # profiled: not timed
             if step == 0:
                 result["first_step_s"] = round(step_times[0], 2)
-                say(f"    first step {step_times[0]:.1f} s" + (" (includes compilation)" if compile else ""))
+                say(f"    first step {step_times[0]:.1f} s" + (" (includes compilation)" if case.compiled else ""))
             if time_left is not None and time.monotonic() - t_start > time_left and step + 1 < args.steps:
                 result["stopped_early"] = f"after {step + 1} steps: the --deadline-s budget ran out"
                 break
     if cuda:
-        result["max_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 1)
-    result.update(summarize(step_times, tokens_per_step, args.warmup, loop.model_cfg, args.seq_len - 1,
+        result["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    timed = [t for t in step_times if t is not None]
+    result.update(summarize(timed, tokens_per_step, args.warmup, loop.model_cfg, args.seq_len - 1,
                             args.peak_tflops * 1e12))  # fmt: skip
     result["loss_first_last"] = [losses[0], losses[-1]]
     say(f"    {result['steps']} steps, median step {result['step_ms']} ms, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
@@ -431,7 +486,7 @@ def plain_path(args, data_dir: Path, vocab: int, compile: bool, time_left: float
 
 
 def guarded(fn, *a, **k) -> dict:
-    """Run one plain path; a failure is reported, not raised, so the other paths still run."""
+    """Run one plain case; a failure is reported, not raised, so the other cases still run."""
     try:
         return fn(*a, **k)
     except Exception as exc:  # noqa: BLE001
@@ -446,44 +501,55 @@ def guarded(fn, *a, **k) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def print_table(paths: list[dict], ceiling: dict | None) -> None:
-    header = f"{'path':<44} {'status':<10} {'steps':>5} {'step ms':>9} {'tokens/s':>11} {'MFU':>7} {'of ceiling':>10}"
+def print_table(results: dict[str, dict]) -> None:
+    header = (f"{'case':<30} {'status':<9} {'steps':>5} {'step ms':>9} {'tokens/s':>10} {'MFU':>7} "
+              f"{'peak GiB':>8} {'of plain':>8}")  # fmt: skip
     say(header)
     say("-" * len(header))
-    for p in paths:
-        ok = p.get("tokens_per_s") is not None
-        share = ""
-        if ok and ceiling and ceiling.get("tokens_per_s"):
-            share = f"{p['tokens_per_s'] / ceiling['tokens_per_s']:.2f}"
+    for name, r in results.items():
+        ok = r.get("tokens_per_s") is not None
+        ceiling = results.get(f"plain/{name.split('/')[1]}/compiled", {}).get("tokens_per_s")
+        share = f"{r['tokens_per_s'] / ceiling:.2f}" if ok and ceiling else ""
+        memory = r.get("peak_memory_gib")
         say(
-            f"{p['label']:<44} {p['status']:<10} {p.get('steps', 0):>5} "
-            f"{(p['step_ms'] if ok else 0):>9.1f} {(p['tokens_per_s'] if ok else 0):>11,.0f} "
-            f"{(p['mfu'] * 100 if ok else 0):>6.1f}% {share:>10}"
+            f"{name:<30} {r['status']:<9} {r.get('steps', 0):>5} {(r['step_ms'] if ok else 0):>9.1f} "
+            f"{(r['tokens_per_s'] if ok else 0):>10,.0f} {(r['mfu'] * 100 if ok else 0):>6.1f}% "
+            f"{(f'{memory:.1f}' if memory is not None else '-'):>8} {share:>8}"
         )
-    say("MFU: training.model.flops_per_token * tokens/s over the peak; of ceiling: tokens/s over (b)'s")
-    for p in paths:
-        if p["status"] != "ran" and p.get("reason"):
-            say(f"{p['label']}: {p['status']}: {p['reason'].splitlines()[0]}")
+    say("MFU: training.model.flops_per_token * tokens/s over the peak; of plain: tokens/s over plain/<model>/compiled")
+    for name, r in results.items():
+        if r.get("kernels"):
+            say(f"{name}: kernels {json.dumps(r['kernels'])}")
+        notable = (r.get("profile") or {}).get("notable")
+        if notable:
+            say(f"{name}: profiled step ran {', '.join(n[:60] for n in notable[:8])}")
+        if r["status"] != "ran" and r.get("reason"):
+            say(f"{name}: {r['status']}: {r['reason'].splitlines()[0]}")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--model", default="350m", help="a preset of training.config.PRESETS (350m)")
-    p.add_argument("--steps", type=int, default=50, help="steps per path (50)")
-    p.add_argument("--warmup", type=int, default=10, help="first steps left out of the medians (10)")
+    p.add_argument("--cases", default=DEFAULT_CASES,
+                   help="comma-separated engine|plain/<preset>/compiled|eager[/docmask|causal], in order of "
+                        f"importance (default: {DEFAULT_CASES})")  # fmt: skip
+    p.add_argument("--steps", type=int, default=25, help="steps per case (25)")
+    p.add_argument("--warmup", type=int, default=8, help="first steps left out of the medians; the next is profiled (8)")
     p.add_argument("--micro-batch", type=int, default=16, help="sequences per step (16)")
     p.add_argument("--seq-len", type=int, default=2049, help="packed row length; rows give seq_len-1 tokens (2049)")
     p.add_argument("--vocab", type=int, default=32000, help="vocabulary size of the synthetic data (32000)")
+    p.add_argument("--mean-doc-tokens", type=int, default=600, help="mean document length in the packed rows (600)")
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
     p.add_argument("--peak-tflops", type=float, default=H200_BF16_TFLOPS, help="peak of one device for MFU (989)")
-    p.add_argument("--paths", default="deepspeed,compiled,eager", help="which paths to run, in this order")
-    p.add_argument("--deadline-s", type=float, default=0, help="whole-run budget in seconds (0: none)")
+    p.add_argument("--deadline-s", type=float, default=450, help="whole-run budget in seconds; 0: none (450)")
     p.add_argument("--json-out", type=Path, help="also write the JSON report here")
-    p.add_argument("--dry-run", action="store_true", help="CPU, tiny preset, 2 steps of each path; exit 1 if one fails")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny preset, 2 steps of each case; exit 1 if one fails")
     args = p.parse_args(argv)
+    args.case_list = [Case.parse(c) for c in args.cases.split(",") if c.strip()]
     if args.dry_run:
-        args.model, args.steps, args.warmup, args.micro_batch, args.seq_len = "tiny", 2, 1, 2, 129
-        args.vocab = min(args.vocab, 512)
+        args.steps, args.warmup, args.micro_batch, args.seq_len, args.deadline_s = 3, 1, 2, 129, 0
+        args.vocab, args.mean_doc_tokens = min(args.vocab, 512), 20
+        tiny = {Case(c.kind, "tiny", c.compiled, c.document_mask) for c in args.case_list}
+        args.case_list = sorted(tiny, key=lambda c: c.name)
     return args
 
 
@@ -500,7 +566,9 @@ def main(argv=None) -> int:
     if args.dry_run:
         os.environ["DS_ACCELERATOR"] = "cpu"
     deepspeed_version = _installed_version("deepspeed")
-    say(f"python {sys.executable} {sys.version.split()[0]}; torch {torch.__version__}; deepspeed {deepspeed_version}")
+    liger_version = _installed_version("liger_kernel") or _installed_version("liger-kernel")
+    say(f"python {sys.executable} {sys.version.split()[0]}; torch {torch.__version__}; deepspeed {deepspeed_version}; "
+        f"liger-kernel {liger_version}")  # fmt: skip
     say(f"device: {torch.cuda.get_device_name(0) if cuda else 'cpu (dry run)'}")
     if packages["installed"]:
         say(f"installed from {packages['wheel_dir']}: {', '.join(packages['installed'])}")
@@ -509,71 +577,63 @@ def main(argv=None) -> int:
 
     from training.config import TrainConfig
 
+    results: dict[str, dict] = {}
+    probes: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="train_gpu_") as tmp:
         n_seq = max(256, args.steps * args.micro_batch)
-        data_dir = write_synthetic_packed(Path(tmp) / "packed", n_seq, args.seq_len, args.vocab)
-        model_cfg = TrainConfig(model=args.model).model_config(args.vocab)
-        probe = flash_probe(model_cfg, args.micro_batch, args.seq_len - 1, args.device) if cuda else {}
-        if probe:
-            error = f" ({probe['flash_error']})" if "flash_error" in probe else ""
-            say(f"flash_sdp_enabled={probe['flash_sdp_enabled']}, "
-                f"FlashAttention runs this shape: {probe['flash_attention_runs']}{error}")  # fmt: skip
-        say(f"data: {n_seq} synthetic rows of {args.seq_len} tokens, vocab {args.vocab}; model {args.model}, "
-            f"micro batch {args.micro_batch}, {args.steps} steps, medians over steps {args.warmup + 1}..")  # fmt: skip
-
-        wanted = [w.strip() for w in args.paths.split(",") if w.strip()]
-        # Seconds the compiled plain path needs (first-step compilation included); the eager one.
-        need = {"compiled": 100.0, "eager": 35.0} if cuda else {"compiled": 0.0, "eager": 0.0}
-        results: dict[str, dict] = {}
-        for which in wanted:
+        data_dir = write_synthetic_packed(Path(tmp) / "packed", n_seq, args.seq_len, args.vocab,
+                                          mean_doc_tokens=args.mean_doc_tokens)  # fmt: skip
+        say(f"data: {n_seq} synthetic rows of {args.seq_len} tokens, vocab {args.vocab}, documents of "
+            f"{args.mean_doc_tokens} tokens on average; micro batch {args.micro_batch}, {args.steps} steps, "
+            f"medians over steps {args.warmup + 2}.., step {args.warmup + 1} profiled")  # fmt: skip
+        for model in dict.fromkeys(c.model for c in args.case_list):
+            if cuda:
+                model_cfg = TrainConfig(model=model).model_config(args.vocab)
+                probes[model] = flash_probe(model_cfg, args.micro_batch, args.seq_len - 1, args.device)
+                error = f" ({probes[model]['flash_error']})" if "flash_error" in probes[model] else ""
+                say(f"{model}: FlashAttention runs its attention shape: {probes[model]['flash_attention_runs']}{error}")
+        cases = args.case_list
+        for i, case in enumerate(cases):
             left = args.deadline_s - elapsed() if args.deadline_s else None
-            later = sum(need.get(w, 0) for w in wanted[wanted.index(which) + 1:])
-            if which == "deepspeed":
-                timeout = max(60.0, left - later) if left is not None else 3600.0
-                results[which] = deepspeed_path(args, data_dir, args.vocab, timeout)
-            elif which in ("compiled", "eager"):
-                if left is not None and left < need[which]:
-                    reason = f"{left:.0f} s left of --deadline-s, it needs ~{need[which]:.0f} s"
-                    results[which] = {"status": "skipped", "reason": reason}
-                    say(f"\n{which}: skipped ({results[which]['reason']})")
-                    continue
-                budget = (left - later - 15) if left is not None else None
-                results[which] = guarded(plain_path, args, data_dir, args.vocab, which == "compiled", budget)
+            need = NEEDS_S[(case.kind, case.compiled)] if cuda else 0.0
+            if left is not None and left < need:
+                results[case.name] = {"case": case.name, "status": "skipped",
+                                      "reason": f"{left:.0f} s left of --deadline-s, it needs ~{need:.0f} s"}  # fmt: skip
+                say(f"\n{case.name}: skipped ({results[case.name]['reason']})")
+                continue
+            if case.kind == "engine":
+                results[case.name] = engine_path(args, case, data_dir, args.vocab, left - 5 if left else 3600.0)
             else:
-                say(f"unknown path {which!r}; choose from deepspeed, compiled, eager")
-                return 2
+                budget = left - 15 if left is not None else None
+                results[case.name] = guarded(plain_path, args, case, data_dir, args.vocab, budget)
+                results[case.name].setdefault("case", case.name)
 
-    labels = {"deepspeed": "(a) deepspeed engine, ZeRO-1", "compiled": "(b) plain torch, compiled",
-              "eager": "(c) plain torch, eager"}  # fmt: skip
-    rows = [{"label": labels[k], **v} for k, v in results.items()]
-    ceiling = results.get("compiled") if results.get("compiled", {}).get("tokens_per_s") else None
     say()
-    print_table(rows, ceiling)
+    print_table(results)
     report = {
         "device": torch.cuda.get_device_name(0) if cuda else "cpu",
         "dry_run": args.dry_run,
         "torch": torch.__version__,
         "deepspeed": deepspeed_version,
+        "liger_kernel": liger_version,
         "packages": packages,
-        "model": args.model,
         "precision": args.precision,
         "micro_batch": args.micro_batch,
         "seq_len": args.seq_len - 1,
         "vocab": args.vocab,
+        "mean_doc_tokens": args.mean_doc_tokens,
         "peak_tflops": args.peak_tflops,
-        "flash": probe,
-        "paths": results,
+        "flash": probes,
+        "cases": results,
         "wall_s": round(elapsed(), 1),
     }
-    if ceiling and results.get("deepspeed", {}).get("tokens_per_s"):
-        report["deepspeed_over_ceiling"] = round(results["deepspeed"]["tokens_per_s"] / ceiling["tokens_per_s"], 3)
     line = json.dumps(report)
     if args.json_out:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
         args.json_out.write_text(line + "\n")
-    say(line)
+    say(f"report: {args.json_out}" if args.json_out else "")
     if args.dry_run and any(r.get("status") != "ran" for r in results.values()):
-        return 1  # the dry run checks the script: every path must run
+        return 1  # the dry run checks the script: every case must run
     return 0
 
 

@@ -3,8 +3,8 @@
 # against a plain-torch bf16 loop on the same model (compiled: the ceiling; eager), in tokens/s
 # and MFU against 989 TFLOP/s. See bench/train_gpu.py for what is measured.
 #
-#   bash bench/train_gpu.sh [--model 350m] [--steps 50] [--micro-batch 16] [--deadline-s 200]
-#   bash bench/train_gpu.sh --dry-run      # CPU, tiny preset, 2 steps: checks the script (exit 1 if a path fails)
+#   bash bench/train_gpu.sh [--cases ...] [--steps 25] [--deadline-s 450]
+#   bash bench/train_gpu.sh --dry-run      # CPU, tiny preset, 3 steps of each case: checks the script
 #
 # Uses $PYTHON, else python3 (on the GPU machine: the one holding PyTorch). Nothing is fetched:
 # DeepSpeed and its small dependencies come from wheels in bench/out/gpu_wheels/ when the

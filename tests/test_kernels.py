@@ -141,7 +141,8 @@ def test_compiled_engine_matches_eager(tmp_path):
     data = write_packed(tmp_path / "packed")
     runs, summaries = {}, []
     for compiled in (False, True):
-        runs[compiled] = run_ok(1, base(data, 10, micro_batch_size=2, compile=compiled), "python", summaries)
+        overrides = base(data, 10, micro_batch_size=2, compile=compiled, **{"debug.profile_step": 2})
+        runs[compiled] = run_ok(1, overrides, "python", summaries)
     assert len(runs[True]) == 10
     assert losses(runs[True]) == pytest.approx(losses(runs[False]), abs=1e-4)
     eager, compiled = summaries
@@ -149,3 +150,8 @@ def test_compiled_engine_matches_eager(tmp_path):
     assert compiled["document_mask"] is True
     assert compiled["kernels"] == {"rms_norm": "torch", "rope": "eager", "swiglu": "eager", "cross_entropy": "eager",
                                    "attention": "sdpa", "fused_adamw": True}  # fmt: skip
+    # The profiled step names the kernels that ran: fused AdamW in both, F.rms_norm's op in eager
+    # (compiled, the norm is inside the generated code).
+    assert eager["profile"]["step"] == 2
+    assert "aten::_fused_adamw_" in eager["profile"]["notable"] and "aten::_fused_rms_norm" in eager["profile"]["notable"]
+    assert "aten::_fused_adamw_" in compiled["profile"]["notable"]

@@ -238,8 +238,9 @@ class KernelConfig:
 
 @dataclass
 class DebugConfig:
-    """Fault injection for tests."""
+    """Fault injection for tests, and a profiled step."""
 
+    profile_step: int | None = None  # record the kernels this 0-based step runs (torch.profiler), in the summary
     loss_scale: str = ""  # "step:factor,...": multiply the loss of 0-based step `step` by `factor` (nan allowed)
     fail_at_step: int | None = None  # raise before running this 0-based step ...
     fail_rank: int = 0  # ... on this global rank

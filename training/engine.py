@@ -12,6 +12,16 @@ stream positions starting at `s*m*dp*g`, whatever the layout, so runs that diffe
 losses up to float rounding). The loss of a step is the mean over its micro-batches and
 data-parallel ranks of each micro-batch's mean token loss.
 
+How a step computes. `kernels` (`training/kernels.py`) are resolved for the device and activated
+before the model is built; `compile` (default: on for CUDA, off for CPU) compiles every
+transformer block's layer with `torch.compile` before `deepspeed.initialize`, so the pipeline
+stages and tensor-parallel linears are compiled the same way; the optimizer is torch's AdamW
+(`kernels.fused_adamw`: its fused kernel) handed to DeepSpeed, which wraps it for ZeRO and bf16.
+With `document_mask` (the default) each micro-batch carries the document ids of its rows
+(`kernels.document_ids`, from the EOS the packer puts after every document) and attention stays
+within documents, positions restarting per document. `debug.profile_step` records the kernels one
+step ran. `run_info()` says all of this for the run's metadata.
+
 Learning rate: linear warmup from `lr/warmup_steps` to `lr` over `warmup_steps`, then cosine decay
 to `lr * min_lr_ratio` at `steps` (a `LambdaLR`, stepped once per applied update).
 
@@ -45,6 +55,7 @@ stdout by default, dagster-pipes on rank 0 later).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -287,6 +298,7 @@ class Trainer:
         self.started_at = 0
         self.last_metrics: dict = {}
         self._pending_loss: float | None = None
+        self.profile: dict | None = None
         self._last: dict = {}
         self._install_step_guard()
         self.checkpoints = self._checkpoint_manager()
@@ -320,9 +332,15 @@ class Trainer:
         return out
 
     def run_info(self) -> dict:
-        """How this run computes: compilation, kernels, document masks (the run's metadata)."""
-        return {"compiled": self.compiled, "document_mask": self.cfg.document_mask,
+        """How this run computes: compilation, kernels, document masks, the profiled step's kernels
+        and the accelerator's peak memory (the run's metadata)."""
+        info = {"compiled": self.compiled, "document_mask": self.cfg.document_mask,
                 "kernels": self.kernels.to_dict() | {"fused_adamw": self.cfg.kernels.fused_adamw}}  # fmt: skip
+        if self.profile is not None:
+            info["profile"] = self.profile
+        if self.engine.device.type == "cuda":
+            info["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(self.engine.device) / 2**30, 2)
+        return info
 
     @property
     def tokens_per_step(self) -> int:
@@ -378,7 +396,18 @@ class Trainer:
         self.loss_fn.step = step
         lr = float(engine.get_lr()[0])
         batches = self.micro_batches(step)
+        profiling = self.cfg.debug.profile_step == step
+        profiler = _profiler(engine.device) if profiling else contextlib.nullcontext()
         t0 = time.perf_counter()
+        with profiler:
+            self._run_step(batches)
+        dt = time.perf_counter() - t0
+        if profiling:
+            self.profile = kernel_profile(profiler, step)
+        return self._after_step(step, lr, dt)
+
+    def _run_step(self, batches: list[tuple]) -> None:
+        engine = self.engine
         if self.pipeline:
             engine.train_batch(iter(((x, doc) if doc is not None else x, y) for x, doc, y in batches))
         else:
@@ -394,7 +423,9 @@ class Trainer:
             dist.all_reduce(mean, group=dp_group)
             self._pending_loss = float(mean) / self.dims.dp
             engine.step()
-        dt = time.perf_counter() - t0
+
+    def _after_step(self, step: int, lr: float, dt: float) -> dict:
+        engine = self.engine
         last = self._last
         self.spikes.record(last["loss"], last["reason"], step)
         if last["reason"] is not None:
@@ -468,6 +499,34 @@ class Trainer:
         if c.dir and last_saved != self.step:
             self.save()
         return reported
+
+
+# Kernel names that say which implementation ran (FlashAttention, FlexAttention, Triton from
+# torch.compile or liger-kernel, fused AdamW and norms).
+NOTABLE_KERNELS = ("flash", "flex", "triton", "liger", "fused", "rms_norm", "cutlass", "sdpa", "scaled_dot_product")
+
+
+def _profiler(device: torch.device):
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    return profile(activities=activities)
+
+
+def kernel_profile(profiler, step: int, top: int = 15) -> dict:
+    """What a profiled step ran: its `top` kernels by self time (device kernels on CUDA, aten ops
+    on CPU), and every kernel whose name says which implementation ran (`NOTABLE_KERNELS`)."""
+    events = [e for e in profiler.key_averages() if e.key]
+    on_device = [e for e in events if getattr(e, "self_device_time_total", 0) > 0]
+    if on_device:
+        ranked = sorted(on_device, key=lambda e: e.self_device_time_total, reverse=True)
+        timed = [(e.key, e.self_device_time_total / 1e3) for e in ranked]
+    else:
+        ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
+        timed = [(e.key, e.self_cpu_time_total / 1e3) for e in ranked]
+    notable = sorted({name for name, _ in timed if any(k in name.lower() for k in NOTABLE_KERNELS)})
+    return {"step": step, "device": bool(on_device), "top_ms": [[n[:120], round(ms, 3)] for n, ms in timed[:top]],
+            "notable": [n[:120] for n in notable]}  # fmt: skip
 
 
 def random_seed(seed: int) -> None:
