@@ -1,4 +1,4 @@
-"""KV-cached generation (lm_assets/evaluation/generate.py) against a full forward pass and transformers' generate."""
+"""KV-cached generation (lm_assets/evaluation/generation.py) against a full forward pass and transformers' generate."""
 
 import os
 
@@ -7,7 +7,7 @@ import torch
 
 from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.evaluation import load_model
-from lm_assets.evaluation.generate import generate, next_token_scores
+from lm_assets.evaluation.generation import generate, next_token_scores
 from training.config import from_preset
 from training.export import EOS_ID, export_hf
 from training.model import Transformer
@@ -140,5 +140,29 @@ def test_generation_imports_no_dagster():
     import subprocess
     import sys
 
-    code = "import sys, lm_assets.evaluation.generate; sys.exit('dagster' in sys.modules)"
+    code = "import sys, lm_assets.evaluation.generation; sys.exit('dagster' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_sample_continuations_decode_what_generate_made(exported):
+    from lm_assets.evaluation import SAMPLE_PROMPTS, SampleSettings, sample_continuations
+
+    em = load_model(exported)
+    settings = SampleSettings(max_new_tokens=10, temperature=0.9, top_p=0.9, seed=1)
+    result = sample_continuations(em, SAMPLE_PROMPTS, settings)
+    rows = result["samples"]
+    assert [r["prompt"] for r in rows] == list(SAMPLE_PROMPTS) and len(SAMPLE_PROMPTS) == 6
+    prompt_ids = [em.encode(p) for p in SAMPLE_PROMPTS]
+    greedy = generate(em.model, prompt_ids, 10, eos_id=em.tokenizer.eos_id())
+    sampled = generate(em.model, prompt_ids, 10, do_sample=True, temperature=0.9, top_p=0.9, seed=1,
+                       eos_id=em.tokenizer.eos_id())  # fmt: skip
+    assert [r["greedy_ids"] for r in rows] == greedy.tokens and [r["sampled_ids"] for r in rows] == sampled.tokens
+    for row, ids in zip(rows, prompt_ids):
+        assert row["prompt_tokens"] == len(ids) and row["prompt_truncated"] is False
+        for kind in ("greedy", "sampled"):
+            assert em.tokenizer.decode(ids) + row[kind] == em.tokenizer.decode(ids + row[f"{kind}_ids"])
+            ended_at_eos = row[f"{kind}_ids"][-1:] == [em.tokenizer.eos_id()]
+            assert row[f"{kind}_stop"] == ("eos" if ended_at_eos else "length")
+    assert result["settings"] == {"max_new_tokens": 10, "temperature": 0.9, "top_p": 0.9, "top_k": None, "seed": 1}
+    assert result["new_tokens"] == sum(len(t) for t in greedy.tokens + sampled.tokens)
+    assert sample_continuations(em, SAMPLE_PROMPTS, settings)["samples"] == rows

@@ -205,4 +205,4 @@ def generate(
     )
 
 
-__all__ = ["Generation", "KVCache", "cached_forward", "generate", "next_token_scores"]
+__all__ = ["Generation", "KVCache", "cached_forward", "check_settings", "generate", "next_token_scores"]
