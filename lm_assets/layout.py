@@ -17,6 +17,7 @@ shard's partition key, already checked by `corpus.keys.check_name`. Pure: no Dag
     labels/*.jsonl                                       label files a team adds
     quality/labels/…, quality/classifier/<hash>/…, quality/classifier/current.json
     checkpoints/<run>/<tag>/                             partition key `<run>-<tag>`
+    evaluation/<checkpoint>/{mmlu,ceval}_questions.parquet, samples.parquet
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ def classifier_keys(model_hash: str) -> dict[str, str]:
 def question_results_key(checkpoint: str, benchmark: str) -> str:
     """Per-question results of a benchmark on a checkpoint (its `checkpoints` partition key)."""
     return f"evaluation/{checkpoint}/{benchmark}_questions.parquet"
+
+
+def samples_key(checkpoint: str) -> str:
+    """The prompts, greedy and sampled continuations a checkpoint (its `checkpoints` partition key) wrote."""
+    return f"evaluation/{checkpoint}/samples.parquet"
 
 
 CHECKPOINTS_FOLDER = "checkpoints"

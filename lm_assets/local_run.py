@@ -69,7 +69,7 @@ def run_shard_graph(
         steps += [("packing_job", None, "packed_dataset")]
     if through_training:
         steps += [("training_job", None, "training_run → checkpoint (DeepSpeed, through Pipes)")]
-        steps += [("evaluation_job", EVERY_CHECKPOINT, "perplexity, mmlu_score, ceval_score")]
+        steps += [("evaluation_job", EVERY_CHECKPOINT, "perplexity, mmlu_score, ceval_score, checkpoint_samples")]
     results = []
     for job_name, shard, what in expand_checkpoints(steps, instance):
         what = what + (f" for {shard}" if shard else "")
@@ -101,8 +101,8 @@ def expand_checkpoints(steps: list, instance: dg.DagsterInstance):
 
 def checkpoints_to_evaluate(instance: dg.DagsterInstance) -> list[str]:
     """What `checkpoint_evaluation_sensor` requests on a tick now, run in process: every checkpoint
-    partition that some benchmark has not scored yet. The demo evaluates through it, as the sensor
-    would when switched on."""
+    partition that some evaluation asset has not been materialized for. The demo evaluates through
+    it, as the sensor would when switched on (running the whole job for each)."""
     result = checkpoint_evaluation_sensor(dg.build_sensor_context(instance=instance))
     return [request.partition_key for request in result.run_requests or []]
 

@@ -1,14 +1,18 @@
 """Evaluation of trained checkpoints: MMLU and C-Eval scored as lm-evaluation-harness scores them,
-perplexity and bits per byte on the packed validation split. No Dagster imports (assets call this).
+perplexity and bits per byte on the packed validation split, and continuations of fixed prompts, greedy
+and sampled, with a KV-cached `generate`. No Dagster imports (assets call this).
 
     em = load_model("storage/checkpoints/main/step_00000040/hf")      # our Transformer + SentencePiece
     mmlu = evaluate_mmlu(em, "data/eval/mmlu.zip")                       # 5-shot, test split
     ceval = evaluate_ceval(em, "data/eval/ceval-sample")                 # 5-shot, val split
     ppl = packed_perplexity(em, "storage/packed", "val")
+    gen = generate(em.model, [em.encode("The capital of")], 32)          # KV-cached, greedy
+    samples = sample_continuations(em)                                   # fixed prompts, greedy and sampled
     low, high = chance_interval(mmlu["overall"]["n"])
 
 Modules: `checkpoint` (loading), `prompts` (the lm-eval prompt formats), `scoring` (log-likelihoods,
-batching), `benchmarks` (end-to-end runs and aggregation), `perplexity`, `stats`, `subjects`.
+batching), `benchmarks` (end-to-end runs and aggregation), `perplexity`, `generation` (KV-cached
+decoding), `samples` (continuations of fixed prompts), `stats`, `subjects`.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lm_assets.evaluation.benchmarks import evaluate_ceval, evaluate_mmlu, evaluate_questions, summarize
     from lm_assets.evaluation.checkpoint import EvalModel, build_model, load_model, model_config_from_hf
+    from lm_assets.evaluation.generation import Generation, generate
     from lm_assets.evaluation.perplexity import packed_perplexity, token_byte_lengths
     from lm_assets.evaluation.prompts import MCQuestion, ceval_questions, mmlu_questions
+    from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings, sample_continuations
     from lm_assets.evaluation.scoring import encode_pair, loglikelihood, loglikelihood_tokens, score_questions
     from lm_assets.evaluation.stats import chance_interval, mean_stderr, pooled_sample_stderr
     from lm_assets.evaluation.subjects import CEVAL_SUBJECTS_ZH, MMLU_CATEGORIES, ceval_subject_names
@@ -32,8 +38,10 @@ _EXPORTS = {
     "summarize": "benchmarks",
     "EvalModel": "checkpoint", "build_model": "checkpoint", "load_model": "checkpoint",
     "model_config_from_hf": "checkpoint",
+    "Generation": "generation", "generate": "generation",
     "packed_perplexity": "perplexity", "token_byte_lengths": "perplexity",
     "MCQuestion": "prompts", "ceval_questions": "prompts", "mmlu_questions": "prompts",
+    "SAMPLE_PROMPTS": "samples", "SampleSettings": "samples", "sample_continuations": "samples",
     "encode_pair": "scoring", "loglikelihood": "scoring", "loglikelihood_tokens": "scoring",
     "score_questions": "scoring",
     "chance_interval": "stats", "mean_stderr": "stats", "pooled_sample_stderr": "stats",
@@ -56,8 +64,11 @@ def __dir__() -> list[str]:
 __all__ = [
     "CEVAL_SUBJECTS_ZH",
     "MMLU_CATEGORIES",
+    "SAMPLE_PROMPTS",
     "EvalModel",
+    "Generation",
     "MCQuestion",
+    "SampleSettings",
     "build_model",
     "ceval_questions",
     "ceval_subject_names",
@@ -66,6 +77,7 @@ __all__ = [
     "evaluate_ceval",
     "evaluate_mmlu",
     "evaluate_questions",
+    "generate",
     "load_model",
     "loglikelihood",
     "loglikelihood_tokens",
@@ -74,6 +86,7 @@ __all__ = [
     "model_config_from_hf",
     "packed_perplexity",
     "pooled_sample_stderr",
+    "sample_continuations",
     "score_questions",
     "summarize",
     "token_byte_lengths",

@@ -1,8 +1,9 @@
-"""Benchmark scores per checkpoint: perplexity, MMLU and C-Eval, scored as lm-evaluation-harness scores them.
+"""Benchmark scores per checkpoint: perplexity, MMLU and C-Eval, scored as lm-evaluation-harness scores them,
+and `checkpoint_samples`, what the checkpoint writes when asked to continue fixed prompts.
 
-Each asset is partitioned by the `checkpoints` dynamic partitions (`<run>-<tag>`); a sensor requests
-the evaluation of every checkpoint that has none yet. Scores are numeric metadata, so the UI plots
-their history across checkpoints.
+Each asset is partitioned by the `checkpoints` dynamic partitions (`<run>-<tag>`); a sensor requests,
+for every checkpoint, the evaluation assets it does not have yet. Scores are numeric metadata, so the
+UI plots their history across checkpoints.
 """
 
 import json
@@ -30,6 +31,7 @@ from lm_assets.layout import (
     checkpoint_run_folder,
     parse_checkpoint_key,
     question_results_key,
+    samples_key,
 )
 
 DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
@@ -272,6 +274,20 @@ class PerplexityConfig(EvaluationDeviceConfig):
     batch_size: int = Field(default=8, description="packed sequences per forward pass")
 
 
+class CheckpointSamplesConfig(EvaluationDeviceConfig):
+    prompts: list[str] = Field(
+        default=[], description="prompts to continue; empty: the built-in English and Chinese ones "
+        "(lm_assets.evaluation.samples.SAMPLE_PROMPTS)",
+    )
+    max_new_tokens: int = Field(default=40, description="tokens generated at most per prompt, greedy and sampled")
+    temperature: float = Field(default=0.8, description="the sampled continuations' temperature (> 0)")
+    top_p: float | None = Field(
+        default=0.95, description="sample from the smallest set of likeliest tokens holding this probability; unset: all"
+    )
+    top_k: int | None = Field(default=None, description="sample from the k likeliest tokens only; unset: no limit")
+    seed: int = Field(default=0, description="seed of the sampled continuations' random generator")
+
+
 EVAL_DEPS = ["checkpoint"]
 
 
@@ -335,6 +351,59 @@ def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, sto
     return benchmark_result(context, store, em, ran_on, result, expected)
 
 
+def samples_table(samples: pl.DataFrame) -> dg.MetadataValue:
+    """prompt | greedy | sampled, a prompt cut to fit the context marked "…", a continuation that
+    ended at EOS marked "[EOS]" (else an empty one would read as a missing one)."""
+    def ended(column: str) -> pl.Expr:
+        return pl.col(column) + pl.when(pl.col(f"{column}_stop") == "eos").then(pl.lit(" [EOS]")).otherwise(pl.lit(""))
+
+    return markdown_table(samples.select(
+        pl.when(pl.col("prompt_truncated")).then("…" + pl.col("prompt")).otherwise(pl.col("prompt")).alias("prompt"),
+        ended("greedy"), ended("sampled"),
+    ), max_rows=100)
+
+
+@dg.asset(
+    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+    description="Greedy and sampled continuations of fixed English and Chinese prompts: what the checkpoint writes.",
+)
+def checkpoint_samples(
+    context: dg.AssetExecutionContext, config: CheckpointSamplesConfig, storage: StorageResource
+) -> dg.MaterializeResult:
+    from lm_assets.evaluation.generation import check_settings  # torch: imported when the asset runs
+    from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings, sample_continuations
+
+    store = storage.storage()
+    em, ran_on = load_checkpoint_model(store, context.partition_key, config)
+    settings = SampleSettings(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                              top_p=config.top_p, top_k=config.top_k, seed=config.seed)  # fmt: skip
+    try:
+        check_settings(settings.max_new_tokens, em.max_length, True, settings.temperature, settings.top_k, settings.top_p)
+    except ValueError as exc:
+        raise dg.Failure(description=str(exc)) from exc
+    result = sample_continuations(em, config.prompts or SAMPLE_PROMPTS, settings)
+    samples = pl.DataFrame(result["samples"])
+    key = samples_key(context.partition_key)
+    store.write_parquet(key, samples)
+    top_k = "off" if settings.top_k is None else settings.top_k
+    top_p = "off" if settings.top_p is None else settings.top_p
+    return dg.MaterializeResult(metadata={
+        "samples": samples_table(samples),
+        "samples_parquet": dg.MetadataValue.path(store.uri(key)),
+        "decoding": f"greedy, and sampled at temperature {settings.temperature}, top_p {top_p}, top_k {top_k}, "
+        f"seed {settings.seed}; at most {settings.max_new_tokens} new tokens, stopping at EOS",
+        **{name: value for name, value in result["settings"].items() if value is not None},
+        "model": str(em.path),
+        "parameters": sum(p.numel() for p in em.model.parameters()),
+        "max_seq_len": em.max_length,
+        **ran_on,
+        "prompts": samples.height,
+        "truncated_prompts": int(samples["prompt_truncated"].sum()),
+        "new_tokens": result["new_tokens"],
+        "seconds": round(result["seconds"], 2),
+    })
+
+
 def benchmark_result(
     context: dg.AssetExecutionContext, store, em, ran_on: dict, result: dict, expected: int
 ) -> dg.MaterializeResult:
@@ -358,20 +427,32 @@ def expected_questions(path: str, benchmark: str, split: str, subjects: list[str
     return int(counts.clip(upper_bound=limit).sum() if limit is not None else counts.sum())
 
 
+EVALUATION_ASSETS = (perplexity, mmlu_score, ceval_score, checkpoint_samples)
+
 evaluation_job = dg.define_asset_job(
     "evaluation_job",
-    selection=dg.AssetSelection.assets(perplexity, mmlu_score, ceval_score),
+    selection=dg.AssetSelection.assets(*EVALUATION_ASSETS),
     tags=stage_tags("evaluation"),
-    description="Perplexity, MMLU and C-Eval for one checkpoint.",
+    description="Perplexity, MMLU, C-Eval and sample continuations for one checkpoint.",
 )
 
 
 @dg.sensor(job=evaluation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
 def checkpoint_evaluation_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    """Requests the evaluation of every checkpoint partition that some benchmark has not scored yet."""
+    """Requests, for every checkpoint partition, the evaluation assets it has not been materialized for.
+
+    A checkpoint missing all of them gets the whole job (run key `evaluate:<checkpoint>`); one missing
+    some, e.g. an asset added since it was evaluated, gets those alone, under a run key that names them."""
     checkpoints = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
-    done = [context.instance.get_materialized_partitions(a.key) for a in (perplexity, mmlu_score, ceval_score)]
-    todo = [k for k in checkpoints if not all(k in d for d in done)]
-    if not todo:
+    done = {a.key: context.instance.get_materialized_partitions(a.key) for a in EVALUATION_ASSETS}
+    requests = []
+    for k in checkpoints:
+        missing = [key for key, partitions in done.items() if k not in partitions]
+        if len(missing) == len(done):
+            requests.append(dg.RunRequest(partition_key=k, run_key=f"evaluate:{k}"))
+        elif missing:
+            names = "+".join(key.to_user_string() for key in missing)
+            requests.append(dg.RunRequest(partition_key=k, run_key=f"evaluate:{k}:{names}", asset_selection=missing))
+    if not requests:
         return dg.SensorResult(skip_reason=f"all {len(checkpoints)} checkpoints evaluated")
-    return dg.SensorResult(run_requests=[dg.RunRequest(partition_key=k, run_key=f"evaluate:{k}") for k in todo])
+    return dg.SensorResult(run_requests=requests)

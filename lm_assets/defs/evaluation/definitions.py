@@ -5,6 +5,7 @@ from lm_assets.defs.catalog import EVALUATION_TEAM, catalogued, source_version
 from lm_assets.defs.evaluation.assets import (
     ceval_score,
     checkpoint_evaluation_sensor,
+    checkpoint_samples,
     evaluation_job,
     mmlu_score,
     perplexity,
@@ -14,9 +15,10 @@ EVALUATION_VERSION = source_version(evaluation)
 
 defs = dg.Definitions(
     assets=catalogued(
-        [perplexity, mmlu_score, ceval_score],
+        [perplexity, mmlu_score, ceval_score, checkpoint_samples],
         EVALUATION_TEAM,
-        {"perplexity": EVALUATION_VERSION, "mmlu_score": EVALUATION_VERSION, "ceval_score": EVALUATION_VERSION},
+        {"perplexity": EVALUATION_VERSION, "mmlu_score": EVALUATION_VERSION, "ceval_score": EVALUATION_VERSION,
+         "checkpoint_samples": EVALUATION_VERSION},
     ),
     jobs=[evaluation_job],
     sensors=[checkpoint_evaluation_sensor],

@@ -1,0 +1,132 @@
+"""checkpoint_samples: a checkpoint's continuations of the fixed prompts as metadata and a parquet file,
+and the evaluation sensor requesting only what a checkpoint lacks."""
+
+import os
+
+import dagster as dg
+import polars as pl
+import pytest
+import torch
+
+from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor, checkpoint_samples, samples_table
+from lm_assets.defs.partitions import checkpoint_partitions
+from lm_assets.defs.resources import STORAGE_ROOT_VARIABLE, StorageResource, s3_resource_from_env
+from lm_assets.evaluation import SAMPLE_PROMPTS, generate, load_model
+from lm_assets.layout import checkpoint_key, checkpoint_run_folder, samples_key
+from training.config import from_preset
+from training.export import export_hf
+from training.model import Transformer
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+torch.set_num_threads(1)
+
+CHECKPOINT = checkpoint_key("main", "step_00000004")
+SENTENCES = [
+    "The capital of France is Paris, a city on the river.",
+    "Once upon a time, in a small village by the sea, there lived a fisher.",
+    "中国的首都是北京。学习一门新语言最好的方法是每天练习。",
+    "很久很久以前，在一个海边的小村庄里，住着一位老人。",
+] * 4
+
+
+@pytest.fixture(scope="module")
+def storage_root(tmp_path_factory):
+    """A storage root holding one checkpoint's HF export, where the training assets put it."""
+    root = tmp_path_factory.mktemp("storage")
+    tok = train_tokenizer(SENTENCES, TokenizerConfig(vocab_size=400, num_threads=1), tmp_path_factory.mktemp("tok"))
+    cfg = from_preset("tiny", 400, max_seq_len=64)
+    hf = root / checkpoint_run_folder("main") / "step_00000004" / "hf"
+    export_hf(Transformer(cfg, seed=2).eval(), cfg, hf, tokenizer_model_path=tok.path)
+    return root
+
+
+def materialize_samples(root, instance, config: dict) -> dg.ExecuteInProcessResult:
+    return dg.materialize(
+        [checkpoint_samples], partition_key=CHECKPOINT, instance=instance,
+        resources={"storage": StorageResource(root=str(root), s3=s3_resource_from_env())},
+        run_config={"ops": {"checkpoint_samples": {"config": config}}}, raise_on_error=False,
+    )  # fmt: skip
+
+
+def test_samples_of_a_checkpoint_show_in_its_metadata_and_file(storage_root):
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(checkpoint_partitions.name, [CHECKPOINT])
+    result = materialize_samples(storage_root, instance, {"max_new_tokens": 12, "device": "cpu", "seed": 5})
+    assert result.success
+    meta = result.get_asset_materialization_events()[0].materialization.metadata
+
+    samples = pl.read_parquet(meta["samples_parquet"].value)
+    assert meta["samples_parquet"].value == str(storage_root / samples_key(CHECKPOINT))
+    assert samples["prompt"].to_list() == list(SAMPLE_PROMPTS)
+    em = load_model(storage_root / "checkpoints" / "main" / "step_00000004" / "hf")
+    prompt_ids = [em.encode(p) for p in SAMPLE_PROMPTS]
+    greedy = generate(em.model, prompt_ids, 12, eos_id=em.tokenizer.eos_id())
+    assert samples["greedy_ids"].to_list() == greedy.tokens
+    sampled = generate(em.model, prompt_ids, 12, do_sample=True, temperature=0.8, top_p=0.95, seed=5,
+                       eos_id=em.tokenizer.eos_id())  # fmt: skip
+    assert samples["sampled_ids"].to_list() == sampled.tokens
+    for prompt, ids, text in zip(prompt_ids, greedy.tokens, samples["greedy"]):
+        assert em.tokenizer.decode(prompt) + text == em.tokenizer.decode(prompt + ids)
+
+    table = meta["samples"].value
+    assert table.splitlines()[:2] == ["| prompt | greedy | sampled |", "|---|---|---|"]
+    assert len(table.splitlines()) == 2 + len(SAMPLE_PROMPTS)
+    assert all(prompt in table for prompt in SAMPLE_PROMPTS)
+    expected = {"max_new_tokens": 12, "temperature": 0.8, "top_p": 0.95, "seed": 5, "device": "cpu",
+                "dtype": "float32", "prompts": 6, "max_seq_len": 64, "truncated_prompts": 0}  # fmt: skip
+    assert {k: meta[k].value for k in expected} == expected
+    assert "top_k" not in meta and "top_k off" in meta["decoding"].value
+    assert meta["model"].value.endswith("step_00000004/hf")
+    assert meta["new_tokens"].value == sum(len(t) for t in greedy.tokens + sampled.tokens)
+    assert meta["parameters"].value == sum(p.numel() for p in em.model.parameters())
+
+
+def test_the_table_marks_cut_prompts_and_continuations_that_ended_at_eos():
+    samples = pl.DataFrame({
+        "prompt": ["a long prompt", "中国的首都是"], "greedy": ["", "北京|上海\n"], "sampled": ["x", "y"],
+        "prompt_truncated": [True, False], "greedy_stop": ["eos", "length"], "sampled_stop": ["length", "eos"],
+    })
+    assert samples_table(samples).value.splitlines() == [
+        "| prompt | greedy | sampled |", "|---|---|---|",
+        "| …a long prompt |  [EOS] | x |",
+        "| 中国的首都是 | 北京\\|上海 ↵  | y [EOS] |",
+    ]
+
+
+def test_settings_the_model_cannot_run_fail_with_the_reason(storage_root):
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(checkpoint_partitions.name, [CHECKPOINT])
+    result = materialize_samples(storage_root, instance, {"max_new_tokens": 64, "device": "cpu"})
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "max_new_tokens must be in [1, 63]" in failure.event_specific_data.error.message
+
+
+def test_the_sensor_requests_only_the_evaluation_a_checkpoint_lacks(storage_root, monkeypatch):
+    from lm_assets.definitions import defs
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(checkpoint_partitions.name, [CHECKPOINT, "main-step_00000008"])
+
+    def requests():
+        with dg.build_sensor_context(instance=instance) as context:
+            return list(checkpoint_evaluation_sensor(context).run_requests)
+
+    assert [(r.partition_key, r.run_key, r.asset_selection) for r in requests()] == [
+        (CHECKPOINT, f"evaluate:{CHECKPOINT}", None), ("main-step_00000008", "evaluate:main-step_00000008", None)]
+    for name in ("perplexity", "mmlu_score", "ceval_score"):  # evaluated before checkpoint_samples existed
+        instance.report_runless_asset_event(dg.AssetMaterialization(name, partition=CHECKPOINT))
+    first = requests()[0]
+    assert (first.partition_key, first.run_key, first.asset_selection) == (
+        CHECKPOINT, f"evaluate:{CHECKPOINT}:checkpoint_samples", [dg.AssetKey("checkpoint_samples")])
+    assert requests()[1].run_key == "evaluate:main-step_00000008"
+
+    # The request runs as the code location's evaluation_job would run it: checkpoint_samples alone.
+    monkeypatch.setenv(STORAGE_ROOT_VARIABLE, str(storage_root))
+    result = defs.resolve_job_def("evaluation_job").execute_in_process(
+        partition_key=first.partition_key, asset_selection=first.asset_selection, instance=instance,
+        run_config={"ops": {"checkpoint_samples": {"config": {"max_new_tokens": 4, "device": "cpu"}}}},
+    )
+    assert [e.asset_key for e in result.get_asset_materialization_events()] == [dg.AssetKey("checkpoint_samples")]
+    assert [r.partition_key for r in requests()] == ["main-step_00000008"]
