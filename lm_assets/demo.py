@@ -179,13 +179,19 @@ def main() -> int:
     run_meta = instance.get_latest_materialization_event(dg.AssetKey("training_run")).asset_materialization.metadata
     ckpt_meta = instance.get_latest_materialization_event(dg.AssetKey("checkpoint")).asset_materialization.metadata
     layout = run_meta["layout"].value
+    tokens_per_s = run_meta["tokens_per_s"].value
+    resumed = run_meta["resumed_from_step"].value
+    final_loss = run_meta["final_loss"].value
+    loss_text = f"final loss {final_loss:.3f}, " if final_loss is not None else ""
+    speed = (f"{tokens_per_s:,.0f} tokens/s after warm-up" if tokens_per_s is not None
+             else f"no step left to run: resumed from the checkpoint of step {resumed}")  # fmt: skip
     print(
         f"Training: tiny model, pp={layout['pp']} tp={layout['tp']} dp={layout['dp']} on CPU, {run_meta['steps'].value} steps, "
-        f"final loss {run_meta['final_loss'].value:.3f}, {run_meta['tokens_per_s'].value:,.0f} tokens/s after warm-up; "
-        f"checkpoints {', '.join(ckpt_meta['tags'].value)}"
+        f"{loss_text}{speed}; checkpoints {', '.join(ckpt_meta['tags'].value)}"
     )
-    print(f"Curves:           {run_meta['curves_png'].value}; "
-          f".venv/bin/tensorboard --logdir {run_meta['tensorboard_logdir'].value}")
+    if "curves_png" in run_meta:
+        print(f"Curves:           {run_meta['curves_png'].value}; "
+              f".venv/bin/tensorboard --logdir {run_meta['tensorboard_logdir'].value}")
     print(f"HF export:        {ckpt_meta['hf_export'].value}  (transformers.LlamaForCausalLM.from_pretrained)")
     scores = {k: instance.get_latest_materialization_event(dg.AssetKey(k)).asset_materialization.metadata
               for k in ("perplexity", "mmlu_score", "ceval_score")}
