@@ -155,3 +155,15 @@ def test_compiled_engine_matches_eager(tmp_path):
     assert eager["profile"]["step"] == 2
     assert "aten::_fused_adamw_" in eager["profile"]["notable"] and "aten::_fused_rms_norm" in eager["profile"]["notable"]
     assert "aten::_fused_adamw_" in compiled["profile"]["notable"]
+
+
+@pytest.mark.slow
+def test_compiled_pipeline_and_tensor_parallel_match_eager_single_process(tmp_path):
+    """Blocks compile the same way inside pipeline stages and with tensor-parallel linears."""
+    data = write_packed(tmp_path / "packed")
+    common = base(data, 6, micro_batch_size=2)
+    single = run_ok(1, common + ["compile=false"], "python")
+    summaries = []
+    three_d = run_ok(4, common + ["compile=true", "parallel.pp=2", "parallel.tp=2"], summaries=summaries)
+    assert summaries[0]["compiled"] is True and summaries[0]["layout"]["tp"] == 2
+    assert losses(three_d) == pytest.approx(losses(single), abs=1e-4)
