@@ -257,15 +257,9 @@ def model_config(ckpt_dir: str | os.PathLike, tag: str | None = None) -> ModelCo
     return ModelConfig(**json.loads((Path(ckpt_dir) / tag / "layout.json").read_text())["model"])
 
 
-def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None) -> dict[str, torch.Tensor]:
-    """The full `Transformer` state dict of a checkpoint written by `save` (fp32 copies on CPU)."""
-    tag = tag or latest_tag(ckpt_dir)
-    if tag is None:
-        raise FileNotFoundError(f"no checkpoint under {ckpt_dir}")
-    path = Path(ckpt_dir) / tag
-    layout = json.loads((path / "layout.json").read_text())
-    cfg = model_config(ckpt_dir, tag)
-    tp = layout["tp"]
+def _module_pieces(path: Path, layout: dict, cfg: ModelConfig, keep=None) -> dict[str, list[torch.Tensor]]:
+    """The module weights of a (non-ZeRO-3) checkpoint, by `Transformer` name: one tensor per
+    tensor-parallel rank, in rank order; only the names `keep` accepts, when given."""
     pieces: dict[str, list[torch.Tensor]] = {}
     if layout["pp"] > 1:
         from training.parallel import pipeline_layer_name
@@ -275,17 +269,30 @@ def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None)
         for layer, _mp, file in files:
             prefix = pipeline_layer_name(layer, cfg.n_layers)
             for key, value in _load(file).items():
-                pieces.setdefault(prefix + key, []).append(value)
-    elif json.loads((path / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3:
-        # ZeRO-3 partitions the weights themselves, across data-parallel ranks (tp == 1 only).
-        if tp > 1:
-            raise NotImplementedError(f"{path}: consolidating ZeRO-3 with tensor parallelism is not supported")
-        return {k: v.float().clone() for k, v in _zero3_state_dict(path).items()}
+                if keep is None or keep(prefix + key):
+                    pieces.setdefault(prefix + key, []).append(value)
     else:
-        for mp in range(tp):
+        for mp in range(layout["tp"]):
             states = _load(path / f"mp_rank_{mp:02d}_model_states.pt")
             for key, value in states["module"].items():
-                pieces.setdefault(key, []).append(value)
+                if keep is None or keep(key):
+                    pieces.setdefault(key, []).append(value)
+    return pieces
+
+
+def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None) -> dict[str, torch.Tensor]:
+    """The full `Transformer` state dict of a checkpoint written by `save` (fp32 copies on CPU)."""
+    tag = tag or latest_tag(ckpt_dir)
+    if tag is None:
+        raise FileNotFoundError(f"no checkpoint under {ckpt_dir}")
+    path = Path(ckpt_dir) / tag
+    layout = json.loads((path / "layout.json").read_text())
+    if layout["pp"] == 1 and json.loads((path / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3:
+        # ZeRO-3 partitions the weights themselves, across data-parallel ranks (tp == 1 only).
+        if layout["tp"] > 1:
+            raise NotImplementedError(f"{path}: consolidating ZeRO-3 with tensor parallelism is not supported")
+        return {k: v.float().clone() for k, v in _zero3_state_dict(path).items()}
+    pieces = _module_pieces(path, layout, model_config(ckpt_dir, tag))
     return {k: _merge_tp(k, v).float().clone() for k, v in pieces.items()}
 
 
