@@ -24,9 +24,10 @@ import pytest
 import torch
 
 from tests.test_training_parallel import VOCAB, base, launch, losses, run_ok, write_packed
-from training.checkpoint import TAG_FORMAT, _merge_tp
+from training.checkpoint import TAG_FORMAT
+from training.checkpoint_files import merge_tp, tp_dim
 from training.config import from_preset
-from training.reshard import consolidate, gather_flat_partitions, logical_name, scatter_to_partition, tp_dim, tp_shard
+from training.reshard import consolidate, gather_flat_partitions, logical_name, scatter_to_partition, tp_shard
 
 slow = pytest.mark.slow
 
@@ -112,7 +113,7 @@ def test_shard_then_gather_restores_every_tensor(pp, tp, dp):
     for name, ranks in gathered.items():
         for key, full in whole[name].items():
             local_shape = tp_shard(full, tp_dim(name), tp, 0).shape
-            merged = _merge_tp(name, [ranks[r][key].view(local_shape) for r in range(tp)])
+            merged = merge_tp(name, [ranks[r][key].view(local_shape) for r in range(tp)])
             assert torch.equal(merged, full), (name, key)
 
 

@@ -69,7 +69,6 @@ import json
 import logging
 import math
 import os
-import pickle
 import random
 import re
 from dataclasses import dataclass
@@ -80,15 +79,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from training import reshard
+from training.checkpoint_files import load_weights_only, merge_tp, module_pieces, optimizer_format
 from training.config import ModelConfig, ParallelDims, to_dict
 from training.primitives import atomic_path
 
 log = logging.getLogger("training")
 
 TAG_FORMAT = "step_{:08d}"
-# Megatron-style split dimension of tensor-parallel weights, by name (the rest is replicated).
-COLUMN_PARALLEL = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight")
-ROW_PARALLEL = ("o_proj.weight", "down_proj.weight")
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -124,32 +122,9 @@ def set_rng_state(state: dict) -> None:
         get_accelerator().set_rng_state(state["accelerator"])
 
 
-def _load(file: Path, allowed_classes: tuple = ()):
-    """`torch.load` of tensors and plain Python data (and `allowed_classes`) only, so that unpickling
-    cannot run code; any other file raises `pickle.UnpicklingError` naming it."""
-    try:
-        with torch.serialization.safe_globals(list(allowed_classes)):
-            return torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"WeightsUnpickler error: (.*?)(?: Please use .*)?$", str(err), re.MULTILINE)
-        detail = found[1] if found else str(err)
-        raise pickle.UnpicklingError(f"{file}: refused, it holds more than tensors and plain data: {detail}") from None
-
-
 def latest_tag(ckpt_dir: str | os.PathLike) -> str | None:
     path = Path(ckpt_dir) / "latest"
     return path.read_text().strip() if path.exists() else None
-
-
-def optimizer_format(ds_config: dict) -> tuple[int, str]:
-    """(ZeRO stage, precision) of a DeepSpeed config."""
-    if ds_config.get("bf16", {}).get("enabled"):
-        precision = "bf16"
-    elif ds_config.get("fp16", {}).get("enabled"):
-        precision = "fp16"
-    else:
-        precision = "fp32"
-    return int(ds_config.get("zero_optimization", {}).get("stage", 0)), precision
 
 
 def describe_layout(layout: dict, ds_config: dict) -> str:
@@ -201,9 +176,7 @@ class CheckpointManager:
         self._save_rng(path)
         if self.rank == 0:
             self._save_run_files(path, metrics)
-        from training.reshard import optimizer_param_names
-
-        client_state = {"trainer": state, "optimizer_param_names": optimizer_param_names(self.engine)}
+        client_state = {"trainer": state, "optimizer_param_names": reshard.optimizer_param_names(self.engine)}
         self.engine.save_checkpoint(str(self.folder), tag=tag, client_state=client_state, save_latest=False)
         dist.barrier()
         if self.rank == 0:
@@ -223,11 +196,11 @@ class CheckpointManager:
         saved, saved_ds = self._check_resumable(path)
         if saved == self.layout and optimizer_format(saved_ds) == optimizer_format(self.ds_config):
             state = self._load_engine(path, tag)
-            set_rng_state(_load(self._rng_file(path)))
+            set_rng_state(load_weights_only(self._rng_file(path)))
         else:
             state = self._load_resharded(path, saved_ds)
             if self._rng_file(path).exists():
-                set_rng_state(_load(self._rng_file(path)))
+                set_rng_state(load_weights_only(self._rng_file(path)))
             else:
                 _seed_from(f"{tag}/rank_{self.rank}")
             if self.rank == 0:
@@ -270,8 +243,6 @@ class CheckpointManager:
         return saved, saved_ds
 
     def _load_resharded(self, path: Path, saved_ds: dict) -> dict:
-        from training import reshard
-
         reshard.check_supported(saved_ds, f"checkpoint {path}")
         reshard.check_supported(self.ds_config, "this run")
         names = {name for name, _ in reshard.local_parameters(self.engine, self.layout)}
@@ -291,16 +262,6 @@ class CheckpointManager:
 # ---------------------------------------------------------------------------------------------
 
 
-def _merge_tp(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
-    if len(shards) == 1:
-        return shards[0]
-    if name.endswith(COLUMN_PARALLEL):
-        return torch.cat(shards, dim=0)
-    if name.endswith(ROW_PARALLEL):
-        return torch.cat(shards, dim=1)
-    return shards[0]  # replicated
-
-
 def _zero3_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The weights of a ZeRO-3 checkpoint (tp == 1). Each data-parallel rank's optimizer file holds
     its slice of every parameter in one flat fp32 vector, in `param_shapes` order: ceil(n / ranks)
@@ -308,11 +269,11 @@ def _zero3_state_dict(path: Path) -> dict[str, torch.Tensor]:
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
 
-    model_states = _load(path / "zero_pp_rank_0_mp_rank_00_model_states.pt")
+    model_states = load_weights_only(path / "zero_pp_rank_0_mp_rank_00_model_states.pt")
     rank_of = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt")
     files = sorted((int(m[1]), f) for f in path.iterdir() if (m := rank_of.fullmatch(f.name)))
     optimizer_classes = (ZeroStageEnum, LossScaler, DynamicLossScaler)
-    flat = [torch.cat(_load(f, optimizer_classes)["optimizer_state_dict"]["fp32_flat_groups"]) for _, f in files]
+    flat = [torch.cat(load_weights_only(f, optimizer_classes)["optimizer_state_dict"]["fp32_flat_groups"]) for _, f in files]
     state = {k: v for k, v in model_states["module"].items() if k in model_states["buffer_names"]}
     offset = 0
     for group in model_states["param_shapes"]:
@@ -335,29 +296,6 @@ def model_config(ckpt_dir: str | os.PathLike, tag: str | None = None) -> ModelCo
     return ModelConfig(**json.loads((Path(ckpt_dir) / tag / "layout.json").read_text())["model"])
 
 
-def _module_pieces(path: Path, layout: dict, cfg: ModelConfig, keep=None) -> dict[str, list[torch.Tensor]]:
-    """The module weights of a (non-ZeRO-3) checkpoint, by `Transformer` name: one tensor per
-    tensor-parallel rank, in rank order; only the names `keep` accepts, when given."""
-    pieces: dict[str, list[torch.Tensor]] = {}
-    if layout["pp"] > 1:
-        from training.parallel import pipeline_layer_name
-
-        pattern = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
-        files = sorted((int(m[1]), int(m[2]), f) for f in path.iterdir() if (m := pattern.fullmatch(f.name)))
-        for layer, _mp, file in files:
-            prefix = pipeline_layer_name(layer, cfg.n_layers)
-            for key, value in _load(file).items():
-                if keep is None or keep(prefix + key):
-                    pieces.setdefault(prefix + key, []).append(value)
-    else:
-        for mp in range(layout["tp"]):
-            states = _load(path / f"mp_rank_{mp:02d}_model_states.pt")
-            for key, value in states["module"].items():
-                if keep is None or keep(key):
-                    pieces.setdefault(key, []).append(value)
-    return pieces
-
-
 def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None) -> dict[str, torch.Tensor]:
     """The full `Transformer` state dict of a checkpoint written by `save` (fp32 copies on CPU)."""
     tag = tag or latest_tag(ckpt_dir)
@@ -370,8 +308,8 @@ def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None)
         if layout["tp"] > 1:
             raise NotImplementedError(f"{path}: consolidating ZeRO-3 with tensor parallelism is not supported")
         return {k: v.float().clone() for k, v in _zero3_state_dict(path).items()}
-    pieces = _module_pieces(path, layout, model_config(ckpt_dir, tag))
-    return {k: _merge_tp(k, v).float().clone() for k, v in pieces.items()}
+    pieces = module_pieces(path, layout, model_config(ckpt_dir, tag))
+    return {k: merge_tp(k, v).float().clone() for k, v in pieces.items()}
 
 
 __all__ = [
@@ -381,7 +319,6 @@ __all__ = [
     "describe_layout",
     "latest_tag",
     "model_config",
-    "optimizer_format",
     "rng_state",
     "run_layout",
     "set_rng_state",

@@ -22,7 +22,7 @@ How the files are read. Model-parallel rank `mp` of a job is `stage * tp + tp_ra
 the plain engine's is the tensor-parallel rank), and `mp_rank_XX_model_states.pt` is that rank's
 file. Pipeline parameters are named `<layer index>.<name in the layer>` and renamed with
 `training.parallel.pipeline_layer_name`; tensor-parallel shards are concatenated as
-`training.checkpoint._merge_tp` does.
+`training.checkpoint_files.merge_tp` does.
 
 - The ZeRO-1/2 and bf16 optimizers keep, per param group, one flat fp32 partition per
   data-parallel rank; their files (`[bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt`) hold it
@@ -59,7 +59,7 @@ from typing import Any
 
 import torch
 
-from training.checkpoint import COLUMN_PARALLEL, ROW_PARALLEL, _load, _merge_tp, _module_pieces, optimizer_format
+from training.checkpoint_files import load_weights_only, merge_tp, module_pieces, optimizer_format, tp_dim
 from training.config import ModelConfig
 
 SUPPORTED = "fp32 or bf16 with ZeRO stage 0, 1 or 2"
@@ -107,15 +107,6 @@ def logical_name(name: str, pipeline: bool, n_layers: int) -> str:
 
     index, rest = name.split(".", 1)
     return pipeline_layer_name(int(index), n_layers) + rest
-
-
-def tp_dim(name: str) -> int | None:
-    """The dimension a tensor-parallel parameter is split along (None: replicated)."""
-    if name.endswith(COLUMN_PARALLEL):
-        return 0
-    if name.endswith(ROW_PARALLEL):
-        return 1
-    return None
 
 
 def tp_shard(full: torch.Tensor, dim: int | None, tp: int, tp_rank: int) -> torch.Tensor:
@@ -223,7 +214,7 @@ def consolidate(path: str | Path, keep: Callable[[str], bool] | None = None) -> 
     first = None
     for mp in range(layout["pp"] * tp):
         file = path / f"mp_rank_{mp:02d}_model_states.pt"
-        states = _load(file, classes)
+        states = load_weights_only(file, classes)
         first = states if first is None else first
         held = _names_held(states)
         if held is not None and not any(map(keep_engine_name, held)):
@@ -232,14 +223,14 @@ def consolidate(path: str | Path, keep: Callable[[str], bool] | None = None) -> 
             files = [f for _, f in sorted(optim_files.get(mp, []))]
             if len(files) != layout["dp"]:
                 raise ValueError(f"{path}: {len(files)} optimizer files of model-parallel rank {mp}, expected {layout['dp']}")
-            local = gather_flat_partitions([_load(f, classes)["optimizer_state_dict"] for f in files], keep_engine_name)
+            local = gather_flat_partitions([load_weights_only(f, classes)["optimizer_state_dict"] for f in files], keep_engine_name)
         else:
             local = _torch_optimizer_state(states, file)
         for engine_name, state in local.items():
             if keep_engine_name(engine_name):
                 per_rank.setdefault(logical_name(engine_name, pipeline, cfg.n_layers), {})[mp % tp] = state
     if not optim_files:  # fp32 ZeRO-0: the module's weights are the ones the optimizer updates
-        for name, pieces in _module_pieces(path, layout, cfg, keep).items():
+        for name, pieces in module_pieces(path, layout, cfg, keep).items():
             for tp_rank, piece in enumerate(pieces):
                 per_rank.get(name, {}).get(tp_rank, {})["param"] = piece
 
@@ -253,7 +244,7 @@ def consolidate(path: str | Path, keep: Callable[[str], bool] | None = None) -> 
         ordered = [ranks[r] for r in range(tp)]
         local_shape = _local_shape(name, shape, tp)
         tensors[name] = {
-            key: _merge_tp(name, [s[key].reshape(local_shape).float() for s in ordered]).clone()
+            key: merge_tp(name, [s[key].reshape(local_shape).float() for s in ordered]).clone()
             for key in ordered[0]
             if key != "step"
         }
