@@ -10,7 +10,8 @@ exactly what saving and resuming need (the DeepSpeed engine, this process's rank
   completed steps, which fix the data position, the tokens seen and the loss-spike window),
   `metrics` the last step's report;
 - `resume()` loads `latest` into the engine and this process's RNGs and returns the `state` it
-  was saved with, for the caller to restore; None when there is no checkpoint.
+  was saved with, for the caller to restore; None when there is no checkpoint. The checkpoint may
+  come from another layout (below).
 
 Layout of `<dir>/<tag>/` (tag `step_00000500`, `<dir>/latest` names the newest):
 
@@ -28,10 +29,22 @@ Order: each rank writes its RNG file and its share of DeepSpeed's files, then al
 barrier, and only then does rank 0 write `layout.json` and replace `latest` (DeepSpeed's own
 `latest` would be written before the other ranks finish). So `latest` only ever names a complete
 checkpoint, and a tag folder with `layout.json` is complete, even when the job is killed mid-save.
-`resume` loads `latest` into the engine and this rank's RNG and hands back the loop's state. The
-data order is a function of the step number alone (`training.data`), so in fp32 on CPU the losses
-after a resume are identical to an uninterrupted run. Resuming needs the same (pp, tp, dp)
-layout; a changed layout is refused.
+
+Resuming. `resume` loads `latest` and hands back the loop's state. It needs the same model and
+the same global batch (`micro_batch_size * grad_accum * dp` sequences per step: the data order is
+a function of the step number alone, `training.data`), and refuses a checkpoint that differs in
+either. With the same (pp, tp, dp) layout, ZeRO stage and precision, DeepSpeed's `load_checkpoint`
+loads it and each rank restores its own RNG file; in fp32 on CPU the losses after the resume are
+identical to an uninterrupted run. Saved with another layout, ZeRO stage or precision, it is
+resharded by `training.reshard` (fp32 or bf16, ZeRO stage 0 to 2, on both sides; fp16 and ZeRO-3
+are refused): the weights, fp32 master weights, AdamW moments and step counts, the LR scheduler
+and DeepSpeed's step counters are consolidated per parameter and sliced for each rank of the new
+layout; the losses then match an uninterrupted run up to the float rounding of the two layouts.
+Each rank restores the RNG file of its own rank number where there is one, else seeds its RNGs
+from the tag and its rank, and rank 0 logs the change (`resumed step 5 from layout pp=2 tp=1 dp=2
+(ZeRO-1, fp32) into pp=1 tp=2 dp=2 (ZeRO-1, fp32)`). For the fp32 ZeRO-0 optimizer, whose state
+DeepSpeed saves by position only, `save` adds the parameters' names to the client state
+(`optimizer_param_names`).
 
 `consolidated_state_dict` gathers a checkpoint's module weights, from any layout, into one
 `training.model.Transformer` state dict (pipeline layer files renamed, tensor-parallel shards
@@ -45,15 +58,17 @@ tensors and plain Python data only, plus, for ZeRO-3 optimizer files, the two De
 they hold (the ZeRO stage enum and the loss scaler). A file with anything else is refused with
 its path. DeepSpeed's `engine.load_checkpoint` in `resume` unpickles its own files without that
 restriction, so a `CheckpointManager`'s `folder` is only ever the run's own checkpoint
-directory, the one it saves to.
+directory, the one it saves to. (A resharded resume reads every file weights-only, with the
+DeepSpeed classes the optimizer files hold.)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import os
-import pickle
 import random
 import re
 from dataclasses import dataclass
@@ -64,13 +79,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from training import reshard
+from training.checkpoint_files import load_weights_only, merge_tp, module_pieces, optimizer_format
 from training.config import ModelConfig, ParallelDims, to_dict
 from training.primitives import atomic_path
 
+log = logging.getLogger("training")
+
 TAG_FORMAT = "step_{:08d}"
-# Megatron-style split dimension of tensor-parallel weights, by name (the rest is replicated).
-COLUMN_PARALLEL = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight")
-ROW_PARALLEL = ("o_proj.weight", "down_proj.weight")
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -106,21 +122,23 @@ def set_rng_state(state: dict) -> None:
         get_accelerator().set_rng_state(state["accelerator"])
 
 
-def _load(file: Path, allowed_classes: tuple = ()):
-    """`torch.load` of tensors and plain Python data (and `allowed_classes`) only, so that unpickling
-    cannot run code; any other file raises `pickle.UnpicklingError` naming it."""
-    try:
-        with torch.serialization.safe_globals(list(allowed_classes)):
-            return torch.load(file, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        found = re.search(r"WeightsUnpickler error: (.*?)(?: Please use .*)?$", str(err), re.MULTILINE)
-        detail = found[1] if found else str(err)
-        raise pickle.UnpicklingError(f"{file}: refused, it holds more than tensors and plain data: {detail}") from None
-
-
 def latest_tag(ckpt_dir: str | os.PathLike) -> str | None:
     path = Path(ckpt_dir) / "latest"
     return path.read_text().strip() if path.exists() else None
+
+
+def describe_layout(layout: dict, ds_config: dict) -> str:
+    """`pp=2 tp=1 dp=2 (ZeRO-1, fp32)`."""
+    stage, precision = optimizer_format(ds_config)
+    return f"pp={layout['pp']} tp={layout['tp']} dp={layout['dp']} (ZeRO-{stage}, {precision})"
+
+
+def _seed_from(text: str) -> None:
+    """Seed Python's, NumPy's and torch's RNGs from `text`."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & ((1 << 63) - 1)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,7 +176,8 @@ class CheckpointManager:
         self._save_rng(path)
         if self.rank == 0:
             self._save_run_files(path, metrics)
-        self.engine.save_checkpoint(str(self.folder), tag=tag, client_state={"trainer": state}, save_latest=False)
+        client_state = {"trainer": state, "optimizer_param_names": reshard.optimizer_param_names(self.engine)}
+        self.engine.save_checkpoint(str(self.folder), tag=tag, client_state=client_state, save_latest=False)
         dist.barrier()
         if self.rank == 0:
             self._mark_complete(path, tag)
@@ -166,14 +185,27 @@ class CheckpointManager:
 
     def resume(self) -> dict | None:
         """Load the latest checkpoint into the engine and this process's RNGs; returns the `state`
-        it was saved with, or None when there is no checkpoint."""
+        it was saved with, or None when there is no checkpoint. Saved with another layout, ZeRO
+        stage or precision, it is resharded (`training.reshard`) and each rank restores the RNG
+        file of its own rank number where there is one, else seeds its RNGs from the tag and its
+        rank (the RNG streams of a changed world size cannot be continued)."""
         tag = latest_tag(self.folder)
         if tag is None:
             return None
         path = Path(self.folder) / tag
-        self._check_layout(path)
-        state = self._load_engine(path, tag)
-        set_rng_state(_load(self._rng_file(path)))
+        saved, saved_ds = self._check_resumable(path)
+        if saved == self.layout and optimizer_format(saved_ds) == optimizer_format(self.ds_config):
+            state = self._load_engine(path, tag)
+            set_rng_state(load_weights_only(self._rng_file(path)))
+        else:
+            state = self._load_resharded(path, saved_ds)
+            if self._rng_file(path).exists():
+                set_rng_state(load_weights_only(self._rng_file(path)))
+            else:
+                _seed_from(f"{tag}/rank_{self.rank}")
+            if self.rank == 0:
+                log.info("resumed step %d from layout %s into %s", state["step"],
+                         describe_layout(saved, saved_ds), describe_layout(self.layout, self.ds_config))  # fmt: skip
         dist.barrier()
         return state
 
@@ -194,12 +226,29 @@ class CheckpointManager:
         _write_json(path / "layout.json", self.layout)
         _write_text(Path(self.folder) / "latest", tag)
 
-    def _check_layout(self, path: Path) -> None:
+    def _check_resumable(self, path: Path) -> tuple[dict, dict]:
+        """The checkpoint's layout and DeepSpeed config, once it is known this run can continue it:
+        the same model and the same global batch (the data position is the step number times it)."""
         saved = json.loads((path / "layout.json").read_text())
-        if saved != self.layout:
+        saved_ds = json.loads((path / "ds_config.json").read_text())
+        if saved["model"] != self.layout["model"]:
+            raise ValueError(f"checkpoint {path} holds another model: {saved['model']}, this run has {self.layout['model']}")
+        batch, ours = saved_ds.get("train_batch_size"), self.ds_config.get("train_batch_size")
+        if batch != ours:
             raise ValueError(
-                f"checkpoint {path} was written with layout {saved}, this run has {self.layout}; resume needs it"
+                f"checkpoint {path} was trained with a global batch of {batch} sequences per step "
+                f"(micro_batch_size * grad_accum * dp), this run has {ours}; the data position and the "
+                "schedule are counted in steps, so resuming needs the same global batch"
             )
+        return saved, saved_ds
+
+    def _load_resharded(self, path: Path, saved_ds: dict) -> dict:
+        reshard.check_supported(saved_ds, f"checkpoint {path}")
+        reshard.check_supported(self.ds_config, "this run")
+        names = {name for name, _ in reshard.local_parameters(self.engine, self.layout)}
+        consolidated = reshard.consolidate(path, keep=names.__contains__)
+        reshard.load(self.engine, consolidated, self.layout, self.rank)
+        return consolidated.trainer
 
     def _load_engine(self, path: Path, tag: str) -> dict:
         load_path, client_state = self.engine.load_checkpoint(str(self.folder), tag=tag)
@@ -213,16 +262,6 @@ class CheckpointManager:
 # ---------------------------------------------------------------------------------------------
 
 
-def _merge_tp(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
-    if len(shards) == 1:
-        return shards[0]
-    if name.endswith(COLUMN_PARALLEL):
-        return torch.cat(shards, dim=0)
-    if name.endswith(ROW_PARALLEL):
-        return torch.cat(shards, dim=1)
-    return shards[0]  # replicated
-
-
 def _zero3_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The weights of a ZeRO-3 checkpoint (tp == 1). Each data-parallel rank's optimizer file holds
     its slice of every parameter in one flat fp32 vector, in `param_shapes` order: ceil(n / ranks)
@@ -230,11 +269,11 @@ def _zero3_state_dict(path: Path) -> dict[str, torch.Tensor]:
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum
 
-    model_states = _load(path / "zero_pp_rank_0_mp_rank_00_model_states.pt")
+    model_states = load_weights_only(path / "zero_pp_rank_0_mp_rank_00_model_states.pt")
     rank_of = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt")
     files = sorted((int(m[1]), f) for f in path.iterdir() if (m := rank_of.fullmatch(f.name)))
     optimizer_classes = (ZeroStageEnum, LossScaler, DynamicLossScaler)
-    flat = [torch.cat(_load(f, optimizer_classes)["optimizer_state_dict"]["fp32_flat_groups"]) for _, f in files]
+    flat = [torch.cat(load_weights_only(f, optimizer_classes)["optimizer_state_dict"]["fp32_flat_groups"]) for _, f in files]
     state = {k: v for k, v in model_states["module"].items() if k in model_states["buffer_names"]}
     offset = 0
     for group in model_states["param_shapes"]:
@@ -264,35 +303,20 @@ def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None)
         raise FileNotFoundError(f"no checkpoint under {ckpt_dir}")
     path = Path(ckpt_dir) / tag
     layout = json.loads((path / "layout.json").read_text())
-    cfg = model_config(ckpt_dir, tag)
-    tp = layout["tp"]
-    pieces: dict[str, list[torch.Tensor]] = {}
-    if layout["pp"] > 1:
-        from training.parallel import pipeline_layer_name
-
-        pattern = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
-        files = sorted((int(m[1]), int(m[2]), f) for f in path.iterdir() if (m := pattern.fullmatch(f.name)))
-        for layer, _mp, file in files:
-            prefix = pipeline_layer_name(layer, cfg.n_layers)
-            for key, value in _load(file).items():
-                pieces.setdefault(prefix + key, []).append(value)
-    elif json.loads((path / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3:
+    if layout["pp"] == 1 and json.loads((path / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3:
         # ZeRO-3 partitions the weights themselves, across data-parallel ranks (tp == 1 only).
-        if tp > 1:
+        if layout["tp"] > 1:
             raise NotImplementedError(f"{path}: consolidating ZeRO-3 with tensor parallelism is not supported")
         return {k: v.float().clone() for k, v in _zero3_state_dict(path).items()}
-    else:
-        for mp in range(tp):
-            states = _load(path / f"mp_rank_{mp:02d}_model_states.pt")
-            for key, value in states["module"].items():
-                pieces.setdefault(key, []).append(value)
-    return {k: _merge_tp(k, v).float().clone() for k, v in pieces.items()}
+    pieces = module_pieces(path, layout, model_config(ckpt_dir, tag))
+    return {k: merge_tp(k, v).float().clone() for k, v in pieces.items()}
 
 
 __all__ = [
     "TAG_FORMAT",
     "CheckpointManager",
     "consolidated_state_dict",
+    "describe_layout",
     "latest_tag",
     "model_config",
     "rng_state",
