@@ -23,7 +23,9 @@ upgrade can change.
 Inputs and targets. A row of `seq_len` tokens gives `inputs = row[:-1]` and `targets = row[1:]`
 (`seq_len - 1` positions; packing with `seq_len = context + 1` gives full-context rows). Targets
 equal to `pad_id` are replaced by -100 (`ignore_index` of `torch.nn.functional.cross_entropy`).
-Attention is not masked at document boundaries: the model sees an EOS between documents.
+The packer writes an EOS after every document; with `document_mask` the trainer derives each
+row's document ids from those (`training.kernels.document_ids`) and attention stays within
+documents.
 """
 
 from __future__ import annotations
