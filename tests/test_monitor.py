@@ -24,7 +24,7 @@ def test_events_progress_lines_averages_and_curves(tmp_path):
     summary = monitor.summary()
     assert summary["tokens_per_s_mean"] == 1000.0 and abs(summary["step_time_s_mean"] - 0.1) < 1e-12
     assert summary["steps_averaged"] == 10 and summary["warmup_steps_left_out"] == 2
-    assert summary["mfu_mean"] == NO_PEAK_FLOPS
+    assert summary["mfu_mean"] == NO_PEAK_FLOPS and summary["first_step_s"] == 0.5
 
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()

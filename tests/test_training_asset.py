@@ -74,6 +74,11 @@ def test_training_through_pipes_then_resume(packed_storage):
     assert run["warmup_steps_left_out"].value == 4 and run["steps_averaged"].value == 2  # warmup_steps 4 of 6
     assert run["tokens_per_s"].value > 0 and run["step_time_s_mean"].value > 0
     assert run["mfu"].value == "n/a: no peak FLOP/s known for this device; set `peak_flops`"
+    # How it computed: CPU defaults (no compile, document masks, torch's norm, dense-masked SDPA).
+    assert run["compiled"].value is False and run["document_mask"].value is True
+    assert run["kernels"].value == {"rms_norm": "torch", "rope": "eager", "swiglu": "eager", "cross_entropy": "eager",
+                                    "attention": "sdpa", "fused_adamw": True}  # fmt: skip
+    assert run["first_step_s"].value > 0 and "peak_memory_gib" not in run
     png = Path(run["curves_png"].value)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "data:image/png;base64," in run["curves"].value
     losses = tensorboard_scalars(run["tensorboard_logdir"].value, "train/loss")

@@ -61,6 +61,8 @@ class RunMonitor:
             "steps_averaged": len(steady),
             "warmup_steps_left_out": len(self.history) - len(steady),
             "mfu_mean": sum(mfus) / len(mfus) if mfus else NO_PEAK_FLOPS,
+            # The first step of this process: with compile, mostly compilation.
+            "first_step_s": self.history[0]["step_time_s"] if self.history else None,
         }
 
     def plot(self, path: str | Path) -> Path | None:

@@ -65,8 +65,13 @@ class PipesReporter:
             "compiled": summary.get("compiled"),
             "document_mask": summary.get("document_mask"),
             "kernels": {"raw_value": summary.get("kernels"), "type": "json"},
+            "first_step_s": rounded(summary.get("first_step_s"), 2),
             "loss_curve": {"raw_value": curve, "type": "md"},
         }
+        if summary.get("peak_memory_gib") is not None:
+            metadata["peak_memory_gib"] = summary["peak_memory_gib"]
+        if summary.get("profile"):
+            metadata["profiled_kernels"] = {"raw_value": summary["profile"], "type": "json"}
         if summary.get("tensorboard"):
             metadata["tensorboard_logdir"] = {"raw_value": summary["tensorboard"], "type": "path"}
             metadata["tensorboard"] = {"raw_value": f"`tensorboard --logdir {summary['tensorboard']}`", "type": "md"}

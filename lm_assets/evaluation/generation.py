@@ -7,8 +7,8 @@
 The prompts are prefilled in one forward pass, then each new token costs one forward pass of one
 position. Each layer keeps its keys and values (after RoPE) in tensors preallocated to
 `[batch, kv_heads, slots, head_dim]`; a query head h reads kv head h // group, as in the model. The
-layers' own weights and functions do the work (`q/k/v/o_proj`, `apply_rope` on the layer's RoPE
-tables, the norms, `mlp`, `head`), so the logits are those of `model(ids)` on the whole sequence.
+layers' own weights and the model's ops do the work (`q/k/v/o_proj`, `kernels.rope` on the layer's
+RoPE tables, `kernels.attention`, the norms, `mlp`, `head`), so the logits are those of `model(ids)` on the whole sequence.
 
 Batches: prompts of different lengths are left-padded. Every row has its own RoPE positions (a
 prompt's first token is at position 0 whatever its padding) and its queries attend only to its own
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 
-from training.model import Attention, Transformer, apply_rope
+from training import kernels
+from training.model import Attention, Transformer
 
 
 @dataclass
@@ -74,16 +74,10 @@ def cached_attention(attn: Attention, x: torch.Tensor, positions: torch.Tensor, 
     q = attn.q_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
     k = attn.k_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
     v = attn.v_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
-    cos, sin = attn.rope_cos[positions].to(q.dtype)[:, None], attn.rope_sin[positions].to(q.dtype)[:, None]
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    q, k = kernels.rope(q, k, attn.rope_cos[positions].to(q.dtype), attn.rope_sin[positions].to(q.dtype))
     end = start + T
     keys[:, :, start:end], values[:, :, start:end] = k, v
-    k, v = keys[:, :, :end], values[:, :, :end]
-    group = q.size(1) // k.size(1)
-    if group > 1:
-        k = k.repeat_interleave(group, dim=1)
-        v = v.repeat_interleave(group, dim=1)
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    y = kernels.attention(q, keys[:, :, :end], values[:, :, :end], mask)
     return attn.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
