@@ -155,7 +155,8 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = 
     if _active.cross_entropy == "liger":
         from liger_kernel.transformers.functional import liger_cross_entropy
 
-        return liger_cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction=reduction)
+        # Its kernel computes in fp32 whatever the logits' dtype, so no fp32 copy of the logits is made.
+        return liger_cross_entropy(logits, targets, ignore_index=IGNORE_INDEX, reduction=reduction)
     return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction=reduction)
 
 
