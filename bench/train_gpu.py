@@ -438,7 +438,7 @@ def plain_path(args, case: Case, data_dir: Path, vocab: int, time_left: float | 
 
     from training.config import TrainConfig
     from training.data import PackedDataset
-    from training.engine import _profiler, kernel_profile
+    from training.kernels import kernel_profile, step_profiler
 
     result: dict = {"case": case.name, "status": "ran", "compiled": case.compiled}
     say(f"\n{case.name}: {args.precision}, micro batch {args.micro_batch}")
@@ -456,7 +456,7 @@ def plain_path(args, case: Case, data_dir: Path, vocab: int, time_left: float | 
             x, y = x.to(args.device, non_blocking=True), y.to(args.device, non_blocking=True)
             if cuda:
                 torch.cuda.synchronize()
-            profiler = _profiler(torch.device(args.device)) if step == args.warmup else contextlib.nullcontext()
+            profiler = step_profiler(torch.device(args.device)) if step == args.warmup else contextlib.nullcontext()
             t0 = time.perf_counter()
             with profiler:
                 loss = loop.step(x, y)

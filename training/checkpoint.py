@@ -54,12 +54,11 @@ partitions as DeepSpeed's `zero_to_fp32` does). With `model_config` it feeds
 
 Loading. A `.pt` file is a pickle, and unpickling can call any function the file names. So every
 file read here (module weights, ZeRO-3 partitions, RNG states) is loaded with `weights_only=True`:
-tensors and plain Python data only, plus, for ZeRO-3 optimizer files, the two DeepSpeed classes
-they hold (the ZeRO stage enum and the loss scaler). A file with anything else is refused with
-its path. DeepSpeed's `engine.load_checkpoint` in `resume` unpickles its own files without that
+tensors and plain Python data only, plus, for optimizer files, the DeepSpeed classes they hold
+(`checkpoint_files.optimizer_file_classes`: the ZeRO stage enum, the loss scalers, the fragment
+address). A file with anything else is refused with its path. DeepSpeed's `engine.load_checkpoint` in `resume` unpickles its own files without that
 restriction, so a `CheckpointManager`'s `folder` is only ever the run's own checkpoint
-directory, the one it saves to. (A resharded resume reads every file weights-only, with the
-DeepSpeed classes the optimizer files hold.)
+directory, the one it saves to. (A resharded resume reads every file weights-only.)
 """
 
 from __future__ import annotations
@@ -80,7 +79,7 @@ import torch
 import torch.distributed as dist
 
 from training import reshard
-from training.checkpoint_files import load_weights_only, merge_tp, module_pieces, optimizer_format
+from training.checkpoint_files import load_weights_only, merge_tp, module_pieces, optimizer_file_classes, optimizer_format
 from training.config import ModelConfig, ParallelDims, to_dict
 from training.primitives import atomic_path
 
@@ -111,6 +110,13 @@ def rng_state() -> dict:
     return state
 
 
+def random_seed(seed: int) -> None:
+    """Seed Python's, NumPy's and torch's RNGs."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
 def set_rng_state(state: dict) -> None:
     from deepspeed.accelerator import get_accelerator
 
@@ -135,10 +141,7 @@ def describe_layout(layout: dict, ds_config: dict) -> str:
 
 def _seed_from(text: str) -> None:
     """Seed Python's, NumPy's and torch's RNGs from `text`."""
-    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & ((1 << 63) - 1)
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    random_seed(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & ((1 << 63) - 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,14 +269,10 @@ def _zero3_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The weights of a ZeRO-3 checkpoint (tp == 1). Each data-parallel rank's optimizer file holds
     its slice of every parameter in one flat fp32 vector, in `param_shapes` order: ceil(n / ranks)
     elements of a parameter of n, the last rank's slice padded."""
-    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
-    from deepspeed.runtime.zero.config import ZeroStageEnum
-
     model_states = load_weights_only(path / "zero_pp_rank_0_mp_rank_00_model_states.pt")
     rank_of = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_00_optim_states\.pt")
     files = sorted((int(m[1]), f) for f in path.iterdir() if (m := rank_of.fullmatch(f.name)))
-    optimizer_classes = (ZeroStageEnum, LossScaler, DynamicLossScaler)
-    flat = [torch.cat(load_weights_only(f, optimizer_classes)["optimizer_state_dict"]["fp32_flat_groups"]) for _, f in files]
+    flat = [torch.cat(load_weights_only(f, optimizer_file_classes())["optimizer_state_dict"]["fp32_flat_groups"]) for _, f in files]
     state = {k: v for k, v in model_states["module"].items() if k in model_states["buffer_names"]}
     offset = 0
     for group in model_states["param_shapes"]:
@@ -319,6 +318,7 @@ __all__ = [
     "describe_layout",
     "latest_tag",
     "model_config",
+    "random_seed",
     "rng_state",
     "run_layout",
     "set_rng_state",

@@ -1,7 +1,7 @@
 """Reading a checkpoint's files, for `training.checkpoint` and `training.reshard`.
 
 - `load_weights_only`: `torch.load` that unpickles tensors and plain Python data only (see
-  "Loading" in `training.checkpoint`);
+  "Loading" in `training.checkpoint`), plus `optimizer_file_classes` for DeepSpeed's optimizer files;
 - tensor-parallel weights by name: `COLUMN_PARALLEL` (split along dim 0), `ROW_PARALLEL` (dim 1),
   the rest replicated; `tp_dim` and `merge_tp`;
 - `module_pieces`: a checkpoint's module weights by `Transformer` name, one per tensor-parallel
@@ -36,6 +36,15 @@ def load_weights_only(file: Path, allowed_classes: tuple = ()):
         found = re.search(r"WeightsUnpickler error: (.*?)(?: Please use .*)?$", str(err), re.MULTILINE)
         detail = found[1] if found else str(err)
         raise pickle.UnpicklingError(f"{file}: refused, it holds more than tensors and plain data: {detail}") from None
+
+
+def optimizer_file_classes() -> tuple:
+    """The DeepSpeed classes a ZeRO or bf16 optimizer file holds besides tensors and plain data."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return (ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address)
 
 
 def tp_dim(name: str) -> int | None:
@@ -98,6 +107,7 @@ __all__ = [
     "load_weights_only",
     "merge_tp",
     "module_pieces",
+    "optimizer_file_classes",
     "optimizer_format",
     "tp_dim",
 ]

@@ -70,7 +70,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from training.checkpoint import CheckpointManager, run_layout
+from training import kernels
+from training.checkpoint import CheckpointManager, random_seed, run_layout
 from training.config import SpikeConfig, TrainConfig, to_dict
 from training.data import PackedDataset
 
@@ -234,7 +235,6 @@ class Trainer:
         from deepspeed.accelerator import get_accelerator
         from deepspeed.runtime.pipe.engine import PipelineEngine
 
-        from training import kernels
         from training.model import compile_blocks
         from training.parallel import LossFn, build_model, init_distributed, setup_parallel
 
@@ -320,14 +320,12 @@ class Trainer:
     def micro_batches(self, step: int) -> list[tuple]:
         """`(inputs, doc_ids, targets)` of each micro-batch of `step`, on the device; `doc_ids` is
         None without document masks."""
-        from training.kernels import document_ids
-
         g = self.cfg.grad_accum
         device = self.engine.device
         out = []
         for i in range(g):
             x, y = self.dataset.get_batch(step * g + i, self.state.dp_rank, self.dims.dp, self.cfg.micro_batch_size)
-            doc = None if self.eos_id is None else document_ids(x, self.eos_id).to(device)
+            doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id).to(device)
             out.append((x.to(device), doc, y.to(device)))
         return out
 
@@ -397,13 +395,13 @@ class Trainer:
         lr = float(engine.get_lr()[0])
         batches = self.micro_batches(step)
         profiling = self.cfg.debug.profile_step == step
-        profiler = _profiler(engine.device) if profiling else contextlib.nullcontext()
+        profiler = kernels.step_profiler(engine.device) if profiling else contextlib.nullcontext()
         t0 = time.perf_counter()
         with profiler:
             self._run_step(batches)
         dt = time.perf_counter() - t0
         if profiling:
-            self.profile = kernel_profile(profiler, step)
+            self.profile = kernels.kernel_profile(profiler, step)
         return self._after_step(step, lr, dt)
 
     def _run_step(self, batches: list[tuple]) -> None:
@@ -499,42 +497,6 @@ class Trainer:
         if c.dir and last_saved != self.step:
             self.save()
         return reported
-
-
-# Kernel names that say which implementation ran (FlashAttention, FlexAttention, Triton from
-# torch.compile or liger-kernel, fused AdamW and norms).
-NOTABLE_KERNELS = ("flash", "flex", "triton", "liger", "fused", "rms_norm", "cutlass", "sdpa", "scaled_dot_product")
-
-
-def _profiler(device: torch.device):
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    return profile(activities=activities)
-
-
-def kernel_profile(profiler, step: int, top: int = 15) -> dict:
-    """What a profiled step ran: its `top` kernels by self time (device kernels on CUDA, aten ops
-    on CPU), and every kernel whose name says which implementation ran (`NOTABLE_KERNELS`)."""
-    events = [e for e in profiler.key_averages() if e.key]
-    on_device = [e for e in events if getattr(e, "self_device_time_total", 0) > 0]
-    if on_device:
-        ranked = sorted(on_device, key=lambda e: e.self_device_time_total, reverse=True)
-        timed = [(e.key, e.self_device_time_total / 1e3) for e in ranked]
-    else:
-        ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
-        timed = [(e.key, e.self_cpu_time_total / 1e3) for e in ranked]
-    notable = sorted({name for name, _ in timed if any(k in name.lower() for k in NOTABLE_KERNELS)})
-    return {"step": step, "device": bool(on_device), "top_ms": [[n[:120], round(ms, 3)] for n, ms in timed[:top]],
-            "notable": [n[:120] for n in notable]}  # fmt: skip
-
-
-def random_seed(seed: int) -> None:
-    import random
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 __all__ = [

@@ -21,7 +21,8 @@ name) into the `Kernels` that will run: "auto" is liger-kernel on CUDA when it i
 `F.rms_norm` for the norm and eager for the others (torch.compile fuses those itself), and
 FlexAttention on CUDA / dense-masked SDPA on CPU for document masks, SDPA otherwise. A name that
 cannot run here (liger on CPU, flex or flash without CUDA) is refused, never swapped. `activate`
-makes a `Kernels` the process's choice; the trainer records it in every run's metadata.
+makes a `Kernels` the process's choice; the trainer records it in every run's metadata, and
+`kernel_profile` names the kernels a profiled step (`step_profiler`) actually ran.
 
 Document masks. `document_ids(inputs, eos_id)` numbers the documents of each packed row: a
 document runs up to and including its EOS (the packer writes one after every document), so the
@@ -130,6 +131,11 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate `x` (`[batch, heads, seq, head_dim]`) by tables broadcasting against it."""
+    return x * cos + rotate_half(x) * sin
+
+
 def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     """Rotate `q` and `k` (`[B, heads, T, head_dim]`) by `cos`/`sin` (`[T, head_dim]`, or
     `[B, T, head_dim]` for per-row positions)."""
@@ -139,7 +145,7 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor)
         return liger_rope(q, k, cos if cos.dim() == 3 else cos[None], sin if sin.dim() == 3 else sin[None])
     if cos.dim() == 3:
         cos, sin = cos[:, None], sin[:, None]
-    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
@@ -188,6 +194,39 @@ def _flex():
 
         _compiled_flex = torch.compile(flex_attention, dynamic=False) if torch.cuda.is_available() else flex_attention
     return _compiled_flex
+
+
+# ---------------------------------------------------------------------------------------------
+# What ran
+# ---------------------------------------------------------------------------------------------
+
+# Kernel names that say which implementation ran (FlashAttention, FlexAttention, Triton from
+# torch.compile or liger-kernel, fused AdamW and norms).
+NOTABLE_KERNELS = ("flash", "flex", "triton", "liger", "fused", "rms_norm", "cutlass", "sdpa", "scaled_dot_product")
+
+
+def step_profiler(device: torch.device):
+    """A `torch.profiler.profile` of host ops, and of device kernels on CUDA."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    return profile(activities=activities)
+
+
+def kernel_profile(profiler, step: int, top: int = 15) -> dict:
+    """What a profiled step ran: its `top` kernels by self time (device kernels on CUDA, aten ops
+    on CPU), and every kernel whose name says which implementation ran (`NOTABLE_KERNELS`)."""
+    events = [e for e in profiler.key_averages() if e.key]
+    on_device = [e for e in events if getattr(e, "self_device_time_total", 0) > 0]
+    if on_device:
+        ranked = sorted(on_device, key=lambda e: e.self_device_time_total, reverse=True)
+        timed = [(e.key, e.self_device_time_total / 1e3) for e in ranked]
+    else:
+        ranked = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)
+        timed = [(e.key, e.self_cpu_time_total / 1e3) for e in ranked]
+    notable = sorted({name for name, _ in timed if any(k in name.lower() for k in NOTABLE_KERNELS)})
+    return {"step": step, "device": bool(on_device), "top_ms": [[n[:120], round(ms, 3)] for n, ms in timed[:top]],
+            "notable": [n[:120] for n in notable]}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -243,17 +282,21 @@ class DocumentMaskCache:
 __all__ = [
     "DocumentMaskCache",
     "Kernels",
+    "NOTABLE_KERNELS",
     "activate",
     "active",
+    "apply_rope",
     "attention",
     "cross_entropy",
     "document_ids",
     "document_mask",
     "document_positions",
+    "kernel_profile",
     "liger_available",
     "resolve",
     "rms_norm",
     "rope",
     "rotate_half",
+    "step_profiler",
     "swiglu",
 ]

@@ -49,7 +49,7 @@ from torch import nn
 
 from training import kernels
 from training.config import ModelConfig
-from training.kernels import rotate_half
+from training.kernels import apply_rope, rotate_half
 
 IGNORE_INDEX = -100
 
@@ -84,11 +84,6 @@ def rope_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> t
     angles = torch.outer(positions, inv_freq)
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos(), angles.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate `x` (`[batch, heads, seq, head_dim]`) by the `[seq, head_dim]` tables."""
-    return x * cos + rotate_half(x) * sin
 
 
 class Attention(nn.Module):

@@ -59,20 +59,18 @@ from typing import Any
 
 import torch
 
-from training.checkpoint_files import load_weights_only, merge_tp, module_pieces, optimizer_format, tp_dim
+from training.checkpoint_files import (
+    load_weights_only,
+    merge_tp,
+    module_pieces,
+    optimizer_file_classes,
+    optimizer_format,
+    tp_dim,
+)
 from training.config import ModelConfig
 
 SUPPORTED = "fp32 or bf16 with ZeRO stage 0, 1 or 2"
 _OPTIM_FILE = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt")
-
-
-def _optimizer_classes() -> tuple:
-    """The DeepSpeed classes an optimizer file holds besides tensors and plain data."""
-    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
-    from deepspeed.runtime.zero.config import ZeroStageEnum
-    from deepspeed.utils.tensor_fragment import fragment_address
-
-    return (ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address)
 
 
 def check_supported(ds_config: dict, what: str) -> None:
@@ -201,7 +199,7 @@ def consolidate(path: str | Path, keep: Callable[[str], bool] | None = None) -> 
     shapes = full_shapes(cfg)
     keep = keep or (lambda name: True)
     tp, pipeline = layout["tp"], layout["pp"] > 1
-    classes = _optimizer_classes()
+    classes = optimizer_file_classes()
     optim_files: dict[int, list[tuple[int, Path]]] = {}
     for file in path.iterdir():
         if m := _OPTIM_FILE.fullmatch(file.name):
