@@ -8,10 +8,12 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from lm_assets.corpus.curation_eval import read_labels
+from lm_assets.corpus.quality_model import shipped_classifier, training_pages
 from lm_assets.corpus.storage import Storage
 from lm_assets.defs.automation import stale_shards
 from lm_assets.defs.curation.assets import curated_shard, curated_with_current_classifier, extracted_shard
-from lm_assets.layout import CURRENT_CLASSIFIER, stage_keys
+from lm_assets.layout import CURRENT_CLASSIFIER, curation_record_key, stage_keys
 from lm_assets.defs.curation.quality import quality_classifier, quality_labels
 from lm_assets.defs.ingest.assets import raw_shard
 from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
@@ -64,9 +66,15 @@ def test_labels_are_joined_and_unmatched_or_broken_lines_reported(loop):
     assert meta["rejected_lines"].value == 1
 
 
-def test_the_classifier_is_measured_on_held_back_labels_and_made_current(loop):
+def test_the_classifier_is_trained_on_the_shipped_pages_plus_the_users_and_made_current(loop):
     meta = loop["trained"].asset_materializations_for_node("quality_classifier")[0].metadata
-    assert meta["n_test"].value == 15 and meta["n_train"].value == 35
+    shipped = training_pages()
+    # The slice's pages are among the shipped ones: the user's label replaces the shipped page of its URL.
+    slice_urls = set(read_labels(SLICE / "labels.jsonl")["url"])
+    expected = shipped.filter(~pl.col("url").is_in(list(slice_urls))).height + 50
+    assert meta["n_test"].value + meta["n_train"].value == expected
+    assert meta["trained_on"].value == {"your labelled pages": 50, "shipped labelled pages": expected - 50}
+    assert set(meta["cross_validated_by_site"].value["per_language"]) == {"en", "zh"}
     assert 0.5 <= meta["balanced_accuracy"].value <= 1.0 and meta["current"].value is True
     assert "predicted KEEP" in meta["confusion_matrix"].value and meta["threshold_reason"].value
     assert check_results(loop["trained"])[("quality_classifier", "held_back_balanced_accuracy")]
@@ -107,15 +115,34 @@ def test_a_shard_scored_by_an_older_classifier_is_stale(loop):
         store.write_bytes(CURRENT_CLASSIFIER, current)
 
 
-def test_a_classifier_policy_without_a_classifier_fails_clearly(tmp_path):
+def test_an_unlabelled_crawl_runs_with_every_default_on_the_shipped_classifier(tmp_path, monkeypatch):
+    """No label files, the default policy (classifier): quality_labels reports that no labels exist,
+    quality_classifier makes the shipped classifier current, and curated_shard decides with it."""
+    monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
     shutil.copy(SLICE / SHARD, tmp_path / SHARD)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", [SHARD])
     s3 = s3_resource_from_env()
     resources = {"storage": StorageResource(root=str(tmp_path / "storage"), s3=s3), "landing": LandingResource(root=str(tmp_path), s3=s3)}
-    result = dg.materialize(
-        [raw_shard, extracted_shard, curated_shard], partition_key=SHARD, instance=instance, resources=resources,
-        run_config={"ops": {"curated_shard": {"config": {**OFFLINE, "quality_policy": "both"}}}}, raise_on_error=False,
-    )
-    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    assert "needs a trained classifier: materialize quality_classifier first" in failure.event_specific_data.error.to_string()
+    common = dict(instance=instance, resources=resources, raise_on_error=False)
+    offline = {"ops": {"curated_shard": {"config": OFFLINE}}}
+    ingest = dg.materialize([raw_shard, extracted_shard], partition_key=SHARD, **common)
+    curated = dg.materialize([curated_shard], partition_key=SHARD, run_config=offline, **common)
+    labels = dg.materialize([quality_labels, quality_classifier], **common)
+    assert ingest.success and curated.success and labels.success
+    shipped, info = shipped_classifier()
+    meta = curated.asset_materializations_for_node("curated_shard")[0].metadata
+    assert meta["quality_policy"].value == "classifier" and meta["classifier_hash"].value == shipped.hash
+    assert meta["classifier"].value.startswith(f"shipped {shipped.hash}")
+    assert check_results(curated)[("curated_shard", "shard_conservation")]
+    store = Storage(str(tmp_path / "storage"))
+    record = json.loads(store.read_bytes(curation_record_key(SHARD)))
+    assert record == {"policy": "classifier", "classifier_hash": shipped.hash, "classifier_origin": "shipped"}
+    labels_meta = labels.asset_materializations_for_node("quality_labels")[0].metadata
+    assert labels_meta["examples"].value == 0 and labels_meta["labels_version"].value == "no-labels"
+    assert f"uses the shipped classifier {shipped.hash}" in labels_meta["classifier_in_use"].value
+    classifier_meta = labels.asset_materializations_for_node("quality_classifier")[0].metadata
+    assert classifier_meta["origin"].value == "shipped" and classifier_meta["classifier_hash"].value == shipped.hash
+    assert classifier_meta["balanced_accuracy"].value == info["metrics"]["cross_validated"]["balanced_accuracy"]
+    assert check_results(labels)[("quality_classifier", "held_back_balanced_accuracy")]
+    assert stale_shards(instance, [SHARD], current_hashes={}, store=store) == []

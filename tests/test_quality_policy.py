@@ -28,9 +28,13 @@ class KeywordScorer:
 
     hash = "keyword-scorer"
     threshold = 0.5
+    thresholds = {"*": 0.5, "zh": 0.7}
 
     def score(self, docs: pl.DataFrame) -> np.ndarray:
         return np.array([0.9 if "scheduler" in t else 0.1 if "Chapter" in t else 0.6 for t in docs["text"]])
+
+    def thresholds_for(self, langs) -> np.ndarray:
+        return np.array([self.thresholds.get(lang, self.thresholds["*"]) for lang in langs])
 
 
 def docs() -> pl.DataFrame:

@@ -11,7 +11,7 @@ import polars as pl
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
 
-from lm_assets.corpus.main_content import extract_main_text
+from lm_assets.corpus.main_content import PAGE_SIGNALS, extract_main_content, page_signals, walked_page
 from lm_assets.corpus.stage import StageResult, split_by_reason
 
 # C0 and C1 controls except tab and newline, plus DEL. NUL and friends turn into NaN losses downstream.
@@ -22,6 +22,44 @@ LANG_ATTR = re.compile(r"<html[^>]*?\blang\s*=\s*[\"']?([A-Za-z]{2,3}(?:[-_][A-Z
 
 
 EXTRACTORS = ("main_content", "resiliparse", "all_text")
+
+# Listing pages by their address and title: tag, category, archive, search, index and channel pages
+# (English and Chinese), login and error pages. Matched against the lower-cased URL path and query,
+# and the title.
+_LISTING_PATH = re.compile(
+    r"/(?:tags?|categor(?:y|ies)|archives?|topics?|labels?|authors?|search|page|list|lists|index|channels?|"
+    r"columns?|sitemap)(?:[/_.?#-]|$)"
+    r"|/page/\d+|[/_-](?:list|index|page)[_-]?\d+\.\w+$|/\d{4}/(?:\d{1,2}/)?$"
+    r"|[?&](?:s|q|query|search|keyword|keywords|wd|kw|tag|cat|category|page|pn)="
+)
+_LISTING_TITLE = re.compile(
+    r"archive|categor|\btags?\b|search results|results for|\bpage \d+|index of|\bhome\b|homepage|"
+    r"首页|首頁|主页|主頁|列表|频道|頻道|栏目|欄目|分类|分類|标签|標籤|归档|歸檔|存档|存檔|搜索|搜尋|"
+    r"第\s*\d+\s*页|第\s*\d+\s*頁|门户|門戶|官网|官網|官方网站|官方網站|导航|導航|大全"
+)
+_ERROR_TITLE = re.compile(
+    r"\b404\b|not found|\berror\b|sign in|sign up|log ?in\b|register|access denied|forbidden|"
+    r"登录|登錄|登入|注册|註冊|找不到|不存在|错误|錯誤|出错|無法"
+)
+URL_SIGNALS = {"q_url_listing": int, "q_url_depth": int, "q_title_listing": int, "q_title_error": int}
+
+
+def address_signals(url: str | None, title: str | None) -> dict:
+    """Whether the URL and title name a listing (or a login or error page), and the URL's path depth."""
+    path = ""
+    if url:
+        rest = url.split("://", 1)[-1]
+        path = rest[rest.find("/"):].lower() if "/" in rest else "/"
+    segments = [part for part in path.split("?", 1)[0].split("#", 1)[0].split("/") if part]
+    if segments and segments[-1].split(".")[0] in ("index", "default", "home", "main"):
+        segments = segments[:-1]
+    lowered = (title or "").lower()
+    return {
+        "q_url_listing": int(bool(_LISTING_PATH.search(path))) if url else 0,
+        "q_url_depth": len(segments),
+        "q_title_listing": int(bool(_LISTING_TITLE.search(lowered))),
+        "q_title_error": int(bool(_ERROR_TITLE.search(lowered))),
+    }
 
 
 @dataclass
@@ -60,18 +98,35 @@ def clean_text(text: str, form: str = "NFC") -> tuple[str, int]:
 
 def extract_html(html: str, config: ExtractConfig) -> tuple[str, str | None, str | None]:
     """Main text, title and `<html lang>` hint of one page."""
-    if config.extractor == "main_content":
-        text = extract_main_text(html)
-    else:
-        text = extract_plain_text(
-            HTMLTree.parse(html),
-            preserve_formatting=config.extractor == "all_text",
-            main_content=config.extractor == "resiliparse",
-            alt_texts=config.keep_alt_texts,
-            links=False,
-            comments=False,
-        )
+    text, _ = extract_page(html, config)
     return text, page_title(html), lang_hint(html)
+
+
+def extract_page(html: str, config: ExtractConfig) -> tuple[str, dict]:
+    """Main text of one page and its `PAGE_SIGNALS`, whichever extractor runs."""
+    if config.extractor == "main_content":
+        return extract_main_content(html)
+    text = extract_plain_text(
+        HTMLTree.parse(html),
+        preserve_formatting=config.extractor == "all_text",
+        main_content=config.extractor == "resiliparse",
+        alt_texts=config.keep_alt_texts,
+        links=False,
+        comments=False,
+    )
+    return text, page_signals(walked_page(html), text, html)
+
+
+def signal_columns(rows: list[dict]) -> list[pl.Series]:
+    """The page and address signals as typed columns (null where a document had no HTML)."""
+    types = {int: pl.Int64, float: pl.Float64}
+    return [
+        pl.Series(name, [row[name] for row in rows], dtype=types[kind])
+        for name, kind in (PAGE_SIGNALS | URL_SIGNALS).items()
+    ]
+
+
+PAGE_COLUMNS = tuple(PAGE_SIGNALS) + tuple(URL_SIGNALS)
 
 
 def extractor_name(config: ExtractConfig) -> str:
@@ -96,22 +151,27 @@ def lang_hint(html: str) -> str | None:
 def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -> StageResult:
     """HTML rows get their main text extracted; text rows pass through. Both are cleaned."""
     config = config or ExtractConfig()
-    texts, titles, hints, stripped_counts = [], [], [], []
-    for html, text in zip(docs["html"].to_list(), docs["text"].to_list()):
+    texts, titles, hints, stripped_counts, signals = [], [], [], [], []
+    urls = docs["url"].to_list() if "url" in docs.columns else [None] * docs.height
+    for html, text, url in zip(docs["html"].to_list(), docs["text"].to_list(), urls):
         title = hint = None
+        page = dict.fromkeys(PAGE_SIGNALS)
         if html is not None:
-            text, title, hint = extract_html(html, config)
+            text, page = extract_page(html, config)
+            title, hint = page_title(html), lang_hint(html)
         text, stripped = clean_text(text or "", config.unicode_form)
         texts.append(text)
         titles.append(title)
         hints.append(hint)
         stripped_counts.append(stripped)
+        signals.append(page | address_signals(url, title))
     out = docs.drop("html", "text").with_columns(
         pl.Series("text", texts, dtype=pl.String),
         pl.Series("title", titles, dtype=pl.String),
         pl.Series("lang_hint", hints, dtype=pl.String),
         pl.Series("control_chars_stripped", stripped_counts, dtype=pl.Int64),
         pl.Series("html_bytes", [len(h.encode()) if h else 0 for h in docs["html"].to_list()], dtype=pl.Int64),
+        *signal_columns(signals),
     )
     result = split_by_reason(
         out,

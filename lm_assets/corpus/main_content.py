@@ -124,17 +124,53 @@ class MainContentConfig:
     sibling_share: float = 0.2
 
 
+# What the page itself says about its kind, measured on the walk (see `page_signals`). A portal or
+# listing page reduced to its headlines reads like prose; its HTML does not.
+PAGE_SIGNALS = {
+    "q_html_link_share": float,  # share of the visible text that is link text
+    "q_html_links_per_kb": float,  # links per 1,000 bytes of visible text
+    "q_html_text_ratio": float,  # visible text bytes over HTML bytes
+    "q_html_removed_share": float,  # share of the visible text that extraction removed
+    "q_html_link_blocks": int,  # blocks removed for being mostly links (menus, link lists, headline lists)
+}
+
+
 def extract_main_text(html: str, config: MainContentConfig | None = None) -> str:
     """The main content of an HTML page as plain text, with its paragraphs, headings, lists and code."""
+    return extract_main_content(html, config)[0]
+
+
+def extract_main_content(html: str, config: MainContentConfig | None = None) -> tuple[str, dict]:
+    """The main text, and the page's `PAGE_SIGNALS`."""
     config = config or MainContentConfig()
     body = LexborHTMLParser(html).body
     if body is None:
-        return ""
+        return "", page_signals(None, "", html)
     page = _Page(body)
     page.remove_chrome(config)
     page.remove_link_blocks(config)
     page.choose_root(config)
-    return page.layout()
+    text = page.layout()
+    return text, page_signals(page, text, html)
+
+
+def walked_page(html: str) -> _Page | None:
+    """The page walked but not pruned: for the signals of a page another extractor reads."""
+    body = LexborHTMLParser(html).body
+    return _Page(body) if body is not None else None
+
+
+def page_signals(page: _Page | None, text: str, html: str) -> dict:
+    html_bytes = len(html) if html.isascii() else len(html.encode())
+    visible = page.visible_text if page is not None else 0
+    kept = len(text) if text.isascii() else len(text.encode())
+    return {
+        "q_html_link_share": page.visible_links / visible if visible else 0.0,
+        "q_html_links_per_kb": 1000 * page.anchors / visible if visible else 0.0,
+        "q_html_text_ratio": visible / html_bytes if html_bytes else 0.0,
+        "q_html_removed_share": max(0.0, 1 - kept / visible) if visible else 0.0,
+        "q_html_link_blocks": page.link_blocks if page is not None else 0,
+    }
 
 
 # The name patterns are matched against lower-cased names: case-insensitive alternations cost several
@@ -193,7 +229,10 @@ class _Page:
         self.removed: set[int] = set()
         self.root: int | None = None
         self.kept_beside: set[int] = set()
+        self.link_blocks = 0
         self._walk(body)
+        self.visible_text, self.visible_links = self.text[0], self.links[0]
+        self.anchors = self.tag.count("a")
 
     def _walk(self, body) -> None:
         tags, parents, attrs, text, links = self.tag, self.parent, self.attrs, self.text, self.links
@@ -316,6 +355,7 @@ class _Page:
                 and not self._gone(index)
             ):
                 self._remove(index)
+                self.link_blocks += 1
 
     def _element_text(self, index: int) -> str:
         return "".join(event for event in self.events[self.start[index]:self.end[index]] if event.__class__ is str)

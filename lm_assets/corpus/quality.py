@@ -252,6 +252,12 @@ _CJK_SENTENCE_MARK_RE = re.compile(r"[。！？｡]")
 _SENTENCE_END_CJK_COUNT = r"[。！？｡]+[”’」』）)]*"
 _SENTENCE_END_COUNT = r"[.!?]+[\"'”’)\]]*(?:\s|$)"
 _LIST_MARKER_COUNT = r"(?m)^[^\S\n]*(?:[•\-*·]|\d{1,3}[.)])[^\S\n]+"
+# A line holding a date or a clock time: listings of news, posts and threads stamp every entry.
+_DATE_LINE_COUNT = (
+    r"(?m)^[^\n]*?(?:\d{4}[-/.年]\d{1,2}(?:[-/.月]\d{1,2})?|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}|\d{1,2}月\d{1,2}日|"
+    r"\b\d{1,2}:\d{2}\b|\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.? \d{1,2},? \d{4})"
+)
+_TEXT_LINE_COUNT = r"(?m)^[^\S\n]*\S"
 _TOKEN_COUNT = r"\S+"
 _LETTER_TOKEN_COUNT = r"[^\s\p{L}]*\p{L}\S*"  # a whitespace-separated token holding a letter
 _JAVASCRIPT_NOTICE_RE = re.compile(
@@ -262,6 +268,8 @@ _JAVASCRIPT_NOTICE_RE = re.compile(
 _LIST_MARKER_RE = re.compile(r"^(?:[•\-*·]|\d{1,3}[.)])\s+")
 _MARKER_STARTS = frozenset("•-*·0123456789")
 STRUCTURE_LINE_WORDS = 12
+# Signals that extraction measures on the HTML and the address (`extract.PAGE_COLUMNS`), not the rules.
+PAGE_SIGNAL_PREFIXES = ("q_html_", "q_url_", "q_title_")
 
 
 def is_structure_line(line: str) -> bool:
@@ -477,6 +485,8 @@ def _column_scan(texts: list[str | None], families: set[str]) -> list[dict[str, 
     if "prose" in families:
         scan["sentences"] = column.str.count_matches(_SENTENCE_END_CJK_COUNT) + column.str.count_matches(_SENTENCE_END_COUNT)
         scan["licence"] = lowered.str.contains(_LICENCE_RE.pattern)
+        scan["date_lines"] = lowered.str.count_matches(_DATE_LINE_COUNT)
+        scan["text_lines"] = column.str.count_matches(_TEXT_LINE_COUNT)
     if "c4" in families:
         scan["javascript"] = lowered.str.contains("javascript", literal=True)
         scan["policy"] = lowered.str.contains(_C4_POLICY_RE.pattern)
@@ -655,6 +665,7 @@ def _prose_signals(doc: _Doc, scan: dict[str, int | bool]) -> dict:
         "q_sentences": scan["sentences"],
         "q_prose_share": prose / total if total else 0.0,
         "q_licence_share": licence / total if total else 0.0,
+        "q_date_line_share": scan["date_lines"] / scan["text_lines"] if scan["text_lines"] else 0.0,
     }
 
 
@@ -688,7 +699,8 @@ def _signal_schema(cfg: QualityConfig) -> dict[str, pl.DataType]:
             pl.Float64,
         )
     if "prose" in cfg.families:
-        schema |= {"q_sentences": pl.Int64, "q_prose_share": pl.Float64, "q_licence_share": pl.Float64}
+        schema |= {"q_sentences": pl.Int64, "q_prose_share": pl.Float64, "q_licence_share": pl.Float64,
+                   "q_date_line_share": pl.Float64}
     return schema
 
 
@@ -875,8 +887,9 @@ def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defe
     """
     cfg = cfg or QualityConfig()
     signals, filtered_texts = _score(df["text"].to_list(), df["lang"].to_list(), cfg)
-    # Signals from an earlier run are replaced, not duplicated.
-    scored = pl.concat([df.select(pl.exclude("^q_.*$")), signals], how="horizontal")
+    # Signals from an earlier run are replaced, not duplicated; extraction's page signals stay.
+    earlier = [name for name in df.columns if name.startswith("q_") and not name.startswith(PAGE_SIGNAL_PREFIXES)]
+    scored = pl.concat([df.drop(earlier), signals], how="horizontal")
     if "c4" in cfg.families and cfg.c4_filter_lines:
         scored = scored.with_columns(pl.Series("text", filtered_texts, dtype=pl.String))
     reason, score = _verdict_exprs(cfg, only=HARD_RULES if defer else None)

@@ -30,6 +30,7 @@ import re
 import struct
 import tempfile
 import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -37,12 +38,15 @@ from urllib.parse import urlsplit
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.quality import preset, quality_signals
+from lm_assets.corpus.quality import PAGE_SIGNAL_PREFIXES, base_lang, preset, quality_signals
 
 FEATURES = ("text", "text+signals")
 STACKERS = ("logistic", "boosting")
 FORMAT = "lm_assets.quality_classifier"
-FORMAT_VERSION = 1
+# 2: fastText reads tokens as their CRC-32 (so that training pages can ship without their text), and
+# thresholds are per language.
+FORMAT_VERSION = 2
+ANY_LANGUAGE = "*"
 KEEP_LABEL, DROP_LABEL = "__label__keep", "__label__drop"
 FASTTEXT_ENTRY, MANIFEST_ENTRY = "fasttext.bin", "classifier.json"
 MAX_ENTRY_BYTES = 64 << 20
@@ -79,6 +83,10 @@ class ClassifierConfig:
     # the stacker on the fastText logit and the q_* signals: gradient "boosting" or "logistic" regression
     stacker: str = "boosting"
     stacker_c: float = 1.0  # the logistic regression's C
+    # A threshold per language with enough pages of both labels in the training split (out-of-fold; fewer
+    # make a cut that follows a handful of pages), the pooled one for the others.
+    thresholds_by_language: bool = True
+    language_threshold_min_per_class: int = 20
 
 
 @dataclass
@@ -89,10 +97,20 @@ class TrainedClassifier:
 
 
 def normalize_text(text: str | None, max_chars: int) -> str:
-    """The text as fastText reads it, in training and scoring alike."""
+    """The text as it is cut into tokens, in training and scoring alike."""
     text = (text or "")[:max_chars].lower()
     text = _CJK.sub(r" \1 ", _PUNCTUATION.sub(r" \1 ", text))
     return " ".join(text.split())
+
+
+def token_ids(text: str | None, max_chars: int) -> list[int]:
+    """The normalized text's tokens as their CRC-32: what fastText reads. A page is kept in this form
+    among the shipped training pages, without its text."""
+    return [zlib.crc32(token.encode()) for token in normalize_text(text, max_chars).split()]
+
+
+def token_line(ids) -> str:
+    return " ".join(f"{token:08x}" for token in ids)
 
 
 def model_hash(model: bytes) -> str:
@@ -208,16 +226,28 @@ def _fasttext_lines(texts: list[str], keep: np.ndarray, weight: np.ndarray, bala
 
 
 def signal_frame(docs: pl.DataFrame, names: list[str] | None = None) -> pl.DataFrame:
-    """The `q_*` columns `names` (all of the default preset's when None), reused from `docs` when it holds
-    them all, else computed with `quality_signals(..., preset())`."""
+    """The `q_*` columns `names`, reused from `docs` when it holds them all, else the rule signals computed
+    with `quality_signals(..., preset())` and extraction's page signals taken from `docs`. With `names`
+    None: every rule signal of the default preset, and the page signals `docs` holds."""
     if names is not None and all(name in docs.columns for name in names):
         return docs.select(names)
+    page = [name for name in docs.columns if name.startswith(PAGE_SIGNAL_PREFIXES)] if names is None else [
+        name for name in names if name.startswith(PAGE_SIGNAL_PREFIXES)
+    ]
+    missing_page = [name for name in page if name not in docs.columns]
+    if missing_page:
+        raise ValueError(
+            f"this classifier reads the page signals {missing_page}, which extraction records: the documents lack "
+            "them (extracted before the signals existed, or not from HTML); re-materialize extracted_shard"
+        )
     signals = quality_signals(docs["text"].to_list(), docs["lang"].to_list(), preset())
-    names = names if names is not None else sorted(signals.columns)
-    missing = [name for name in names if name not in signals.columns]
+    rules = [name for name in names if name not in page] if names is not None else sorted(signals.columns)
+    missing = [name for name in rules if name not in signals.columns]
     if missing:
         raise ValueError(f"the quality rules no longer compute {missing}, which this classifier reads")
-    return signals.select(names)
+    return pl.concat([signals.select(rules), docs.select(sorted(page))], how="horizontal").select(
+        names if names is not None else rules + sorted(page)
+    )
 
 
 def _signal_matrix(signals: pl.DataFrame, log_columns: list[str]) -> np.ndarray:
@@ -380,7 +410,8 @@ def best_threshold(keep: np.ndarray, scores: np.ndarray) -> float:
     return float(cuts[int(np.argmax(accuracies))])
 
 
-def decision_metrics(keep: np.ndarray, scores: np.ndarray, threshold: float, langs: list[str]) -> dict:
+def decision_metrics(keep: np.ndarray, scores: np.ndarray, threshold, langs: list[str]) -> dict:
+    """Figures of the decisions `scores >= threshold` (one cut, or one per row), pooled and per language."""
     from sklearn.metrics import roc_auc_score
 
     predicted = scores >= threshold
@@ -418,7 +449,7 @@ def _round(value, digits: int = 4):
 
 @dataclass
 class _Examples:
-    texts: list[str]
+    texts: list[str]  # token lines, as fastText reads them
     langs: list[str]
     keep: np.ndarray
     weight: np.ndarray
@@ -438,9 +469,11 @@ def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
         raise ValueError(f"features must be one of {FEATURES}, not {config.features!r}")
     if config.stacker not in STACKERS:
         raise ValueError(f"stacker must be one of {STACKERS}, not {config.stacker!r}")
-    missing = [c for c in ("doc_id", "text", "lang", "keep") if c not in examples.columns]
+    missing = [c for c in ("doc_id", "lang", "keep") if c not in examples.columns]
+    if "text" not in examples.columns and "tokens" not in examples.columns:
+        missing.append("text (or tokens)")
     if missing:
-        raise ValueError(f"examples need the columns doc_id, text, lang, keep; missing {missing}")
+        raise ValueError(f"examples need the columns doc_id, text or tokens, lang, keep; missing {missing}")
     if examples["doc_id"].is_duplicated().any():
         raise ValueError("examples: doc_id must be unique")
     if examples["keep"].null_count():
@@ -459,9 +492,16 @@ def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
         )
 
 
+def example_tokens(examples: pl.DataFrame, max_chars: int) -> list[list[int]]:
+    """Each example's token ids: its `tokens` where given (shipped pages), else from its `text`."""
+    texts = examples["text"].to_list() if "text" in examples.columns else [None] * examples.height
+    given = examples["tokens"].to_list() if "tokens" in examples.columns else [None] * examples.height
+    return [list(ids) if ids is not None else token_ids(text, max_chars) for ids, text in zip(given, texts)]
+
+
 def _prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples, list[str], list[str]]:
     examples = examples.sort("doc_id")
-    signals = signal_frame(examples)
+    signals = signal_frame(examples, training_signal_names(examples))
     log_columns = [name for name, dtype in signals.schema.items() if dtype.is_integer()]
     weight = (examples["weight"].cast(pl.Float64).to_numpy() if "weight" in examples.columns
               else np.ones(examples.height))
@@ -470,7 +510,7 @@ def _prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Example
     langs = [lang or "unknown" for lang in examples["lang"].to_list()]
     keep = examples["keep"].cast(pl.Boolean).to_numpy()
     data = _Examples(
-        texts=[normalize_text(text, config.max_chars) for text in examples["text"].to_list()],
+        texts=[token_line(ids) for ids in example_tokens(examples, config.max_chars)],
         langs=langs, keep=keep, weight=weight, signals=_signal_matrix(signals, log_columns),
         strata=[(bool(k), lang) for lang, k in zip(langs, keep)],
         groups=sites(examples),
@@ -478,10 +518,28 @@ def _prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Example
     return data, signals.columns, log_columns
 
 
+def training_signal_names(examples: pl.DataFrame) -> list[str] | None:
+    """The signals a classifier trained on `examples` reads: every q_* column they carry when they carry
+    the default preset's rule signals (shipped training pages), else None (computed, see `signal_frame`)."""
+    rules = sorted(quality_signals([""], ["en"], preset()).columns)
+    if all(name in examples.columns for name in rules):
+        page = sorted(name for name in examples.columns if name.startswith(PAGE_SIGNAL_PREFIXES))
+        return rules + page
+    return None
+
+
 def sites(examples: pl.DataFrame) -> list[str]:
-    """The host of each page's URL; the doc_id where there is no URL."""
+    """The site of each page: its `site` where given (shipped pages), else its URL's host without "www.";
+    the doc_id where there is neither."""
     urls = examples["url"].to_list() if "url" in examples.columns else [None] * examples.height
-    return [_host(url) or doc_id for url, doc_id in zip(urls, examples["doc_id"].to_list())]
+    given = examples["site"].to_list() if "site" in examples.columns else [None] * examples.height
+    return [
+        site or _site(_host(url)) or doc_id for site, url, doc_id in zip(given, urls, examples["doc_id"].to_list())
+    ]
+
+
+def _site(host: str | None) -> str | None:
+    return host[4:] if host and host.startswith("www.") else host
 
 
 def _host(url: str | None) -> str | None:
@@ -531,13 +589,15 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
 
     fasttext_keep, oof_scores = _out_of_fold(train, config)
     threshold = best_threshold(train.keep, oof_scores)
+    thresholds = language_thresholds(train, oof_scores, threshold, config)
     lines = _fasttext_lines(train.texts, train.keep, train.weight, config.balance_classes)
     fasttext_bytes = _train_fasttext(lines, config)
     if _train_fasttext(lines, config) != fasttext_bytes:
         raise RuntimeError(f"fastText training is not deterministic with {fasttext_package()}; see _zeroed_allocations")
     manifest = {
         "format": FORMAT, "version": FORMAT_VERSION, "features": config.features, "threshold": threshold,
-        "max_chars": config.max_chars, "config": asdict(config), "stacker": None,
+        "thresholds": thresholds, "tokens": "crc32", "max_chars": config.max_chars, "config": asdict(config),
+        "stacker": None,
     }
     if config.features == "text+signals":
         stacker = _fit_stacker(_stack_inputs(fasttext_keep, train.signals), train.keep, train.weight, config)
@@ -551,22 +611,43 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     else:
         evaluated_on = "out-of-fold scores of the training split (test_fraction=0)"
         keep, scores, langs = train.keep, oof_scores, train.langs
-    metrics = decision_metrics(keep, scores, threshold, langs)
+    metrics = decision_metrics(keep, scores, classifier.thresholds_for(langs), langs)
+    cross_validated = decision_metrics(train.keep, oof_scores, classifier.thresholds_for(train.langs), train.langs)
     metrics |= {
         "evaluated_on": evaluated_on,
+        "cross_validated": {
+            "evaluated_on": f"out-of-fold scores of a {config.folds}-fold cross-validation on the training split"
+            + (", each site's pages in one fold" if config.folds_by_site else ""),
+            **{k: cross_validated[k] for k in ("balanced_accuracy", "drop_rejection", "recall", "roc_auc", "per_language")},
+        },
         "threshold": _round(threshold, 6),
+        "thresholds": {lang: _round(value, 6) for lang, value in thresholds.items()},
         "threshold_reason": (
             f"maximizes balanced accuracy over the out-of-fold scores of a {config.folds}-fold cross-validation "
             "on the training split" + (", each site's pages in one fold" if config.folds_by_site else "")
         ),
         "n_train": len(train.texts),
         "n_test": len(test.texts),
-        "train_out_of_fold_balanced_accuracy": _round(balanced_accuracy(train.keep, oof_scores >= threshold)),
+        "train_out_of_fold_balanced_accuracy": cross_validated["balanced_accuracy"],
         "model_bytes": len(model),
         "features": config.features,
         "fasttext": fasttext_package(),
     }
     return TrainedClassifier(model=model, metrics=metrics, hash=model_hash(model))
+
+
+def language_thresholds(train: _Examples, scores: np.ndarray, pooled: float, config: ClassifierConfig) -> dict:
+    """The pooled cut, and one per language whose out-of-fold scores hold `language_threshold_min_per_class`
+    pages of each label."""
+    thresholds = {ANY_LANGUAGE: pooled}
+    if not config.thresholds_by_language:
+        return thresholds
+    langs = np.asarray([base_lang(lang) or "unknown" for lang in train.langs], dtype=object)
+    for lang in sorted(set(langs)):
+        rows = langs == lang
+        if min(int(train.keep[rows].sum()), int((~train.keep[rows]).sum())) >= config.language_threshold_min_per_class:
+            thresholds[lang] = best_threshold(train.keep[rows], scores[rows])
+    return thresholds
 
 
 # ---------------------------------------------------------------------------------------------
@@ -620,6 +701,13 @@ def _check_manifest(manifest) -> None:
         raise ValueError(f"quality classifier: unknown features {manifest.get('features')!r}")
     if not isinstance(manifest.get("threshold"), (int, float)) or not isinstance(manifest.get("max_chars"), int):
         raise ValueError("quality classifier: threshold or max_chars missing")
+    thresholds = manifest.get("thresholds")
+    if not isinstance(thresholds, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and math.isfinite(v) for k, v in thresholds.items()
+    ):
+        raise ValueError("quality classifier: thresholds are not a table of language -> number")
+    if manifest.get("tokens") != "crc32":
+        raise ValueError(f"quality classifier: unknown token form {manifest.get('tokens')!r}")
     stacker = manifest.get("stacker")
     if manifest["features"] == "text+signals":
         if not isinstance(stacker, dict):
@@ -637,6 +725,7 @@ class QualityClassifier:
         self.manifest = manifest
         self.features: str = manifest["features"]
         self.threshold: float = float(manifest["threshold"])
+        self.thresholds: dict[str, float] = {k: float(v) for k, v in manifest["thresholds"].items()}
         self.hash = model_hash(data)
         self._fasttext = fasttext_model
 
@@ -650,7 +739,7 @@ class QualityClassifier:
 
     def score(self, docs: pl.DataFrame) -> np.ndarray:
         """P(KEEP) per row of `docs` (text, lang; `q_*` columns are reused when present)."""
-        texts = [normalize_text(text, self.manifest["max_chars"]) for text in docs["text"].to_list()]
+        texts = [token_line(ids) for ids in example_tokens(docs, self.manifest["max_chars"])]
         signals = None
         stacker = self.manifest["stacker"]
         if self.features == "text+signals":
@@ -658,8 +747,13 @@ class QualityClassifier:
         return self._score_normalized(texts, signals)
 
     def keep(self, docs: pl.DataFrame) -> np.ndarray:
-        """The keep/drop decision per row at the trained threshold."""
-        return self.score(docs) >= self.threshold
+        """The keep/drop decision per row at the trained threshold of its language."""
+        return self.score(docs) >= self.thresholds_for(docs["lang"].to_list())
+
+    def thresholds_for(self, langs: list[str | None]) -> np.ndarray:
+        """The cut per row: its language's, else the pooled one."""
+        pooled = self.thresholds.get(ANY_LANGUAGE, self.threshold)
+        return np.asarray([self.thresholds.get(base_lang(lang) or "unknown", pooled) for lang in langs], dtype=float)
 
     def _score_normalized(self, texts: list[str], signals: np.ndarray | None) -> np.ndarray:
         fasttext_keep = _keep_probability(self._fasttext, texts)

@@ -22,6 +22,7 @@ import polars as pl
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 
 POLICIES = ("rules", "classifier", "both")
+ANY = "*"  # the threshold of the languages without one of their own
 STAGE = "classifier"
 DISAGREEMENT_EXAMPLES = 10
 
@@ -29,8 +30,11 @@ DISAGREEMENT_EXAMPLES = 10
 class Scorer(Protocol):
     hash: str
     threshold: float
+    thresholds: dict[str, float]
 
     def score(self, docs: pl.DataFrame) -> np.ndarray: ...
+
+    def thresholds_for(self, langs: list[str | None]) -> np.ndarray: ...
 
 
 def check_policy(policy: str) -> str:
@@ -44,11 +48,18 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
     check_policy(policy)
     if classifier is None and policy != "rules":
         raise ValueError(f"quality policy {policy!r} needs a trained classifier: materialize quality_classifier first")
-    threshold = classifier.threshold if classifier is not None and threshold is None else threshold
     scores = classifier.score(docs) if classifier is not None else np.full(docs.height, np.nan)
-    scored = docs.with_columns(pl.Series("quality_score", scores, dtype=pl.Float64).fill_nan(None))
+    if classifier is not None:
+        # The threshold given applies to every language; unset, each language's trained one.
+        cuts = np.full(docs.height, threshold) if threshold is not None else classifier.thresholds_for(docs["lang"].to_list())
+    else:
+        cuts = np.full(docs.height, np.nan)
+    scored = docs.with_columns(
+        pl.Series("quality_score", scores, dtype=pl.Float64).fill_nan(None),
+        pl.Series("_threshold", cuts, dtype=pl.Float64),
+    )
     rule_drop = pl.col("rules_reason").is_not_null()
-    low = (pl.col("quality_score") < threshold) if classifier is not None else pl.lit(False)
+    low = (pl.col("quality_score") < pl.col("_threshold")) if classifier is not None else pl.lit(False)
     if policy == "rules":
         stage, reason = pl.when(rule_drop).then(pl.lit("quality")), pl.when(rule_drop).then(pl.col("rules_reason"))
     elif policy == "classifier":
@@ -59,13 +70,19 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
     rule_score = pl.col("rules_score") if "rules_score" in docs.columns else pl.lit(None, dtype=pl.Float64)
     score = pl.when(pl.col("_stage") == "quality").then(rule_score).otherwise(pl.col("quality_score"))
     tagged = scored.with_columns(stage.alias("_stage"), reason.alias("_reason"))
-    kept = tagged.filter(pl.col("_stage").is_null()).drop("_stage", "_reason", "rules_reason", "rules_score", strict=False)
+    kept = tagged.filter(pl.col("_stage").is_null()).drop(
+        "_stage", "_reason", "_threshold", "rules_reason", "rules_score", strict=False
+    )
     dropped = tagged.filter(pl.col("_stage").is_not_null()).select(
         "doc_id", pl.col("_stage").alias("stage"), pl.col("_reason").alias("reason"), score.alias("score")
     ).cast(SCORED_DROPPED_SCHEMA)
     stats = {"policy": policy, "classifier": classifier.hash if classifier is not None else "none"}
     if classifier is not None:
-        stats |= {"threshold": threshold, **disagreements(scored, low)}
+        stats |= {
+            "threshold": threshold if threshold is not None else classifier.threshold,
+            "thresholds": {ANY: threshold} if threshold is not None else dict(classifier.thresholds),
+            **disagreements(scored, low),
+        }
     return StageResult(kept=kept, dropped=dropped, stats=stats)
 
 

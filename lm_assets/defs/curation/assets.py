@@ -15,6 +15,7 @@ from lm_assets.corpus.extract import CONTROL_CHARS, EXTRACTORS, ExtractConfig, e
 from lm_assets.corpus.pii import find_pii
 from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.quality_classifier import QualityClassifier
+from lm_assets.corpus.quality_model import shipped_classifier
 from lm_assets.corpus.quality_policy import POLICIES
 from lm_assets.corpus.toxicity import BACKENDS, ToxicityConfig
 from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
@@ -227,13 +228,28 @@ class CuratedShardConfig(dg.Config):
         })
 
 
-def current_classifier(store) -> tuple[QualityClassifier, dict] | None:
-    """The current classifier and its training record, or None when none has been made current."""
-    if not store.exists(CURRENT_CLASSIFIER):
-        return None
-    model_hash = json.loads(store.read_bytes(CURRENT_CLASSIFIER))["hash"]
-    keys = classifier_keys(model_hash)
-    return QualityClassifier.from_bytes(store.read_bytes(keys["model"])), json.loads(store.read_bytes(keys["info"]))
+def current_classifier(store) -> tuple[QualityClassifier, dict]:
+    """The current classifier and its record: the one trained on this storage's labels when one was made
+    current, else the shipped one (its record says `"origin": "shipped"`)."""
+    record = json.loads(store.read_bytes(CURRENT_CLASSIFIER)) if store.exists(CURRENT_CLASSIFIER) else {"shipped": True}
+    if record.get("shipped"):
+        classifier, info = shipped_classifier()
+        return classifier, {**info, "origin": "shipped"}
+    keys = classifier_keys(record["hash"])
+    info = json.loads(store.read_bytes(keys["info"]))
+    return QualityClassifier.from_bytes(store.read_bytes(keys["model"])), {**info, "origin": "trained"}
+
+
+def current_classifier_hash(store) -> str:
+    record = json.loads(store.read_bytes(CURRENT_CLASSIFIER)) if store.exists(CURRENT_CLASSIFIER) else {"shipped": True}
+    return shipped_classifier()[0].hash if record.get("shipped") else record["hash"]
+
+
+def classifier_description(info: dict) -> str:
+    """Which classifier scored the shard, as its metadata says it."""
+    if info["origin"] == "shipped":
+        return f"shipped {info['hash']} (trained on the {info['pages']} labelled pages the package ships)"
+    return f"trained {info['hash']} on this storage's labels (version {info.get('labels_version')})"
 
 
 def curation_record(store, shard: str) -> dict | None:
@@ -242,10 +258,8 @@ def curation_record(store, shard: str) -> dict | None:
 
 
 def classifier_stale_shards(store, shards: list[str]) -> list[str]:
-    """Curated shards scored by another classifier than the current one (or by none, since one exists)."""
-    if not store.exists(CURRENT_CLASSIFIER):
-        return []
-    current = json.loads(store.read_bytes(CURRENT_CLASSIFIER))["hash"]
+    """Curated shards scored by another classifier than the current one (or by none)."""
+    current = current_classifier_hash(store)
     records = {s: curation_record(store, s) for s in shards if store.exists(stage_keys("curated", s)["documents"])}
     return [s for s, record in records.items() if not record or record.get("classifier_hash") != current]
 
@@ -297,13 +311,16 @@ def curated_shard(
 ) -> dg.MaterializeResult:
     shard, store = open_stage(context, storage)
     extracted = store.read_parquet(stage_keys("extracted", shard)["documents"])
-    classifier, classifier_info = current_classifier(store) or (None, None)
+    try:
+        classifier, classifier_info = current_classifier(store)
+    except (OSError, ValueError) as exc:
+        raise dg.Failure(description=f"cannot load the quality classifier: {exc}") from exc
     curation_config = config.curation_config(classifier)
     try:
         result = curate(extracted, curation_config)
     except (RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
-    record = {"policy": config.quality_policy, "classifier_hash": classifier.hash if classifier else None}
+    record = {"policy": config.quality_policy, "classifier_hash": classifier.hash, "classifier_origin": classifier_info["origin"]}
     effective = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(curation_config, classifier=None)), default=str))
     docs = result.kept
     shares = language_shares(docs)
@@ -327,7 +344,8 @@ def curated_shard(
             ),
             "quality_preset": config.quality_preset,
             "quality_policy": config.quality_policy,
-            "classifier_hash": classifier.hash if classifier else "none",
+            "classifier_hash": classifier.hash,
+            "classifier": classifier_description(classifier_info),
             **disagreement_metadata(result.stats.get("classifier", {}), extracted),
             "steps": markdown_table(timings),
             "language_shares": dg.MetadataValue.json({k: round(v, 4) for k, v in shares.items()}),
@@ -386,7 +404,7 @@ def curated_with_current_classifier(context: dg.AssetCheckExecutionContext, stor
     store = storage.storage()
     shards = context.instance.get_dynamic_partitions(shard_partitions.name)
     stale = classifier_stale_shards(store, shards)
-    current = json.loads(store.read_bytes(CURRENT_CLASSIFIER))["hash"] if store.exists(CURRENT_CLASSIFIER) else "none"
+    current = current_classifier_hash(store)
     return dg.AssetCheckResult(
         passed=not stale,
         metadata={"current_classifier_hash": current, "shards": len(shards), "stale": dg.MetadataValue.json(stale)},

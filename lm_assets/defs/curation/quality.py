@@ -15,7 +15,9 @@ from pydantic import Field
 
 from lm_assets.corpus.langid import LangIdConfig, identify
 from lm_assets.corpus.quality_classifier import FEATURES, ClassifierConfig, train_classifier
-from lm_assets.corpus.quality_labels import files_version, match_labels, read_label_file
+from lm_assets.corpus.extract import PAGE_COLUMNS
+from lm_assets.corpus.quality_labels import LABEL_SCHEMA, REJECTED_SCHEMA, files_version, match_labels, read_label_file
+from lm_assets.corpus.quality_model import shipped_classifier, user_config, with_user_examples
 from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.curation.assets import extracted_shard
 from lm_assets.defs.partitions import shards_with
@@ -43,6 +45,16 @@ def label_files(*stores) -> dict[str, bytes]:
     }
 
 
+NO_LABELS = "no-labels"
+
+
+def labelled_documents(store, shard: str) -> pl.DataFrame:
+    """What a label is matched to: a shard's extracted documents, with the page signals extraction recorded."""
+    key = stage_keys("extracted", shard)["documents"]
+    names = store.scan_parquet(key).collect_schema().names()
+    return store.read_parquet(key, columns=[c for c in ("doc_id", "url", "source", "text", *PAGE_COLUMNS) if c in names])
+
+
 def counts(frame: pl.DataFrame, column: str) -> dict:
     return dict(sorted(frame[column].fill_null("?").value_counts().rows())) if frame.height else {}
 
@@ -57,26 +69,31 @@ def counts(frame: pl.DataFrame, column: str) -> dict:
 def quality_labels(context: dg.AssetExecutionContext, storage: StorageResource, landing: LandingResource) -> dg.MaterializeResult:
     store = storage.storage()
     files = label_files(store, landing.storage())
-    if not files:
-        raise dg.Failure(
-            f"no label files: add JSONL files under {LABELS_FOLDER}/ in the storage root ({store.root}) or the landing "
-            "location; see `lm-assets label` and lm_assets/corpus/quality_labels.py for the format"
-        )
     read = [read_label_file(data, name) for name, data in sorted(files.items())]
-    labels, rejected = pl.concat([r[0] for r in read]), pl.concat([r[1] for r in read])
-    shards = shards_with(context.instance, store, lambda s: stage_keys("extracted", s)["documents"])
-    docs = pl.concat(
-        [store.read_parquet(stage_keys("extracted", s)["documents"], columns=["doc_id", "url", "source", "text"]) for s in shards]
-    ) if shards else pl.DataFrame(schema={"doc_id": pl.String, "url": pl.String, "source": pl.String, "text": pl.String})
+    labels = pl.concat([r[0] for r in read]) if read else pl.DataFrame(schema=LABEL_SCHEMA)
+    rejected = pl.concat([r[1] for r in read]) if read else pl.DataFrame(schema=REJECTED_SCHEMA)
+    shards = shards_with(context.instance, store, lambda s: stage_keys("extracted", s)["documents"]) if files else []
+    docs = pl.concat([labelled_documents(store, s) for s in shards], how="diagonal_relaxed") if shards else (
+        pl.DataFrame(schema={"doc_id": pl.String, "url": pl.String, "source": pl.String, "text": pl.String})
+    )
     examples, unmatched = match_labels(labels, docs)
     examples = examples.with_columns(pl.Series("lang", identify(examples["text"].to_list(), LangIdConfig())[0], dtype=pl.String))
-    version = files_version(files)
+    version = files_version(files) if files else NO_LABELS
     store.publish(QUALITY_LABELS_FOLDER, {
         "examples.parquet": examples, "unmatched.parquet": unmatched, "rejected.parquet": rejected,
         "summary.json": json.dumps({"version": version, "files": sorted(files), "shards": shards}).encode(),
     })
+    shipped, shipped_info = shipped_classifier()
+    in_use = (
+        f"no label files under {LABELS_FOLDER}/ in the storage root ({store.root}) or the landing location: "
+        f"curated_shard uses the shipped classifier {shipped.hash} (trained on {shipped_info['pages']} labelled pages). "
+        "Labels added there train a classifier on the shipped pages plus yours; see `lm-assets label`."
+        if not files else
+        f"quality_classifier trains on these {examples.height} labelled pages plus the {shipped_info['pages']} the package ships"
+    )
     return dg.MaterializeResult(
         metadata={
+            "classifier_in_use": in_use,
             "label_files": dg.MetadataValue.json(sorted(files)),
             "labels_version": version,
             "labels_read": labels.height,
@@ -141,8 +158,13 @@ def quality_classifier(
     store = storage.storage()
     examples = store.read_parquet(LABEL_KEYS["examples"])
     labels_version = json.loads(store.read_bytes(LABEL_KEYS["summary"]))["version"]
+    if examples.height == 0:
+        return shipped_in_use(store, labels_version)
+    training = with_user_examples(examples)
     try:
-        trained = train_classifier(examples, to_dataclass(ClassifierConfig, config, exclude=("min_balanced_accuracy",)))
+        trained = train_classifier(
+            training, user_config(to_dataclass(ClassifierConfig, config, exclude=("min_balanced_accuracy",)))
+        )
     except ValueError as exc:
         raise dg.Failure(description=f"cannot train on these labels: {exc}") from exc
     metrics = trained.metrics
@@ -167,6 +189,12 @@ def quality_classifier(
                 "predicted DROP": [confusion["fn"], confusion["tn"]],
             })),
             "per_language": dg.MetadataValue.json(metrics.get("per_language", {})),
+            "thresholds": dg.MetadataValue.json(metrics["thresholds"]),
+            "cross_validated_by_site": dg.MetadataValue.json(metrics["cross_validated"]),
+            "trained_on": dg.MetadataValue.json({
+                "your labelled pages": examples.height,
+                "shipped labelled pages": training.height - examples.height,
+            }),
             "features": metrics.get("features", config.features),
             "model_bytes": len(trained.model),
         },
@@ -174,6 +202,36 @@ def quality_classifier(
             dg.AssetCheckResult(
                 check_name="held_back_balanced_accuracy", passed=passed,
                 metadata={"balanced_accuracy": metrics["balanced_accuracy"], "floor": config.min_balanced_accuracy},
+            )
+        ],
+    )
+
+
+def shipped_in_use(store, labels_version: str) -> dg.MaterializeResult:
+    """No labels of this storage's own: the shipped classifier is made current, and its record reported."""
+    classifier, info = shipped_classifier()
+    store.write_bytes(CURRENT_CLASSIFIER, json.dumps({"shipped": True, "hash": classifier.hash}).encode())
+    metrics = info["metrics"]
+    cross_validated = metrics["cross_validated"]
+    label_sets = ", ".join(f"{name}: {counts['pages']}" for name, counts in info["by_label_set"].items())
+    return dg.MaterializeResult(
+        metadata={
+            "classifier_hash": classifier.hash,
+            "origin": "shipped",
+            "current": True,
+            "labels_version": labels_version,
+            "note": "no labels of your own: curated_shard uses the classifier the package ships, trained on "
+            f"{info['pages']} labelled pages ({label_sets})",
+            "balanced_accuracy": cross_validated["balanced_accuracy"],
+            "evaluated_on": cross_validated["evaluated_on"],
+            "per_language": dg.MetadataValue.json(cross_validated["per_language"]),
+            "thresholds": dg.MetadataValue.json(metrics["thresholds"]),
+            "n_train": metrics["n_train"],
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="held_back_balanced_accuracy", passed=True,
+                metadata={"balanced_accuracy": cross_validated["balanced_accuracy"], "origin": "shipped"},
             )
         ],
     )
