@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 
 from lm_assets.corpus.curation import CurationConfig, curate
-from lm_assets.corpus.quality import preset
+from lm_assets.corpus.quality import apply_quality_rules, preset
 from lm_assets.corpus.quality_policy import decide_quality
 from lm_assets.corpus.toxicity import ToxicityConfig
 
@@ -88,3 +88,14 @@ def test_a_classifier_policy_without_a_classifier_is_refused():
         run("classifier", classifier=None)
     with pytest.raises(ValueError, match="unknown quality policy"):
         decide_quality(docs().with_columns(pl.lit(None, pl.String).alias("rules_reason")), "vote", None)
+
+
+def test_each_language_is_cut_at_its_own_threshold_unless_one_is_given():
+    frame = docs().with_columns(pl.Series("lang", ["en", "en", "en", "zh", "en"]))
+    quality = apply_quality_rules(frame, preset(), defer=True).kept
+    scorer = KeywordScorer()
+    # The planner page scores 0.6: above English's 0.5, below Chinese's 0.7.
+    as_zh = decide_quality(quality, "classifier", scorer)
+    assert "d3" in as_zh.dropped["doc_id"].to_list() and as_zh.stats["thresholds"] == {"*": 0.5, "zh": 0.7}
+    given = decide_quality(quality, "classifier", scorer, threshold=0.55)
+    assert "d3" in given.kept["doc_id"].to_list() and given.stats["thresholds"] == {"*": 0.55}

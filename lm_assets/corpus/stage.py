@@ -25,15 +25,17 @@ class StageResult:
     stats: dict = field(default_factory=dict)
 
 
-def split_by_reason(df: pl.DataFrame, reason: pl.Expr | str, stage: str, score: str | None = None) -> StageResult:
-    """Split `df` on a reason column or expression: null reason means kept. With `score` (a column), each
-    dropped row also carries that column's value as `score`: what dropped it."""
+def split_by_reason(
+    df: pl.DataFrame, reason: pl.Expr | str, stage: str, score: pl.Expr | str | None = None
+) -> StageResult:
+    """Split `df` on a reason column or expression: null reason means kept. With `score` (a column or an
+    expression), each dropped row also carries its value as `score`: what dropped it."""
     expr = pl.col(reason) if isinstance(reason, str) else reason
     tagged = df.with_columns(expr.alias("_reason"))
     kept = tagged.filter(pl.col("_reason").is_null()).drop("_reason")
     schema = DROPPED_SCHEMA if score is None else SCORED_DROPPED_SCHEMA
     dropped = tagged.filter(pl.col("_reason").is_not_null()).select(
         pl.col("doc_id"), pl.lit(stage).alias("stage"), pl.col("_reason").alias("reason"),
-        *([] if score is None else [pl.col(score).alias("score")]),
+        *([] if score is None else [(pl.col(score) if isinstance(score, str) else score).alias("score")]),
     )
     return StageResult(kept=kept, dropped=dropped.cast(schema))

@@ -6,6 +6,9 @@
 - `profanity_check`: alt-profanity-check, a linear model trained on English toxic comments that
   ships inside its wheel, so it works offline.
 
+Both models read English. Documents in Chinese (`lang` zh) are scored as well by the share of their
+words that a Chinese lexicon flags (`chinese_lexicon.py`), whichever backend runs.
+
 A model that cannot be loaded raises ToxicityModelError; nothing falls back to another backend.
 """
 
@@ -37,6 +40,9 @@ class ToxicityConfig:
     line_threshold: float = 0.8
     max_toxic_fraction: float = 0.2
     batch_size: int = 64
+    # Chinese documents: flagged words over words at or above this drop the document (Data-Juicer's
+    # flagged-word filter's default ratio); None: not scored.
+    zh_max_flagged_ratio: float | None = 0.045
 
 
 class DetoxifyScorer:
@@ -123,11 +129,38 @@ def score_toxicity(docs: pl.DataFrame, config: ToxicityConfig | None = None) -> 
     scored = docs.with_columns(
         pl.Series("tox_max", maxima, dtype=pl.Float64), pl.Series("tox_frac", fractions, dtype=pl.Float64)
     )
+    flagged, lexicon_name = zh_flagged(scored, config)
+    scored = scored.with_columns(pl.Series("tox_zh_flagged", flagged, dtype=pl.Float64))
+    zh_limit = config.zh_max_flagged_ratio if config.zh_max_flagged_ratio is not None else float("inf")
     result = split_by_reason(
         scored,
-        pl.when(pl.col("tox_frac") >= config.max_toxic_fraction).then(pl.lit("toxicity:toxic_fraction")),
+        pl.when(pl.col("tox_frac") >= config.max_toxic_fraction).then(pl.lit("toxicity:toxic_fraction"))
+        .when(pl.col("tox_zh_flagged") >= zh_limit).then(pl.lit("toxicity:zh_flagged_words")),
         stage="toxicity",
-        score="tox_frac",
+        score=pl.when(pl.col("tox_frac") >= config.max_toxic_fraction).then("tox_frac").otherwise("tox_zh_flagged"),
     )
-    result.stats = {"model": model_name, "docs_with_toxic_lines": int(sum(f > 0 for f in fractions))}
+    result.stats = {
+        "model": model_name,
+        "docs_with_toxic_lines": int(sum(f > 0 for f in fractions)),
+        "zh_lexicon": lexicon_name,
+        "zh_docs_scored": sum(value is not None for value in flagged),
+        "zh_docs_with_flagged_words": sum(bool(value) for value in flagged),
+    }
     return result
+
+
+def zh_flagged(docs: pl.DataFrame, config: ToxicityConfig) -> tuple[list[float | None], str]:
+    """The flagged-word ratio of each Chinese document (None for the others), and the lexicon that scored."""
+    if config.zh_max_flagged_ratio is None or "lang" not in docs.columns:
+        return [None] * docs.height, "not run"
+    from lm_assets.corpus.chinese_lexicon import flagged_ratios, lexicon
+    from lm_assets.corpus.quality import base_lang
+
+    langs = [base_lang(lang) for lang in docs["lang"].to_list()]
+    rows = [i for i, lang in enumerate(langs) if lang == "zh"]
+    texts = docs["text"].to_list()
+    ratios = flagged_ratios([texts[i] for i in rows]) if rows else []
+    out: list[float | None] = [None] * docs.height
+    for i, ratio in zip(rows, ratios):
+        out[i] = ratio
+    return out, lexicon().name

@@ -28,6 +28,7 @@ CURATED_SCHEMA = {
     "lang_score": pl.Float64,
     "tox_max": pl.Float64,
     "tox_frac": pl.Float64,
+    "tox_zh_flagged": pl.Float64,
     "quality_score": pl.Float64,
 }
 

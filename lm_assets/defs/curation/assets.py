@@ -157,6 +157,11 @@ class ToxicityRulesConfig(dg.Config):
         description="share of a document's characters in toxic lines at or above which it is dropped "
         "(toxicity:toxic_fraction)",
     )
+    zh_max_flagged_ratio: float | None = Field(
+        default=TOXICITY_DEFAULTS.zh_max_flagged_ratio,
+        description="Chinese documents: share of their words (jieba) that the Chinese lexicon flags (traditional "
+        "and simplified alike) at or above which a document is dropped (toxicity:zh_flagged_words); null: not scored",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -351,6 +356,7 @@ def curated_shard(
             "language_shares": dg.MetadataValue.json({k: round(v, 4) for k, v in shares.items()}),
             "langid_model": step_stats.get("langid", {}).get("model", "not run"),
             "toxicity_model": step_stats.get("toxicity", {}).get("model", "not run"),
+            "zh_toxicity_lexicon": step_stats.get("toxicity", {}).get("zh_lexicon", "not run"),
             "pii_redacted": dg.MetadataValue.json(pii_totals),
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
             **document_previews(docs, ["doc_id", "url", "lang", "lang_score", "quality_score", "tox_max", "text"]),
