@@ -8,7 +8,7 @@ DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_HOME
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install demo test ui bench bench-smoke sample-crawl clean
+.PHONY: install demo test ui bench bench-smoke sample-crawl quality-model clean
 
 install: $(VENV)/.installed
 
@@ -49,6 +49,10 @@ bench-smoke: $(VENV)/.bench-installed
 
 sample-crawl: install
 	$(BIN)/python scripts/build_sample_crawl.py --out data/sample-crawl
+
+# The shipped quality classifier, retrained from the labelled pages in lm_assets/quality_model/ (same bytes every time).
+quality-model: install
+	$(BIN)/python scripts/build_quality_model.py
 
 clean:
 	rm -rf storage $(DAGSTER_HOME)

@@ -51,6 +51,7 @@ import argparse
 import gc
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -101,6 +102,10 @@ TRANSFER_CRAWL = LabelledCrawl(
     REPO / "bench" / "transfer_set" / "labels.jsonl", seed=1,
 )
 LABELLED_CRAWLS = {crawl.name: crawl for crawl in (DEV_CRAWL, TRANSFER_CRAWL)}
+# Real web pages from public repositories of saved pages, rebuilt by scripts/build_web_crawl.py
+# (bench/web_set/README.md); the clones are read from $LM_ASSETS_WEB_REPOS.
+WEB_LABELS = REPO / "bench" / "web_set" / "labels.jsonl"
+WEB_REPOS = Path(os.environ.get("LM_ASSETS_WEB_REPOS", "/work/.mirror"))
 DEFAULT_CRAWL = DEV_CRAWL.folder
 DEV_PACKAGES = DEV_CRAWL.packages
 SHARD_GLOB = "crawl-*.warc.gz"
@@ -199,6 +204,19 @@ def build_crawl(out: Path, make_crawl: Path, spec: LabelledCrawl = DEV_CRAWL) ->
     done = subprocess.run(command, check=False)
     if done.returncode != 0 or not is_crawl(out):
         raise RuntimeError(f"cannot build a crawl: make_crawl.py exited with {done.returncode} (pass --crawl DIR)")
+
+
+def web_crawl() -> Path:
+    """The labelled real-web crawl, reused from `$OUT/web-crawl` or rebuilt there from its sources."""
+    folder = out_dir("web-crawl")
+    if is_crawl(folder):
+        print(f"reusing the crawl in {folder}")
+        return folder
+    command = [sys.executable, str(REPO / "scripts" / "build_web_crawl.py"), "--repos", str(WEB_REPOS), "--out", str(folder)]
+    print(f"building the crawl: {' '.join(command)}", flush=True)
+    if subprocess.run(command, check=False).returncode != 0 or not is_crawl(folder):
+        raise RuntimeError(f"cannot build the web crawl (clones of its source repositories under {WEB_REPOS}?)")
+    return folder
 
 
 def labelled_crawl(spec: LabelledCrawl, make_crawl: Path = MAKE_CRAWL) -> Path:

@@ -53,7 +53,7 @@ import dagster as dg
 import polars as pl
 
 from bench_paths import REPO, TEST_SLICE
-from curation import LABELLED_CRAWLS, MAKE_CRAWL, find_shards, labelled_crawl, resolve_crawl
+from curation import LABELLED_CRAWLS, MAKE_CRAWL, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
 from lm_assets.corpus.curation_eval import (
     decision_figures,
     decisions,
@@ -67,7 +67,7 @@ from lm_assets.corpus.storage import Storage
 from lm_assets.defs.curation.assets import DEFAULT_QUALITY_POLICY
 from lm_assets.defs.dedup.assets import DedupSettings
 from lm_assets.layout import CLUSTERS_KEY, CURRENT_CLASSIFIER, classifier_keys, raw_keys, stage_keys
-from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
+from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_config_for, run_shard_graph
 
 DEFAULT_LABELS = REPO / "bench" / "dev_set" / "labels.jsonl"
 
@@ -83,6 +83,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--config-json", default="{}", help="run config merged over the offline defaults")
     parser.add_argument("--show", type=int, default=8, help="pages listed per kind of error")
     parser.add_argument("--policy", choices=POLICIES, help=f"curated_shard's quality policy (default: {DEFAULT_QUALITY_POLICY})")
+    parser.add_argument("--web", action="store_true", help="score the labelled real-web crawl (bench/web_set)")
+    parser.add_argument(
+        "--cv-by-site", type=int, metavar="K", default=None,
+        help="classifier policies: deal the scored crawl's sites into K folds; each fold is scored by a classifier "
+        "trained on the shipped training pages of every labelled crawl except that fold's sites (the default "
+        "for --web and the labelled crawls: 5)",
+    )
     parser.add_argument(
         "--train", nargs=2, type=Path, action="append", metavar=("CRAWL", "LABELS"),
         help="a crawl and its labels to train the classifier on; repeat for more (default: the development and "
@@ -91,6 +98,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.smoke:
         args.labels = TEST_SLICE / "labels.jsonl"
+    if args.web:
+        args.labels = WEB_LABELS
     return args
 
 
@@ -162,6 +171,61 @@ def trained_classifier(train: list[tuple[Path, Path]], storage_root: Path, floor
         return json.loads(training.read_bytes(classifier_keys(current)["info"]))
 
 
+def site_folds(labels: pl.DataFrame, folds: int, seed: int = 0) -> dict[str, int]:
+    """Each labelled site of the scored crawl dealt into a fold, whole (`group_fold_ids`)."""
+    from lm_assets.corpus.quality_classifier import group_fold_ids, sites
+
+    frame = labels.select(pl.col("url").alias("doc_id"), "url", "lang", "label")
+    names = sites(frame)
+    strata = list(zip(frame["label"].to_list(), frame["lang"].to_list()))
+    ids = group_fold_ids(names, strata, folds, seed)
+    return dict(zip(names, (int(i) for i in ids)))
+
+
+def cross_validated_run(crawl: Path, storage_root: Path, run_config: dict, labels: pl.DataFrame, folds: int) -> tuple[pl.DataFrame, list]:
+    """Materialize the graph once, then, per fold, make current a classifier trained on the shipped pages
+    without that fold's sites and re-run curated_shard; each labelled page's outcome comes from the run of
+    its own fold. The outcomes, and each fold's classifier hash and training size."""
+    from dedup_quality import pipeline_definitions
+
+    from lm_assets.corpus import quality_model
+    from lm_assets.corpus.quality_classifier import sites
+
+    fold_of = site_folds(labels, folds)
+    pages = quality_model.training_pages()
+    page_sites = sites(pages)
+    store = Storage(str(storage_root))
+    shards = [path.name for path in find_shards(crawl)]
+    instance = dg.DagsterInstance.ephemeral(settings={"python_logs": {"python_log_level": "WARNING"}})
+    definitions = pipeline_definitions(storage_root, crawl, DedupSettings())
+    results = run_shard_graph(definitions, instance, shards, run_config, progress=lambda m: print(f"  {m}", flush=True))
+    if not results[-1].success:
+        raise RuntimeError(f"the run of {results[-1].job_def.name} failed")
+    truth_sites = sites(labels.select(pl.col("url").alias("doc_id"), "url"))
+    outcomes_by_fold, trained = [], []
+    curate = definitions.resolve_job_def("curated_shard_job")
+    for fold in range(folds):
+        held = {site for site, k in fold_of.items() if k == fold}
+        train = pages.filter(pl.Series([site not in held for site in page_sites]))
+        classifier = quality_model.build(train)
+        trained.append({"fold": fold, "hash": classifier.hash, "pages": train.height, "sites_held_out": len(held)})
+        keys = classifier_keys(classifier.hash)
+        store.write_bytes(keys["model"], classifier.model)
+        store.write_bytes(keys["info"], json.dumps({"hash": classifier.hash, "metrics": classifier.metrics}).encode())
+        store.write_bytes(CURRENT_CLASSIFIER, json.dumps({"hash": classifier.hash}).encode())
+        print(f"  fold {fold}: classifier {classifier.hash} trained on {train.height} pages, {len(held)} sites held out")
+        for shard in shards:
+            result = curate.execute_in_process(partition_key=shard, instance=instance,
+                                               run_config=run_config_for(run_config, curate), raise_on_error=False)
+            if not result.success:
+                raise RuntimeError(f"fold {fold}: curated_shard failed for {shard}")
+        tables = load_tables(storage_root, shards)
+        outcome = outcomes(tables["raw"], tables["dropped"], tables["quarantine"], tables["curated"], tables["clusters"])
+        fold_urls = [url for url, site in zip(labels["url"].to_list(), truth_sites) if site in held]
+        outcomes_by_fold.append(outcome.filter(pl.col("url").is_in(fold_urls)))
+    return pl.concat(outcomes_by_fold), trained
+
+
 def load_tables(storage_root: Path, shards: list[str]) -> dict[str, pl.DataFrame]:
     store = Storage(str(storage_root))
 
@@ -230,7 +294,7 @@ def print_errors(table: pl.DataFrame, show: int) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    crawl = resolve_crawl(args)
+    crawl = web_crawl() if args.web else resolve_crawl(args)
     shards = [path.name for path in find_shards(crawl)]
     truth = json.loads((crawl / "truth.json").read_text())
     labels = read_labels(args.labels)
@@ -239,15 +303,24 @@ def run(args: argparse.Namespace) -> dict:
     curated_config["quality_policy"] = args.policy or curated_config.get("quality_policy") or DEFAULT_QUALITY_POLICY
     run_config = merged_config(extra)
     policy = curated_config["quality_policy"]
-    train = training_sets(args, crawl) if policy != "rules" and not args.reuse else []
+    folds = args.cv_by_site
+    if folds is None and policy != "rules" and not (args.smoke or args.train or args.reuse):
+        folds = 5
+    train = training_sets(args, crawl) if policy != "rules" and not args.reuse and not folds else []
     if any(labels.resolve() == args.labels.resolve() for _, labels in train) and not args.smoke:
         print("warning: the classifier is trained on the labels it is scored on; this measures memorisation")
     print(f"crawl: {crawl} ({len(shards)} shards), labels: {args.labels} ({labels.height} pages), policy: {policy}")
-    classifier = None
+    classifier = cross_validation = None
     with tempfile.TemporaryDirectory(prefix="curation-quality-") as scratch:
         storage_root = args.storage or Path(scratch)
         seconds = None
-        if not args.reuse:
+        if folds:
+            print(f"cross-validation by site, {folds} folds: every labelled page is scored by a classifier trained on "
+                  "the shipped training pages without its site")
+            started = time.perf_counter()
+            fold_outcome, cross_validation = cross_validated_run(crawl, storage_root, run_config, labels, folds)
+            seconds = time.perf_counter() - started
+        elif not args.reuse:
             if policy != "rules":
                 # The slice's 15 held-back pages are too few for the asset's accuracy floor.
                 classifier = trained_classifier(train, storage_root, floor=0.0 if args.smoke else None)
@@ -258,6 +331,8 @@ def run(args: argparse.Namespace) -> dict:
             seconds = run_pipeline(crawl, storage_root, run_config)
         tables = load_tables(storage_root, shards)
     outcome = outcomes(tables["raw"], tables["dropped"], tables["quarantine"], tables["curated"], tables["clusters"])
+    if folds:
+        outcome = pl.concat([fold_outcome, outcome.filter(~pl.col("url").is_in(fold_outcome["url"].implode()))])
     natural = {url for group in truth.get("natural_duplicates", []) for url in group}
     natural |= {url for a, b, _ in truth.get("natural_near_pairs", []) for url in (a, b)}
     table = decisions(labels, outcome, natural)
@@ -292,6 +367,7 @@ def run(args: argparse.Namespace) -> dict:
         "missing_labels": len(missing),
         "policy": policy,
         "classifier": {"hash": classifier["hash"], "training": classifier["metrics"]} if classifier else None,
+        "cross_validation_by_site": cross_validation,
         "seconds": seconds,
     }
 

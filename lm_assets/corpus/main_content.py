@@ -504,7 +504,7 @@ class _Page:
         siblings kept beside it, unless one holds half of the text kept."""
         readability, wider = self._chrome_named()
         root = self.content_root(config)
-        suspects = [index for index in readability if self.text[index] > 0]
+        suspects = [index for index in readability if self.text[index] > 0 and not self._wraps_page(index, root)]
         if root is not None and suspects and self._outweighed(root, suspects):
             saved = self.text[:], self.links[:], set(self.removed), self.root, set(self.kept_beside)
             self.root, self.kept_beside = None, set()
@@ -523,6 +523,11 @@ class _Page:
                 and not self._gone(index)
             ):
                 self._remove(index)
+
+    def _wraps_page(self, index: int, root: int | None) -> bool:
+        """An ancestor of the root holding two thirds of the page's text is the page's wrapper, whatever its
+        name says ("Page-ad-margins")."""
+        return root is not None and index < root <= self.last[index] and self.text[index] >= 2 * self.text[0] / 3
 
     def _outweighed(self, root: int, suspects: list[int]) -> bool:
         """`root` lies in one of `suspects`, or those inside it hold more than half of its text."""

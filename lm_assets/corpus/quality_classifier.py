@@ -87,6 +87,9 @@ class ClassifierConfig:
     # make a cut that follows a handful of pages), the pooled one for the others.
     thresholds_by_language: bool = True
     language_threshold_min_per_class: int = 20
+    # Where set, the cut keeps at least this share of the KEEP pages out-of-fold, where one can. None (the
+    # default): the cut of highest balanced accuracy, which measured best across the labelled crawls.
+    min_keep_retention: float | None = None
 
 
 @dataclass
@@ -402,11 +405,17 @@ def balanced_accuracy(keep: np.ndarray, predicted: np.ndarray) -> float | None:
     return float((predicted[keep].mean() + (~predicted[~keep]).mean()) / 2)
 
 
-def best_threshold(keep: np.ndarray, scores: np.ndarray) -> float:
-    """The cut (keep when score >= cut), midway between two distinct scores, of highest balanced accuracy."""
+def best_threshold(keep: np.ndarray, scores: np.ndarray, min_retention: float | None = None) -> float:
+    """The cut (keep when score >= cut), midway between two distinct scores, of highest balanced accuracy
+    among the cuts that keep at least `min_retention` of the KEEP pages (all cuts when None, or when none
+    does)."""
     values = np.unique(scores)
     cuts = np.concatenate([[values[0]], (values[:-1] + values[1:]) / 2]) if len(values) > 1 else values
-    accuracies = [balanced_accuracy(keep, scores >= cut) or 0.0 for cut in cuts]
+    accuracies = np.asarray([balanced_accuracy(keep, scores >= cut) or 0.0 for cut in cuts])
+    if min_retention is not None and keep.any():
+        retained = np.asarray([(scores[keep] >= cut).mean() for cut in cuts])
+        if (retained >= min_retention).any():
+            accuracies = np.where(retained >= min_retention, accuracies, -1.0)
     return float(cuts[int(np.argmax(accuracies))])
 
 
@@ -456,12 +465,13 @@ class _Examples:
     signals: np.ndarray  # rows x q_* columns, already transformed
     strata: list = field(default_factory=list)
     groups: list = field(default_factory=list)  # the site of each page
+    label_sets: list = field(default_factory=list)  # which labelled crawl each page comes from, when known
 
     def take(self, rows: np.ndarray) -> _Examples:
         idx = np.flatnonzero(rows) if rows.dtype == bool else rows
         return _Examples([self.texts[i] for i in idx], [self.langs[i] for i in idx], self.keep[idx],
                          self.weight[idx], self.signals[idx], [self.strata[i] for i in idx],
-                         [self.groups[i] for i in idx])
+                         [self.groups[i] for i in idx], [self.label_sets[i] for i in idx])
 
 
 def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
@@ -514,6 +524,8 @@ def _prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Example
         langs=langs, keep=keep, weight=weight, signals=_signal_matrix(signals, log_columns),
         strata=[(bool(k), lang) for lang, k in zip(langs, keep)],
         groups=sites(examples),
+        label_sets=examples["label_set"].fill_null("user").to_list() if "label_set" in examples.columns
+        else ["user"] * examples.height,
     )
     return data, signals.columns, log_columns
 
@@ -588,7 +600,7 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
             )
 
     fasttext_keep, oof_scores = _out_of_fold(train, config)
-    threshold = best_threshold(train.keep, oof_scores)
+    threshold = best_threshold(train.keep, oof_scores, config.min_keep_retention)
     thresholds = language_thresholds(train, oof_scores, threshold, config)
     lines = _fasttext_lines(train.texts, train.keep, train.weight, config.balance_classes)
     fasttext_bytes = _train_fasttext(lines, config)
@@ -619,12 +631,15 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
             "evaluated_on": f"out-of-fold scores of a {config.folds}-fold cross-validation on the training split"
             + (", each site's pages in one fold" if config.folds_by_site else ""),
             **{k: cross_validated[k] for k in ("balanced_accuracy", "drop_rejection", "recall", "roc_auc", "per_language")},
+            "per_label_set": per_label_set(train, oof_scores, classifier),
         },
         "threshold": _round(threshold, 6),
         "thresholds": {lang: _round(value, 6) for lang, value in thresholds.items()},
         "threshold_reason": (
             f"maximizes balanced accuracy over the out-of-fold scores of a {config.folds}-fold cross-validation "
             "on the training split" + (", each site's pages in one fold" if config.folds_by_site else "")
+            + (f", among the cuts that keep {config.min_keep_retention:.0%} of the KEEP pages"
+               if config.min_keep_retention is not None else "")
         ),
         "n_train": len(train.texts),
         "n_test": len(test.texts),
@@ -634,6 +649,17 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
         "fasttext": fasttext_package(),
     }
     return TrainedClassifier(model=model, metrics=metrics, hash=model_hash(model))
+
+
+def per_label_set(train: _Examples, scores: np.ndarray, classifier: QualityClassifier) -> dict:
+    """Out-of-fold figures of each labelled crawl the training pages come from, per language too."""
+    out = {}
+    for name in sorted(set(train.label_sets)):
+        rows = np.asarray([value == name for value in train.label_sets])
+        part = train.take(rows)
+        figures = decision_metrics(part.keep, scores[rows], classifier.thresholds_for(part.langs), part.langs)
+        out[name] = {k: figures[k] for k in ("balanced_accuracy", "recall", "drop_rejection", "per_language")}
+    return out
 
 
 def language_thresholds(train: _Examples, scores: np.ndarray, pooled: float, config: ClassifierConfig) -> dict:
@@ -646,7 +672,7 @@ def language_thresholds(train: _Examples, scores: np.ndarray, pooled: float, con
     for lang in sorted(set(langs)):
         rows = langs == lang
         if min(int(train.keep[rows].sum()), int((~train.keep[rows]).sum())) >= config.language_threshold_min_per_class:
-            thresholds[lang] = best_threshold(train.keep[rows], scores[rows])
+            thresholds[lang] = best_threshold(train.keep[rows], scores[rows], config.min_keep_retention)
     return thresholds
 
 
