@@ -19,16 +19,19 @@ ephemeral Dagster instance and the offline toxicity backend, into a temporary st
 `--config-json` merges a run config over that, e.g. `'{"ops": {"curated_shard": {"config":
 {"quality_preset": "fineweb"}}}}'` to score a published preset.
 
-`--policy rules|classifier|both` sets curated_shard's quality policy. For `classifier` and `both` a
-quality classifier is first trained the way the pipeline trains it, on other pages than the ones
-scored: every `--train CRAWL LABELS` pair (default: the development and the transfer crawl with
-their labels, bench/dev_set and bench/transfer_set, built or reused under `$OUT`) is extracted into
-a storage of its own, the labels go under its `labels/`, quality_labels and quality_classifier are
-materialized there, and the classifier they made current is copied into the scored storage. To
-measure generalisation, score another crawl's labels, e.g. `--crawl DIR --labels FILE` of a crawl of
-other packages, or train on one labelled crawl and score the other:
-`--train $OUT/dev-crawl bench/dev_set/labels.jsonl --crawl $OUT/transfer-crawl --labels
-bench/transfer_set/labels.jsonl`.
+`--web` scores the labelled real-web crawl (bench/web_set), rebuilt into `$OUT/web-crawl` from its
+source repositories when missing.
+
+`--policy rules|classifier|both` sets curated_shard's quality policy. For `classifier` (the default)
+and `both`, every labelled page is scored by a classifier that never saw its site: `--cv-by-site K`
+(default 5) deals the crawl's labelled sites into K folds; the graph runs once, then per fold a
+classifier trained on the shipped training pages (lm_assets/quality_model/) without that fold's sites
+is made current and curated_shard runs again, and each page's outcome comes from its own fold.
+`--train CRAWL LABELS` (repeatable) instead trains a classifier the way the pipeline trains it on
+those pairs (each crawl extracted into a storage of its own, the labels under its `labels/`,
+quality_labels and quality_classifier materialized there) and copies it into the scored storage,
+e.g. `--train $OUT/dev-crawl bench/dev_set/labels.jsonl --crawl $OUT/transfer-crawl --labels
+bench/transfer_set/labels.jsonl`. `--smoke` trains on the slice itself.
 
 Printed per package, per language (of the label) and overall, by `lm_assets.corpus.curation_eval`:
 good retention (KEEP pages kept after curation), junk rejection (DROP pages dropped), balanced

@@ -52,12 +52,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from bench_paths import REPO, TEST_SLICE, out_dir
-from curation import LABELLED_CRAWLS, MAKE_CRAWL, find_shards, labelled_crawl, resolve_crawl
+from curation import LABELLED_CRAWLS, MAKE_CRAWL, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
 
 import lm_assets.corpus.quality_classifier as qc
 from lm_assets.corpus.curation import CurationConfig, curate
 from lm_assets.corpus.curation_eval import read_labels
-from lm_assets.corpus.extract import extract_documents
+from lm_assets.corpus.extract import PAGE_COLUMNS, extract_documents
 from lm_assets.corpus.langid import identify_languages
 from lm_assets.corpus.quality import HARD_RULES, preset, quality_signals, reasons_from_signals
 from lm_assets.corpus.quality_classifier import ClassifierConfig, QualityClassifier, train_classifier
@@ -104,7 +104,8 @@ def labelled_sets(args: argparse.Namespace) -> list[tuple[str, Path, Path]]:
     """(name, crawl, labels): the one given, the test slice, or every labelled crawl of the project."""
     if args.crawl is not None or args.smoke:
         return [("given", resolve_crawl(args), args.labels or DEFAULT_LABELS)]
-    return [(spec.name, labelled_crawl(spec, args.make_crawl), spec.labels) for spec in LABELLED_CRAWLS.values()]
+    sets = [(spec.name, labelled_crawl(spec, args.make_crawl), spec.labels) for spec in LABELLED_CRAWLS.values()]
+    return sets + [("web", web_crawl(), WEB_LABELS)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,7 +123,7 @@ def load_pages(crawl: Path, labels: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
     labelled = labels.select(
         "url", "package", "confidence", pl.col("lang").alias("label_lang"), (pl.col("label") == "KEEP").alias("keep")
     )
-    pages = identified.select("doc_id", "url", "text", "lang").join(labelled, on="url")
+    pages = identified.select("doc_id", "url", "text", "lang", *PAGE_COLUMNS).join(labelled, on="url")
     signals = quality_signals(pages["text"].to_list(), pages["lang"].to_list(), preset())
     pages = pl.concat([pages, signals], how="horizontal")
     counts = {
@@ -145,7 +146,7 @@ def classifier_variant(config: ClassifierConfig):
     def fit(train: pl.DataFrame):
         trained = train_classifier(train, replace(config, test_fraction=0.0))
         classifier = QualityClassifier.from_bytes(trained.model)
-        return lambda test: (classifier.score(test), classifier.threshold), len(trained.model)
+        return lambda test: (classifier.score(test), classifier.thresholds_for(test["lang"].to_list())), len(trained.model)
     return fit
 
 
@@ -168,7 +169,7 @@ def per_language_variant(config: ClassifierConfig):
                 rows = (test["lang"] == lang).to_numpy()
                 classifier = models.get(lang, models[None])
                 scores[rows] = classifier.score(test.filter(rows))
-                threshold[rows] = classifier.threshold
+                threshold[rows] = classifier.thresholds_for(test.filter(rows)["lang"].to_list())
             return scores, threshold
         return score, size
     return fit
