@@ -102,10 +102,10 @@ def extract_html(html: str, config: ExtractConfig) -> tuple[str, str | None, str
     return text, page_title(html), lang_hint(html)
 
 
-def extract_page(html: str, config: ExtractConfig) -> tuple[str, dict]:
+def extract_page(html: str, config: ExtractConfig, html_bytes: int | None = None) -> tuple[str, dict]:
     """Main text of one page and its `PAGE_SIGNALS`, whichever extractor runs."""
     if config.extractor == "main_content":
-        return extract_main_content(html)
+        return extract_main_content(html, html_bytes=html_bytes)
     text = extract_plain_text(
         HTMLTree.parse(html),
         preserve_formatting=config.extractor == "all_text",
@@ -114,7 +114,7 @@ def extract_page(html: str, config: ExtractConfig) -> tuple[str, dict]:
         links=False,
         comments=False,
     )
-    return text, page_signals(walked_page(html), text, html)
+    return text, page_signals(walked_page(html), text, html, html_bytes)
 
 
 def signal_columns(rows: list[dict]) -> list[pl.Series]:
@@ -153,11 +153,12 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
     config = config or ExtractConfig()
     texts, titles, hints, stripped_counts, signals = [], [], [], [], []
     urls = docs["url"].to_list() if "url" in docs.columns else [None] * docs.height
-    for html, text, url in zip(docs["html"].to_list(), docs["text"].to_list(), urls):
+    sizes = docs["html"].str.len_bytes().fill_null(0).to_list()
+    for html, text, url, size in zip(docs["html"].to_list(), docs["text"].to_list(), urls, sizes):
         title = hint = None
         page = dict.fromkeys(PAGE_SIGNALS)
         if html is not None:
-            text, page = extract_page(html, config)
+            text, page = extract_page(html, config, size)
             title, hint = page_title(html), lang_hint(html)
         text, stripped = clean_text(text or "", config.unicode_form)
         texts.append(text)
@@ -170,7 +171,7 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
         pl.Series("title", titles, dtype=pl.String),
         pl.Series("lang_hint", hints, dtype=pl.String),
         pl.Series("control_chars_stripped", stripped_counts, dtype=pl.Int64),
-        pl.Series("html_bytes", [len(h.encode()) if h else 0 for h in docs["html"].to_list()], dtype=pl.Int64),
+        pl.Series("html_bytes", sizes, dtype=pl.Int64),
         *signal_columns(signals),
     )
     result = split_by_reason(

@@ -140,18 +140,20 @@ def extract_main_text(html: str, config: MainContentConfig | None = None) -> str
     return extract_main_content(html, config)[0]
 
 
-def extract_main_content(html: str, config: MainContentConfig | None = None) -> tuple[str, dict]:
-    """The main text, and the page's `PAGE_SIGNALS`."""
+def extract_main_content(
+    html: str, config: MainContentConfig | None = None, html_bytes: int | None = None
+) -> tuple[str, dict]:
+    """The main text, and the page's `PAGE_SIGNALS` (`html_bytes`: the page's size, when known)."""
     config = config or MainContentConfig()
     body = LexborHTMLParser(html).body
     if body is None:
-        return "", page_signals(None, "", html)
+        return "", page_signals(None, "", html, html_bytes)
     page = _Page(body)
     page.remove_chrome(config)
     page.remove_link_blocks(config)
     page.choose_root(config)
     text = page.layout()
-    return text, page_signals(page, text, html)
+    return text, page_signals(page, text, html, html_bytes)
 
 
 def walked_page(html: str) -> _Page | None:
@@ -160,8 +162,9 @@ def walked_page(html: str) -> _Page | None:
     return _Page(body) if body is not None else None
 
 
-def page_signals(page: _Page | None, text: str, html: str) -> dict:
-    html_bytes = len(html) if html.isascii() else len(html.encode())
+def page_signals(page: _Page | None, text: str, html: str, html_bytes: int | None = None) -> dict:
+    if html_bytes is None:
+        html_bytes = len(html) if html.isascii() else len(html.encode())
     visible = page.visible_text if page is not None else 0
     kept = len(text) if text.isascii() else len(text.encode())
     return {
