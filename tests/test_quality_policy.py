@@ -84,7 +84,7 @@ def test_both_drops_what_either_drops():
 
 
 def test_a_classifier_policy_without_a_classifier_is_refused():
-    with pytest.raises(ValueError, match="materialize quality_classifier"):
+    with pytest.raises(ValueError, match="needs a classifier: pass the shipped one"):
         run("classifier", classifier=None)
     with pytest.raises(ValueError, match="unknown quality policy"):
         decide_quality(docs().with_columns(pl.lit(None, pl.String).alias("rules_reason")), "vote", None)

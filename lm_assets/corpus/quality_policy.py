@@ -47,7 +47,10 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
     """Apply `policy` to documents that carry `rules_reason` (see the module docstring)."""
     check_policy(policy)
     if classifier is None and policy != "rules":
-        raise ValueError(f"quality policy {policy!r} needs a trained classifier: materialize quality_classifier first")
+        raise ValueError(
+            f"quality policy {policy!r} needs a classifier: pass the shipped one (quality_model.shipped_classifier()) "
+            "or one trained on your labels"
+        )
     scores = classifier.score(docs) if classifier is not None else np.full(docs.height, np.nan)
     if classifier is not None:
         # The threshold given applies to every language; unset, each language's trained one.
