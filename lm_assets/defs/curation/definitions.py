@@ -1,7 +1,8 @@
 import dagster as dg
 
 from lm_assets.corpus import curation, extract, langid, main_content, pii, quality, quality_classifier as classifier
-from lm_assets.corpus import quality_labels as labels, quality_policy, toxicity
+from lm_assets.corpus import chinese_lexicon, quality_model, quality_policy, toxicity
+from lm_assets.corpus import quality_labels as labels
 from lm_assets.defs.catalog import CORPUS_TEAM, catalogued, source_version
 from lm_assets.defs.curation.assets import curated_shard, curated_with_current_classifier, extracted_shard
 from lm_assets.defs.curation.expectations import curated_expectations
@@ -14,8 +15,10 @@ defs = dg.Definitions(
         {
             "extracted_shard": source_version(extract, main_content),
             "quality_labels": source_version(labels),
-            "quality_classifier": source_version(classifier, quality),
-            "curated_shard": source_version(curation, langid, quality, quality_policy, toxicity, pii),
+            "quality_classifier": source_version(classifier, quality, quality_model),
+            "curated_shard": source_version(
+                curation, langid, quality, quality_policy, classifier, quality_model, toxicity, chinese_lexicon, pii
+            ),
         },
     ),
     asset_checks=[curated_with_current_classifier, curated_expectations],
