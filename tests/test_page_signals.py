@@ -66,3 +66,26 @@ def test_extracted_documents_carry_the_signals_and_text_rows_leave_them_null():
     assert out.filter(pl.col("doc_id") == "text")["q_html_link_share"].item() is None
     article = out.filter(pl.col("doc_id") == "article").row(0, named=True)
     assert article["q_html_link_blocks"] == 0 and article["q_url_depth"] == 2 and article["q_title_listing"] == 0
+
+
+def test_a_page_listed_by_its_url_and_title_is_dropped_by_the_default_rules_and_text_without_html_passes():
+    from lm_assets.corpus.quality import apply_quality_rules, preset
+
+    prose = (
+        "The write-ahead log records every change before it reaches the database file. When a transaction commits, "
+        "its pages are appended to the log and the database file is left untouched, so readers keep seeing a "
+        "consistent snapshot. A checkpoint later copies the pages back. This design lets one writer and many readers "
+        "work at the same time, and it makes a crash during a commit harmless: the log is replayed when the database "
+        "is opened again. The size of the log grows until a checkpoint runs, so applications that never close their "
+        "connections should run one themselves."
+    )
+    frame = pl.DataFrame({
+        "doc_id": ["listing", "url-only", "plain"], "text": [prose] * 3, "lang": ["en"] * 3,
+        "q_url_listing": [1, 1, None], "q_title_listing": [1, 0, None],
+    })
+    result = apply_quality_rules(frame, preset())
+    assert result.dropped.select("doc_id", "reason").rows() == [("listing", "page:listing_page")]
+    assert result.kept["doc_id"].to_list() == ["url-only", "plain"]
+    assert "q_html_link_share" not in result.kept.columns  # a frame without extraction's columns gets none
+    assert apply_quality_rules(frame.drop("q_url_listing", "q_title_listing"), preset()).dropped.height == 0
+    assert apply_quality_rules(frame, preset(listing_page=None)).dropped.height == 0

@@ -33,7 +33,7 @@ import polars as pl
 from lm_assets.corpus.stage import StageResult, split_by_reason
 
 STAGE = "quality"
-FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "prose")
+FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "prose", "page")
 
 CJK_LANGS = frozenset({"zh", "ja", "ko"})
 _LANG_ALIASES = {"zho": "zh", "cmn": "zh", "yue": "zh", "wuu": "zh", "jpn": "ja", "kor": "ko", "eng": "en"}
@@ -130,6 +130,13 @@ class QualityConfig:
     # Licence and copyright boilerplate: the share of the text in paragraphs that quote a licence.
     max_licence_share: float | None = None
 
+    # Page (our own): what extraction measured on the HTML and the address (`extract.PAGE_COLUMNS`); a
+    # document without HTML passes. A listing by both its URL and its title (tag, category, archive,
+    # search, channel and list pages), and the shares of the visible text in links and removed by extraction.
+    listing_page: bool | None = None
+    max_html_link_share: float | None = None
+    max_html_removed_share: float | None = None
+
     def __post_init__(self):
         unknown = set(self.families) - set(FAMILIES)
         if unknown:
@@ -152,7 +159,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "c4_filter_no_terminal_punct": False,
     },
     "lm_assets": {
-        "families": ("gopher_quality", "gopher_repetition", "c4", "prose"),
+        "families": ("gopher_quality", "gopher_repetition", "c4", "prose", "page"),
         # Gopher's 50 words at `cjk_chars_per_word` characters a word.
         "min_doc_chars_cjk": 75,
         # Code and SQL tokens ("x_id=3;", "--verbose") carry no letter; prose pages of a manual have 60 %+.
@@ -180,6 +187,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "min_sentences": 3,
         "min_prose_share": 0.2,
         "max_licence_share": 0.25,
+        # On the labelled web pages this drops 7 % more of the junk and no good page of any labelled crawl; the
+        # link and removed shares cost good pages for little (docs/architecture.md).
+        "listing_page": True,
     },
 }
 DEFAULT_PRESET = "lm_assets"
@@ -831,12 +841,35 @@ def _prose_rules(cfg: QualityConfig) -> list[_Rule]:
     ]
 
 
+def _page_rules(cfg: QualityConfig) -> list[_Rule]:
+    return [
+        ("listing_page", cfg.listing_page or None, "q_url_listing",
+         lambda _: (pl.col("q_url_listing") == 1) & (pl.col("q_title_listing") == 1)),
+        ("max_html_link_share", cfg.max_html_link_share, "q_html_link_share", _above("q_html_link_share")),
+        ("max_html_removed_share", cfg.max_html_removed_share, "q_html_removed_share", _above("q_html_removed_share")),
+    ]
+
+
+# Extraction's page signals the page rules read, and their types: a frame without them (text without HTML)
+# gets them as nulls, and passes.
+PAGE_RULE_COLUMNS = {
+    "q_url_listing": pl.Int64, "q_title_listing": pl.Int64, "q_html_link_share": pl.Float64,
+    "q_html_removed_share": pl.Float64,
+}
+
+
+def with_page_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    missing = [pl.lit(None, dtype=dtype).alias(name) for name, dtype in PAGE_RULE_COLUMNS.items() if name not in frame.columns]
+    return frame.with_columns(missing) if missing else frame
+
+
 _RULES_BY_FAMILY = {
     "gopher_quality": _gopher_quality_rules,
     "gopher_repetition": _gopher_repetition_rules,
     "c4": _c4_rules,
     "fineweb": _fineweb_rules,
     "prose": _prose_rules,
+    "page": _page_rules,
 }
 
 
@@ -876,7 +909,7 @@ def reasons_from_signals(
 ) -> pl.Series:
     """The first failing rule per document as `family:rule`, or null for documents that pass;
     `only` limits the rules to those reasons."""
-    return signals_df.select(_verdict_exprs(cfg or QualityConfig(), only)[0].alias("reason")).to_series()
+    return with_page_columns(signals_df).select(_verdict_exprs(cfg or QualityConfig(), only)[0].alias("reason")).to_series()
 
 
 def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defer: bool = False) -> StageResult:
@@ -892,6 +925,8 @@ def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defe
     # Signals from an earlier run are replaced, not duplicated; extraction's page signals stay.
     earlier = [name for name in df.columns if name.startswith("q_") and not name.startswith(PAGE_SIGNAL_PREFIXES)]
     scored = pl.concat([df.drop(earlier), signals], how="horizontal")
+    added = [name for name in PAGE_RULE_COLUMNS if name not in scored.columns]
+    scored = with_page_columns(scored)
     if "c4" in cfg.families and cfg.c4_filter_lines:
         scored = scored.with_columns(pl.Series("text", filtered_texts, dtype=pl.String))
     reason, score = _verdict_exprs(cfg, only=HARD_RULES if defer else None)
@@ -901,7 +936,7 @@ def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defe
         scored = scored.with_columns(rules_reason.alias("rules_reason"), rules_score.alias("rules_score"))
 
     result = split_by_reason(scored, "_quality_reason", stage=STAGE, score="_quality_score")
-    result.kept = result.kept.drop("_quality_reason", "_quality_score")
+    result.kept = result.kept.drop("_quality_reason", "_quality_score", *added)
     result.stats = _stats(df.height, result, cfg)
     return result
 

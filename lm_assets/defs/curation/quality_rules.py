@@ -204,6 +204,20 @@ class ProseThresholds(RuleFamily):
     )
 
 
+class PageRules(RuleFamily):
+    """Our own rules on what extraction measured on the HTML and the address; a document without HTML passes."""
+
+    listing_page: bool | None = preset_field(
+        "listing_page", "drop documents whose URL and title both name a listing (tag, category, archive, search, list)"
+    )
+    max_html_link_share: float | None = preset_field(
+        "max_html_link_share", "largest share of the page's visible text inside links"
+    )
+    max_html_removed_share: float | None = preset_field(
+        "max_html_removed_share", "largest share of the page's visible text that extraction removed"
+    )
+
+
 class QualityRules(dg.Config):
     """The quality rules on top of the preset, by family; a family's thresholds apply when it runs."""
 
@@ -227,6 +241,7 @@ class QualityRules(dg.Config):
     c4: C4Rules = Field(default=C4Rules(), description="C4's line and document rules")
     fineweb: FineWebThresholds = Field(default=FineWebThresholds(), description="FineWeb's rules")
     prose: ProseThresholds = Field(default=ProseThresholds(), description="the prose and licence rules")
+    page: PageRules = Field(default=PageRules(), description="the rules on the page's HTML and address")
 
     @model_validator(mode="after")
     def _off_or_set(self):
@@ -237,7 +252,7 @@ class QualityRules(dg.Config):
 
     def set_thresholds(self) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        for family in (self.gopher_quality, self.gopher_repetition, self.c4, self.fineweb, self.prose):
+        for family in (self.gopher_quality, self.gopher_repetition, self.c4, self.fineweb, self.prose, self.page):
             values |= family.overrides()
         return values
 
