@@ -311,12 +311,14 @@ def cpu_seconds(function, *args, min_seconds: float = 1.0) -> float:
 def speed(pages: pl.DataFrame, extracted: pl.DataFrame, model: bytes, smoke: bool) -> dict:
     classifier = QualityClassifier.from_bytes(model)
     with_signals = pages.select("doc_id", "text", "lang", pl.col("^q_.*$"))
-    without = pages.select("doc_id", "text", "lang")
+    # The rule signals recomputed; the page signals come from extraction either way.
+    without = pages.select("doc_id", "text", "lang", *[c for c in PAGE_COLUMNS if c in pages.columns])
     budget = 0.2 if smoke else 2.0
     scored = cpu_seconds(classifier.score, with_signals, min_seconds=budget)
     recomputed = cpu_seconds(classifier.score, without, min_seconds=budget)
     config = CurationConfig(toxicity=ToxicityConfig(backend="profanity_check"))
     curate(extracted.head(5), config)  # warm-up: models load once
+    curate(extracted.filter(pl.col("text").str.contains("[\u4e00-\u9fff]")).head(5), config)  # and the Chinese lexicon
     curation = cpu_seconds(curate, extracted, config, min_seconds=budget)
     n = pages.height
     return {
