@@ -32,8 +32,8 @@ def test_the_training_pages_ship_tokens_and_signals_but_no_text(pages):
     assert pages.schema["tokens"] == pl.List(pl.UInt32) and pages["tokens"].list.len().min() > 0
     assert set(pages["label_set"]) == {"dev", "transfer", "web"}
     web = pages.filter(pl.col("label_set") == "web")
-    assert web.height >= 1000 and web["site"].n_unique() >= 600 and (~web["keep"]).mean() >= 0.35
-    assert web.filter(pl.col("lang") == "zh").height >= 0.45 * web.height
+    assert web.height >= 1200 and web["site"].n_unique() >= 800 and (~web["keep"]).mean() >= 0.35
+    assert 0.45 * web.height <= web.filter(pl.col("lang") == "zh").height <= 0.6 * web.height
     assert {"q_html_link_share", "q_html_removed_share", "q_url_listing", "q_title_listing", "q_date_line_share"} <= set(pages.columns)
 
 
@@ -54,7 +54,7 @@ def test_the_stored_pages_are_what_the_pipeline_computes_today(pages):
 
 def test_real_web_pages_of_unseen_sites_on_a_slice(pages):
     """Trained on a seeded third of the web sites alone and cross-validated by site: held above bars a little
-    below what this slice measures (344 pages; balanced accuracy en 0.853, zh 0.932; junk rejection 0.934).
+    below what this slice measures (434 pages; balanced accuracy en 0.956, zh 0.938; junk rejection 0.905).
     On all labelled pages the figures are higher (classifier.json)."""
     web = pages.filter(pl.col("label_set") == "web")
     names = sorted(set(web["site"]))
@@ -62,8 +62,8 @@ def test_real_web_pages_of_unseen_sites_on_a_slice(pages):
     sample = web.filter(pl.col("site").is_in(list(chosen)))
     metrics = train_classifier(sample, ClassifierConfig(test_fraction=0.0, folds=3)).metrics
     per_language = metrics["cross_validated"]["per_language"]
-    assert per_language["en"]["balanced_accuracy"] >= 0.82 and per_language["zh"]["balanced_accuracy"] >= 0.90
-    assert metrics["cross_validated"]["drop_rejection"] >= 0.90
+    assert per_language["en"]["balanced_accuracy"] >= 0.92 and per_language["zh"]["balanced_accuracy"] >= 0.90
+    assert metrics["cross_validated"]["drop_rejection"] >= 0.87
 
 
 def test_a_user_label_replaces_the_shipped_page_of_its_url_and_the_rest_stay(pages):
