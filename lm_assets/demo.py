@@ -163,10 +163,13 @@ def main() -> int:
     print(f"\nMaterialized the whole graph for {len(shards)} shard partitions in {elapsed:.0f} s.")
     classifier = instance.get_latest_materialization_event(dg.AssetKey("quality_classifier")).asset_materialization.metadata
     curated = instance.get_latest_materialization_event(dg.AssetKey("curated_shard")).asset_materialization.metadata
+    trained_on = classifier["trained_on"].value
+    thresholds = ", ".join(f"{lang} {cut:.3f}" for lang, cut in classifier["thresholds"].value.items() if lang != "*")
     print(
-        f"\nQuality classifier {classifier['classifier_hash'].value}: trained on {classifier['n_train'].value} labelled pages; "
-        f"on {classifier['n_test'].value} held back, balanced accuracy {classifier['balanced_accuracy'].value:.3f}, "
-        f"ROC AUC {classifier['roc_auc'].value:.3f}, threshold {classifier['threshold'].value:.3f}. "
+        f"\nQuality classifier {classifier['classifier_hash'].value}: trained on the sample crawl's "
+        f"{trained_on['your labelled pages']} labelled pages and the {trained_on['shipped labelled pages']} the package "
+        f"ships; on {classifier['n_test'].value} held back, balanced accuracy {classifier['balanced_accuracy'].value:.3f}, "
+        f"ROC AUC {classifier['roc_auc'].value:.3f}, thresholds {thresholds}. "
         f"Curation policy: {curated['quality_policy'].value}."
     )
     manifest = json.loads(store.read_bytes(PACKED_MANIFEST))
