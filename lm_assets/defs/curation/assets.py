@@ -206,11 +206,13 @@ class CuratedShardConfig(dg.Config):
     )
     quality_policy: QualityPolicy | None = Field(
         default=None,
-        description="who decides quality: rules (the preset), classifier (the current quality_classifier, after "
-        f"language ID and a minimum length) or both (either drops); unset: $LM_ASSETS_QUALITY_POLICY, else {DEFAULT_QUALITY_POLICY}",
+        description="who decides quality: rules (the preset), classifier (the current quality_classifier, or the "
+        "shipped one without labels of your own, after language ID and a minimum length) or both (either drops); "
+        f"unset: $LM_ASSETS_QUALITY_POLICY, else {DEFAULT_QUALITY_POLICY}",
     )
-    classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops; "
-                                               "unset: the threshold chosen when it was trained")
+    classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops, "
+                                               "in every language; unset: each language's threshold chosen when it "
+                                               "was trained")
     # A factory, so that the backend's environment default is read when a run starts, not at import.
     toxicity: ToxicityRulesConfig = Field(
         default_factory=ToxicityRulesConfig, description="the toxicity step: line scores and the document drop rule"
