@@ -87,9 +87,11 @@ class ClassifierConfig:
     # make a cut that follows a handful of pages), the pooled one for the others.
     thresholds_by_language: bool = True
     language_threshold_min_per_class: int = 20
-    # Where set, the cut keeps at least this share of the KEEP pages out-of-fold, where one can. None (the
-    # default): the cut of highest balanced accuracy, which measured best across the labelled crawls.
-    min_keep_retention: float | None = None
+    # The cut of highest balanced accuracy among those that keep at least this share of the KEEP pages
+    # out-of-fold (where one does): on the labelled web pages it keeps 94 % of the good pages instead of 92 %
+    # at a better balanced accuracy, for 5 points of junk rejection on the English manuals. None: the cut of
+    # highest balanced accuracy.
+    min_keep_retention: float | None = 0.93
 
 
 @dataclass
