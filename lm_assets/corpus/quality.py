@@ -716,6 +716,11 @@ def _signal_schema(cfg: QualityConfig) -> dict[str, pl.DataType]:
     return schema
 
 
+def signal_names(cfg: QualityConfig | None = None) -> list[str]:
+    """The `q_*` columns `quality_signals` computes for `cfg`'s families."""
+    return list(_signal_schema(cfg or QualityConfig()))
+
+
 def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig):
     """Signals for every document, plus each document's text after C4 line filtering (None if unchanged)."""
     families = set(cfg.families)

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.quality import PAGE_SIGNAL_PREFIXES, base_lang, preset, quality_signals
+from lm_assets.corpus.quality import PAGE_SIGNAL_PREFIXES, base_lang, preset, quality_signals, signal_names
 
 FEATURES = ("text", "text+signals")
 STACKERS = ("logistic", "boosting")
@@ -535,7 +535,7 @@ def _prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Example
 def training_signal_names(examples: pl.DataFrame) -> list[str] | None:
     """The signals a classifier trained on `examples` reads: every q_* column they carry when they carry
     the default preset's rule signals (shipped training pages), else None (computed, see `signal_frame`)."""
-    rules = sorted(quality_signals([""], ["en"], preset()).columns)
+    rules = sorted(signal_names(preset()))
     if all(name in examples.columns for name in rules):
         page = sorted(name for name in examples.columns if name.startswith(PAGE_SIGNAL_PREFIXES))
         return rules + page

@@ -159,8 +159,9 @@ class ToxicityRulesConfig(dg.Config):
     )
     zh_max_flagged_ratio: float | None = Field(
         default=TOXICITY_DEFAULTS.zh_max_flagged_ratio,
-        description="Chinese documents: share of their words (jieba) that the Chinese lexicon flags (traditional "
-        "and simplified alike) at or above which a document is dropped (toxicity:zh_flagged_words); null: not scored",
+        description="Chinese documents: share of their words that the Chinese lexicon flags as whole words "
+        "(traditional and simplified alike) at or above which a document is dropped (toxicity:zh_flagged_words); "
+        "null: not scored",
     )
 
     @model_validator(mode="before")
@@ -235,10 +236,16 @@ class CuratedShardConfig(dg.Config):
         })
 
 
+def current_record(store) -> dict:
+    """`quality/classifier/current.json`: the hash of the classifier trained on this storage's labels, or
+    `{"shipped": true}` (also when none has been written)."""
+    return json.loads(store.read_bytes(CURRENT_CLASSIFIER)) if store.exists(CURRENT_CLASSIFIER) else {"shipped": True}
+
+
 def current_classifier(store) -> tuple[QualityClassifier, dict]:
     """The current classifier and its record: the one trained on this storage's labels when one was made
     current, else the shipped one (its record says `"origin": "shipped"`)."""
-    record = json.loads(store.read_bytes(CURRENT_CLASSIFIER)) if store.exists(CURRENT_CLASSIFIER) else {"shipped": True}
+    record = current_record(store)
     if record.get("shipped"):
         classifier, info = shipped_classifier()
         return classifier, {**info, "origin": "shipped"}
@@ -248,7 +255,7 @@ def current_classifier(store) -> tuple[QualityClassifier, dict]:
 
 
 def current_classifier_hash(store) -> str:
-    record = json.loads(store.read_bytes(CURRENT_CLASSIFIER)) if store.exists(CURRENT_CLASSIFIER) else {"shipped": True}
+    record = current_record(store)
     return shipped_classifier()[0].hash if record.get("shipped") else record["hash"]
 
 
