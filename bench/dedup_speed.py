@@ -94,7 +94,7 @@ from lm_assets.corpus.dedup import (  # noqa: E402
 from lm_assets.corpus.extract import ExtractConfig, extract_documents  # noqa: E402
 from lm_assets.corpus.langid import LangIdConfig, identify_languages  # noqa: E402
 from lm_assets.corpus.minhash import MinHashConfig, lsh_params, shingle_hash, shingles, signatures  # noqa: E402
-from lm_assets.corpus.quality import is_cjk_lang  # noqa: E402
+from lm_assets.text import is_cjk_lang  # noqa: E402
 from lm_assets.corpus.readers import read_shard  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

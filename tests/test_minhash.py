@@ -1,7 +1,6 @@
 import os
 import subprocess
 import sys
-import unicodedata
 
 import numpy as np
 import pytest
@@ -89,27 +88,6 @@ def test_batch_cut_into_many_groups_equals_datasketch(monkeypatch):
     langs = [case.values[1] for case in CASES] * 2
     for row, text, lang in zip(signatures(texts, langs, CFG), texts, langs):
         assert np.array_equal(row, datasketch_minhash(text, lang).hashvalues)
-
-
-def test_character_kinds_agree_with_the_unit_pattern():
-    kinds = minhash._char_kinds()
-    for code_point in range(sys.maxunicode + 1):
-        char = chr(code_point)
-        found = minhash._UNIT.findall("a" + char)
-        expected = minhash._WORD_CHAR if found == ["a" + char] else minhash._CJK_CHAR if len(found) == 2 else 0
-        assert kinds[code_point] == expected, hex(code_point)
-
-
-def test_folding_shortcut_equals_nfkc_then_casefold():
-    texts = [
-        "a\u00a0\u0301b，\u0301c … ｄ（Ｅ）；ｆ：ＧＨ？！",
-        "版本\u30007.4，the\u2009STRASSE Straße ﬁne…",
-        "\u00a0",
-        "，\u0308",
-        "e\u0301\u00a0e\u0301 ¼ ™",
-    ]
-    for text in texts:
-        assert minhash._folded(text) == unicodedata.normalize("NFKC", text).casefold()
 
 
 def test_permutations_are_datasketch_affine32():

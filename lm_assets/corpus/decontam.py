@@ -1,11 +1,9 @@
 """Decontamination: drop training documents that share n-grams with evaluation sets (MMLU, C-Eval).
 
-Units. Text is NFKC-normalised and case-folded; a unit is then one CJK character (Han ideograph or
-kana) or a run of other letters and digits (a word). Punctuation, symbols, underscores and
-whitespace only separate units. English thus becomes a stream of words, Chinese a stream of
-characters, and mixed text one stream with both, so one function serves every language and a
-Chinese question pasted into an English page is still found. Hangul counts as letters: Korean is
-written with spaces between words.
+Units are the project's (`lm_assets.text`): after NFKC normalisation and case folding, one CJK
+character or a run of other letters and digits (a word). English thus becomes a stream of words,
+Chinese a stream of characters, and mixed text one stream with both, so one function serves every
+language and a Chinese question pasted into an English page is still found.
 
 N-grams. A benchmark text whose units are mostly words is cut into `word_ngram`-unit grams (13, the
 size used by GPT-3's and later decontamination studies); one whose units are mostly CJK characters
@@ -35,7 +33,6 @@ import hashlib
 import io
 import json
 import re
-import unicodedata
 import zipfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,6 +42,7 @@ import numpy as np
 import polars as pl
 
 from lm_assets.corpus.stage import DROPPED_SCHEMA, StageResult
+from lm_assets.text import CJK_CHAR, joined_unit_hashes, normalized_units
 from training.primitives import fmix64
 
 STAGE = "decontam"
@@ -74,18 +72,9 @@ CEVAL_SCHEMA = {
 }
 MAX_BENCHMARKS = 64  # one bit each in the owner mask
 
-_CJK = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff"
-_UNIT = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
-_CJK_UNIT = re.compile(rf"[{_CJK}]")
-_ASCII_UNIT_BYTES = bytes(
-    c + 32 if 65 <= c <= 90 else c if (97 <= c <= 122 or 48 <= c <= 57) else 32 for c in range(256)
-)
 _BENCHMARK_FILE = re.compile(r"(?:^|/)(dev|val|test)/([^/]+)_(dev|val|test)\.csv$")
 
 _MASK64 = (1 << 64) - 1
-_MIX2 = np.uint64(0xC4CEB9FE1A85EC53)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_CHAR_SEED = np.uint64(0x243F6A8885A308D3)
 _LENGTH_SALT = np.uint64(0x13198A2E03707344)
 _BASE = 0xA0761D6478BD642F  # odd, so invertible modulo 2**64
 _BASE_INV = pow(_BASE, -1, 1 << 64)
@@ -216,34 +205,7 @@ def evaluation_texts(questions: pl.DataFrame) -> list[str]:
 
 def normalize_units(text: str | None) -> list[str]:
     """The text's units: NFKC, case-folded, CJK characters one by one, other letters/digits as words."""
-    return _joined_units(text).split()
-
-
-def _joined_units(text: str | None) -> str:
-    if not text:
-        return ""
-    if text.isascii():
-        # NFKC is the identity on ASCII, and the unit rule is then "runs of [a-z0-9]".
-        return " ".join(text.encode().translate(_ASCII_UNIT_BYTES).decode().split())
-    if not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text)
-    return " ".join(_UNIT.findall(text.casefold()))
-
-
-def _unit_hashes(joined: str) -> np.ndarray:
-    """64-bit hash of each unit of `joined` (non-empty units separated by single spaces)."""
-    if not joined:
-        return np.empty(0, dtype=np.uint64)
-    code_points = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
-    is_space = code_points == 32
-    starts = np.concatenate(([0], np.flatnonzero(is_space) + 1))
-    lengths = np.diff(np.concatenate((starts, [len(code_points) + 1]))) - 1
-    chars = code_points[~is_space].astype(np.uint64)
-    first = starts - np.arange(len(starts))  # each unit's first character among `chars`
-    offset = (np.arange(len(chars)) - np.repeat(first, lengths)).astype(np.uint64)
-    mixed = fmix64((chars + _CHAR_SEED) ^ (offset * _GOLDEN))
-    totals = np.add.reduceat(mixed, first)
-    return fmix64(totals ^ (lengths.astype(np.uint64) * _MIX2))
+    return normalized_units(text).split()
 
 
 class _Windows:
@@ -270,15 +232,15 @@ class _Windows:
 
 def _units_of(texts: Sequence[str | None]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Joined units of each text, unit counts, and how many units are CJK characters."""
-    joined = [_joined_units(t) for t in texts]
+    joined = [normalized_units(t) for t in texts]
     counts = np.array([s.count(" ") + 1 if s else 0 for s in joined], dtype=np.int64)
-    cjk = np.array([len(_CJK_UNIT.findall(s)) if s and not s.isascii() else 0 for s in joined], dtype=np.int64)
+    cjk = np.array([len(CJK_CHAR.findall(s)) if s and not s.isascii() else 0 for s in joined], dtype=np.int64)
     return joined, counts, cjk
 
 
 def _batch_windows(joined: list[str], counts: np.ndarray) -> tuple[_Windows, np.ndarray, np.ndarray]:
     """Window hasher over all texts' units, each text's first unit, and each unit's text end."""
-    units = _unit_hashes(" ".join(s for s in joined if s))
+    units = joined_unit_hashes(" ".join(s for s in joined if s))
     firsts = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
     end_of_unit = np.repeat(firsts + counts, counts)
     return _Windows(units), firsts, end_of_unit
@@ -442,7 +404,7 @@ def _doc_batches(texts: Sequence[str | None], batch_units: int) -> Iterator[tupl
     """`(first doc position, joined units, unit counts)` for batches of about `batch_units` units."""
     start, joined, total = 0, [], 0
     for position, text in enumerate(texts):
-        units = _joined_units(text)
+        units = normalized_units(text)
         joined.append(units)
         total += units.count(" ") + 1 if units else 0
         if total >= batch_units:

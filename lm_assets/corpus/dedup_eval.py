@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from lm_assets.corpus.minhash import MinHashConfig, shingles
-from lm_assets.corpus.quality import base_lang
+from lm_assets.text import base_lang
 
 LANGUAGE_GROUPS = ("en", "zh")
 CHINESE_GROUP_LANGS = frozenset({"zh", "ja"})

@@ -31,15 +31,12 @@ than n is one shingle holding all of them.
 from __future__ import annotations
 
 import functools
-import re
-import sys
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from lm_assets.corpus.quality import is_cjk_lang
+from lm_assets.text import is_cjk_lang, mix64, normalized_units, unit_hash, unit_hashes
 from training.primitives import fmix64
 
 SCHEMES = ("affine32", "affine64", "legacy")
@@ -47,9 +44,8 @@ SIGNATURE_DTYPE = np.uint32
 EMPTY_HASH = np.uint32(0xFFFFFFFF)
 
 _MASK64 = (1 << 64) - 1
-# Odd 64-bit constants: splitmix64 / MurmurHash3 finalizer multipliers and the golden ratio.
+# Odd 64-bit constants: a MurmurHash3 finalizer multiplier and the golden ratio.
 _GOLDEN = 0x9E3779B97F4A7C15
-_MIX1 = 0xFF51AFD7ED558CCD
 _MIX2 = 0xC4CEB9FE1A85EC53
 _FMIX32_1 = 0x85EBCA6B
 _FMIX32_2 = 0xC2B2AE35
@@ -60,26 +56,6 @@ _BAND_SEED = 0x6A09E667F3BCC909
 # `signatures` hashes documents in groups of about this many characters, so that its per-character
 # arrays stay in the CPU cache; whole batches at once run at half the speed.
 GROUP_CHARS = 65536
-
-_CJK_RANGES = (
-    (0x1100, 0x11FF), (0x3040, 0x30FF), (0x3130, 0x318F), (0x31F0, 0x31FF), (0x3400, 0x4DBF),
-    (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xF900, 0xFAFF), (0xFF66, 0xFF9F), (0x20000, 0x2FFFF),
-)
-_CJK = "".join(f"{chr(first)}-{chr(last)}" for first, last in _CJK_RANGES)
-_UNIT = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
-# What a code point is to `_UNIT`: it separates units, is part of a word, or is a CJK unit on its own.
-_SEPARATOR, _WORD_CHAR, _CJK_CHAR = 0, 1, 2
-# The characters that most often keep web text from being NFKC-normal: no-break, ideographic and
-# thin spaces, the ellipsis and fullwidth punctuation.
-_COMMON_DECOMPOSITIONS = {
-    char: unicodedata.normalize("NFKD", char)
-    for char in "\u00a0\u2009\u3000\u2026\uff01\uff08\uff09\uff0c\uff1a\uff1b\uff1f"
-}
-# ASCII letters lower-cased, digits kept, every other byte a separator: `_UNIT` on ASCII text.
-_ASCII_WORD_BYTES = bytes(
-    c + 32 if 65 <= c <= 90 else c if (97 <= c <= 122 or 48 <= c <= 57) else 32 for c in range(256)
-)
-
 
 @dataclass(frozen=True)
 class MinHashConfig:
@@ -154,36 +130,6 @@ def permutations(num_perm: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 
 
-def normalized_units(text: str | None) -> str:
-    """The document's units joined by single spaces.
-
-    Text is NFKC-normalised and case-folded. A unit is one CJK character or a run of other letters
-    and digits; punctuation, symbols, underscores and whitespace only separate units. Treating CJK
-    characters as units whatever the `lang` column says keeps Chinese text that language ID called
-    English (or the reverse) comparable with its copies.
-    """
-    if not text:
-        return ""
-    if text.isascii():
-        # Same result as the general path, several times faster: NFKC is the identity on ASCII.
-        return " ".join(text.encode().translate(_ASCII_WORD_BYTES).decode().split())
-    return " ".join(_UNIT.findall(_folded(text)))
-
-
-def _folded(text: str | None) -> str:
-    """The NFKC-normalised, case-folded text whose units `normalized_units` lists."""
-    if not text:
-        return ""
-    if not text.isascii() and not unicodedata.is_normalized("NFKC", text):
-        # Replacing a character by its compatibility decomposition leaves the NFKC form as it is,
-        # and the check is much cheaper than normalising text that is then already normal.
-        for char, decomposition in _COMMON_DECOMPOSITIONS.items():
-            text = text.replace(char, decomposition)
-        if not unicodedata.is_normalized("NFKC", text):
-            text = unicodedata.normalize("NFKC", text)
-    return text.casefold()
-
-
 def shingles(text: str | None, lang: str | None, cfg: MinHashConfig) -> list[tuple[str, ...]]:
     """The document's n-grams of units, in order (repeats included); a short document is one shingle."""
     units = normalized_units(text).split()
@@ -195,29 +141,12 @@ def shingles(text: str | None, lang: str | None, cfg: MinHashConfig) -> list[tup
     return [tuple(units[i : i + n]) for i in range(len(units) - n + 1)]
 
 
-def _mix64(x: int) -> int:
-    """`training.primitives.fmix64` on one Python int: `shingle_hash` is called once per shingle."""
-    x ^= x >> 33
-    x = (x * _MIX1) & _MASK64
-    x ^= x >> 33
-    x = (x * _MIX2) & _MASK64
-    return x ^ (x >> 33)
-
-
-def unit_hash(unit: str) -> int:
-    """64-bit hash of one word or character: a position-keyed sum of its mixed code points."""
-    total = 0
-    for offset, char in enumerate(unit):
-        total += _mix64(ord(char) ^ ((offset * _GOLDEN) & _MASK64))
-    return _mix64((total ^ (len(unit) * _MIX2)) & _MASK64)
-
-
 def shingle_hash(shingle: Sequence[str]) -> int:
     """32-bit hash of one shingle (a tuple of units); usable as datasketch's `hashfunc`."""
     total = 0
     for position, unit in enumerate(shingle):
         total += unit_hash(unit) * _POSITION_MULTIPLIERS[position]
-    return _mix64(total & _MASK64) >> 32
+    return mix64(total & _MASK64) >> 32
 
 
 def shingle_hashes(text: str | None, lang: str | None, cfg: MinHashConfig) -> np.ndarray:
@@ -240,49 +169,9 @@ def _fmix32_array(x: np.ndarray) -> np.ndarray:
     return x
 
 
-@functools.cache
-def _char_kinds() -> np.ndarray:
-    """`_SEPARATOR`, `_WORD_CHAR` or `_CJK_CHAR` for every code point, as `_UNIT` treats it."""
-    code_points = range(sys.maxunicode + 1)
-    # `\w` is `str.isalnum()` or the underscore, which `_UNIT` excludes.
-    kinds = np.fromiter((chr(c).isalnum() for c in code_points), dtype=np.uint8, count=len(code_points))
-    for first, last in _CJK_RANGES:
-        kinds[first : last + 1] = _CJK_CHAR
-    kinds.flags.writeable = False
-    return kinds
-
-
-def _batch_unit_hashes(texts: Sequence[str | None]) -> tuple[np.ndarray, np.ndarray]:
-    """`unit_hash` of every unit of `normalized_units(text)` for each text, concatenated, and how many
-    units each text has; computed on the code points, without building the normalised strings."""
-    folded = [_folded(text) for text in texts]
-    # A space between texts keeps units from spanning two of them. A lone surrogate, which `_UNIT`
-    # skips, passes as its code point, a separator.
-    code_points = np.frombuffer(" ".join(folded).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-    spans = np.array([len(text) + 1 for text in folded], dtype=np.int64)
-    text_start = np.cumsum(spans) - spans
-    kinds = _char_kinds()[code_points]
-    in_word = kinds == _WORD_CHAR
-    starts_unit = kinds == _CJK_CHAR
-    starts_unit[:1] |= in_word[:1]
-    starts_unit[1:] |= in_word[1:] & ~in_word[:-1]
-    unit_start = np.flatnonzero(starts_unit)
-    unit_counts = np.diff(np.searchsorted(unit_start, text_start), append=len(unit_start))
-    if not len(unit_start):
-        return np.empty(0, dtype=np.uint64), unit_counts
-
-    in_unit = kinds != _SEPARATOR
-    chars = code_points[in_unit].astype(np.uint64)
-    first_char = np.flatnonzero(starts_unit[in_unit])
-    unit_length = np.diff(first_char, append=len(chars))
-    offset = np.arange(len(chars)) - np.repeat(first_char, unit_length)
-    totals = np.add.reduceat(fmix64(chars ^ (offset.astype(np.uint64) * np.uint64(_GOLDEN))), first_char)
-    return fmix64(totals ^ (unit_length.astype(np.uint64) * np.uint64(_MIX2))), unit_counts
-
-
 def _batch_shingle_hashes(texts: Sequence[str | None], n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """uint32 shingle hashes of every document, concatenated, and how many each document has."""
-    units, unit_counts = _batch_unit_hashes(texts)
+    units, unit_counts = unit_hashes(texts)
     shingle_counts = np.where(unit_counts > 0, np.maximum(unit_counts - n + 1, 1), 0)
     if not shingle_counts.sum():
         return np.empty(0, dtype=SIGNATURE_DTYPE), shingle_counts

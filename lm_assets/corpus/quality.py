@@ -31,12 +31,11 @@ import numpy as np
 import polars as pl
 
 from lm_assets.corpus.stage import StageResult, split_by_reason
+from lm_assets.text import CJK, CJK_CHAR, base_lang, is_cjk_lang
 
 STAGE = "quality"
 FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "prose", "page")
 
-CJK_LANGS = frozenset({"zh", "ja", "ko"})
-_LANG_ALIASES = {"zho": "zh", "cmn": "zh", "yue": "zh", "wuu": "zh", "jpn": "ja", "kor": "ko", "eng": "en"}
 
 DEFAULT_STOP_WORDS: dict[str, tuple[str, ...]] = {
     "en": ("the", "be", "to", "of", "and", "that", "have", "with"),
@@ -214,14 +213,9 @@ def preset(name: str = DEFAULT_PRESET, **overrides: Any) -> QualityConfig:
 # Text primitives
 # ---------------------------------------------------------------------------------------------
 
-_CJK = (
-    "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0002ffff"
-)
 # A word is one CJK character, or a run of other letters/digits joined by apostrophes, dots or hyphens.
-_WORD_RE = re.compile(rf"[^\W_{_CJK}]+(?:['’.\-][^\W_{_CJK}]+)*|[{_CJK}]")
+_WORD_RE = re.compile(rf"[^\W_{CJK}]+(?:['’.\-][^\W_{CJK}]+)*|[{CJK}]")
 _ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+(?:['.\-][A-Za-z0-9]+)*")
-_CJK_CHAR_RE = re.compile(rf"[{_CJK}]")
 _LINE_SPLIT_RE = re.compile(r"\n+")
 _BLANK_RUNS_RE = re.compile(r"\n\s*\n(?:\s*\n)+")
 _PARAGRAPH_SPLIT_RE = re.compile(r"\n{2,}")
@@ -295,8 +289,8 @@ def is_structure_line(line: str) -> bool:
         return False
     if line.isascii():
         return len(line.split(maxsplit=STRUCTURE_LINE_WORDS)) <= STRUCTURE_LINE_WORDS
-    cjk = len(_CJK_CHAR_RE.findall(line))
-    return len(_CJK_CHAR_RE.sub(" ", line).split()) + cjk / 2 <= STRUCTURE_LINE_WORDS
+    cjk = len(CJK_CHAR.findall(line))
+    return len(CJK_CHAR.sub(" ", line).split()) + cjk / 2 <= STRUCTURE_LINE_WORDS
 
 
 def is_prose_line(line: str) -> bool:
@@ -305,17 +299,6 @@ def is_prose_line(line: str) -> bool:
     return not is_structure_line(line) and bool(_CJK_SENTENCE_MARK_RE.search(line) or _SENTENCE_END_RE.search(line))
 
 
-@functools.lru_cache(maxsize=1024)
-def base_lang(lang: str | None) -> str:
-    """"zh-Hant" -> "zh", "cmn" -> "zh"; unknown or missing -> ""."""
-    if not lang:
-        return ""
-    code = re.split(r"[-_]", lang.strip().lower(), maxsplit=1)[0]
-    return _LANG_ALIASES.get(code, code)
-
-
-def is_cjk_lang(lang: str | None) -> bool:
-    return base_lang(lang) in CJK_LANGS
 
 
 @functools.lru_cache(maxsize=64)
@@ -509,7 +492,7 @@ def _column_scan(texts: list[str | None], families: set[str]) -> list[dict[str, 
         unmarked = column.str.replace_all(_LIST_MARKER_COUNT, "")
         scan["tokens"] = unmarked.str.count_matches(_TOKEN_COUNT)
         scan["letter_tokens"] = unmarked.str.count_matches(_LETTER_TOKEN_COUNT)
-        scan["cjk_chars"] = column.str.count_matches(f"[{_CJK}]")
+        scan["cjk_chars"] = column.str.count_matches(f"[{CJK}]")
     return pl.DataFrame(scan).to_dicts() if scan else [{}] * len(texts)
 
 

@@ -38,7 +38,8 @@ from urllib.parse import urlsplit
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.quality import PAGE_SIGNAL_PREFIXES, base_lang, preset, quality_signals, signal_names
+from lm_assets.corpus.quality import PAGE_SIGNAL_PREFIXES, preset, quality_signals, signal_names
+from lm_assets.text import CJK_PUNCTUATION_RANGES, CJK_RANGES, base_lang, char_class
 
 FEATURES = ("text", "text+signals")
 STACKERS = ("logistic", "boosting")
@@ -55,10 +56,7 @@ FASTTEXT_MAGIC, FASTTEXT_VERSION = 793712314, 12
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 M_PERTURB = -6  # glibc mallopt
 
-_CJK = re.compile(
-    "([\u1100-\u11ff\u3000-\u303f\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
-    "\uac00-\ud7af\uf900-\ufaff\uff00-\uffef\U00020000-\U0002ffff])"
-)
+_CJK = re.compile(f"([{char_class(CJK_RANGES + CJK_PUNCTUATION_RANGES)}])")
 _PUNCTUATION = re.compile(r"([^\w\s])")
 
 

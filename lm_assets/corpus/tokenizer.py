@@ -42,14 +42,12 @@ import numpy as np
 import polars as pl
 import sentencepiece as spm
 
-from lm_assets.corpus.quality import base_lang
 from lm_assets.corpus.storage import atomic_path
+from lm_assets.text import CJK_CHAR, base_lang
 from training.primitives import read_varint
 
 MODEL_FILENAME = "tokenizer.model"
 NEWLINE = "\n"
-# CJK ideographs (BMP and supplementary planes) and kana: the characters fertility counts for zh/ja.
-_CJK_CHAR = re.compile("[\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003ffff]")
 _PER_CHAR_LANGS = ("zh", "ja")
 _TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
 _TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
@@ -444,7 +442,7 @@ def _fertility(ids: list[np.ndarray], texts: Sequence[str | None], langs: Sequen
         code = base_lang(lang)
         if not code or not text:
             continue
-        count = len(_CJK_CHAR.findall(text)) if _per_char(code) else len(text.split())
+        count = len(CJK_CHAR.findall(text)) if _per_char(code) else len(text.split())
         tokens[code] = tokens.get(code, 0) + len(doc_ids)
         units[code] = units.get(code, 0) + count
     return {code: tokens[code] / units[code] for code in sorted(tokens) if units[code]}

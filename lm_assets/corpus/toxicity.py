@@ -154,7 +154,7 @@ def zh_flagged(docs: pl.DataFrame, config: ToxicityConfig) -> tuple[list[float |
     if config.zh_max_flagged_ratio is None or "lang" not in docs.columns:
         return [None] * docs.height, "not run"
     from lm_assets.corpus.chinese_lexicon import flagged_ratios, lexicon
-    from lm_assets.corpus.quality import base_lang
+    from lm_assets.text import base_lang
 
     langs = [base_lang(lang) for lang in docs["lang"].to_list()]
     rows = [i for i, lang in enumerate(langs) if lang == "zh"]
