@@ -65,9 +65,8 @@ from lm_assets.corpus.curation_eval import (
     read_labels,
     text_integrity,
 )
-from lm_assets.corpus.quality_policy import POLICIES
+from lm_assets.corpus.quality_policy import DEFAULT_QUALITY_POLICY, POLICIES
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.curation.assets import DEFAULT_QUALITY_POLICY
 from lm_assets.defs.dedup.assets import DedupSettings
 from lm_assets.layout import CLUSTERS_KEY, CURRENT_CLASSIFIER, classifier_keys, raw_keys, stage_keys
 from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_config_for, run_shard_graph

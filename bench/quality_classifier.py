@@ -316,7 +316,7 @@ def speed(pages: pl.DataFrame, extracted: pl.DataFrame, model: bytes, smoke: boo
     budget = 0.2 if smoke else 2.0
     scored = cpu_seconds(classifier.score, with_signals, min_seconds=budget)
     recomputed = cpu_seconds(classifier.score, without, min_seconds=budget)
-    config = CurationConfig(toxicity=ToxicityConfig(backend="profanity_check"))
+    config = CurationConfig(toxicity=ToxicityConfig(backend="profanity_check"), policy="rules")
     curate(extracted.head(5), config)  # warm-up: models load once
     curate(extracted.filter(pl.col("text").str.contains("[\u4e00-\u9fff]")).head(5), config)  # and the Chinese lexicon
     curation = cpu_seconds(curate, extracted, config, min_seconds=budget)

@@ -93,3 +93,32 @@ def test_one_default_per_setting():
     from lm_assets.defs.tokens.assets import TokenizerTrainingConfig
 
     assert TokenizerTrainingConfig().num_threads == TokenizerConfig().num_threads
+
+
+def test_training_and_evaluation_configs_default_to_the_program_defaults(monkeypatch):
+    monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
+    from lm_assets.defs.curation.assets import CuratedShardConfig
+    from lm_assets.defs.evaluation.assets import (
+        CevalScoreConfig,
+        CheckpointSamplesConfig,
+        EvaluationDeviceConfig,
+        MmluScoreConfig,
+    )
+    from lm_assets.defs.training.assets import TrainingRunConfig
+    from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
+    from lm_assets.evaluation.samples import SampleSettings
+    from training.config import TrainConfig, config_from_dict
+
+    assert CuratedShardConfig().curation_config().policy == CurationConfig().policy == "classifier"
+    built = config_from_dict(TrainingRunConfig().train_config("packed", "ckpt", "tok.model", seq_len=2049))
+    defaults = TrainConfig()
+    # What the launcher decides: the paths, the context from the packed sequences, and dp, since the
+    # launcher starts pp × tp × dp processes (the program infers dp from the world size when it is 0).
+    assert (built.parallel.pp, built.parallel.tp, built.parallel.dp, defaults.parallel.dp) == (1, 1, 1, 0)
+    for name in ("model", "precision", "zero_stage", "micro_batch_size", "grad_accum", "optim", "seed", "steps",
+                 "compile", "document_mask", "peak_flops", "kernels", "spike", "log_every"):
+        assert getattr(built, name) == getattr(defaults, name), name
+    assert built.checkpoint.save_every == defaults.checkpoint.save_every
+    excluded = ("prompts", *EvaluationDeviceConfig.model_fields)
+    assert to_dataclass(SampleSettings, CheckpointSamplesConfig(), exclude=excluded) == SampleSettings()
+    assert MmluScoreConfig().num_fewshot == CevalScoreConfig().num_fewshot == DEFAULT_FEWSHOT

@@ -19,7 +19,7 @@ SLICE = Path(__file__).parent / "data" / "dev-slice"
 def run_slice(quality=None):
     raw = read_shard(SLICE / "slice.warc.gz")
     extracted = extract_documents(raw.documents)
-    config = CurationConfig(toxicity=ToxicityConfig(backend="profanity_check"))
+    config = CurationConfig(toxicity=ToxicityConfig(backend="profanity_check"), policy="rules")
     if quality is not None:
         config.quality = quality
     curated = curate(extracted.kept, config)

@@ -5,7 +5,9 @@ import polars as pl
 import pytest
 
 from lm_assets.corpus.curation import CurationConfig, curate
+from lm_assets.corpus.extract import PAGE_COLUMNS, signal_columns
 from lm_assets.corpus.quality import apply_quality_rules, preset
+from lm_assets.corpus.quality_model import shipped_classifier
 from lm_assets.corpus.quality_policy import decide_quality
 from lm_assets.corpus.toxicity import ToxicityConfig
 
@@ -83,9 +85,25 @@ def test_both_drops_what_either_drops():
     assert set(both.kept["doc_id"]) == set(rules.kept["doc_id"]) & set(classifier.kept["doc_id"])
 
 
+def test_curation_without_a_classifier_is_decided_by_the_shipped_one():
+    assert CurationConfig().policy == "classifier"
+    # Documents as extraction makes them from text rather than HTML: page signals null.
+    config = CurationConfig(order=("quality",), toxicity=ToxicityConfig(backend="profanity_check"))
+    plain = docs().with_columns(signal_columns([dict.fromkeys(PAGE_COLUMNS)] * docs().height))
+    result = curate(plain, config)
+    shipped, _ = shipped_classifier()
+    scored = pl.concat([result.kept.select("doc_id", "quality_score"),
+                        result.dropped.filter(pl.col("reason") == "classifier:below_threshold")
+                        .select("doc_id", pl.col("score").alias("quality_score"))]).sort("doc_id")
+    quality = apply_quality_rules(plain, preset(), defer=True).kept
+    quality = quality.filter(pl.col("doc_id").is_in(scored["doc_id"].to_list())).sort("doc_id")
+    assert scored.height == quality.height >= 3 and scored["quality_score"].null_count() == 0
+    assert np.allclose(scored["quality_score"].to_numpy(), shipped.score(quality))
+
+
 def test_a_classifier_policy_without_a_classifier_is_refused():
     with pytest.raises(ValueError, match="needs a classifier: pass the shipped one"):
-        run("classifier", classifier=None)
+        decide_quality(docs().with_columns(pl.lit(None, pl.String).alias("rules_reason")), "classifier", None)
     with pytest.raises(ValueError, match="unknown quality policy"):
         decide_quality(docs().with_columns(pl.lit(None, pl.String).alias("rules_reason")), "vote", None)
 

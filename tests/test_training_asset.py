@@ -52,7 +52,8 @@ def run_training(root, instance, steps):
         "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
-    config = {"ops": {"training": {"config": {"steps": steps, "save_every": 3, "micro_batch_size": 2, "pp": 2}}}}
+    config = {"ops": {"training": {"config": {"steps": steps, "save_every": 3, "micro_batch_size": 2, "pp": 2, "warmup_steps": 4,
+                                              "lr": 3e-3, "zero_stage": 1}}}}
     return dg.materialize([training], instance=instance, resources=resources, run_config=config)
 
 

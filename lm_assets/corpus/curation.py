@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -10,7 +11,8 @@ import polars as pl
 from lm_assets.corpus.langid import LangIdConfig, identify_languages
 from lm_assets.corpus.pii import redact_frame
 from lm_assets.corpus.quality import QualityConfig, apply_quality_rules, preset
-from lm_assets.corpus.quality_policy import Scorer, check_policy, decide_quality
+from lm_assets.corpus.quality_model import shipped_classifier
+from lm_assets.corpus.quality_policy import DEFAULT_QUALITY_POLICY, Scorer, check_policy, decide_quality
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 from lm_assets.corpus.toxicity import ToxicityConfig, score_toxicity
 
@@ -23,8 +25,9 @@ class CurationConfig:
     langid: LangIdConfig = field(default_factory=LangIdConfig)
     quality: QualityConfig = field(default_factory=preset)
     toxicity: ToxicityConfig = field(default_factory=ToxicityConfig)
-    # Who decides quality (see quality_policy.py); the classifier is a QualityClassifier or None.
-    policy: str = "rules"
+    # Who decides quality (see quality_policy.py); a policy other than "rules" without a classifier
+    # (a QualityClassifier) is decided by the shipped one.
+    policy: str = DEFAULT_QUALITY_POLICY
     classifier: Scorer | None = None
     threshold: float | None = None
 
@@ -61,6 +64,8 @@ def curate(docs: pl.DataFrame, config: CurationConfig | None = None) -> StageRes
     if config.uses_classifier and "quality" not in config.order:
         raise ValueError("a quality classifier decides after the quality step: keep `quality` in the order")
     steps = list(config.order)
+    if config.uses_classifier and config.classifier is None and config.policy != "rules":
+        config = dataclasses.replace(config, classifier=shipped_classifier()[0])
     if config.uses_classifier:
         steps.insert(steps.index("quality") + 1, "classifier")
     dropped, stats = [], {}

@@ -22,6 +22,8 @@ import polars as pl
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 
 POLICIES = ("rules", "classifier", "both")
+# Who decides quality by default: see the README's "Curation defaults, and why".
+DEFAULT_QUALITY_POLICY = "classifier"
 ANY = "*"  # the threshold of the languages without one of their own
 STAGE = "classifier"
 DISAGREEMENT_EXAMPLES = 10

@@ -15,9 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from lm_assets.evaluation.checkpoint import EvalModel
-from lm_assets.evaluation.generation import Generation, generate
+if TYPE_CHECKING:  # torch: the settings and prompts import without it
+    from lm_assets.evaluation.checkpoint import EvalModel
+    from lm_assets.evaluation.generation import Generation
 
 # English first, then Chinese: the two languages the corpus keeps.
 SAMPLE_PROMPTS: tuple[str, ...] = (
@@ -56,6 +58,8 @@ def sample_continuations(
     """One row per prompt (`samples`): the prompt, its greedy and sampled continuations (text, ids, and
     whether each stopped at EOS or at max_new_tokens), its token count and whether it was cut to fit
     the context; plus the settings, the tokens generated and the seconds taken."""
+    from lm_assets.evaluation.generation import generate
+
     started = time.perf_counter()
     prompt_ids = [em.encode(p) for p in prompts]
     common = {"max_new_tokens": settings.max_new_tokens, "eos_id": em.tokenizer.eos_id(),

@@ -43,9 +43,6 @@ from lm_assets.layout import (
     stage_keys,
 )
 
-# Who decides quality by default: see the README's "Curation defaults, and why".
-DEFAULT_QUALITY_POLICY = "classifier"
-
 # extracted_shard --------------------------------------------------------------------------------
 EXTRACT_DEFAULTS = ExtractConfig()
 Extractor = choices("Extractor", EXTRACTORS)
@@ -209,7 +206,7 @@ class CuratedShardConfig(dg.Config):
         default=None,
         description="who decides quality: rules (the preset), classifier (the current quality_classifier, or the "
         "shipped one without labels of your own, after language ID and a minimum length) or both (either drops); "
-        f"unset: $LM_ASSETS_QUALITY_POLICY, else {DEFAULT_QUALITY_POLICY}",
+        f"unset: $LM_ASSETS_QUALITY_POLICY, else {CURATION_DEFAULTS.policy}",
     )
     classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops, "
                                                "in every language; unset: each language's threshold chosen when it "
@@ -222,7 +219,7 @@ class CuratedShardConfig(dg.Config):
     @model_validator(mode="before")
     @classmethod
     def _environment_defaults(cls, data):
-        return fill_from_environment(data, {"quality_policy": ("LM_ASSETS_QUALITY_POLICY", DEFAULT_QUALITY_POLICY)})
+        return fill_from_environment(data, {"quality_policy": ("LM_ASSETS_QUALITY_POLICY", CURATION_DEFAULTS.policy)})
 
     def curation_config(self, classifier: QualityClassifier | None = None) -> CurationConfig:
         return to_dataclass(CurationConfig, {

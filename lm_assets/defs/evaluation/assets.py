@@ -18,12 +18,14 @@ from lm_assets.corpus.decontam import SPLITS as BENCHMARK_SPLITS
 from lm_assets.corpus.keys import UnsafeKeyError
 from lm_assets.corpus.packing import SPLITS as PACKED_SPLITS
 from lm_assets.defs.automation import stage_tags
-from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices
+from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.environment import fill_from_environment
 from lm_assets.defs.partitions import checkpoint_partitions
 from lm_assets.defs.reporting import checkpoint_check_spec, latest_metadata, markdown_table
 from lm_assets.defs.resources import StorageResource
 from lm_assets.defs.tokens.assets import DEFAULT_MMLU_PATH
+from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
+from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings
 from lm_assets.evaluation.stats import question_blind_chance
 from lm_assets.layout import (
     PACKED_FOLDER,
@@ -35,6 +37,7 @@ from lm_assets.layout import (
 )
 
 DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
+SAMPLE_DEFAULTS = SampleSettings()
 UNTRAINED_LOSS_FRACTION = 0.9
 
 
@@ -226,7 +229,9 @@ class MmluScoreConfig(EvaluationDeviceConfig):
         default=None, description="MMLU's zip or extracted folder; unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip"
     )
     split: BenchmarkSplit = Field(default="test", description="the split scored: dev, val or test")
-    num_fewshot: int = Field(default=5, description="worked examples from the subject's dev split before each question")
+    num_fewshot: int = Field(
+        default=DEFAULT_FEWSHOT, description="worked examples from the subject's dev split before each question"
+    )
     subjects: list[str] = Field(default=[], description="MMLU subjects to score (e.g. college_physics); empty: all")
     limit: int | None = Field(
         default=None, description="score only the first this many questions of each subject; unset: all"
@@ -253,7 +258,9 @@ class CevalScoreConfig(EvaluationDeviceConfig):
     split: BenchmarkSplit = Field(
         default="val", description="the split scored: dev, val or test (C-Eval's test has no answers)"
     )
-    num_fewshot: int = Field(default=5, description="worked examples from the subject's dev split before each question")
+    num_fewshot: int = Field(
+        default=DEFAULT_FEWSHOT, description="worked examples from the subject's dev split before each question"
+    )
     subjects: list[str] = Field(default=[], description="C-Eval subjects to score (e.g. computer_network); empty: all")
 
     @model_validator(mode="before")
@@ -279,13 +286,13 @@ class CheckpointSamplesConfig(EvaluationDeviceConfig):
         default=[], description="prompts to continue; empty: the built-in English and Chinese ones "
         "(lm_assets.evaluation.samples.SAMPLE_PROMPTS)",
     )
-    max_new_tokens: int = Field(default=40, description="tokens generated at most per prompt, greedy and sampled")
-    temperature: float = Field(default=0.8, description="the sampled continuations' temperature (> 0)")
+    max_new_tokens: int = Field(default=SAMPLE_DEFAULTS.max_new_tokens, description="tokens generated at most per prompt, greedy and sampled")
+    temperature: float = Field(default=SAMPLE_DEFAULTS.temperature, description="the sampled continuations' temperature (> 0)")
     top_p: float | None = Field(
-        default=0.95, description="sample from the smallest set of likeliest tokens holding this probability; unset: all"
+        default=SAMPLE_DEFAULTS.top_p, description="sample from the smallest set of likeliest tokens holding this probability; unset: all"
     )
-    top_k: int | None = Field(default=None, description="sample from the k likeliest tokens only; unset: no limit")
-    seed: int = Field(default=0, description="seed of the sampled continuations' random generator")
+    top_k: int | None = Field(default=SAMPLE_DEFAULTS.top_k, description="sample from the k likeliest tokens only; unset: no limit")
+    seed: int = Field(default=SAMPLE_DEFAULTS.seed, description="seed of the sampled continuations' random generator")
 
 
 EVAL_DEPS = ["checkpoint"]
@@ -371,12 +378,11 @@ def checkpoint_samples(
     context: dg.AssetExecutionContext, config: CheckpointSamplesConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
     from lm_assets.evaluation.generation import check_settings  # torch: imported when the asset runs
-    from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings, sample_continuations
+    from lm_assets.evaluation.samples import sample_continuations
 
     store = storage.storage()
     em, ran_on = load_checkpoint_model(store, context.partition_key, config)
-    settings = SampleSettings(max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                              top_p=config.top_p, top_k=config.top_k, seed=config.seed)  # fmt: skip
+    settings = to_dataclass(SampleSettings, config, exclude=("prompts", *EvaluationDeviceConfig.model_fields))
     try:
         check_settings(settings.max_new_tokens, em.max_length, True, settings.temperature, settings.top_k, settings.top_p)
     except ValueError as exc:

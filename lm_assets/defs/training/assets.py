@@ -25,7 +25,9 @@ from lm_assets.defs.partitions import add_new_partitions, checkpoint_partitions
 from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
 from lm_assets.defs.resources import S3ClientResource, StorageResource
 from lm_assets.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
-from training.config import PRECISIONS, PRESETS as MODEL_PRESETS
+from training.config import PRECISIONS, PRESETS as MODEL_PRESETS, TrainConfig
+
+TRAIN_DEFAULTS = TrainConfig()
 
 ModelPreset = choices("ModelPreset", MODEL_PRESETS)
 Precision = choices("Precision", PRECISIONS)
@@ -44,28 +46,29 @@ class TrainingRunConfig(dg.Config):
         "<run_name>-step_<n>; a run of the same name resumes from its latest checkpoint",
     )
     model: ModelPreset = Field(
-        default="tiny", description="a model preset of training/config.py: tiny, 125m, 350m or 1b"
+        default=TRAIN_DEFAULTS.model, description="a model preset of training/config.py: tiny, 125m, 350m or 1b"
     )
-    steps: int = Field(default=40, description="optimizer steps the run ends at")
-    pp: int = Field(default=2, description="pipeline-parallel degree: stages the model's layers are split into")
-    tp: int = Field(default=1, description="tensor-parallel degree")
+    steps: int = Field(default=TRAIN_DEFAULTS.steps, description="optimizer steps the run ends at")
+    pp: int = Field(default=TRAIN_DEFAULTS.parallel.pp, description="pipeline-parallel degree: stages the model's layers are split into")
+    tp: int = Field(default=TRAIN_DEFAULTS.parallel.tp, description="tensor-parallel degree")
+    # The launcher starts pp × tp × dp processes, so dp is given here (the program infers it when 0).
     dp: int = Field(default=1, description="data-parallel degree; the run has pp × tp × dp ranks")
-    precision: Precision = Field(default="fp32", description="fp32, bf16 or fp16 (fp16 needs zero_stage 1 or more)")
+    precision: Precision = Field(default=TRAIN_DEFAULTS.precision, description="fp32, bf16 or fp16 (fp16 needs zero_stage 1 or more)")
     zero_stage: int = Field(
-        default=1, description="DeepSpeed ZeRO stage 0-3; with pipeline parallelism (pp > 1) at most 1"
+        default=TRAIN_DEFAULTS.zero_stage, description="DeepSpeed ZeRO stage 0-3; with pipeline parallelism (pp > 1) at most 1"
     )
-    micro_batch_size: int = Field(default=4, description="sequences per rank per micro-step")
-    grad_accum: int = Field(default=1, description="micro-steps accumulated into each optimizer step")
+    micro_batch_size: int = Field(default=TRAIN_DEFAULTS.micro_batch_size, description="sequences per rank per micro-step")
+    grad_accum: int = Field(default=TRAIN_DEFAULTS.grad_accum, description="micro-steps accumulated into each optimizer step")
     lr: float = Field(
-        default=3e-3, description="peak learning rate, reached after warmup and decayed by a cosine to a tenth of it"
+        default=TRAIN_DEFAULTS.optim.lr, description="peak learning rate, reached after warmup and decayed by a cosine to a tenth of it"
     )
-    warmup_steps: int = Field(default=4, description="steps of linear warmup to lr")
+    warmup_steps: int = Field(default=TRAIN_DEFAULTS.optim.warmup_steps, description="steps of linear warmup to lr")
     save_every: int = Field(
-        default=20, description="a checkpoint every this many steps, and one at the end; 0: only at the end"
+        default=TRAIN_DEFAULTS.checkpoint.save_every, description="a checkpoint every this many steps, and one at the end; 0: only at the end"
     )
-    seed: int = Field(default=0, description="seeds the model's initialization (the data order has its own, data_seed)")
+    seed: int = Field(default=TRAIN_DEFAULTS.seed, description="seeds the model's initialization (the data order has its own, data_seed)")
     peak_flops: float | None = Field(
-        default=None, description="peak FLOP/s of one device, to report MFU; unset: no MFU"
+        default=TRAIN_DEFAULTS.peak_flops, description="peak FLOP/s of one device, to report MFU; unset: no MFU"
     )
     max_seq_len: int | None = Field(
         default=None,
@@ -73,10 +76,10 @@ class TrainingRunConfig(dg.Config):
         "about 1,200 tokens); unset: the packed sequence length, at least 128",
     )
     compile: bool | None = Field(
-        default=None, description="torch.compile each transformer block; unset: on for CUDA, off for CPU"
+        default=TRAIN_DEFAULTS.compile, description="torch.compile each transformer block; unset: on for CUDA, off for CPU"
     )
     document_mask: bool = Field(
-        default=True,
+        default=TRAIN_DEFAULTS.document_mask,
         description="attend within each packed document only, positions restarting per document; off: whole rows",
     )
     overrides: list[str] = Field(
