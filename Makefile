@@ -33,7 +33,7 @@ test: install
 ui: install $(DAGSTER_HOME)/dagster.yaml
 	LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} \
 	LM_ASSETS_VOCAB_SIZE=$${LM_ASSETS_VOCAB_SIZE:-4000} LM_ASSETS_SEQ_LEN=$${LM_ASSETS_SEQ_LEN:-257} \
-	$(BIN)/dagster dev -h 127.0.0.1 -p $${PORT:-3000}
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 
 # The bench extra: datatrove, trafilatura, lm-eval and the other packages bench/ imports.
 $(VENV)/.bench-installed: $(VENV)/.installed

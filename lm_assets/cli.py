@@ -7,6 +7,42 @@ import os
 import sys
 
 
+WORKSPACE_FILE = "workspace.yaml"
+
+
+def code_location(workspace: str | None = None) -> dict:
+    """The one code location `workspace.yaml` declares: its module, location name and working directory
+    (absolute, against the workspace file's folder)."""
+    import yaml
+
+    from lm_assets.defs.environment import project_path
+
+    path = workspace or project_path(WORKSPACE_FILE)
+    with open(path) as f:
+        entries = (yaml.safe_load(f) or {}).get("load_from") or []
+    modules = [entry["python_module"] for entry in entries if "python_module" in entry]
+    if len(modules) != 1:
+        raise SystemExit(f"{path}: expected one python_module entry under load_from, found {len(modules)}")
+    module = modules[0]
+    folder = os.path.dirname(os.path.abspath(path))
+    return {
+        "module_name": module["module_name"],
+        "location_name": module.get("location_name", module["module_name"]),
+        "working_directory": os.path.normpath(os.path.join(folder, module.get("working_directory", "."))),
+    }
+
+
+def dagster_argv(command: list[str], args: list[str], workspace: str | None = None) -> list[str]:
+    """`dagster <command> <args>` pointed at the workspace's code location; `dagster` is the one
+    beside this Python."""
+    location = code_location(workspace)
+    pointer = ["-m", location["module_name"], "-d", location["working_directory"]]
+    if command == ["code-server", "start"]:
+        pointer += ["--location-name", location["location_name"]]
+    dagster = os.path.join(os.path.dirname(sys.executable), "dagster")
+    return [dagster if os.path.exists(dagster) else "dagster", *command, *pointer, *args]
+
+
 def dagster_instance():
     """The instance in $DAGSTER_HOME, whose folder is made when it does not exist yet; a clear error
     when the variable is unset (Dagster would fall back to no instance at all)."""
@@ -106,9 +142,20 @@ def label(args) -> int:
         return 2
 
 
+# Dagster's commands that take a Python module rather than a workspace file, run on the workspace's.
+DAGSTER_COMMANDS = {"materialize": ["asset", "materialize"], "code-server": ["code-server", "start"]}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in DAGSTER_COMMANDS:
+        command = dagster_argv(DAGSTER_COMMANDS[argv[0]], argv[1:])
+        os.execv(command[0], command)
     parser = argparse.ArgumentParser(prog="lm-assets")
     sub = parser.add_subparsers(dest="command", required=True)
+    for name, command in DAGSTER_COMMANDS.items():
+        sub.add_parser(name, add_help=False,
+                       help=f"dagster {' '.join(command)} on workspace.yaml's code location (its options follow)")
     p = sub.add_parser("add-shards", help="register every shard file in the landing location as a partition")
     p.add_argument("--landing", help="landing folder or s3:// prefix (default: $LM_ASSETS_LANDING_ROOT)")
     p.set_defaults(func=add_shards)

@@ -320,7 +320,7 @@ def test_real_cli_materializes_a_partition(tmp_path):
     assert "1 files skipped:\n  'old-crawl.arc.bz2': not a shard format (" in added.stdout
     run = subprocess.run(
         [
-            bin_dir / "dagster", "asset", "materialize", "-m", "lm_assets.definitions",
+            bin_dir / "lm-assets", "materialize",
             "--select", "raw_shard,extracted_shard,curated_shard", "--partition", "cli.warc.gz",
         ],
         env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
