@@ -90,8 +90,8 @@ def prepare(work: Path, jobs: list[str]) -> None:
     import dagster as dg
 
     from lm_assets.definitions import defs
-    from lm_assets.defs.partitions import add_new_partitions, shard_partitions
-    from lm_assets.defs.resources import default_resources
+    from lm_assets.defs.common.partitions import add_new_partitions, shard_partitions
+    from lm_assets.defs.common.resources import default_resources
     from lm_assets.local_run import run_shard_graph, shard_files
 
     use_environment(work, SAMPLE_CRAWL)
@@ -117,7 +117,7 @@ def stage_functions(store, landing, shard: str) -> dict:
     from lm_assets.corpus.readers import ReaderConfig, read_shard
     from lm_assets.corpus.dedup import apply_dedup, band_table, sketch_documents
     from lm_assets.corpus.tokens import tokenize_shard
-    from lm_assets.defs.config import to_dataclass
+    from lm_assets.defs.common.config import to_dataclass
     from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, current_classifier
     from lm_assets.defs.dedup.assets import DedupSettings
     from lm_assets.defs.tokens.assets import (
@@ -199,7 +199,7 @@ def per_run_overhead(work: Path, jobs: list[str], repeats: int) -> dict:
     import dagster as dg
 
     from lm_assets.definitions import defs
-    from lm_assets.defs.resources import default_resources
+    from lm_assets.defs.common.resources import default_resources
     imports = {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
 
     resources = default_resources()
@@ -273,7 +273,7 @@ def sensor_in_process(work: Path, landing: Path) -> dict:
     import dagster as dg
 
     from lm_assets.defs.automation import landing_sensor
-    from lm_assets.defs.resources import default_resources
+    from lm_assets.defs.common.resources import default_resources
 
     instance = dg.DagsterInstance.from_config(str(new_dagster_home(work, "sensor-home")))
 

@@ -15,7 +15,7 @@ def code_location(workspace: str | None = None) -> dict:
     (absolute, against the workspace file's folder)."""
     import yaml
 
-    from lm_assets.defs.environment import project_path
+    from lm_assets.defs.common.environment import project_path
 
     path = workspace or project_path(WORKSPACE_FILE)
     with open(path) as f:
@@ -61,9 +61,9 @@ def dagster_instance():
 
 
 def add_shards(args) -> int:
-    from lm_assets.defs.automation import landing_shards
-    from lm_assets.defs.partitions import add_new_partitions, shard_partitions
-    from lm_assets.defs.resources import LandingResource, default_resources, s3_resource_from_env
+    from lm_assets.corpus.readers import landing_shards
+    from lm_assets.defs.common.partitions import add_new_partitions, shard_partitions
+    from lm_assets.defs.common.resources import LandingResource, default_resources, s3_resource_from_env
 
     # A folder typed on the command line is relative to where it was typed.
     root = args.landing if not args.landing or args.landing.startswith("s3://") else os.path.abspath(args.landing)
@@ -83,7 +83,7 @@ def add_shards(args) -> int:
 def lineage(args) -> int:
     import polars as pl
 
-    from lm_assets.defs.resources import default_resources
+    from lm_assets.defs.common.resources import default_resources
     from lm_assets.lineage_view import trace_sequence
 
     store = default_resources()["storage"].storage()
@@ -118,7 +118,7 @@ def label(args) -> int:
             return 0
         if args.shard is None or args.sample is None:
             raise ValueError("give --shard and --sample to draw a sample, or --annotate FILE --model M to score one")
-        from lm_assets.defs.resources import default_resources
+        from lm_assets.defs.common.resources import default_resources
         from lm_assets.layout import stage_keys
 
         shard = check_name(args.shard)

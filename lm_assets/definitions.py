@@ -9,7 +9,7 @@ from lm_assets.defs.curation import definitions as curation
 from lm_assets.defs.dedup import definitions as dedup
 from lm_assets.defs.evaluation import definitions as evaluation
 from lm_assets.defs.ingest import definitions as ingest
-from lm_assets.defs.resources import default_resources
+from lm_assets.defs.common.resources import default_resources
 from lm_assets.defs.tokens import definitions as tokens
 from lm_assets.defs.training import definitions as training
 

@@ -18,8 +18,8 @@ import dagster as dg
 import polars as pl
 
 from lm_assets.corpus.accounting import reason_counts
-from lm_assets.defs.environment import project_path
-from lm_assets.defs.resources import default_resources
+from lm_assets.defs.common.environment import project_path
+from lm_assets.defs.common.resources import default_resources
 from lm_assets.layout import (
     CLUSTERS_KEY,
     DOCUMENT_STAGES,

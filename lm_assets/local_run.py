@@ -1,4 +1,5 @@
-"""Materialize the shard graph in-process: every shard's curation, then dedup across shards.
+"""Materialize the asset graph in-process, in its topological order: every shard's curation, dedup across
+shards, tokens, training and evaluation.
 
 Used by `make demo` and by the benchmarks, which run the real assets on a folder of shards.
 """
@@ -10,10 +11,9 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from lm_assets.defs.automation import landing_shards
-from lm_assets.defs.dedup.assets import band_partitions
+from lm_assets.corpus.readers import landing_shards
+from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
 from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
-from lm_assets.defs.partitions import add_new_partitions, shard_partitions
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
 OFFLINE_TOXICITY = {"toxicity": {"backend": "profanity_check"}}
@@ -49,37 +49,22 @@ def run_shard_graph(
     progress: Callable[[str], None] = lambda message: None,
     finished: Callable[[str, dg.ExecuteInProcessResult, float], None] = lambda what, result, seconds: None,
 ) -> list[dg.ExecuteInProcessResult]:
-    """Curate and sketch each shard, find verified duplicate pairs per LSH band range, cluster across
-    shards, apply the decisions per shard and, with `through_packing`, train the tokenizer, tokenize
-    and pack. With `train_classifier`, every shard is
-    extracted first, then the quality classifier is trained on the labels and curation uses it.
-    `progress` hears of each run before it starts, `finished` after it ends (what ran, its result,
-    seconds). Stops at the first failed run, which is returned last."""
+    """Materialize the asset graph in its topological order, one run of a named job per partition:
+    through `decontaminated_shard`, or with `through_packing` `packed_dataset`, or with `through_training`
+    every evaluation of every checkpoint. With `train_classifier`, the quality classifier is trained on
+    the labels between extraction and curation; without, `quality_labels` and `quality_classifier` are
+    left out. `progress` hears of each run before it starts, `finished` after it ends (what ran, its
+    result, seconds). Stops at the first failed run, which is returned last."""
     add_new_partitions(instance, shard_partitions, shards)
-    if train_classifier:
-        steps = [("shard_ingest_job", s, "raw_shard → extracted_shard") for s in shards]
-        steps += [("quality_classifier_job", None, "quality_labels → quality_classifier")]
-        steps += [("curated_shard_job", s, "curated_shard → minhash_signatures") for s in shards]
-    else:
-        steps = [("shard_curation_job", s, "raw_shard → extracted_shard → curated_shard → minhash_signatures") for s in shards]
-    steps += [("dedup_edges_job", band, "dedup_edges") for band in band_partitions.get_partition_keys()]
-    steps += [("dedup_job", None, "dedup_clusters across all shards")]
-    steps += [("deduplicated_shard_job", s, "deduplicated_shard → decontaminated_shard") for s in shards]
-    if through_packing:
-        steps += [("tokenizer_job", None, "tokenizer")]
-        steps += [("tokenized_shard_job", s, "tokenized_shard") for s in shards]
-        steps += [("packing_job", None, "packed_dataset")]
-    if through_training:
-        steps += [("training_job", None, "training_run → checkpoint (DeepSpeed, through Pipes)")]
-        steps += [("evaluation_job", EVERY_CHECKPOINT, "perplexity, mmlu_score, ceval_score, checkpoint_samples")]
+    target = None if through_training else "packed_dataset" if through_packing else "decontaminated_shard"
+    skipped = () if train_classifier else QUALITY_ASSETS
     results = []
-    for job_name, shard, what in expand_checkpoints(steps, instance):
-        what = what + (f" for {shard}" if shard else "")
+    for job, keys, assets in expand_checkpoints(graph_steps(defs, target, skipped, shards), instance):
+        what = assets + (f" for {keys}" if keys else "")
         progress(f"materializing {what}")
-        job = defs.resolve_job_def(job_name)
         started = time.perf_counter()
         result = job.execute_in_process(
-            partition_key=shard, instance=instance, run_config=run_config_for(run_config, job), raise_on_error=False
+            partition_key=keys, instance=instance, run_config=run_config_for(run_config, job), raise_on_error=False
         )
         finished(what, result, time.perf_counter() - started)
         results.append(result)
@@ -88,17 +73,80 @@ def run_shard_graph(
     return results
 
 
+# The assets that train the quality classifier on labels: left out when curation runs without them.
+QUALITY_ASSETS = ("quality_labels", "quality_classifier")
+
+
+def topological_assets(graph, keys: set) -> list:
+    """`keys` in an order where every asset comes after the assets it depends on; among those ready, one
+    with the partitions of the asset before it comes first (so that one job can run them together), then
+    the first by name."""
+    order, placed = [], set()
+    defined = sorted(keys)
+    while len(order) < len(defined):
+        ready = [key for key in defined if key not in placed and graph.get(key).parent_keys & keys <= placed]
+        previous = graph.get(order[-1]).partitions_def if order else None
+        same = [key for key in ready if order and graph.get(key).partitions_def == previous]
+        key = (same or ready)[0]
+        order.append(key)
+        placed.add(key)
+    return order
+
+
+def graph_steps(defs: dg.Definitions, target: str | None, skipped: tuple[str, ...], shards: list[str]) -> list:
+    """`(job, partition key or EVERY_CHECKPOINT or None, what)` for every run that materializes `target`
+    and what it depends on (None: the whole graph), but `skipped`, in topological order; each run is a
+    named job whose assets are the next ones in that order, the longest such job first."""
+    graph = defs.resolve_asset_graph()
+    if target is None:
+        keys = set(graph.get_all_asset_keys())
+    else:
+        keys = {dg.AssetKey(target), *graph.upstream_key_iterator(dg.AssetKey(target))}
+    keys -= {dg.AssetKey(name) for name in skipped}
+    order = topological_assets(graph, keys)
+    jobs = [job for job in defs.resolve_all_job_defs() if not job.name.startswith("__")]
+    selections = {job.name: set(job.asset_layer.executable_asset_keys) for job in jobs}
+    steps, at = [], 0
+    while at < len(order):
+        fits = [job for job in jobs if selections[job.name] == set(order[at : at + len(selections[job.name])])]
+        if not fits:
+            raise ValueError(f"no job materializes {order[at].to_user_string()} with the assets after it")
+        job = max(fits, key=lambda j: len(selections[j.name]))
+        assets = order[at : at + len(selections[job.name])]
+        at += len(assets)
+        steps += [(job, key, describe(graph, assets)) for key in partition_keys(graph.get(assets[0]).partitions_def, shards)]
+    return steps
+
+
+def partition_keys(partitions_def, shards: list[str]) -> list:
+    if partitions_def is None:
+        return [None]
+    if partitions_def == shard_partitions:
+        return list(shards)
+    if partitions_def == checkpoint_partitions:
+        return [EVERY_CHECKPOINT]
+    return partitions_def.get_partition_keys()
+
+
+def describe(graph, assets: list) -> str:
+    """The assets of one run, joined by → where each reads the one before it, else by commas."""
+    text = assets[0].to_user_string()
+    for before, key in zip(assets, assets[1:]):
+        text += (" → " if before in graph.get(key).parent_keys else ", ") + key.to_user_string()
+    return text
+
+
 EVERY_CHECKPOINT = object()
 
 
 def expand_checkpoints(steps: list, instance: dg.DagsterInstance):
     """The steps, with one per checkpoint to evaluate in place of EVERY_CHECKPOINT (known once training ran)."""
-    for job_name, key, what in steps:
+    for job, key, what in steps:
         if key is EVERY_CHECKPOINT:
             for checkpoint in checkpoints_to_evaluate(instance):
-                yield job_name, checkpoint, what
+                yield job, checkpoint, what
         else:
-            yield job_name, key, what
+            yield job, key, what
 
 
 def checkpoints_to_evaluate(instance: dg.DagsterInstance) -> list[str]:

@@ -5,7 +5,7 @@ import sys
 
 import dagster as dg
 
-from lm_assets.defs.catalog import source_version
+from lm_assets.defs.common.catalog import source_version
 from lm_assets.definitions import defs
 
 

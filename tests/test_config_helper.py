@@ -14,7 +14,7 @@ from lm_assets.corpus.quality_classifier import ClassifierConfig
 from lm_assets.corpus.readers import ReaderConfig
 from lm_assets.corpus.tokenizer import TokenizerConfig
 from lm_assets.corpus.toxicity import ToxicityConfig
-from lm_assets.defs.config import to_dataclass
+from lm_assets.defs.common.config import to_dataclass
 
 
 @dataclass(frozen=True)

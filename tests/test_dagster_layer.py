@@ -23,8 +23,8 @@ from lm_assets.defs.curation.assets import (
 )
 from lm_assets.defs.curation.expectations import curated_expectations, validate_frame
 from lm_assets.defs.ingest.assets import RawShardConfig, raw_shard
-from lm_assets.defs.reporting import config_hash
-from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.defs.common.reporting import config_hash
+from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from tests.warc_builder import WarcBuilder, page
 
 OFFLINE_TOXICITY = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}

@@ -63,7 +63,7 @@ def test_defaults_are_read_at_run_time_and_resolve_against_the_project(tmp_path)
 def test_unset_defaults_and_the_project_folder_override(tmp_path):
     script = textwrap.dedent("""
         import json
-        from lm_assets.defs.resources import default_resources
+        from lm_assets.defs.common.resources import default_resources
         from lm_assets.defs.tokens.assets import TokenizerTrainingConfig
         r = default_resources()
         print(json.dumps([r["storage"].storage().root, r["landing"].storage().root, TokenizerTrainingConfig().vocab_size]))

@@ -13,7 +13,7 @@ import dagster as dg
 import pytest
 
 from lm_assets.defs.training.kubernetes import ClusterSpec, job_state, pytorch_job_manifest
-from lm_assets.defs.resources import StorageResource, s3_resource_from_env
+from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
 from lm_assets.defs.training.assets import TrainingLauncher, training
 from tests.test_training_asset import packed_storage  # noqa: F401 - fixture
 

@@ -102,7 +102,7 @@ def test_an_enum_field_holds_the_plain_string(monkeypatch):
     monkeypatch.delenv("LM_ASSETS_TOXICITY_BACKEND", raising=False)
     monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
     from lm_assets.defs.curation.assets import CuratedShardConfig, QualityPolicy
-    from lm_assets.defs.reporting import config_hash
+    from lm_assets.defs.common.reporting import config_hash
 
     config = CuratedShardConfig(quality_policy=QualityPolicy.both)
     assert type(config.quality_policy) is str and config.quality_policy == "both"
@@ -137,7 +137,7 @@ def test_an_unknown_choice_is_refused_naming_the_valid_ones(monkeypatch):
 
 def test_to_dataclass_takes_enum_members_as_their_values():
     from lm_assets.corpus.packing import PackingConfig
-    from lm_assets.defs.config import to_dataclass
+    from lm_assets.defs.common.config import to_dataclass
     from lm_assets.defs.tokens.assets import PackingStrategy
 
     packing = to_dataclass(PackingConfig, {"strategy": PackingStrategy.bfd})

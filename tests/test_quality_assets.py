@@ -16,7 +16,7 @@ from lm_assets.defs.curation.assets import curated_shard, curated_with_current_c
 from lm_assets.layout import CURRENT_CLASSIFIER, curation_record_key, stage_keys
 from lm_assets.defs.curation.quality import quality_classifier, quality_labels
 from lm_assets.defs.ingest.assets import raw_shard
-from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 
 SLICE = Path(__file__).parent / "data" / "dev-slice"
 SHARD = "slice.warc.gz"

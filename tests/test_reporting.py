@@ -2,7 +2,7 @@
 
 import polars as pl
 
-from lm_assets.defs.reporting import FULL_TEXT_DOCS, PREVIEW_CHARS, PREVIEW_DOCS, document_previews, fenced, significant
+from lm_assets.defs.common.reporting import FULL_TEXT_DOCS, PREVIEW_CHARS, PREVIEW_DOCS, document_previews, fenced, significant
 
 
 def test_floats_read_at_three_significant_digits():

@@ -19,7 +19,7 @@ from lm_assets.defs.dedup.assets import (
 )
 from lm_assets.defs.curation.expectations import curated_expectations
 from lm_assets.defs.ingest.assets import raw_shard
-from lm_assets.defs.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.tokens.assets import (
     decontaminated_shard,
     packed_dataset,
@@ -291,7 +291,7 @@ def test_packed_dataset_traces_back_to_the_warc_record(materialized):
 
 @pytest.mark.slow
 def test_training_on_the_packed_sample_crawl(materialized):
-    from lm_assets.defs.partitions import checkpoint_partitions
+    from lm_assets.defs.common.partitions import checkpoint_partitions
     from lm_assets.defs.training.assets import TrainingLauncher, training
 
     root, _, runs = materialized

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lm_assets.defs.automation import STAGE_TAG
+from lm_assets.defs.common.jobs import STAGE_TAG
 from lm_assets.definitions import defs
 
 PRODUCTION = Path(__file__).resolve().parents[1] / "deploy" / "dagster-production.yaml"

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 
+from lm_assets.corpus.keys import landing_files
 from lm_assets.corpus.stage import DROPPED_SCHEMA
 
 DOCUMENT_SCHEMA = {
@@ -119,6 +120,12 @@ class RawShard:
     dropped: pl.DataFrame
     quarantine: pl.DataFrame
     records: int
+
+
+def landing_shards(storage) -> tuple[list[str], dict[str, str]]:
+    """The shard files at the top of a landing location (a `Storage`), and every other file there with
+    why it is skipped."""
+    return landing_files(storage.list(hidden=True), SUPPORTED_SUFFIXES)
 
 
 def make_doc_id(source: str, index: int) -> str:

@@ -18,11 +18,11 @@ from lm_assets.corpus.quality_classifier import QualityClassifier
 from lm_assets.corpus.quality_model import shipped_classifier
 from lm_assets.corpus.quality_policy import POLICIES
 from lm_assets.corpus.toxicity import BACKENDS, ToxicityConfig
-from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
+from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.curation.quality_rules import QualityRules
-from lm_assets.defs.environment import fill_from_environment
-from lm_assets.defs.partitions import shard_partitions
-from lm_assets.defs.reporting import (
+from lm_assets.defs.common.environment import fill_from_environment
+from lm_assets.defs.common.partitions import shard_partitions
+from lm_assets.defs.common.reporting import (
     config_hash,
     document_previews,
     drop_audit_metadata,
@@ -32,8 +32,8 @@ from lm_assets.defs.reporting import (
     shard_conservation_spec,
     standard_check_specs,
 )
-from lm_assets.defs.resources import StorageResource
-from lm_assets.defs.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, close_stage, open_stage
+from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, close_stage, open_stage
 from lm_assets.layout import (
     CURRENT_CLASSIFIER,
     classifier_keys,

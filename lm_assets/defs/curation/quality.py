@@ -18,11 +18,11 @@ from lm_assets.corpus.quality_classifier import FEATURES, ClassifierConfig, trai
 from lm_assets.corpus.extract import PAGE_COLUMNS
 from lm_assets.corpus.quality_labels import LABEL_SCHEMA, REJECTED_SCHEMA, files_version, match_labels, read_label_file
 from lm_assets.corpus.quality_model import shipped_classifier, user_config, with_user_examples
-from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
+from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.curation.assets import extracted_shard
-from lm_assets.defs.partitions import shards_with
-from lm_assets.defs.reporting import markdown_table
-from lm_assets.defs.resources import LandingResource, StorageResource
+from lm_assets.defs.common.partitions import shards_with
+from lm_assets.defs.common.reporting import markdown_table
+from lm_assets.defs.common.resources import LandingResource, StorageResource
 from lm_assets.layout import (
     CURRENT_CLASSIFIER,
     LABELS_FOLDER,

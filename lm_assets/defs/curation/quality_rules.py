@@ -16,7 +16,7 @@ import dagster as dg
 from pydantic import Field, model_validator
 
 from lm_assets.corpus.quality import DEFAULT_PRESET, FAMILIES, QualityConfig, preset
-from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices
+from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices
 
 PRESET_DEFAULTS = preset(DEFAULT_PRESET)
 

@@ -24,8 +24,8 @@ from lm_assets.corpus.dedup import (
 )
 from lm_assets.corpus.global_dedup import band_range_edges, cluster_files, cluster_report, merge_cluster_files
 from lm_assets.corpus.minhash import lsh_params
-from lm_assets.defs.config import to_dataclass
-from lm_assets.defs.partitions import (
+from lm_assets.defs.common.config import to_dataclass
+from lm_assets.defs.common.partitions import (
     band_partition_key,
     band_partitions_for,
     parse_band_partition_key,
@@ -33,14 +33,14 @@ from lm_assets.defs.partitions import (
     shard_partitions,
     shards_with,
 )
-from lm_assets.defs.reporting import (
+from lm_assets.defs.common.reporting import (
     markdown_table,
     shard_check_spec,
     shard_conservation_spec,
     standard_check_specs,
 )
-from lm_assets.defs.resources import StorageResource
-from lm_assets.defs.stages import CURATED_SCHEMA, close_stage, open_stage
+from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.common.stages import CURATED_SCHEMA, close_stage, open_stage
 from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, band_edges_keys, minhash_keys, stage_folder, stage_keys
 
 

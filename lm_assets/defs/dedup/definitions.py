@@ -1,7 +1,7 @@
 import dagster as dg
 
 from lm_assets.corpus import dedup, global_dedup, minhash
-from lm_assets.defs.catalog import CORPUS_TEAM, catalogued, source_version
+from lm_assets.defs.common.catalog import CORPUS_TEAM, catalogued, source_version
 from lm_assets.defs.dedup.assets import (
     DedupSettings,
     dedup_clusters,
@@ -9,8 +9,10 @@ from lm_assets.defs.dedup.assets import (
     deduplicated_shard,
     minhash_signatures,
 )
+from lm_assets.defs.dedup.jobs import JOBS
 
 defs = dg.Definitions(
+    jobs=JOBS,
     assets=catalogued(
         [minhash_signatures, dedup_edges, dedup_clusters, deduplicated_shard],
         CORPUS_TEAM,

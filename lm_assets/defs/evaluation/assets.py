@@ -17,13 +17,12 @@ from pydantic import Field, model_validator
 from lm_assets.corpus.decontam import SPLITS as BENCHMARK_SPLITS
 from lm_assets.corpus.keys import UnsafeKeyError
 from lm_assets.corpus.packing import SPLITS as PACKED_SPLITS
-from lm_assets.defs.automation import stage_tags
-from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
-from lm_assets.defs.environment import fill_from_environment
-from lm_assets.defs.partitions import checkpoint_partitions
-from lm_assets.defs.reporting import checkpoint_check_spec, latest_metadata, markdown_table
-from lm_assets.defs.resources import StorageResource
-from lm_assets.defs.tokens.assets import DEFAULT_MMLU_PATH
+from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
+from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment
+from lm_assets.defs.common.partitions import checkpoint_partitions
+from lm_assets.defs.common.reporting import checkpoint_check_spec, latest_metadata, markdown_table
+from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.evaluation.jobs import evaluation_job
 from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings
 from lm_assets.evaluation.stats import question_blind_chance
@@ -435,12 +434,6 @@ def expected_questions(path: str, benchmark: str, split: str, subjects: list[str
 
 EVALUATION_ASSETS = (perplexity, mmlu_score, ceval_score, checkpoint_samples)
 
-evaluation_job = dg.define_asset_job(
-    "evaluation_job",
-    selection=dg.AssetSelection.assets(*EVALUATION_ASSETS),
-    tags=stage_tags("evaluation"),
-    description="Perplexity, MMLU, C-Eval and sample continuations for one checkpoint.",
-)
 
 
 @dg.sensor(job=evaluation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)

@@ -1,15 +1,15 @@
 import dagster as dg
 
 from lm_assets import evaluation
-from lm_assets.defs.catalog import EVALUATION_TEAM, catalogued, source_version
+from lm_assets.defs.common.catalog import EVALUATION_TEAM, catalogued, source_version
 from lm_assets.defs.evaluation.assets import (
     ceval_score,
     checkpoint_evaluation_sensor,
     checkpoint_samples,
-    evaluation_job,
     mmlu_score,
     perplexity,
 )
+from lm_assets.defs.evaluation.jobs import JOBS
 
 EVALUATION_VERSION = source_version(evaluation)
 
@@ -20,6 +20,6 @@ defs = dg.Definitions(
         {"perplexity": EVALUATION_VERSION, "mmlu_score": EVALUATION_VERSION, "ceval_score": EVALUATION_VERSION,
          "checkpoint_samples": EVALUATION_VERSION},
     ),
-    jobs=[evaluation_job],
+    jobs=JOBS,
     sensors=[checkpoint_evaluation_sensor],
 )

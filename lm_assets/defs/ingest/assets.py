@@ -11,9 +11,9 @@ from pydantic import Field
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.extract import ExtractConfig, extract_html
 from lm_assets.corpus.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
-from lm_assets.defs.config import to_dataclass
-from lm_assets.defs.partitions import shard_partitions
-from lm_assets.defs.reporting import (
+from lm_assets.defs.common.config import to_dataclass
+from lm_assets.defs.common.partitions import shard_partitions
+from lm_assets.defs.common.reporting import (
     PREVIEW_DOCS,
     config_hash,
     conservation_result,
@@ -24,8 +24,8 @@ from lm_assets.defs.reporting import (
     schema_result,
     standard_check_specs,
 )
-from lm_assets.defs.resources import LandingResource, StorageResource
-from lm_assets.defs.stages import open_stage
+from lm_assets.defs.common.resources import LandingResource, StorageResource
+from lm_assets.defs.common.stages import open_stage
 from lm_assets.layout import raw_keys, stage_folder
 
 

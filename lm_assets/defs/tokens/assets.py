@@ -31,18 +31,18 @@ from lm_assets.corpus.packing import (
     write_packed,
 )
 from lm_assets.corpus.tokens import is_stale, tokenize_shard
-from lm_assets.defs.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
-from lm_assets.defs.environment import fill_from_environment
-from lm_assets.defs.partitions import shard_partitions, shards_with
-from lm_assets.defs.reporting import (
+from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
+from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment
+from lm_assets.defs.common.partitions import shard_partitions, shards_with
+from lm_assets.defs.common.reporting import (
     fenced,
     markdown_table,
     shard_check_spec,
     shard_conservation_spec,
     standard_check_specs,
 )
-from lm_assets.defs.resources import StorageResource
-from lm_assets.defs.stages import CURATED_SCHEMA, close_stage, open_stage
+from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.common.stages import CURATED_SCHEMA, close_stage, open_stage
 from lm_assets.layout import (
     PACKED_MANIFEST,
     TOKENIZER_KEYS,
@@ -52,7 +52,6 @@ from lm_assets.layout import (
     tokenized_keys,
 )
 
-DEFAULT_MMLU_PATH = "data/eval/mmlu.zip"  # inside the project folder
 CHECK_SAMPLE_DOCS = 200
 
 

@@ -1,7 +1,7 @@
 import dagster as dg
 
 from lm_assets.corpus import decontam, packing, tokenizer as tokenizer_training, tokens
-from lm_assets.defs.catalog import CORPUS_TEAM, catalogued, source_version
+from lm_assets.defs.common.catalog import CORPUS_TEAM, catalogued, source_version
 from lm_assets.defs.tokens.assets import (
     decontaminated_shard,
     packed_dataset,
@@ -9,8 +9,10 @@ from lm_assets.defs.tokens.assets import (
     tokenized_with_current_tokenizer,
     tokenizer,
 )
+from lm_assets.defs.tokens.jobs import JOBS
 
 defs = dg.Definitions(
+    jobs=JOBS,
     assets=catalogued(
         [decontaminated_shard, tokenizer, tokenized_shard, packed_dataset],
         CORPUS_TEAM,

@@ -1,14 +1,16 @@
 import dagster as dg
 import training as training_program
 
-from lm_assets.defs.catalog import TRAINING_TEAM, catalogued, source_version
-from lm_assets.defs.resources import s3_resource_from_env
+from lm_assets.defs.common.catalog import TRAINING_TEAM, catalogued, source_version
+from lm_assets.defs.common.resources import s3_resource_from_env
 from lm_assets.defs.training.assets import TrainingLauncher, training
+from lm_assets.defs.training.jobs import JOBS
 
 # The run and its checkpoints are made by the training program, whole.
 PROGRAM_VERSION = source_version(training_program)
 
 defs = dg.Definitions(
+    jobs=JOBS,
     assets=catalogued([training], TRAINING_TEAM, {"training_run": PROGRAM_VERSION, "checkpoint": PROGRAM_VERSION}),
     resources={
         "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),

@@ -2,7 +2,7 @@
 
 Nothing here reads the environment when it is imported: a field left unset takes its environment
 default when the resource is used, and a relative path resolves against the project folder
-(lm_assets/defs/environment.py). S3 credentials come from boto3's own chain (environment, shared
+(lm_assets/defs/common/environment.py). S3 credentials come from boto3's own chain (environment, shared
 profile, instance or pod role), or from `dg.EnvVar`-bound fields of `S3ClientResource`; they are never
 written into code or config files.
 """
@@ -15,7 +15,7 @@ import dagster as dg
 from pydantic import Field
 
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.environment import project_path
+from lm_assets.defs.common.environment import project_path
 
 DEFAULT_STORAGE_ROOT = "storage"
 DEFAULT_LANDING_ROOT = "data/sample-crawl"

@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-PACKAGE_PROJECT_DIR = Path(__file__).resolve().parents[2]
+PACKAGE_PROJECT_DIR = Path(__file__).resolve().parents[3]
+# Inside the project folder; both the decontamination index and the MMLU score read it.
+DEFAULT_MMLU_PATH = "data/eval/mmlu.zip"
 
 
 def project_dir() -> Path:

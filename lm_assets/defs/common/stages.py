@@ -8,8 +8,8 @@ import polars as pl
 from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.stage import StageResult
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.partitions import shard_key
-from lm_assets.defs.reporting import conservation_result, drop_metadata, non_empty_result, schema_result
+from lm_assets.defs.common.partitions import shard_key
+from lm_assets.defs.common.reporting import conservation_result, drop_metadata, non_empty_result, schema_result
 from lm_assets.layout import shard_account, stage_folder, stage_keys
 
 EXTRACTED_SCHEMA = {

@@ -1,0 +1,2 @@
+"""What every domain of the code location shares: config helpers, the environment, partitions, resources,
+reporting, the stage contract, the catalog and the job helper."""

@@ -1,0 +1,49 @@
+"""local_run walks the asset graph in its topological order, one named job per run."""
+
+import dagster as dg
+import pytest
+
+from lm_assets.definitions import defs
+from lm_assets.local_run import EVERY_CHECKPOINT, QUALITY_ASSETS, graph_steps
+
+
+def names(steps):
+    return [(job.name, "every checkpoint" if key is EVERY_CHECKPOINT else key) for job, key, _ in steps]
+
+
+def test_the_whole_graph_in_topological_order():
+    steps = graph_steps(defs, None, (), ["a", "b"])
+    bands = [("dedup_edges_job", band) for band in ("bands-000-006", "bands-006-012", "bands-012-018", "bands-018-024")]
+    assert names(steps) == [
+        ("shard_ingest_job", "a"), ("shard_ingest_job", "b"), ("quality_classifier_job", None),
+        ("curated_shard_job", "a"), ("curated_shard_job", "b"), *bands, ("dedup_job", None),
+        ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None),
+        ("tokenized_shard_job", "a"), ("tokenized_shard_job", "b"), ("packing_job", None), ("training_job", None),
+        ("evaluation_job", "every checkpoint"),
+    ]
+    assert steps[0][2] == "raw_shard → extracted_shard"
+    assert steps[-1][2] == "ceval_score, checkpoint_samples, mmlu_score, perplexity"
+    # Every asset of the graph is materialized by exactly one of the runs' jobs.
+    covered = [key for job in {job.name: job for job, _, _ in steps}.values() for key in job.asset_layer.executable_asset_keys]
+    assert sorted(covered) == sorted(defs.resolve_asset_graph().get_all_asset_keys())
+
+
+def test_without_the_classifier_one_job_runs_a_shard_to_its_sketch():
+    steps = graph_steps(defs, "decontaminated_shard", QUALITY_ASSETS, ["a"])
+    assert names(steps)[0] == ("shard_curation_job", "a")
+    assert steps[0][2] == "raw_shard → extracted_shard → curated_shard → minhash_signatures"
+    assert names(steps)[-1] == ("deduplicated_shard_job", "a")
+
+
+def test_assets_no_job_runs_together_are_refused():
+    @dg.asset
+    def first():
+        return 1
+
+    @dg.asset
+    def second(first):
+        return first
+
+    only_second = dg.Definitions(assets=[first, second], jobs=[dg.define_asset_job("second_job", selection=[second])])
+    with pytest.raises(ValueError, match="no job materializes first with the assets after it"):
+        graph_steps(only_second, None, (), [])
