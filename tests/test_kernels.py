@@ -18,15 +18,9 @@ from tests.test_training_parallel import VOCAB, base, losses, run_ok, write_pack
 from training import kernels
 from training.config import KernelConfig, from_preset
 from training.kernels import Kernels, document_ids, document_positions
-from training.model import Transformer
+from training.model import Transformer, use_kernels
 
 EOS = 3
-
-
-@pytest.fixture
-def eager_kernels():
-    yield
-    kernels.activate(Kernels())
 
 
 def test_document_ids_and_positions():
@@ -57,16 +51,15 @@ def _packed_rows(generator: torch.Generator) -> tuple[torch.Tensor, list[list[li
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("attention", ["sdpa", "flex"])
-def test_document_mask_equals_per_document_forward(attention, eager_kernels):
+def test_document_mask_equals_per_document_forward(attention):
     torch.manual_seed(0)
     cfg = from_preset("tiny", VOCAB)
-    model = Transformer(cfg, seed=3).eval()
+    model = Transformer(cfg, seed=3, kernels=Kernels(attention=attention)).eval()
     rows, docs = _packed_rows(torch.Generator().manual_seed(1))
-    kernels.activate(Kernels(attention=attention))
     with torch.no_grad():
         packed = model(rows, document_ids(rows, EOS))
         whole = model(rows)  # without masks: documents see each other
-        kernels.activate(Kernels())
+        use_kernels(model, Kernels())
         for r, pieces in enumerate(docs):
             start = 0
             for piece in pieces:
@@ -88,12 +81,11 @@ def test_document_mask_gradients_equal_per_document_gradients():
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
-def test_torch_rms_norm_equals_eager(eager_kernels):
+def test_torch_rms_norm_equals_eager():
     norm_input = torch.randn(3, 5, 64, dtype=torch.bfloat16)
     weight = torch.rand(64, dtype=torch.bfloat16) + 0.5
-    reference = kernels.rms_norm(norm_input, weight, 1e-5)
-    kernels.activate(Kernels(rms_norm="torch"))
-    fused = kernels.rms_norm(norm_input, weight, 1e-5)
+    reference = kernels.rms_norm(norm_input, weight, 1e-5, "eager")
+    fused = kernels.rms_norm(norm_input, weight, 1e-5, "torch")
     assert fused.dtype == torch.bfloat16
     torch.testing.assert_close(fused, reference, rtol=0, atol=0)
 
@@ -167,3 +159,15 @@ def test_compiled_pipeline_and_tensor_parallel_match_eager_single_process(tmp_pa
     three_d = run_ok(4, common + ["compile=true", "parallel.pp=2", "parallel.tp=2"], summaries=summaries)
     assert summaries[0]["compiled"] is True and summaries[0]["layout"]["tp"] == 2
     assert losses(three_d) == pytest.approx(losses(single), abs=1e-4)
+
+
+def test_each_model_runs_on_its_own_kernels():
+    cfg = from_preset("tiny", VOCAB)
+    torch_norm = Transformer(cfg, seed=5, kernels=Kernels(rms_norm="torch"))
+    eager = Transformer(cfg, seed=5)
+    kinds = {m.kernels for m in torch_norm.modules() if hasattr(m, "kernels")}
+    assert kinds == {Kernels(rms_norm="torch")}
+    assert {m.kernels for m in eager.modules() if hasattr(m, "kernels")} == {Kernels()}
+    ids = torch.randint(4, VOCAB, (2, 16), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(torch_norm(ids), eager(ids), rtol=1e-5, atol=1e-5)

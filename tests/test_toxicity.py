@@ -1,3 +1,5 @@
+import os
+
 import polars as pl
 import pytest
 
@@ -50,6 +52,14 @@ def test_detoxify_backend_loads_a_local_checkpoint_through_the_real_loader(tiny_
     assert result.kept.height + result.dropped.height == 3
     assert all(0.0 < s < 1.0 for s in result.kept["tox_max"].to_list())
     assert str(checkpoint) in result.stats["model"] and result.stats["model"].startswith("detoxify 0.5.4")
+
+
+def test_loading_detoxify_leaves_the_process_environment_as_it_was(tiny_detoxify, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    checkpoint, hf_dir = tiny_detoxify
+    before = dict(os.environ)
+    load_scorer(ToxicityConfig(backend="detoxify", detoxify_checkpoint=str(checkpoint), detoxify_hf_config_path=str(hf_dir)))
+    assert dict(os.environ) == before
 
 
 def test_detoxify_missing_checkpoint_fails_clearly():

@@ -12,8 +12,8 @@ stream positions starting at `s*m*dp*g`, whatever the layout, so runs that diffe
 losses up to float rounding). The loss of a step is the mean over its micro-batches and
 data-parallel ranks of each micro-batch's mean token loss.
 
-How a step computes. `kernels` (`training/kernels.py`) are resolved for the device and activated
-before the model is built; `compile` (default: on for CUDA, off for CPU) compiles every
+How a step computes. `kernels` (`training/kernels.py`) are resolved for the device and given to the model
+and the loss when they are built; `compile` (default: on for CUDA, off for CPU) compiles every
 transformer block's layer with `torch.compile` before `deepspeed.initialize`, so the pipeline
 stages and tensor-parallel linears are compiled the same way; the optimizer is torch's AdamW
 (`kernels.fused_adamw`: its fused kernel) handed to DeepSpeed, which wraps it for ZeRO and bf16.
@@ -267,15 +267,14 @@ class Trainer:
 
         device_type = get_accelerator().device_name()
         self.kernels = kernels.resolve(cfg.kernels, device_type, cfg.document_mask)
-        kernels.activate(self.kernels)
         self.compiled = device_type == "cuda" if cfg.compile is None else cfg.compile
         self.eos_id = self.dataset.manifest.get("eos_id") if cfg.document_mask else None
         if cfg.document_mask and self.eos_id is None:
             raise ValueError("document_mask needs the data manifest's eos_id; set document_mask=false")
 
         self.state = setup_parallel(dims)
-        self.loss_fn = LossFn(cfg.debug.loss_scales())
-        model = build_model(self.model_cfg, self.state, cfg.seed, self.loss_fn, cfg.activation_checkpointing)
+        self.loss_fn = LossFn(cfg.debug.loss_scales(), self.kernels)
+        model = build_model(self.model_cfg, self.state, cfg.seed, self.loss_fn, cfg.activation_checkpointing, self.kernels)
         if self.compiled:
             compile_blocks(model)
         self.ds_config = deepspeed_config(cfg, dims.dp)

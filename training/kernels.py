@@ -20,8 +20,9 @@ the blocks the mask empties (the CUDA path); both compute the same attention.
 name) into the `Kernels` that will run: "auto" is liger-kernel on CUDA when it is installed, else
 `F.rms_norm` for the norm and eager for the others (torch.compile fuses those itself), and
 FlexAttention on CUDA / dense-masked SDPA on CPU for document masks, SDPA otherwise. A name that
-cannot run here (liger on CPU, flex or flash without CUDA) is refused, never swapped. `activate`
-makes a `Kernels` the process's choice; the trainer records it in every run's metadata, and
+cannot run here (liger on CPU, flex or flash without CUDA) is refused, never swapped. A model is
+built with its `Kernels` (`Transformer(cfg, kernels=...)`), and each op is called with the kernel
+it runs on, so two models in one process can run on different kernels; the trainer records them in every run's metadata, and
 `kernel_profile` names the kernels a profiled step (`step_profiler`) actually ran.
 
 Document masks. `document_ids(inputs, eos_id)` numbers the documents of each packed row: a
@@ -92,28 +93,14 @@ def resolve(config: KernelConfig, device_type: str, document_mask: bool) -> Kern
     return Kernels(**chosen)
 
 
-_active = Kernels()
-
-
-def activate(kernels: Kernels) -> None:
-    """Make `kernels` what this process's model ops run on."""
-    global _active
-    _active = kernels
-
-
-def active() -> Kernels:
-    return _active
-
-
 # ---------------------------------------------------------------------------------------------
 # Ops
 # ---------------------------------------------------------------------------------------------
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, kind: str = "eager") -> torch.Tensor:
     """`weight * (x / rms(x))`, the normalization computed in fp32 and cast back before the
     weight (HF's `LlamaRMSNorm`)."""
-    kind = _active.rms_norm
     if kind == "liger":
         from liger_kernel.transformers.functional import liger_rms_norm
 
@@ -136,10 +123,10 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
-def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kind: str = "eager"):
     """Rotate `q` and `k` (`[B, heads, T, head_dim]`) by `cos`/`sin` (`[T, head_dim]`, or
     `[B, T, head_dim]` for per-row positions)."""
-    if _active.rope == "liger":
+    if kind == "liger":
         from liger_kernel.transformers.functional import liger_rope
 
         return liger_rope(q, k, cos if cos.dim() == 3 else cos[None], sin if sin.dim() == 3 else sin[None])
@@ -148,17 +135,17 @@ def rope(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
 
-def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    if _active.swiglu == "liger":
+def swiglu(gate: torch.Tensor, up: torch.Tensor, kind: str = "eager") -> torch.Tensor:
+    if kind == "liger":
         from liger_kernel.transformers.functional import liger_swiglu
 
         return liger_swiglu(gate, up)
     return F.silu(gate) * up
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean", kind: str = "eager") -> torch.Tensor:
     """Cross-entropy of `logits [N, V]` against `targets [N]`, in fp32, skipping `IGNORE_INDEX`."""
-    if _active.cross_entropy == "liger":
+    if kind == "liger":
         from liger_kernel.transformers.functional import liger_cross_entropy
 
         # Its kernel computes in fp32 whatever the logits' dtype, so no fp32 copy of the logits is made.
@@ -166,13 +153,13 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = 
     return F.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX, reduction=reduction)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None) -> torch.Tensor:
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None, kind: str = "sdpa") -> torch.Tensor:
     """Causal attention of `q [B, H, T, D]` over `k`, `v` (`[B, H_kv, T, D]`, grouped-query: query
     head h reads kv head h // (H / H_kv)). `mask`: None (causal), a boolean `[B, 1, T, T]` tensor
     (True: may attend), or a FlexAttention `BlockMask`."""
     gqa = q.size(1) != k.size(1)
     if mask is None:
-        if _active.attention == "flash":
+        if kind == "flash":
             from torch.nn.attention import SDPBackend, sdpa_kernel
 
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
@@ -250,11 +237,11 @@ def document_positions(doc_ids: torch.Tensor) -> torch.Tensor:
     return index - first
 
 
-def document_mask(doc_ids: torch.Tensor):
-    """The attention mask of `doc_ids` for the active attention kernel: a FlexAttention block
-    mask for "flex", else a dense boolean `[B, 1, T, T]` (causal and same document)."""
+def document_mask(doc_ids: torch.Tensor, attention_kind: str = "sdpa"):
+    """The attention mask of `doc_ids` for the attention kernel `attention_kind`: a FlexAttention
+    block mask for "flex", else a dense boolean `[B, 1, T, T]` (causal and same document)."""
     B, T = doc_ids.shape
-    if _active.attention == "flex":
+    if attention_kind == "flex":
         from torch.nn.attention.flex_attention import create_block_mask
 
         def same_document_causal(b, h, q_idx, kv_idx):
@@ -269,13 +256,14 @@ class DocumentMaskCache:
     """The mask of the last document-id tensor seen, so the blocks of one pipeline stage build it
     once per micro-batch (they all receive the same tensor object)."""
 
-    def __init__(self):
+    def __init__(self, attention_kind: str = "sdpa"):
+        self.attention_kind = attention_kind
         self._ids = None
         self._mask = None
 
     def __call__(self, doc_ids: torch.Tensor):
         if doc_ids is not self._ids:
-            self._ids, self._mask = doc_ids, document_mask(doc_ids)
+            self._ids, self._mask = doc_ids, document_mask(doc_ids, self.attention_kind)
         return self._mask
 
 
@@ -283,8 +271,6 @@ __all__ = [
     "DocumentMaskCache",
     "Kernels",
     "NOTABLE_KERNELS",
-    "activate",
-    "active",
     "apply_rope",
     "attention",
     "cross_entropy",

@@ -49,7 +49,9 @@ from torch import nn
 
 from training import kernels
 from training.config import ModelConfig
-from training.kernels import apply_rope, rotate_half
+from training.kernels import Kernels, apply_rope, rotate_half
+
+EAGER = Kernels()  # the reference kernels: what a model runs on unless it is given others
 
 IGNORE_INDEX = -100
 
@@ -67,13 +69,14 @@ def default_linear(in_features: int, out_features: int, style: str) -> nn.Module
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float, kernel: Kernels = EAGER):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.kernels = kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.rms_norm(x, self.weight, self.eps)
+        return kernels.rms_norm(x, self.weight, self.eps, self.kernels.rms_norm)
 
 
 def rope_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,9 +90,10 @@ def rope_tables(head_dim: int, max_seq_len: int, theta: float, device=None) -> t
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: ModelConfig, linear_factory: LinearFactory = default_linear):
+    def __init__(self, cfg: ModelConfig, linear_factory: LinearFactory = default_linear, kernel: Kernels = EAGER):
         super().__init__()
         self.cfg = cfg
+        self.kernels = kernel
         self.head_dim = cfg.head_dim
         q_out, kv_out = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
         self.q_proj = linear_factory(cfg.dim, q_out, "column")
@@ -120,14 +124,15 @@ class Attention(nn.Module):
             cos, sin = self.rope_cos[:T], self.rope_sin[:T]
         else:
             cos, sin = self.rope_cos[positions], self.rope_sin[positions]
-        q, k = kernels.rope(q, k, cos.to(q.dtype), sin.to(q.dtype))
-        y = kernels.attention(q, k, v, mask)
+        q, k = kernels.rope(q, k, cos.to(q.dtype), sin.to(q.dtype), self.kernels.rope)
+        y = kernels.attention(q, k, v, mask, self.kernels.attention)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig, linear_factory: LinearFactory = default_linear):
+    def __init__(self, cfg: ModelConfig, linear_factory: LinearFactory = default_linear, kernel: Kernels = EAGER):
         super().__init__()
+        self.kernels = kernel
         self.gate_proj = linear_factory(cfg.dim, cfg.ffn_hidden, "column")
         self.up_proj = linear_factory(cfg.dim, cfg.ffn_hidden, "column")
         self.down_proj = linear_factory(cfg.ffn_hidden, cfg.dim, "row")
@@ -135,7 +140,7 @@ class MLP(nn.Module):
                             "down_proj": (cfg.dim, cfg.ffn_hidden)}  # fmt: skip
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x), self.kernels.swiglu))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,14 +162,15 @@ class Embedding(nn.Embedding):
 class Block(nn.Module):
     """One pre-norm transformer layer, `[B, T, dim] -> [B, T, dim]`. `layer_id` keys its init."""
 
-    def __init__(self, cfg: ModelConfig, layer_id: int, linear_factory: LinearFactory = default_linear):
+    def __init__(self, cfg: ModelConfig, layer_id: int, linear_factory: LinearFactory = default_linear,
+                 kernel: Kernels = EAGER):  # fmt: skip
         super().__init__()
         self.cfg = cfg
         self.layer_id = layer_id
-        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.attn = Attention(cfg, linear_factory)
-        self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
-        self.mlp = MLP(cfg, linear_factory)
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps, kernel)
+        self.attn = Attention(cfg, linear_factory, kernel)
+        self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps, kernel)
+        self.mlp = MLP(cfg, linear_factory, kernel)
 
         self.run = self.layer  # `compile_blocks` swaps in the compiled layer
 
@@ -190,10 +196,10 @@ class Block(nn.Module):
 class Head(nn.Module):
     """Final RMSNorm and the output projection: `[B, T, dim] -> [B, T, vocab_size]` logits."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, kernel: Kernels = EAGER):
         super().__init__()
         self.cfg = cfg
-        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps, kernel)
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -208,15 +214,18 @@ class Head(nn.Module):
 class Transformer(nn.Module):
     """The whole decoder: `forward(ids [B, T] int64) -> logits [B, T, vocab_size]`.
 
-    `seed=None` skips initialization (e.g. before `load_state_dict`, or on the meta device).
+    `seed=None` skips initialization (e.g. before `load_state_dict`, or on the meta device). `kernels`:
+    what its ops run on (`training/kernels.py`; `use_kernels` changes them).
     """
 
-    def __init__(self, cfg: ModelConfig, seed: int | None = 0, linear_factory: LinearFactory = default_linear):
+    def __init__(self, cfg: ModelConfig, seed: int | None = 0, linear_factory: LinearFactory = default_linear,
+                 kernels: Kernels = EAGER):  # fmt: skip
         super().__init__()
         self.cfg = cfg
+        self.kernels = kernels
         self.embed = Embedding(cfg)
-        self.layers = nn.ModuleList(Block(cfg, i, linear_factory) for i in range(cfg.n_layers))
-        self.head = Head(cfg)
+        self.layers = nn.ModuleList(Block(cfg, i, linear_factory, kernels) for i in range(cfg.n_layers))
+        self.head = Head(cfg, kernels)
         if cfg.tie_embeddings:
             self.head.output.weight = self.embed.weight
         if seed is not None:
@@ -228,14 +237,14 @@ class Transformer(nn.Module):
         h = self.embed(ids)
         positions = mask = None
         if doc_ids is not None:
-            positions, mask = kernels.document_positions(doc_ids), kernels.document_mask(doc_ids)
+            positions, mask = kernels.document_positions(doc_ids), kernels.document_mask(doc_ids, self.kernels.attention)
         for layer in self.layers:
             h = layer(h, positions, mask)
         return self.head(h)
 
     def loss(self, inputs: torch.Tensor, targets: torch.Tensor, doc_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Mean cross-entropy of the next-token predictions over non-ignored targets."""
-        return cross_entropy(self(inputs, doc_ids), targets)
+        return cross_entropy(self(inputs, doc_ids), targets, kernel=self.kernels)
 
     @torch.no_grad()
     def init_weights(self, seed: int) -> None:
@@ -271,7 +280,7 @@ def _init_normal(module: nn.Module, full_shape, std: float, seed: int, name: str
 # ---------------------------------------------------------------------------------------------
 
 
-def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "mean", kernel: Kernels = EAGER) -> torch.Tensor:
     """Cross-entropy of `logits [..., V]` against `targets [...]` (int64), computed in fp32, skipping
     targets equal to -100 (`IGNORE_INDEX`, the loader's PAD targets).
 
@@ -279,7 +288,15 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = 
     data parallelism weighted by token count, take reduction="sum" and divide by the global count
     of `targets != IGNORE_INDEX`.
     """
-    return kernels.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction)
+    return kernels.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction, kernel.cross_entropy)
+
+
+def use_kernels(model: nn.Module, kernel: Kernels) -> nn.Module:
+    """`model` with every one of its modules running on `kernel` from now on."""
+    for module in model.modules():
+        if hasattr(module, "kernels") and isinstance(module.kernels, Kernels):
+            module.kernels = kernel
+    return model
 
 
 def compile_blocks(model: nn.Module, **options) -> int:
@@ -333,6 +350,7 @@ def mfu(cfg: ModelConfig, seq_len: int, tokens_per_second: float, peak_flops: fl
 
 
 __all__ = [
+    "EAGER",
     "IGNORE_INDEX",
     "MLP",
     "Attention",
@@ -351,4 +369,5 @@ __all__ = [
     "num_params",
     "rope_tables",
     "rotate_half",
+    "use_kernels",
 ]

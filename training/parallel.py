@@ -46,7 +46,8 @@ from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
 from training import kernels
 from training.config import ModelConfig, ParallelDims
-from training.model import Block, Embedding, Head, Transformer, cross_entropy, default_linear
+from training.kernels import Kernels
+from training.model import EAGER, Block, Embedding, Head, Transformer, cross_entropy, default_linear
 
 # ---------------------------------------------------------------------------------------------
 # Process groups
@@ -287,8 +288,8 @@ class EmbeddingPipe(Embedding):
 
 
 class BlockPipe(Block):
-    def __init__(self, cfg: ModelConfig, layer_id: int, seed: int, tp_group=None, masks=None):
-        super().__init__(cfg, layer_id, tp_linear_factory(tp_group))
+    def __init__(self, cfg: ModelConfig, layer_id: int, seed: int, tp_group=None, masks=None, kernel: Kernels = EAGER):
+        super().__init__(cfg, layer_id, tp_linear_factory(tp_group), kernel)
         self.masks = masks
         with torch.no_grad():
             self.init_weights(seed)
@@ -301,8 +302,8 @@ class BlockPipe(Block):
 
 
 class HeadPipe(Head):
-    def __init__(self, cfg: ModelConfig, seed: int):
-        super().__init__(cfg)
+    def __init__(self, cfg: ModelConfig, seed: int, kernel: Kernels = EAGER):
+        super().__init__(cfg, kernel)
         with torch.no_grad():
             self.init_weights(seed)
 
@@ -314,12 +315,13 @@ class LossFn:
     """Mean next-token cross-entropy, times an optional per-step factor (`scales[step]`) that
     tests use to inject a loss spike. `step` is set by the training loop before each step."""
 
-    def __init__(self, scales: dict[int, float] | None = None):
+    def __init__(self, scales: dict[int, float] | None = None, kernel: Kernels = EAGER):
         self.scales = dict(scales or {})
+        self.kernels = kernel
         self.step = 0
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = cross_entropy(logits, targets)
+        loss = cross_entropy(logits, targets, kernel=self.kernels)
         scale = self.scales.get(self.step)
         return loss if scale is None else loss * scale
 
@@ -340,24 +342,25 @@ def _checkpoint_blocks(model: Transformer) -> None:
 
 
 def build_model(
-    cfg: ModelConfig, state: ParallelState, seed: int, loss_fn: LossFn, activation_checkpointing: bool = False
+    cfg: ModelConfig, state: ParallelState, seed: int, loss_fn: LossFn, activation_checkpointing: bool = False,
+    kernel: Kernels = EAGER,
 ) -> nn.Module:
-    """The model for this rank: a `PipelineModule` when pp > 1, else a `Transformer` (with
-    tensor-parallel linears when tp > 1). Both initialize identically from `seed`."""
+    """The model for this rank, its ops on `kernel`: a `PipelineModule` when pp > 1, else a `Transformer`
+    (with tensor-parallel linears when tp > 1). Both initialize identically from `seed`."""
     state.dims.check_model(cfg)
     if state.dims.pp == 1:
-        model = Transformer(cfg, seed=seed, linear_factory=tp_linear_factory(state.tp_group))
+        model = Transformer(cfg, seed=seed, linear_factory=tp_linear_factory(state.tp_group), kernels=kernel)
         if activation_checkpointing:
             _checkpoint_blocks(model)
         return model
 
     from deepspeed.pipe import LayerSpec, PipelineModule
 
-    masks = kernels.DocumentMaskCache()  # shared by this stage's blocks
+    masks = kernels.DocumentMaskCache(kernel.attention)  # shared by this stage's blocks
     specs = [
         LayerSpec(EmbeddingPipe, cfg, seed),
-        *(LayerSpec(BlockPipe, cfg, i, seed, state.tp_group, masks) for i in range(cfg.n_layers)),
-        LayerSpec(HeadPipe, cfg, seed),
+        *(LayerSpec(BlockPipe, cfg, i, seed, state.tp_group, masks, kernel) for i in range(cfg.n_layers)),
+        LayerSpec(HeadPipe, cfg, seed, kernel),
     ]
     module = PipelineModule(
         layers=specs,

@@ -53,8 +53,6 @@ class DetoxifyScorer:
             raise ToxicityModelError(f"toxicity backend 'detoxify' is not installed: {exc}") from exc
         if config.detoxify_checkpoint and not os.path.exists(config.detoxify_checkpoint):
             raise ToxicityModelError(f"detoxify checkpoint not found: {config.detoxify_checkpoint}")
-        if config.detoxify_hf_config_path:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
         try:
             self.model = Detoxify(
                 model_type=config.detoxify_model_type,

@@ -74,10 +74,11 @@ def cached_attention(attn: Attention, x: torch.Tensor, positions: torch.Tensor, 
     q = attn.q_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
     k = attn.k_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
     v = attn.v_proj(x).view(B, T, -1, attn.head_dim).transpose(1, 2)
-    q, k = kernels.rope(q, k, attn.rope_cos[positions].to(q.dtype), attn.rope_sin[positions].to(q.dtype))
+    cos, sin = attn.rope_cos[positions].to(q.dtype), attn.rope_sin[positions].to(q.dtype)
+    q, k = kernels.rope(q, k, cos, sin, attn.kernels.rope)
     end = start + T
     keys[:, :, start:end], values[:, :, start:end] = k, v
-    y = kernels.attention(q, keys[:, :, :end], values[:, :, :end], mask)
+    y = kernels.attention(q, keys[:, :, :end], values[:, :, :end], mask, attn.kernels.attention)
     return attn.o_proj(y.transpose(1, 2).reshape(B, T, -1))
 
 
