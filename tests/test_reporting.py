@@ -1,5 +1,6 @@
 """Metadata that people read: numbers at three significant digits, documents in full and in part."""
 
+import dagster as dg
 import polars as pl
 
 from lm_assets.defs.common.reporting import FULL_TEXT_DOCS, PREVIEW_CHARS, PREVIEW_DOCS, document_previews, fenced, significant
@@ -31,3 +32,29 @@ def test_previews_show_three_documents_whole_and_ten_openings():
 def test_a_fence_outlasts_the_tildes_inside():
     block = fenced("code\n~~~~\nmore")
     assert block.startswith("~~~~~text\n") and block.endswith("\n~~~~~")
+
+
+def test_each_document_stage_declares_exactly_the_checks_it_reports():
+    from lm_assets.corpus.accounting import conservation
+    from lm_assets.defs.common.stages import CURATED_SCHEMA
+    from lm_assets.defs.curation.assets import CURATED_STAGE, EXTRACTED_STAGE
+    from lm_assets.defs.dedup.assets import DEDUPLICATED_STAGE
+    from lm_assets.defs.ingest.assets import RAW_STAGE
+    from lm_assets.defs.tokens.assets import DECONTAMINATED_STAGE
+
+    kept = pl.DataFrame({name: pl.Series([], dtype=dtype) for name, dtype in CURATED_SCHEMA.items()})
+    account = conservation(0, 0, 0)
+    facts = {"language_share_bounds": {"en": [0.05, 1.0]}}
+    for stage in (RAW_STAGE, EXTRACTED_STAGE, CURATED_STAGE, DEDUPLICATED_STAGE, DECONTAMINATED_STAGE):
+        specs = [spec.name for spec in stage.check_specs()]
+        results = stage.check_results(kept, account, account, facts)
+        assert [r.check_name for r in results] == specs, stage.asset
+        assert len(set(specs)) == len(specs)
+        blocking = {spec.name: spec.blocking for spec in stage.check_specs()}
+        for result in results:
+            expected = dg.AssetCheckSeverity.ERROR if blocking[result.check_name] else dg.AssetCheckSeverity.WARN
+            assert result.severity == expected, (stage.asset, result.check_name)
+    assert [c.name for c in CURATED_STAGE.checks] == ["pii_residue", "language_share"]
+    # On an empty shard the language bounds are broken and the scan finds nothing.
+    by_name = {r.check_name: r for r in CURATED_STAGE.check_results(kept, account, account, facts)}
+    assert not by_name["language_share"].passed and by_name["pii_residue"].passed

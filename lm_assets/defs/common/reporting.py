@@ -167,18 +167,3 @@ def shard_check_spec(name: str, asset: str, description: str, blocking: bool = F
 def checkpoint_check_spec(name: str, asset: str, description: str, blocking: bool = False) -> dg.AssetCheckSpec:
     return partitioned_check_spec(checkpoint_partitions, name, asset, description, blocking)
 
-
-def standard_check_specs(asset_key: str, extra: list[dg.AssetCheckSpec] = ()) -> list[dg.AssetCheckSpec]:
-    return [
-        shard_check_spec("schema", asset_key, "Columns and types match the contract.", blocking=True),
-        shard_check_spec("non_empty", asset_key, "The shard kept at least one document (warns)."),
-        shard_check_spec("conservation", asset_key, "received = kept + Σ dropped + quarantined.", blocking=True),
-        *extra,
-    ]
-
-
-def shard_conservation_spec(asset_key: str) -> dg.AssetCheckSpec:
-    """The whole-shard account, checked at every per-shard stage after curation."""
-    return shard_check_spec(
-        "shard_conservation", asset_key, "Records read = kept + Σ dropped over all stages + quarantined.", blocking=True
-    )

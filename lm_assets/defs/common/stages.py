@@ -2,6 +2,9 @@
 checked shard key and the storage) and its closing (the kept and dropped tables published together,
 the standard metadata and checks, whole-shard accounting)."""
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import dagster as dg
 import polars as pl
 
@@ -9,7 +12,13 @@ from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.stage import StageResult
 from lm_assets.corpus.storage import Storage
 from lm_assets.defs.common.partitions import shard_key
-from lm_assets.defs.common.reporting import conservation_result, drop_metadata, non_empty_result, schema_result
+from lm_assets.defs.common.reporting import (
+    conservation_result,
+    drop_metadata,
+    non_empty_result,
+    schema_result,
+    shard_check_spec,
+)
 from lm_assets.layout import shard_account, stage_folder, stage_keys
 
 EXTRACTED_SCHEMA = {
@@ -53,39 +62,76 @@ def publish_stage(
     return store.row_count(keys["documents"]), store.row_count(keys["dropped"])
 
 
-def close_stage(
-    store,
-    stage: str,
-    shard: str,
-    docs_in: int,
-    result: StageResult,
-    schema: dict,
-    metadata: dict,
-    checks: list[dg.AssetCheckResult] = (),
-    extra: dict[str, bytes] | None = None,
-    whole_shard: bool = True,
-) -> dg.MaterializeResult:
-    """Publish `result` as `stage` of `shard` and report it: path, documents in and out, the drops by
-    reason, then `metadata`; the schema, non-empty and conservation checks (and, with `whole_shard`, the
-    shard's account through this stage as stored), then `checks`."""
-    kept, dropped = publish_stage(store, stage, shard, result.kept, result.dropped, extra)
-    account = [conservation_result("shard_conservation", shard_account(store, shard, through=stage))] if whole_shard else []
-    return dg.MaterializeResult(
-        metadata={
-            "path": dg.MetadataValue.path(store.uri(stage_keys(stage, shard)["documents"])),
-            "dagster/row_count": result.kept.height,
-            "dagster/column_schema": table_schema(result.kept),
-            "documents_in": docs_in,
-            "documents_out": result.kept.height,
-            "dropped": result.dropped.height,
-            **drop_metadata(result.dropped),
-            **metadata,
-        },
-        check_results=[
-            schema_result("schema", result.kept, schema),
-            non_empty_result("non_empty", result.kept),
-            conservation_result("conservation", conservation(docs_in, kept, dropped)),
-            *account,
-            *checks,
-        ],
-    )
+@dataclass(frozen=True)
+class StageCheck:
+    """A check of one stage beyond the standard ones: its name, what it asserts, whether it blocks, and
+    `decide(kept, facts)` -> (passed, metadata) on the stage's kept documents and what the asset passes
+    as `facts`. A check that is not blocking warns."""
+
+    name: str
+    description: str
+    decide: Callable[[pl.DataFrame, dict], tuple[bool, dict]]
+    blocking: bool = False
+
+
+@dataclass(frozen=True)
+class DocumentStage:
+    """A per-shard document stage's contract: the asset, the folder its tables are published under, the
+    schema its kept table keeps, whether it checks the shard's whole account (stages after extraction
+    do) and its own checks. It makes both the check specs and the check results, so every declared
+    check gets a result and no result goes undeclared."""
+
+    asset: str
+    stage: str
+    schema: dict
+    whole_shard: bool = True
+    checks: tuple[StageCheck, ...] = ()
+
+    def check_specs(self) -> list[dg.AssetCheckSpec]:
+        specs = [
+            shard_check_spec("schema", self.asset, "Columns and types match the contract.", blocking=True),
+            shard_check_spec("non_empty", self.asset, "The shard kept at least one document (warns)."),
+            shard_check_spec("conservation", self.asset, "received = kept + Σ dropped + quarantined.", blocking=True),
+        ]
+        if self.whole_shard:
+            specs.append(shard_check_spec(
+                "shard_conservation", self.asset, "Records read = kept + Σ dropped over all stages + quarantined.",
+                blocking=True,
+            ))
+        suffix = {True: "", False: " (warns)"}
+        return specs + [shard_check_spec(c.name, self.asset, c.description + suffix[c.blocking], c.blocking)
+                        for c in self.checks]  # fmt: skip
+
+    def check_results(self, kept: pl.DataFrame, account: dict, whole: dict | None = None,
+                      facts: dict | None = None) -> list[dg.AssetCheckResult]:  # fmt: skip
+        """The results of every check `check_specs` declares: `account` is this stage's conservation
+        (`corpus.accounting.conservation`), `whole` the shard's through this stage."""
+        results = [schema_result("schema", kept, self.schema), non_empty_result("non_empty", kept),
+                   conservation_result("conservation", account)]  # fmt: skip
+        if self.whole_shard:
+            results.append(conservation_result("shard_conservation", whole))
+        for check in self.checks:
+            passed, metadata = check.decide(kept, facts or {})
+            severity = dg.AssetCheckSeverity.ERROR if check.blocking else dg.AssetCheckSeverity.WARN
+            results.append(dg.AssetCheckResult(check_name=check.name, passed=passed, severity=severity, metadata=metadata))
+        return results
+
+    def close(self, store, shard: str, docs_in: int, result: StageResult, metadata: dict, facts: dict | None = None,
+              extra: dict[str, bytes] | None = None) -> dg.MaterializeResult:  # fmt: skip
+        """Publish `result` as this stage of `shard` and report it: path, documents in and out, the drops
+        by reason, then `metadata`; every declared check's result (its own decided on `facts`)."""
+        kept, dropped = publish_stage(store, self.stage, shard, result.kept, result.dropped, extra)
+        whole = shard_account(store, shard, through=self.stage) if self.whole_shard else None
+        return dg.MaterializeResult(
+            metadata={
+                "path": dg.MetadataValue.path(store.uri(stage_keys(self.stage, shard)["documents"])),
+                "dagster/row_count": result.kept.height,
+                "dagster/column_schema": table_schema(result.kept),
+                "documents_in": docs_in,
+                "documents_out": result.kept.height,
+                "dropped": result.dropped.height,
+                **drop_metadata(result.dropped),
+                **metadata,
+            },
+            check_results=self.check_results(result.kept, conservation(docs_in, kept, dropped), whole, facts),
+        )

@@ -28,12 +28,9 @@ from lm_assets.defs.common.reporting import (
     drop_audit_metadata,
     length_histogram,
     markdown_table,
-    shard_check_spec,
-    shard_conservation_spec,
-    standard_check_specs,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, close_stage, open_stage
+from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, DocumentStage, StageCheck, open_stage
 from lm_assets.layout import (
     CURRENT_CLASSIFIER,
     classifier_keys,
@@ -66,20 +63,23 @@ class ExtractedShardConfig(dg.Config):
     )
 
 
+def no_control_chars(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
+    found = int(kept["text"].str.count_matches(CONTROL_CHARS.pattern).sum()) if kept.height else 0
+    return found == 0, {"found": found}
+
+
+EXTRACTED_STAGE = DocumentStage("extracted_shard", "extracted", EXTRACTED_SCHEMA, whole_shard=False, checks=(
+    StageCheck("no_control_chars", "No NUL or other control characters remain in the text.", no_control_chars,
+               blocking=True),
+))  # fmt: skip
+
+
 @dg.asset(
     partitions_def=shard_partitions,
     group_name="curation",
     kinds={"polars", "selectolax"},
     deps=["raw_shard"],
-    check_specs=standard_check_specs(
-        "extracted_shard",
-        [
-            shard_check_spec(
-                "no_control_chars", "extracted_shard", "No NUL or other control characters remain in the text.",
-                blocking=True,
-            )
-        ],
-    ),
+    check_specs=EXTRACTED_STAGE.check_specs(),
     description="Main text of each document with its paragraphs, lists and code blocks, Unicode-normalized, "
     "control characters stripped.",
 )
@@ -91,11 +91,10 @@ def extracted_shard(
     raw = store.read_parquet(raw_keys(shard)["documents"])
     result = extract_documents(raw, to_dataclass(ExtractConfig, config))
     docs = result.kept
-    residue = int(docs["text"].str.count_matches(CONTROL_CHARS.pattern).sum()) if docs.height else 0
     html_bytes = int(docs["html_bytes"].sum()) if docs.height else 0
     seconds = time.perf_counter() - started
-    return close_stage(
-        store, "extracted", shard, raw.height, result, EXTRACTED_SCHEMA, whole_shard=False,
+    return EXTRACTED_STAGE.close(
+        store, shard, raw.height, result,
         metadata={
             "extractor": result.stats["extractor"],
             "charset_detected": int(raw["charset_detected"].sum()) if "charset_detected" in raw.columns else 0,
@@ -108,7 +107,6 @@ def extracted_shard(
             "html_mb_per_second": round(html_bytes / 1e6 / seconds, 2) if seconds else 0.0,
             "config_hash": config_hash(config),
         },
-        checks=[dg.AssetCheckResult(check_name="no_control_chars", passed=residue == 0, metadata={"found": residue})],
     )
 
 
@@ -296,25 +294,35 @@ def pii_residue(texts: list[str]) -> dict[str, int]:
     return found
 
 
+def no_pii_residue(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
+    residue = pii_residue(kept["text"].to_list())
+    return not residue, {"found": dg.MetadataValue.json(residue)}
+
+
+def languages_within_bounds(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
+    shares = language_shares(kept)
+    out_of_bounds = {
+        lang: round(shares.get(lang, 0.0), 3)
+        for lang, (low, high) in facts["language_share_bounds"].items()
+        if not low <= shares.get(lang, 0.0) <= high
+    }
+    return not out_of_bounds, {"shares": dg.MetadataValue.json(shares), "out_of_bounds": dg.MetadataValue.json(out_of_bounds)}
+
+
+CURATED_STAGE = DocumentStage("curated_shard", "curated", CURATED_SCHEMA, checks=(
+    StageCheck("pii_residue", "A regex scan of the output finds none of the redacted PII types.", no_pii_residue,
+               blocking=True),
+    StageCheck("language_share", "Each configured language's share of kept documents is within its bounds.",
+               languages_within_bounds),
+))  # fmt: skip
+
+
 @dg.asset(
     partitions_def=shard_partitions,
     group_name="curation",
     kinds={"polars", "fasttext", "sklearn"},
     deps=[extracted_shard, dg.AssetKey("quality_classifier")],
-    check_specs=standard_check_specs(
-        "curated_shard",
-        [
-            shard_conservation_spec("curated_shard"),
-            shard_check_spec(
-                "pii_residue", "curated_shard", "A regex scan of the output finds none of the redacted PII types.",
-                blocking=True,
-            ),
-            shard_check_spec(
-                "language_share", "curated_shard",
-                "Each configured language's share of kept documents is within its bounds (warns).",
-            ),
-        ],
-    ),
+    check_specs=CURATED_STAGE.check_specs(),
     description="Documents that pass language ID, quality rules and toxicity, with PII redacted; scores kept as columns.",
 )
 def curated_shard(
@@ -335,19 +343,13 @@ def curated_shard(
     effective = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(curation_config, classifier=None)), default=str))
     docs = result.kept
     shares = language_shares(docs)
-    out_of_bounds = {
-        lang: round(shares.get(lang, 0.0), 3)
-        for lang, (low, high) in config.language_share_bounds.items()
-        if not low <= shares.get(lang, 0.0) <= high
-    }
-    residue = pii_residue(docs["text"].to_list())
     step_stats = result.stats
     timings = pl.DataFrame(
         [{"step": s, "docs_in": v["docs_in"], "docs_out": v["docs_out"], "seconds": v["seconds"]} for s, v in step_stats.items()]
     )
     pii_totals = step_stats.get("pii", {}).get("redacted", {})
-    return close_stage(
-        store, "curated", shard, extracted.height, result, CURATED_SCHEMA,
+    return CURATED_STAGE.close(
+        store, shard, extracted.height, result, facts={"language_share_bounds": config.language_share_bounds},
         extra={"curation.json": json.dumps(record).encode(), "effective_config.json": json.dumps(effective, indent=1).encode()},
         metadata={
             **drop_audit_metadata(
@@ -370,17 +372,6 @@ def curated_shard(
             "effective_config_path": dg.MetadataValue.path(store.uri(effective_config_key(shard))),
             "config_hash": config_hash(config),
         },
-        checks=[
-            dg.AssetCheckResult(
-                check_name="pii_residue", passed=not residue, metadata={"found": dg.MetadataValue.json(residue)}
-            ),
-            dg.AssetCheckResult(
-                check_name="language_share",
-                passed=not out_of_bounds,
-                severity=dg.AssetCheckSeverity.WARN,
-                metadata={"shares": dg.MetadataValue.json(shares), "out_of_bounds": dg.MetadataValue.json(out_of_bounds)},
-            ),
-        ],
     )
 
 

@@ -36,11 +36,9 @@ from lm_assets.defs.common.partitions import (
 from lm_assets.defs.common.reporting import (
     markdown_table,
     shard_check_spec,
-    shard_conservation_spec,
-    standard_check_specs,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, close_stage, open_stage
+from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, open_stage
 from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, band_edges_keys, minhash_keys, stage_folder, stage_keys
 
 
@@ -432,18 +430,16 @@ def cluster_checks(report: dict) -> list[dg.AssetCheckResult]:
 
 
 # deduplicated_shard ----------------------------------------------------------------------------
+DEDUPLICATED_STAGE = DocumentStage("deduplicated_shard", "deduplicated", CURATED_SCHEMA)
+
+
 @dg.asset(
     partitions_def=shard_partitions,
     group_name="dedup",
     kinds={"polars", "parquet"},
     deps=["curated_shard", dedup_clusters],
     automation_condition=dg.AutomationCondition.eager(),
-    check_specs=standard_check_specs(
-        "deduplicated_shard",
-        [
-            shard_conservation_spec("deduplicated_shard")
-        ],
-    ),
+    check_specs=DEDUPLICATED_STAGE.check_specs(),
     description="The shard's curated documents that their cluster keeps; removed ones are in the dropped table "
     "with their reason and the doc_id of the document kept instead.",
 )
@@ -458,8 +454,8 @@ def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResour
         result = apply_dedup(docs, shard_clusters)
     except ValueError as exc:
         raise dg.Failure(f"{exc}: materialize dedup_clusters after this shard's minhash_signatures") from exc
-    return close_stage(
-        store, "deduplicated", shard, docs.height, result, CURATED_SCHEMA,
+    return DEDUPLICATED_STAGE.close(
+        store, shard, docs.height, result,
         metadata={
             "exact_duplicates": result.stats["exact_duplicates"],
             "near_duplicates": result.stats["near_duplicates"],

@@ -16,16 +16,12 @@ from lm_assets.defs.common.partitions import shard_partitions
 from lm_assets.defs.common.reporting import (
     PREVIEW_DOCS,
     config_hash,
-    conservation_result,
     document_previews,
     drop_metadata,
     length_histogram,
-    non_empty_result,
-    schema_result,
-    standard_check_specs,
 )
 from lm_assets.defs.common.resources import LandingResource, StorageResource
-from lm_assets.defs.common.stages import open_stage
+from lm_assets.defs.common.stages import DocumentStage, open_stage
 from lm_assets.layout import raw_keys, stage_folder
 
 
@@ -61,11 +57,15 @@ def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:
     return sample.with_columns(pl.Series("text", texts, dtype=pl.String))
 
 
+# The first stage: its conservation counts the shard's records, so it is the shard's whole account.
+RAW_STAGE = DocumentStage("raw_shard", "raw", DOCUMENT_SCHEMA, whole_shard=False)
+
+
 @dg.asset(
     partitions_def=shard_partitions,
     group_name="ingest",
     kinds={"polars", "parquet"},
-    check_specs=standard_check_specs("raw_shard"),
+    check_specs=RAW_STAGE.check_specs(),
     description="Documents read from one landing shard (WARC, WET, JSONL or Parquet); "
     "non-documents dropped and unreadable records quarantined, each with a reason.",
 )
@@ -100,9 +100,5 @@ def raw_shard(
             "seconds": round(time.perf_counter() - started, 3),
             "config_hash": config_hash(config),
         },
-        check_results=[
-            schema_result("schema", docs, DOCUMENT_SCHEMA),
-            non_empty_result("non_empty", docs),
-            conservation_result("conservation", account),
-        ],
+        check_results=RAW_STAGE.check_results(docs, account),
     )

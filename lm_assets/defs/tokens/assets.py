@@ -38,11 +38,9 @@ from lm_assets.defs.common.reporting import (
     fenced,
     markdown_table,
     shard_check_spec,
-    shard_conservation_spec,
-    standard_check_specs,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, close_stage, open_stage
+from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, open_stage
 from lm_assets.layout import (
     PACKED_MANIFEST,
     TOKENIZER_KEYS,
@@ -97,16 +95,16 @@ def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], cfg
     return ContaminationIndex.build(texts, cfg)
 
 
+DECONTAMINATED_STAGE = DocumentStage("decontaminated_shard", "decontaminated", CURATED_SCHEMA)
+
+
 @dg.asset(
     partitions_def=shard_partitions,
     group_name="tokens",
     kinds={"polars", "numpy"},
     deps=["deduplicated_shard"],
     automation_condition=dg.AutomationCondition.eager(),
-    check_specs=standard_check_specs(
-        "decontaminated_shard",
-        [shard_conservation_spec("decontaminated_shard")],
-    ),
+    check_specs=DECONTAMINATED_STAGE.check_specs(),
     description="Deduplicated documents minus those sharing 13-word (20-character for Chinese) n-grams with "
     "MMLU's questions or the configured C-Eval files.",
 )
@@ -121,8 +119,8 @@ def decontaminated_shard(
     cfg = to_dataclass(DecontamConfig, config, exclude=EVALUATION_SET_FIELDS)
     index = contamination_index(config.mmlu_path, tuple(config.ceval_paths), cfg)
     result = find_contamination(docs, index, cfg)
-    return close_stage(
-        store, "decontaminated", shard, docs.height, result, CURATED_SCHEMA,
+    return DECONTAMINATED_STAGE.close(
+        store, shard, docs.height, result,
         metadata={
             "dropped_per_benchmark": dg.MetadataValue.json(result.stats["dropped_per_benchmark"]),
             "ngrams_indexed": dg.MetadataValue.json(result.stats["ngrams_indexed"]),
@@ -363,8 +361,6 @@ def load_shard_tokens(store, shard: str, files: contextlib.ExitStack) -> ShardTo
     kinds={"numpy", "parquet"},
     deps=[tokenized_shard, tokenizer],
     check_specs=[
-        dg.AssetCheckSpec("one_tokenizer", asset="packed_dataset", blocking=True,
-                          description="Every input shard was tokenized with the current tokenizer."),
         dg.AssetCheckSpec("splits_disjoint", asset="packed_dataset", blocking=True,
                           description="No document is in both train and val."),
     ],
@@ -420,7 +416,6 @@ def packed_dataset(
             "tokens_per_second": round(sum(manifest["splits"][s]["tokens"] for s in ("train", "val")) / seconds) if seconds else 0,
         },
         check_results=[
-            dg.AssetCheckResult(check_name="one_tokenizer", passed=not stale, metadata={"shards": len(shards)}),
             dg.AssetCheckResult(
                 check_name="splits_disjoint", passed=not (train_docs & val_docs),
                 metadata={"train_docs": len(train_docs), "val_docs": len(val_docs), "in_both": len(train_docs & val_docs)},
