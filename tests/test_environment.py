@@ -1,10 +1,13 @@
 """Environment defaults are read when a run or resource needs them, and relative paths resolve against
 the project folder, whatever the working directory."""
 
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -74,3 +77,20 @@ def test_unset_defaults_and_the_project_folder_override(tmp_path):
     ).stdout)
     assert run(base) == [str(PROJECT / "storage"), str(PROJECT / "data/sample-crawl"), 32000]
     assert run({**base, "LM_ASSETS_PROJECT_DIR": "/opt/lm-assets"}) == ["/opt/lm-assets/storage", "/opt/lm-assets/data/sample-crawl", 32000]
+
+
+def test_every_setting_variable_is_registered_read_one_way_and_documented():
+    from lm_assets.defs.common.environment import VARIABLES, from_environment
+
+    root = Path(__file__).resolve().parent.parent
+    source = "\n".join(p.read_text() for p in (root / "lm_assets").rglob("*.py"))
+    named = set(re.findall(r"LM_ASSETS_[A-Z0-9_]+", source))
+    # The launcher's variables for the training program, not settings of the code location.
+    assert named - set(VARIABLES) == {"LM_ASSETS_ERROR_DIR", "LM_ASSETS_PIPES_MESSAGES"}
+    defs_source = "\n".join(p.read_text() for p in (root / "lm_assets" / "defs").rglob("*.py"))
+    reads = re.findall(r"os\.environ(?:\.get)?\(?\[?\"([A-Z_]+)", defs_source)
+    assert not set(reads) & set(VARIABLES), "read a setting with from_environment"
+    readme = (root / "README.md").read_text()
+    assert [v for v in VARIABLES if v.startswith("LM_ASSETS_") and f"`{v}`" not in readme] == []
+    with pytest.raises(KeyError, match="LM_ASSETS_TYPO is not one of the environment variables"):
+        from_environment(None, "LM_ASSETS_TYPO")

@@ -12,13 +12,45 @@ import os
 from pathlib import Path
 from typing import Any
 
+# Every environment variable the code location reads, and what it sets (the README's Configuration
+# table). `from_environment` refuses a variable that is not here.
+VARIABLES = {
+    "LM_ASSETS_PROJECT_DIR": "the folder relative paths resolve against",
+    "LM_ASSETS_STORAGE_ROOT": "where every stage writes: a folder or s3://bucket/prefix",
+    "LM_ASSETS_LANDING_ROOT": "where shard files arrive: a folder or s3://bucket/prefix",
+    "LM_ASSETS_S3_ENDPOINT_URL": "an S3-compatible endpoint",
+    "AWS_REGION": "the S3 region",
+    "AWS_DEFAULT_REGION": "the S3 region, when AWS_REGION is unset",
+    "LM_ASSETS_TOXICITY_BACKEND": "the toxicity backend",
+    "LM_ASSETS_DETOXIFY_CHECKPOINT": "a local Detoxify checkpoint",
+    "LM_ASSETS_DETOXIFY_HF_CONFIG": "the Detoxify checkpoint's HF config and tokenizer folder",
+    "LM_ASSETS_QUALITY_POLICY": "who decides quality in curated_shard",
+    "LM_ASSETS_MMLU_PATH": "MMLU, for decontamination and the MMLU score",
+    "LM_ASSETS_CEVAL_PATH": "C-Eval, for the C-Eval score",
+    "LM_ASSETS_VOCAB_SIZE": "the tokenizer's vocabulary",
+    "LM_ASSETS_SEQ_LEN": "the packed sequence length",
+    "LM_ASSETS_DUCKDB_TEMP_DIR": "where dedup's DuckDB spills",
+    "LM_ASSETS_TRAINING_BACKEND": "local or kubernetes",
+    "LM_ASSETS_PIPES_BUCKET": "the S3 bucket Pipes messages go through on Kubernetes",
+}
+
 PACKAGE_PROJECT_DIR = Path(__file__).resolve().parents[3]
 # Inside the project folder; both the decontamination index and the MMLU score read it.
 DEFAULT_MMLU_PATH = "data/eval/mmlu.zip"
 
 
+def from_environment(value: Any, variable: str, fallback: Any = None) -> Any:
+    """`value` when it is set, else $`variable` when set and not empty, else `fallback`: the one way a
+    setting takes its environment default."""
+    if variable not in VARIABLES:
+        raise KeyError(f"{variable} is not one of the environment variables the code location reads: {sorted(VARIABLES)}")
+    if value is not None:
+        return value
+    return os.environ.get(variable) or fallback
+
+
 def project_dir() -> Path:
-    return Path(os.environ.get("LM_ASSETS_PROJECT_DIR") or PACKAGE_PROJECT_DIR)
+    return Path(from_environment(None, "LM_ASSETS_PROJECT_DIR", PACKAGE_PROJECT_DIR))
 
 
 def project_path(path: str | None) -> str | None:
@@ -35,8 +67,7 @@ def fill_from_environment(data: Any, defaults: dict[str, tuple[str, Any]], paths
         return data
     filled = dict(data)
     for field, (variable, fallback) in defaults.items():
-        if filled.get(field) is None:
-            filled[field] = os.environ.get(variable) or fallback
+        filled[field] = from_environment(filled.get(field), variable, fallback)
     for field in paths:
         value = filled.get(field)
         if isinstance(value, (list, tuple)):

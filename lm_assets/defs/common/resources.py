@@ -8,14 +8,13 @@ written into code or config files.
 """
 
 
-import os
 from typing import ClassVar
 
 import dagster as dg
 from pydantic import Field
 
 from lm_assets.corpus.storage import Storage
-from lm_assets.defs.common.environment import project_path
+from lm_assets.defs.common.environment import from_environment, project_path
 
 DEFAULT_STORAGE_ROOT = "storage"
 DEFAULT_LANDING_ROOT = "data/sample-crawl"
@@ -45,8 +44,9 @@ class S3ClientResource(dg.ConfigurableResource):
 
         return construct_s3_client(
             max_attempts=self.max_attempts,
-            region_name=self.region_name or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None,
-            endpoint_url=self.endpoint_url or os.environ.get("LM_ASSETS_S3_ENDPOINT_URL") or None,
+            region_name=from_environment(self.region_name or None, "AWS_REGION",
+                                         from_environment(None, "AWS_DEFAULT_REGION")),
+            endpoint_url=from_environment(self.endpoint_url or None, "LM_ASSETS_S3_ENDPOINT_URL"),
             use_unsigned_session=self.use_unsigned_session,
             profile_name=self.profile_name,
             use_ssl=self.use_ssl,
@@ -82,7 +82,7 @@ class StorageResource(dg.ConfigurableResource):
     default_root: ClassVar[str] = DEFAULT_STORAGE_ROOT
 
     def storage(self) -> Storage:
-        return _storage(self.root or os.environ.get(self.environment_variable) or self.default_root, self.s3)
+        return _storage(from_environment(self.root or None, self.environment_variable, self.default_root), self.s3)
 
 
 class LandingResource(StorageResource):

@@ -2,7 +2,6 @@
 
 import hashlib
 import json
-import os
 import tempfile
 import time
 from contextlib import ExitStack
@@ -25,6 +24,7 @@ from lm_assets.corpus.dedup import (
 from lm_assets.corpus.global_dedup import band_range_edges, cluster_files, cluster_report, merge_cluster_files
 from lm_assets.corpus.minhash import lsh_params
 from lm_assets.defs.common.config import to_dataclass
+from lm_assets.defs.common.environment import from_environment
 from lm_assets.defs.common.partitions import (
     band_partition_key,
     band_partitions_for,
@@ -96,7 +96,7 @@ class DedupSettings(dg.ConfigurableResource):
     )
 
     def dedup_config(self) -> DedupConfig:
-        temp_directory = self.duckdb_temp_directory or os.environ.get("LM_ASSETS_DUCKDB_TEMP_DIR") or None
+        temp_directory = from_environment(self.duckdb_temp_directory or None, "LM_ASSETS_DUCKDB_TEMP_DIR")
         return to_dataclass(DedupConfig, {
             "minhash": {name: getattr(self, name) for name in MINHASH_FIELDS},
             "verify": self.verify,

@@ -20,6 +20,7 @@ from pydantic import Field
 from lm_assets.corpus.keys import UnsafeKeyError, check_name
 from lm_assets.corpus.tokenizer import load_tokenizer
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices
+from lm_assets.defs.common.environment import from_environment
 from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions
 from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
@@ -140,10 +141,10 @@ class TrainingLauncher(dg.ConfigurableResource):
 
     def backend_name(self) -> str:
         """The backend; unset, $LM_ASSETS_TRAINING_BACKEND, else local."""
-        return self.backend or os.environ.get("LM_ASSETS_TRAINING_BACKEND") or "local"
+        return from_environment(self.backend, "LM_ASSETS_TRAINING_BACKEND", "local")
 
     def kubernetes_client(self) -> KubernetesTrainingClient:
-        bucket = self.pipes_bucket or os.environ.get("LM_ASSETS_PIPES_BUCKET")
+        bucket = from_environment(self.pipes_bucket, "LM_ASSETS_PIPES_BUCKET")
         if not bucket:
             raise dg.Failure("the kubernetes backend needs pipes_bucket ($LM_ASSETS_PIPES_BUCKET): the S3 bucket Pipes messages go through")
         return KubernetesTrainingClient(self.s3.get_client(), bucket)
