@@ -24,7 +24,7 @@ $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
 	@cp deploy/dagster.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
-	@LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} $(BIN)/python -m lm_assets.demo
+	@LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} $(BIN)/python -m lm_assets.app.demo
 
 test: install
 	$(BIN)/python -m pytest -q

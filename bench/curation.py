@@ -63,10 +63,10 @@ from pathlib import Path
 import polars as pl
 from bench_paths import REPO, out_dir, smoke_crawl
 
-from lm_assets.corpus.extract import ExtractConfig, extract_documents, extract_html
-from lm_assets.corpus.langid import LangIdConfig, identify, identify_languages
-from lm_assets.corpus.quality import apply_quality_rules, preset
-from lm_assets.corpus.readers import read_shard
+from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents, extract_html
+from lm_assets.corpus.curation.langid import LangIdConfig, identify, identify_languages
+from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+from lm_assets.corpus.ingest.readers import read_shard
 
 MAKE_CRAWL = Path("/work/shared/bench/make_crawl.py")
 

@@ -33,7 +33,7 @@ quality_labels and quality_classifier materialized there) and copies it into the
 e.g. `--train $OUT/dev-crawl bench/dev_set/labels.jsonl --crawl $OUT/transfer-crawl --labels
 bench/transfer_set/labels.jsonl`. `--smoke` trains on the slice itself.
 
-Printed per package, per language (of the label) and overall, by `lm_assets.corpus.curation_eval`:
+Printed per package, per language (of the label) and overall, by `lm_assets.corpus.audit.curation_eval`:
 good retention (KEEP pages kept after curation), junk rejection (DROP pages dropped), balanced
 accuracy, the share of kept KEEP pages that dedup keeps as themselves (pages truth.json lists as
 natural duplicates of other source pages left out: only one of them can survive), and the rules that dropped
@@ -54,10 +54,11 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
-
 from bench_paths import REPO, TEST_SLICE
 from curation import LABELLED_CRAWLS, MAKE_CRAWL, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
-from lm_assets.corpus.curation_eval import (
+
+from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_config_for, run_shard_graph
+from lm_assets.corpus.audit.curation_eval import (
     decision_figures,
     decisions,
     grouped_figures,
@@ -65,11 +66,10 @@ from lm_assets.corpus.curation_eval import (
     read_labels,
     text_integrity,
 )
-from lm_assets.corpus.quality_policy import DEFAULT_QUALITY_POLICY, POLICIES
-from lm_assets.corpus.storage import Storage
+from lm_assets.corpus.curation.policy import DEFAULT_QUALITY_POLICY, POLICIES
 from lm_assets.defs.dedup.assets import DedupSettings
-from lm_assets.layout import CLUSTERS_KEY, CURRENT_CLASSIFIER, classifier_keys, raw_keys, stage_keys
-from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_config_for, run_shard_graph
+from lm_assets.storage.layout import CLUSTERS_KEY, CURRENT_CLASSIFIER, classifier_keys, raw_keys, stage_keys
+from lm_assets.storage.store import Storage
 
 DEFAULT_LABELS = REPO / "bench" / "dev_set" / "labels.jsonl"
 
@@ -175,7 +175,7 @@ def trained_classifier(train: list[tuple[Path, Path]], storage_root: Path, floor
 
 def site_folds(labels: pl.DataFrame, folds: int, seed: int = 0) -> dict[str, int]:
     """Each labelled site of the scored crawl dealt into a fold, whole (`group_fold_ids`)."""
-    from lm_assets.corpus.quality_classifier import group_fold_ids, sites
+    from lm_assets.corpus.quality.classifier import group_fold_ids, sites
 
     frame = labels.select(pl.col("url").alias("doc_id"), "url", "lang", "label")
     names = sites(frame)
@@ -190,8 +190,8 @@ def cross_validated_run(crawl: Path, storage_root: Path, run_config: dict, label
     its own fold. The outcomes, and each fold's classifier hash and training size."""
     from dedup_quality import pipeline_definitions
 
-    from lm_assets.corpus import quality_model
-    from lm_assets.corpus.quality_classifier import sites
+    from lm_assets.corpus.quality import shipped as quality_model
+    from lm_assets.corpus.quality.classifier import sites
 
     fold_of = site_folds(labels, folds)
     pages = quality_model.training_pages()

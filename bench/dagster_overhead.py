@@ -50,7 +50,7 @@ JOBS = {
 
 
 def run_config() -> dict:
-    from lm_assets.local_run import OFFLINE_RUN_CONFIG
+    from lm_assets.app.local_run import OFFLINE_RUN_CONFIG
 
     ops = dict(OFFLINE_RUN_CONFIG["ops"])
     ops["tokenizer"] = {"config": {"vocab_size": VOCAB_SIZE}}
@@ -89,10 +89,10 @@ def prepare(work: Path, jobs: list[str]) -> None:
     subprocess, so that the measuring process starts cold)."""
     import dagster as dg
 
+    from lm_assets.app.local_run import run_shard_graph, shard_files
     from lm_assets.definitions import defs
     from lm_assets.defs.common.partitions import add_new_partitions, shard_partitions
     from lm_assets.defs.common.resources import default_resources
-    from lm_assets.local_run import run_shard_graph, shard_files
 
     use_environment(work, SAMPLE_CRAWL)
     instance = dg.DagsterInstance.get()
@@ -111,22 +111,19 @@ def stage_functions(store, landing, shard: str) -> dict:
     publishing the same files."""
     import polars as pl
 
-    from lm_assets.corpus.curation import curate
-    from lm_assets.corpus.decontam import DecontamConfig, find_contamination
-    from lm_assets.corpus.extract import ExtractConfig, extract_documents
-    from lm_assets.corpus.readers import ReaderConfig, read_shard
-    from lm_assets.corpus.dedup import apply_dedup, band_table, sketch_documents
-    from lm_assets.corpus.tokens import tokenize_shard
+    from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents
+    from lm_assets.corpus.curation.pipeline import curate
+    from lm_assets.corpus.decontam.contamination import DecontamConfig, find_contamination
+    from lm_assets.corpus.dedup.clustering import apply_dedup, band_table, sketch_documents
+    from lm_assets.corpus.ingest.readers import ReaderConfig, read_shard
+    from lm_assets.corpus.tokens.tokenize import tokenize_shard
     from lm_assets.defs.common.config import to_dataclass
-    from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, current_classifier
+    from lm_assets.corpus.quality.registry import current_classifier
+    from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig
     from lm_assets.defs.dedup.assets import DedupSettings
-    from lm_assets.defs.tokens.assets import (
-        EVALUATION_SET_FIELDS,
-        DecontaminatedShardConfig,
-        contamination_index,
-        current_tokenizer,
-    )
-    from lm_assets.layout import CLUSTERS_KEY, raw_keys, stage_folder, stage_keys
+    from lm_assets.defs.decontam.assets import EVALUATION_SET_FIELDS, DecontaminatedShardConfig, contamination_index
+    from lm_assets.defs.tokens.assets import current_tokenizer
+    from lm_assets.storage.layout import CLUSTERS_KEY, raw_keys, stage_folder, stage_keys
 
     def documents(stage):
         return store.read_parquet(stage_keys(stage, shard)["documents"])
@@ -183,7 +180,7 @@ def stage_functions(store, landing, shard: str) -> dict:
 
 
 def run_job(job, instance, log) -> None:
-    from lm_assets.local_run import run_config_for
+    from lm_assets.app.local_run import run_config_for
 
     with contextlib.redirect_stderr(log):
         result = job.execute_in_process(partition_key=SHARD, instance=instance,

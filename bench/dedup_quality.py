@@ -16,7 +16,7 @@ dedup_clusters runs across all shards, then the per-shard deduplicated_shard job
 `local_run.run_shard_graph(..., through_packing=False)` in this process (tokenizer and packing are
 skipped), on an ephemeral Dagster instance and a fresh storage root in a temporary folder, with the
 offline toxicity backend and the default dedup settings. The clusters, the sketches (url, lang)
-and the curated texts are then scored against `truth.json` by `lm_assets.corpus.dedup_eval` (its
+and the curated texts are then scored against `truth.json` by `lm_assets.corpus.dedup.evaluation` (its
 docstring defines the figures). The curation stages drop some pages before dedup; only documents
 that reach dedup count, and the output says how many did.
 
@@ -34,15 +34,15 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
-
 from curation import MAKE_CRAWL, find_shards, resolve_crawl
-from lm_assets.corpus.dedup_eval import LANGUAGE_GROUPS, LanguageTally, figures, tally
-from lm_assets.corpus.minhash import lsh_params
-from lm_assets.corpus.storage import Storage
-from lm_assets.defs.dedup.assets import DedupSettings
-from lm_assets.layout import CLUSTERS_KEY, minhash_keys, stage_keys
+
+from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
+from lm_assets.corpus.dedup.evaluation import LANGUAGE_GROUPS, LanguageTally, figures, tally
+from lm_assets.corpus.dedup.minhash import lsh_params
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
-from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
+from lm_assets.defs.dedup.assets import DedupSettings
+from lm_assets.storage.layout import CLUSTERS_KEY, minhash_keys, stage_keys
+from lm_assets.storage.store import Storage
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -50,8 +50,9 @@ import polars as pl
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_paths import out_dir  # noqa: E402
-from lm_assets.corpus.dedup import DedupConfig, DuckDBConfig, band_ranges, band_table  # noqa: E402
-from lm_assets.corpus.minhash import MinHashConfig, lsh_params  # noqa: E402
+
+from lm_assets.corpus.dedup.clustering import DedupConfig, DuckDBConfig, band_ranges, band_table  # noqa: E402
+from lm_assets.corpus.dedup.minhash import MinHashConfig, lsh_params  # noqa: E402
 
 NUM_PERM = MinHashConfig().num_perm
 EXACT_GROUP = 3
@@ -160,7 +161,7 @@ def recall(plan: Plan, clusters: Path) -> dict:
 
 
 def step_main(args: argparse.Namespace) -> None:
-    from lm_assets.corpus.global_dedup import band_range_edges, cluster_files
+    from lm_assets.corpus.dedup.global_dedup import band_range_edges, cluster_files
 
     folder = Path(args.folder)
     cfg = config(args, folder)

@@ -78,7 +78,9 @@ import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 from curation import MAKE_CRAWL, Clock, find_shards, quiet_datatrove_logs, rate, resolve_crawl, timed  # noqa: E402
 
-from lm_assets.corpus.dedup import (  # noqa: E402
+from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents  # noqa: E402
+from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages  # noqa: E402
+from lm_assets.corpus.dedup.clustering import (  # noqa: E402
     DedupConfig,
     DuckDBConfig,
     band_ranges,
@@ -91,11 +93,9 @@ from lm_assets.corpus.dedup import (  # noqa: E402
     sketch_documents,
     verify_edges,
 )
-from lm_assets.corpus.extract import ExtractConfig, extract_documents  # noqa: E402
-from lm_assets.corpus.langid import LangIdConfig, identify_languages  # noqa: E402
-from lm_assets.corpus.minhash import MinHashConfig, lsh_params, shingle_hash, shingles, signatures  # noqa: E402
+from lm_assets.corpus.dedup.minhash import MinHashConfig, lsh_params, shingle_hash, shingles, signatures  # noqa: E402
+from lm_assets.corpus.ingest.readers import read_shard  # noqa: E402
 from lm_assets.text import is_cjk_lang  # noqa: E402
-from lm_assets.corpus.readers import read_shard  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 GOAL_DOCS_PER_CORE_S = 5000

@@ -29,7 +29,7 @@ the largest absolute difference of a per-choice log-likelihood, how many prompts
 (where ours exposes its prompts) and how many were left-truncated. The last line is one JSON object.
 
 Without `--hf-dir`, the model is the HF export of the demo checkpoint: the one `make demo` made in
-`storage/`, else one built as `make demo` builds it (`python -m lm_assets.demo` with the Makefile's
+`storage/`, else one built as `make demo` builds it (`python -m lm_assets.app.demo` with the Makefile's
 environment, about 30 s) with its storage and Dagster instance under the output folder.
 
 Everything is written under the output folder `$OUT/eval_agreement/` (else `bench/out/eval_agreement/`):
@@ -121,16 +121,16 @@ def demo_checkpoint(out: Path) -> Path:
     env.setdefault("LM_ASSETS_TOXICITY_BACKEND", "profanity_check")
     (demo / "dagster_home").mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "deploy" / "dagster.yaml", demo / "dagster_home" / "dagster.yaml")
-    subprocess.run([sys.executable, "-m", "lm_assets.demo"], cwd=REPO, env=env, check=True)
+    subprocess.run([sys.executable, "-m", "lm_assets.app.demo"], cwd=REPO, env=env, check=True)
     if not is_export(hf_dir):
-        sys.exit(f"`python -m lm_assets.demo` finished but {hf_dir} is still missing")
+        sys.exit(f"`python -m lm_assets.app.demo` finished but {hf_dir} is still missing")
     return hf_dir
 
 
 def smoke_checkpoint(out: Path) -> Path:
     """A tiny random model (the `tiny` preset) and a small tokenizer trained on the dev questions of the
     zip, exported to `out/smoke-hf/`: something both sides can score in seconds."""
-    from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+    from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
     from training.config import from_preset
     from training.export import export_hf
     from training.model import Transformer
@@ -306,10 +306,10 @@ class Scored:
 def run_lm_eval(
     hf_dir: Path, task_dir: Path, subjects: list[str], batch_size: int, limit: int | None, shots: int
 ) -> Scored:
+    import logging
+
     import lm_eval
     from lm_eval.tasks import TaskManager
-
-    import logging
 
     # One warning per truncated request otherwise (here: all of them); the summary counts them.
     logging.getLogger("lm_eval.models.huggingface").setLevel(logging.ERROR)
@@ -469,8 +469,9 @@ def score_ours_lm_assets(hf_dir: Path, subjects: list[str], batch_size: int, lim
 
 def token_mismatches(em, hf_dir: Path, questions) -> int:
     """Questions where our `(context_enc, continuation_enc)` pairs differ from lm-eval's (HF tokenizer)."""
-    from lm_assets.evaluation.scoring import encode_many
     from transformers import AutoTokenizer
+
+    from lm_assets.evaluation.scoring import encode_many
 
     tok = AutoTokenizer.from_pretrained(hf_dir)
     ours = encode_many(em, [(q.context, q.continuations) for q in questions])

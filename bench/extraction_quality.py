@@ -167,7 +167,7 @@ def load_pages(source: Path) -> list[tuple[str, str, str]]:
 
 # Extractors ------------------------------------------------------------------------------------
 def _lm_assets(preset: str | None = None) -> Callable[[str], str]:
-    from lm_assets.corpus.extract import ExtractConfig, extract_html
+    from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
 
     config = ExtractConfig() if preset is None else ExtractConfig(extractor=preset)
     return lambda page: extract_html(page, config)[0]

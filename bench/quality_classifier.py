@@ -1,4 +1,4 @@
-"""The quality classifier (`lm_assets.corpus.quality_classifier`) on the labelled development pages.
+"""The quality classifier (`lm_assets.corpus.quality.classifier`) on the labelled development pages.
 
 Usage::
 
@@ -54,15 +54,15 @@ import polars as pl
 from bench_paths import REPO, TEST_SLICE, out_dir
 from curation import LABELLED_CRAWLS, MAKE_CRAWL, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
 
-import lm_assets.corpus.quality_classifier as qc
-from lm_assets.corpus.curation import CurationConfig, curate
-from lm_assets.corpus.curation_eval import read_labels
-from lm_assets.corpus.extract import PAGE_COLUMNS, extract_documents
-from lm_assets.corpus.langid import identify_languages
-from lm_assets.corpus.quality import HARD_RULES, preset, quality_signals, reasons_from_signals
-from lm_assets.corpus.quality_classifier import ClassifierConfig, QualityClassifier, train_classifier
-from lm_assets.corpus.readers import read_shard
-from lm_assets.corpus.toxicity import ToxicityConfig
+import lm_assets.corpus.quality.classifier as qc
+from lm_assets.corpus.audit.curation_eval import read_labels
+from lm_assets.corpus.curation.extract import PAGE_COLUMNS, extract_documents
+from lm_assets.corpus.curation.langid import identify_languages
+from lm_assets.corpus.curation.pipeline import CurationConfig, curate
+from lm_assets.corpus.curation.rules import HARD_RULES, preset, quality_signals, reasons_from_signals
+from lm_assets.corpus.curation.toxicity import ToxicityConfig
+from lm_assets.corpus.ingest.readers import read_shard
+from lm_assets.corpus.quality.classifier import ClassifierConfig, QualityClassifier, train_classifier
 
 DEFAULT_LABELS = REPO / "bench" / "dev_set" / "labels.jsonl"
 DEFAULT = ClassifierConfig()

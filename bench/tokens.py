@@ -81,15 +81,8 @@ import polars as pl  # noqa: E402
 from curation import MAKE_CRAWL, Clock, resolve_crawl, timed  # noqa: E402
 from dedup_speed import command_line, load_documents, text_mb  # noqa: E402
 
-from lm_assets.corpus.packing import SPLITS, PackingConfig, ShardTokens, pack, write_packed  # noqa: E402
-from lm_assets.corpus.tokenizer import (  # noqa: E402
-    TokenizerConfig,
-    TrainedTokenizer,
-    load_tokenizer,
-    sample_documents,
-    train_tokenizer,
-)
-from lm_assets.corpus.tokens import (  # noqa: E402
+from lm_assets.corpus.tokens.packing import SPLITS, PackingConfig, ShardTokens, pack, write_packed  # noqa: E402
+from lm_assets.corpus.tokens.tokenize import (  # noqa: E402
     document_index,
     index_path,
     make_sidecar,
@@ -98,6 +91,13 @@ from lm_assets.corpus.tokens import (  # noqa: E402
     tokenize_shard,
     write_index,
     write_sidecar,
+)
+from lm_assets.corpus.tokens.tokenizer import (  # noqa: E402
+    TokenizerConfig,
+    TrainedTokenizer,
+    load_tokenizer,
+    sample_documents,
+    train_tokenizer,
 )
 
 THREADS = (1, 2)

@@ -6,9 +6,11 @@ import dagster as dg
 
 from lm_assets.defs import automation
 from lm_assets.defs.curation import definitions as curation
+from lm_assets.defs.decontam import definitions as decontam
 from lm_assets.defs.dedup import definitions as dedup
 from lm_assets.defs.evaluation import definitions as evaluation
 from lm_assets.defs.ingest import definitions as ingest
+from lm_assets.defs.quality import definitions as quality
 from lm_assets.defs.common.resources import default_resources
 from lm_assets.defs.tokens import definitions as tokens
 from lm_assets.defs.training import definitions as training
@@ -16,7 +18,9 @@ from lm_assets.defs.training import definitions as training
 defs = dg.Definitions.merge(
     ingest.defs,
     curation.defs,
+    quality.defs,
     dedup.defs,
+    decontam.defs,
     tokens.defs,
     training.defs,
     evaluation.defs,

@@ -1,4 +1,4 @@
-"""Build the shipped quality classifier (lm_assets/quality_model/, see lm_assets/corpus/quality_model.py).
+"""Build the shipped quality classifier (lm_assets/quality_model/, see lm_assets/corpus/quality/shipped.py).
 
 Usage::
 
@@ -24,8 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
-from lm_assets.corpus import quality_model  # noqa: E402
-from lm_assets.corpus.curation_eval import read_labels  # noqa: E402
+from lm_assets.corpus.audit.curation_eval import read_labels  # noqa: E402
+from lm_assets.corpus.quality import shipped as quality_model  # noqa: E402
 
 
 def labelled_sets() -> list[tuple[str, Path, Path]]:

@@ -1,7 +1,7 @@
 """A small crawl with known duplicates, built offline from the shipped sample crawl, for dedup quality tests.
 
 `build_dedup_crawl(out, seed)` writes gzip-WARC shards `crawl-NNNNN.warc.gz` and a `truth.json` of
-the shape `/work/shared/bench/make_crawl.py` writes, so `lm_assets.corpus.dedup_eval` scores both
+the shape `/work/shared/bench/make_crawl.py` writes, so `lm_assets.corpus.dedup.evaluation` scores both
 the same way. Everything follows from the seed and the sample crawl; no network is needed.
 
 Source pages
@@ -46,10 +46,10 @@ import polars as pl
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from lm_assets.corpus.extract import ExtractConfig, extract_html
-from lm_assets.corpus.minhash import MinHashConfig, normalized_units, shingles
-from lm_assets.corpus.quality import QualityConfig, apply_quality_rules
-from lm_assets.corpus.readers import read_shard
+from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
+from lm_assets.corpus.curation.rules import QualityConfig, apply_quality_rules
+from lm_assets.corpus.dedup.minhash import MinHashConfig, normalized_units, shingles
+from lm_assets.corpus.ingest.readers import read_shard
 
 SAMPLE_CRAWL = Path(__file__).resolve().parents[1] / "data" / "sample-crawl"
 ORDINARY_CATEGORIES = {"normal", "exact_dup", "near_dup"}

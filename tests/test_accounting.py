@@ -3,8 +3,8 @@ import json
 import polars as pl
 import pytest
 
-from lm_assets.corpus.accounting import drop_examples, reason_totals
-from lm_assets.corpus.curation_eval import decision_figures, decisions, outcomes, read_labels
+from lm_assets.corpus.audit.curation_eval import decision_figures, decisions, outcomes, read_labels
+from lm_assets.storage.accounting import drop_examples, reason_totals
 
 
 def test_drop_examples_show_a_few_pages_per_reason_with_their_opening_text():

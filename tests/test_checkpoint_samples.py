@@ -8,12 +8,12 @@ import polars as pl
 import pytest
 import torch
 
-from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
-from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor, checkpoint_samples, samples_table
+from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.resources import STORAGE_ROOT_VARIABLE, StorageResource, s3_resource_from_env
+from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor, checkpoint_samples, samples_table
 from lm_assets.evaluation import SAMPLE_PROMPTS, generate, load_model
-from lm_assets.layout import checkpoint_key, checkpoint_run_folder, samples_key
+from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, samples_key
 from training.config import from_preset
 from training.export import export_hf
 from training.model import Transformer

@@ -5,15 +5,15 @@ from dataclasses import dataclass, field
 import dagster as dg
 import pytest
 
-from lm_assets.corpus.curation import CurationConfig
-from lm_assets.corpus.decontam import DecontamConfig
-from lm_assets.corpus.dedup import DedupConfig
-from lm_assets.corpus.extract import ExtractConfig
-from lm_assets.corpus.packing import PackingConfig
-from lm_assets.corpus.quality_classifier import ClassifierConfig
-from lm_assets.corpus.readers import ReaderConfig
-from lm_assets.corpus.tokenizer import TokenizerConfig
-from lm_assets.corpus.toxicity import ToxicityConfig
+from lm_assets.corpus.curation.extract import ExtractConfig
+from lm_assets.corpus.curation.pipeline import CurationConfig
+from lm_assets.corpus.curation.toxicity import ToxicityConfig
+from lm_assets.corpus.decontam.contamination import DecontamConfig
+from lm_assets.corpus.dedup.clustering import DedupConfig
+from lm_assets.corpus.ingest.readers import ReaderConfig
+from lm_assets.corpus.quality.classifier import ClassifierConfig
+from lm_assets.corpus.tokens.packing import PackingConfig
+from lm_assets.corpus.tokens.tokenizer import TokenizerConfig
 from lm_assets.defs.common.config import to_dataclass
 
 
@@ -70,10 +70,11 @@ def test_stage_configs_default_to_the_corpus_defaults(monkeypatch):
                      "LM_ASSETS_DETOXIFY_CHECKPOINT", "LM_ASSETS_DETOXIFY_HF_CONFIG"):
         monkeypatch.delenv(variable, raising=False)
     from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, ToxicityRulesConfig
-    from lm_assets.defs.curation.quality import QualityClassifierConfig
+    from lm_assets.defs.quality.assets import QualityClassifierConfig
     from lm_assets.defs.dedup.assets import DedupSettings
     from lm_assets.defs.ingest.assets import RawShardConfig
-    from lm_assets.defs.tokens.assets import DecontaminatedShardConfig, PackedDatasetConfig, TokenizerTrainingConfig
+    from lm_assets.defs.decontam.assets import DecontaminatedShardConfig
+    from lm_assets.defs.tokens.assets import PackedDatasetConfig, TokenizerTrainingConfig
 
     assert to_dataclass(ReaderConfig, RawShardConfig()) == ReaderConfig()
     assert to_dataclass(ExtractConfig, ExtractedShardConfig()) == ExtractConfig()

@@ -6,12 +6,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from lm_assets.corpus.curation import CurationConfig, curate
-from lm_assets.corpus.curation_eval import decision_figures, decisions, outcomes, read_labels, text_integrity
-from lm_assets.corpus.extract import extract_documents
-from lm_assets.corpus.quality import preset
-from lm_assets.corpus.readers import read_shard
-from lm_assets.corpus.toxicity import ToxicityConfig
+from lm_assets.corpus.audit.curation_eval import decision_figures, decisions, outcomes, read_labels, text_integrity
+from lm_assets.corpus.curation.extract import extract_documents
+from lm_assets.corpus.curation.pipeline import CurationConfig, curate
+from lm_assets.corpus.curation.rules import preset
+from lm_assets.corpus.curation.toxicity import ToxicityConfig
+from lm_assets.corpus.ingest.readers import read_shard
 
 SLICE = Path(__file__).parent / "data" / "dev-slice"
 

@@ -12,8 +12,9 @@ import dagster as dg
 import polars as pl
 from dagster._core.instance.ref import InstanceRef
 
-from lm_assets.corpus.storage import Storage
 from lm_assets.defs.automation import landing_sensor, stale_shards
+from lm_assets.defs.common.reporting import config_hash
+from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.curation.assets import (
     CuratedShardConfig,
     ExtractedShardConfig,
@@ -23,8 +24,7 @@ from lm_assets.defs.curation.assets import (
 )
 from lm_assets.defs.curation.expectations import curated_expectations, validate_frame
 from lm_assets.defs.ingest.assets import RawShardConfig, raw_shard
-from lm_assets.defs.common.reporting import config_hash
-from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.storage.store import Storage
 from tests.warc_builder import WarcBuilder, page
 
 OFFLINE_TOXICITY = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
@@ -389,8 +389,8 @@ def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
 def test_the_shard_graph_through_packing_on_s3(s3_server):
     """Every stage through packed_dataset on an S3 storage root and landing location: the tokenized
     shards reach packing through Storage.local_dir, and nothing is written to local disk by the assets."""
+    from lm_assets.app.local_run import DEMO_RUN_CONFIG, OFFLINE_RUN_CONFIG, run_shard_graph
     from lm_assets.definitions import defs
-    from lm_assets.local_run import DEMO_RUN_CONFIG, OFFLINE_RUN_CONFIG, run_shard_graph
 
     client = boto3.client("s3", endpoint_url=s3_server.endpoint, region_name="us-east-1")
     shard = "crawl-00000.warc.gz"

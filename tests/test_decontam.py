@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from lm_assets.corpus.decontam import (
+from lm_assets.corpus.decontam.contamination import (
     ContaminationIndex,
     DecontamConfig,
     evaluation_texts,

@@ -5,8 +5,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus import dedup as D
-from lm_assets.corpus.dedup import (
+from lm_assets.corpus.dedup import clustering as D
+from lm_assets.corpus.dedup.clustering import (
     DedupConfig,
     DedupState,
     DuckDBConfig,

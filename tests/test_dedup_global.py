@@ -1,4 +1,4 @@
-"""The bounded-memory global dedup (corpus/global_dedup.py) against the in-memory steps of corpus/dedup.py."""
+"""The bounded-memory global dedup (corpus/dedup/global_dedup.py) against the in-memory steps of corpus/dedup/clustering.py."""
 
 import functools
 import random
@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus import dedup as D
-from lm_assets.corpus.dedup import (
+from lm_assets.corpus.dedup import clustering as D
+from lm_assets.corpus.dedup.clustering import (
     DedupConfig,
     DedupState,
     DuckDBConfig,
@@ -19,7 +19,7 @@ from lm_assets.corpus.dedup import (
     deduplicate_sketches,
     sketch_documents,
 )
-from lm_assets.corpus.global_dedup import (
+from lm_assets.corpus.dedup.global_dedup import (
     UnionFindFile,
     band_range_edges,
     cluster_files,
@@ -28,7 +28,7 @@ from lm_assets.corpus.global_dedup import (
     star_components,
     union_find_components,
 )
-from lm_assets.corpus.storage import ROW_GROUP_ROWS
+from lm_assets.storage.store import ROW_GROUP_ROWS
 from tests.dedup_crawl import source_pages
 
 N_BANDS = 24

@@ -9,13 +9,13 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from lm_assets.corpus.dedup_eval import edit_rate_bin, evaluate, language_group, tally
-from lm_assets.corpus.storage import Storage
-from lm_assets.defs.dedup.assets import DedupSettings
-from lm_assets.layout import CLUSTERS_KEY, minhash_keys, stage_keys
-from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
+from lm_assets.corpus.dedup.evaluation import edit_rate_bin, evaluate, language_group, tally
 from lm_assets.definitions import defs as project_defs
-from lm_assets.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
+from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.defs.dedup.assets import DedupSettings
+from lm_assets.storage.layout import CLUSTERS_KEY, minhash_keys, stage_keys
+from lm_assets.storage.store import Storage
 from tests.dedup_crawl import build_dedup_crawl, crawl_digest
 
 LANGUAGES = ("en", "zh")

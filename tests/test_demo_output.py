@@ -5,7 +5,7 @@ import sys
 
 import dagster as dg
 
-from lm_assets.demo import echoed_progress, output_to, step_line
+from lm_assets.app.demo import echoed_progress, output_to, step_line
 
 
 def test_output_of_the_process_and_its_children_goes_to_the_log(tmp_path, capfd):

@@ -16,7 +16,8 @@ LATE_ENVIRONMENT = textwrap.dedent("""
     import lm_assets.definitions as location
     from lm_assets.defs.curation.assets import ToxicityRulesConfig
     from lm_assets.defs.evaluation.assets import CevalScoreConfig, MmluScoreConfig
-    from lm_assets.defs.tokens.assets import DecontaminatedShardConfig, PackedDatasetConfig, TokenizerTrainingConfig
+    from lm_assets.defs.decontam.assets import DecontaminatedShardConfig
+    from lm_assets.defs.tokens.assets import PackedDatasetConfig, TokenizerTrainingConfig
 
     # Set only after the code location was imported.
     os.environ.update({

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lm_assets.corpus.decontam import load_ceval, load_mmlu
-from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+from lm_assets.corpus.decontam.contamination import load_ceval, load_mmlu
+from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.evaluation import (
     MMLU_CATEGORIES,
     ceval_questions,

@@ -56,8 +56,8 @@ def test_expected_questions_counts_the_files():
 def test_a_random_model_scores_at_chance_on_the_full_mmlu_test_set(tmp_path):
     import torch
 
-    from lm_assets.corpus.decontam import load_mmlu
-    from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+    from lm_assets.corpus.decontam.contamination import load_mmlu
+    from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
     from lm_assets.evaluation import evaluate_mmlu
     from lm_assets.evaluation.checkpoint import EvalModel
     from training.config import from_preset

@@ -8,7 +8,7 @@ import sentencepiece as spm
 import torch
 from safetensors.torch import load_file
 
-from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from training.config import from_preset
 from training.export import (
     PROBE_TEXTS,

@@ -1,8 +1,8 @@
 import polars as pl
 
-from lm_assets.corpus.extract import ExtractConfig, clean_text, extract_documents
-from lm_assets.corpus.langid import LangIdConfig, identify_languages
-from lm_assets.corpus.readers import DOCUMENT_SCHEMA
+from lm_assets.corpus.curation.extract import ExtractConfig, clean_text, extract_documents
+from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages
+from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA
 from tests.warc_builder import page
 
 EN = "The river flows through the old town, past the market and the stone bridge. " * 8

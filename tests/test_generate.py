@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
+from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.evaluation import load_model
 from lm_assets.evaluation.generation import generate, next_token_scores
 from training.config import from_preset

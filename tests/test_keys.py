@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from lm_assets.corpus.keys import UnsafeKeyError, check_checkpoint_key, check_name, confined_path, landing_files
-from lm_assets.corpus.storage import Storage
+from lm_assets.storage.keys import UnsafeKeyError, check_checkpoint_key, check_name, confined_path, landing_files
+from lm_assets.storage.store import Storage
 
 HOSTILE = {
     "../../../escape/x.warc.gz": "path separator",

@@ -59,17 +59,17 @@ def field_choices(asset, *path: str) -> list[str] | None:
 
 
 def test_choices_are_dropdowns_of_the_corpus_values():
-    from lm_assets.corpus.curation import STEPS
-    from lm_assets.corpus.decontam import SPLITS as BENCHMARK_SPLITS
-    from lm_assets.corpus.extract import EXTRACTORS
-    from lm_assets.corpus.packing import SPLITS as PACKED_SPLITS
-    from lm_assets.corpus.packing import STRATEGIES
-    from lm_assets.corpus.quality import PRESETS
-    from lm_assets.corpus.quality_classifier import FEATURES
-    from lm_assets.corpus.quality_policy import POLICIES
-    from lm_assets.corpus.toxicity import BACKENDS
+    from lm_assets.corpus.curation.extract import EXTRACTORS
+    from lm_assets.corpus.curation.pipeline import STEPS
+    from lm_assets.corpus.curation.policy import POLICIES
+    from lm_assets.corpus.curation.rules import PRESETS
+    from lm_assets.corpus.curation.toxicity import BACKENDS
+    from lm_assets.corpus.decontam.contamination import SPLITS as BENCHMARK_SPLITS
+    from lm_assets.corpus.quality.classifier import FEATURES
+    from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
+    from lm_assets.corpus.tokens.packing import STRATEGIES
     from lm_assets.defs.curation.assets import curated_shard, extracted_shard
-    from lm_assets.defs.curation.quality import quality_classifier
+    from lm_assets.defs.quality.assets import quality_classifier
     from lm_assets.defs.evaluation.assets import ceval_score, mmlu_score, perplexity
     from lm_assets.defs.tokens.assets import packed_dataset
     from lm_assets.defs.training.assets import training
@@ -101,8 +101,8 @@ def test_the_training_launcher_choices_are_enums():
 def test_an_enum_field_holds_the_plain_string(monkeypatch):
     monkeypatch.delenv("LM_ASSETS_TOXICITY_BACKEND", raising=False)
     monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
-    from lm_assets.defs.curation.assets import CuratedShardConfig, QualityPolicy
     from lm_assets.defs.common.reporting import config_hash
+    from lm_assets.defs.curation.assets import CuratedShardConfig, QualityPolicy
 
     config = CuratedShardConfig(quality_policy=QualityPolicy.both)
     assert type(config.quality_policy) is str and config.quality_policy == "both"
@@ -136,7 +136,7 @@ def test_an_unknown_choice_is_refused_naming_the_valid_ones(monkeypatch):
 
 
 def test_to_dataclass_takes_enum_members_as_their_values():
-    from lm_assets.corpus.packing import PackingConfig
+    from lm_assets.corpus.tokens.packing import PackingConfig
     from lm_assets.defs.common.config import to_dataclass
     from lm_assets.defs.tokens.assets import PackingStrategy
 
@@ -167,7 +167,7 @@ def curated_quality(monkeypatch, **config):
 
 
 def test_unset_quality_rules_are_the_preset_exactly(monkeypatch):
-    from lm_assets.corpus.quality import QualityConfig, preset
+    from lm_assets.corpus.curation.rules import QualityConfig, preset
 
     assert curated_quality(monkeypatch) == preset("lm_assets")
     assert curated_quality(monkeypatch, quality_preset="fineweb") == preset("fineweb")
@@ -175,7 +175,7 @@ def test_unset_quality_rules_are_the_preset_exactly(monkeypatch):
 
 
 def test_a_typed_threshold_reaches_the_quality_config(monkeypatch):
-    from lm_assets.corpus.quality import preset
+    from lm_assets.corpus.curation.rules import preset
 
     rules = {
         "families": ["gopher_quality", "c4"],
@@ -193,7 +193,7 @@ def test_a_typed_threshold_reaches_the_quality_config(monkeypatch):
 
 
 def test_switching_a_threshold_off(monkeypatch):
-    from lm_assets.corpus.quality import preset, rule_reasons
+    from lm_assets.corpus.curation.rules import preset, rule_reasons
 
     quality = curated_quality(monkeypatch, quality_rules={"off": ["min_stop_words", "max_licence_share"]})
     assert quality == preset("lm_assets", min_stop_words=None, max_licence_share=None)
@@ -209,7 +209,7 @@ def test_a_threshold_both_set_and_off_is_refused():
 
 
 def test_the_rule_families_cover_quality_config():
-    from lm_assets.corpus.quality import FAMILIES, QualityConfig
+    from lm_assets.corpus.curation.rules import FAMILIES, QualityConfig
     from lm_assets.defs.curation.quality_rules import PRESET_DEFAULTS, QualityRules, QualityThreshold, shown
 
     family_classes = [QualityRules.model_fields[name].annotation for name in FAMILIES]
@@ -226,7 +226,7 @@ def test_the_rule_families_cover_quality_config():
 
 
 def test_quality_rules_from_a_run_config_reach_the_quality_config():
-    from lm_assets.corpus.quality import FAMILIES
+    from lm_assets.corpus.curation.rules import FAMILIES
     from lm_assets.defs.curation.assets import CuratedShardConfig
 
     seen = {}

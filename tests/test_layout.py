@@ -165,3 +165,32 @@ def test_walker_finds_function_level_and_relative_cycles(tmp_path):
     assert graph["pkg.d"] == {"pkg.a": 1}
     assert cycles(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
     assert "pkg.sub.b:1 imports pkg.c" in describe(graph, cycles(graph))
+
+
+def test_the_library_rooms_import_no_dagster():
+    """corpus/, storage/, evaluation/, text.py and training/ are plain Python: Dagster stays in defs/ and app/."""
+    modules = module_files(ROOT, PACKAGES)
+    plain = {m: path for m, path in modules.items() if m.startswith(
+        ("lm_assets.corpus", "lm_assets.storage", "lm_assets.evaluation", "lm_assets.text", "training"))}  # fmt: skip
+    assert len(plain) > 40
+    offenders = {}
+    for module, path in plain.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])  # fmt: skip
+            dagster = [n for n in names if n.split(".")[0].startswith("dagster") and n.split(".")[0] != "dagster_pipes"]
+            if dagster:
+                offenders[module] = (node.lineno, dagster)
+    assert offenders == {}
+
+
+def test_each_dagster_group_has_its_defs_folder_and_corpus_package():
+    from lm_assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
+    program = {"training": ROOT / "training", "evaluation": ROOT / "lm_assets" / "evaluation"}
+    for group in groups:
+        assert (ROOT / "lm_assets" / "defs" / group / "assets.py").exists(), group
+        assert (ROOT / "lm_assets" / "defs" / group / "definitions.py").exists(), group
+        assert program.get(group, ROOT / "lm_assets" / "corpus" / group).is_dir(), group

@@ -2,8 +2,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.lineage import locate, read_sequence, trace
-from lm_assets.corpus.packing import PackingConfig, pack, write_packed
+from lm_assets.corpus.audit.lineage import locate, read_sequence, trace
+from lm_assets.corpus.tokens.packing import PackingConfig, pack, write_packed
 from tests.test_packing import doc_tokens, make_shard
 
 

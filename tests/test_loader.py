@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lm_assets.corpus.packing import PackingConfig, pack, write_packed
+from lm_assets.corpus.tokens.packing import PackingConfig, pack, write_packed
 from tests.test_packing import make_shard
 from training.data import IGNORE_INDEX, PackedDataset, batch_indices, permute
 

@@ -3,8 +3,8 @@
 import dagster as dg
 import pytest
 
+from lm_assets.app.local_run import EVERY_CHECKPOINT, QUALITY_ASSETS, graph_steps
 from lm_assets.definitions import defs
-from lm_assets.local_run import EVERY_CHECKPOINT, QUALITY_ASSETS, graph_steps
 
 
 def names(steps):

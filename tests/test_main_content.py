@@ -1,5 +1,5 @@
-from lm_assets.corpus.extract import ExtractConfig, extract_html
-from lm_assets.corpus.main_content import extract_main_text
+from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
+from lm_assets.corpus.curation.main_content import extract_main_text
 
 PROSE = (
     "The package manager keeps a database of installed packages and their files, so that it can remove "

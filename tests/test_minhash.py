@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 from datasketch import MinHash, MinHashLSH
 
-from lm_assets.corpus import minhash
-from lm_assets.corpus.minhash import (
+from lm_assets.corpus.dedup import minhash
+from lm_assets.corpus.dedup.minhash import (
     EMPTY_HASH,
+    KNOWN_BANDS_ROWS,
     MinHashConfig,
     band_hashes,
     empty_signatures,
-    KNOWN_BANDS_ROWS,
     lsh_params,
     normalized_units,
     permutations,
@@ -135,7 +135,7 @@ def test_shingle_hash_is_pinned_and_independent_of_the_process():
     assert shingle_hash(("the", "quick", "brown", "fox", "jumps")) == 1971908583
     assert shingle_hash(("我", "们", "今", "天")) == 2098492841
     code = (
-        "from lm_assets.corpus.minhash import MinHashConfig, signatures;"
+        "from lm_assets.corpus.dedup.minhash import MinHashConfig, signatures;"
         f"print(signatures([{ENGLISH!r}], ['en'], MinHashConfig())[0, :4].tolist())"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345")

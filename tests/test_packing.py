@@ -5,7 +5,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.packing import (
+from lm_assets.corpus.tokens.packing import (
     PackingConfig,
     ShardTokens,
     best_fit_decreasing,

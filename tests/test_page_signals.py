@@ -3,7 +3,7 @@ listing patterns of its URL and title."""
 
 import polars as pl
 
-from lm_assets.corpus.extract import ExtractConfig, address_signals, extract_documents, extract_page
+from lm_assets.corpus.curation.extract import ExtractConfig, address_signals, extract_documents, extract_page
 
 HEADLINES = [
     "Council approves the new budget after a long debate", "Storm closes schools across the region",
@@ -69,7 +69,7 @@ def test_extracted_documents_carry_the_signals_and_text_rows_leave_them_null():
 
 
 def test_a_page_listed_by_its_url_and_title_is_dropped_by_the_default_rules_and_text_without_html_passes():
-    from lm_assets.corpus.quality import apply_quality_rules, preset
+    from lm_assets.corpus.curation.rules import apply_quality_rules, preset
 
     prose = (
         "The write-ahead log records every change before it reaches the database file. When a transaction commits, "

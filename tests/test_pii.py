@@ -1,7 +1,7 @@
 import polars as pl
 import pytest
 
-from lm_assets.corpus.pii import (
+from lm_assets.corpus.curation.pii import (
     PII_TYPES,
     PLACEHOLDERS,
     cn_id_check_char,

@@ -4,11 +4,11 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from lm_assets.corpus.quality import (
+from lm_assets.corpus.curation.rules import (
     FAMILIES,
     PRESETS,
-    _ngram_repetition,
     QualityConfig,
+    _ngram_repetition,
     apply_quality_rules,
     is_structure_line,
     preset,

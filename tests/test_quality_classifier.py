@@ -10,10 +10,11 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.curation_eval import read_labels
-from lm_assets.corpus.extract import extract_documents
-from lm_assets.corpus.quality import preset, quality_signals
-from lm_assets.corpus.quality_classifier import (
+from lm_assets.corpus.audit.curation_eval import read_labels
+from lm_assets.corpus.curation.extract import extract_documents
+from lm_assets.corpus.curation.rules import preset, quality_signals
+from lm_assets.corpus.ingest.readers import read_shard
+from lm_assets.corpus.quality.classifier import (
     FASTTEXT_ENTRY,
     MANIFEST_ENTRY,
     ClassifierConfig,
@@ -23,7 +24,6 @@ from lm_assets.corpus.quality_classifier import (
     sites,
     train_classifier,
 )
-from lm_assets.corpus.readers import read_shard
 
 SLICE = Path(__file__).parent / "data" / "dev-slice"
 CONFIG = ClassifierConfig()

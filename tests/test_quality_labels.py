@@ -4,7 +4,7 @@ import json
 
 import polars as pl
 
-from lm_assets.corpus.quality_labels import files_version, match_labels, read_label_file
+from lm_assets.corpus.quality.labels import files_version, match_labels, read_label_file
 
 
 def jsonl(*rows) -> bytes:

@@ -8,9 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus import quality_model
-from lm_assets.corpus.curation_eval import read_labels
-from lm_assets.corpus.quality_classifier import ClassifierConfig, sites, train_classifier
+from lm_assets.corpus.audit.curation_eval import read_labels
+from lm_assets.corpus.quality import shipped as quality_model
+from lm_assets.corpus.quality.classifier import ClassifierConfig, sites, train_classifier
 
 SLICE = Path(__file__).parent / "data" / "dev-slice"
 

@@ -4,12 +4,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.curation import CurationConfig, curate
-from lm_assets.corpus.extract import PAGE_COLUMNS, signal_columns
-from lm_assets.corpus.quality import apply_quality_rules, preset
-from lm_assets.corpus.quality_model import shipped_classifier
-from lm_assets.corpus.quality_policy import decide_quality
-from lm_assets.corpus.toxicity import ToxicityConfig
+from lm_assets.corpus.curation.extract import PAGE_COLUMNS, signal_columns
+from lm_assets.corpus.curation.pipeline import CurationConfig, curate
+from lm_assets.corpus.curation.policy import decide_quality
+from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+from lm_assets.corpus.curation.toxicity import ToxicityConfig
+from lm_assets.corpus.quality.shipped import shipped_classifier
 
 PROSE = (
     "The scheduler assigns each job to the machine with the most free memory, and it checks the queue again "

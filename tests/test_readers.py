@@ -5,7 +5,7 @@ import zlib
 import polars as pl
 import pytest
 
-from lm_assets.corpus.readers import make_doc_id, read_shard
+from lm_assets.corpus.ingest.readers import make_doc_id, read_shard
 from tests.warc_builder import ArcBuilder, WarcBuilder, page
 
 ARTICLE = "<p>" + "A sentence about the history of computing machines. " * 20 + "</p>"

@@ -3,7 +3,14 @@
 import dagster as dg
 import polars as pl
 
-from lm_assets.defs.common.reporting import FULL_TEXT_DOCS, PREVIEW_CHARS, PREVIEW_DOCS, document_previews, fenced, significant
+from lm_assets.defs.common.reporting import (
+    FULL_TEXT_DOCS,
+    PREVIEW_CHARS,
+    PREVIEW_DOCS,
+    document_previews,
+    fenced,
+    significant,
+)
 
 
 def test_floats_read_at_three_significant_digits():
@@ -35,12 +42,12 @@ def test_a_fence_outlasts_the_tildes_inside():
 
 
 def test_each_document_stage_declares_exactly_the_checks_it_reports():
-    from lm_assets.corpus.accounting import conservation
     from lm_assets.defs.common.stages import CURATED_SCHEMA
     from lm_assets.defs.curation.assets import CURATED_STAGE, EXTRACTED_STAGE
     from lm_assets.defs.dedup.assets import DEDUPLICATED_STAGE
     from lm_assets.defs.ingest.assets import RAW_STAGE
-    from lm_assets.defs.tokens.assets import DECONTAMINATED_STAGE
+    from lm_assets.defs.decontam.assets import DECONTAMINATED_STAGE
+    from lm_assets.storage.accounting import conservation
 
     kept = pl.DataFrame({name: pl.Series([], dtype=dtype) for name, dtype in CURATED_SCHEMA.items()})
     account = conservation(0, 0, 0)

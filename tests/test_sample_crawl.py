@@ -7,8 +7,10 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from lm_assets.corpus.pii import find_pii
+from lm_assets.corpus.curation.pii import find_pii
+from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.curation.assets import curated_shard, extracted_shard
+from lm_assets.defs.curation.expectations import curated_expectations
 from lm_assets.defs.dedup.assets import (
     DedupSettings,
     band_partitions,
@@ -17,11 +19,9 @@ from lm_assets.defs.dedup.assets import (
     deduplicated_shard,
     minhash_signatures,
 )
-from lm_assets.defs.curation.expectations import curated_expectations
+from lm_assets.defs.decontam.assets import decontaminated_shard
 from lm_assets.defs.ingest.assets import raw_shard
-from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.tokens.assets import (
-    decontaminated_shard,
     packed_dataset,
     tokenized_shard,
     tokenized_with_current_tokenizer,
@@ -94,7 +94,7 @@ def test_every_run_succeeds_and_every_check_passes(materialized):
     _, results, dedup = materialized
     tokens = dedup["tokens"]
     runs = [*results.values(), dedup["first"], dedup["second"], *dedup["shards"].values(), *tokens.values()]
-    expected_checks = [3 + 4 + 6 + 1 + 1] * 3 + [2, 2] + [4 + 4] * 3 + [2] + [1] * 3 + [2]
+    expected_checks = [3 + 4 + 6 + 1 + 1] * 3 + [2, 2] + [4 + 4] * 3 + [2] + [1] * 3 + [1]
     for result, n_checks in zip(runs, expected_checks):
         assert result.success
         evaluations = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
@@ -258,10 +258,10 @@ def test_retrained_tokenizer_makes_tokenized_shards_stale(materialized, tmp_path
 
 
 def test_packed_dataset_traces_back_to_the_warc_record(materialized):
-    from lm_assets.corpus.readers import read_shard
-    from lm_assets.corpus.storage import Storage
-    from lm_assets.corpus.tokenizer import load_tokenizer
-    from lm_assets.lineage_view import trace_sequence
+    from lm_assets.app.lineage_view import trace_sequence
+    from lm_assets.corpus.ingest.readers import read_shard
+    from lm_assets.corpus.tokens.tokenizer import load_tokenizer
+    from lm_assets.storage.store import Storage
     from training.data import PackedDataset
 
     root, _, runs = materialized

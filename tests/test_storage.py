@@ -8,7 +8,7 @@ import boto3
 import polars as pl
 import pytest
 
-from lm_assets.corpus.storage import Storage, split_s3_url
+from lm_assets.storage.store import Storage, split_s3_url
 
 
 def frame():
@@ -96,7 +96,7 @@ def test_s3_storage_against_a_real_s3_protocol_server(s3_server):
 KILLED_PUBLISH = textwrap.dedent("""
     import os, signal, sys
     import polars as pl
-    from lm_assets.corpus.storage import Storage
+    from lm_assets.storage.store import Storage
 
     class DiesWhenWritten(pl.DataFrame):
         def write_parquet(self, *args, **kwargs):

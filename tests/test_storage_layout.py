@@ -1,13 +1,12 @@
-"""lm_assets.layout: the keys every stage writes, checkpoint keys, and whole-shard accounting as stored."""
+"""lm_assets.storage.layout: the keys every stage writes, checkpoint keys, and whole-shard accounting as stored."""
 
 import json
 
 import polars as pl
 import pytest
 
-from lm_assets.corpus.keys import UnsafeKeyError
-from lm_assets.corpus.storage import Storage
-from lm_assets.layout import (
+from lm_assets.storage.keys import UnsafeKeyError
+from lm_assets.storage.layout import (
     DOCUMENT_STAGES,
     checkpoint_key,
     checkpoint_run_folder,
@@ -16,6 +15,7 @@ from lm_assets.layout import (
     shard_account,
     stage_keys,
 )
+from lm_assets.storage.store import Storage
 
 
 def ids(n: int, prefix: str) -> pl.DataFrame:

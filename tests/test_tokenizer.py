@@ -8,22 +8,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.extract import extract_documents
-from lm_assets.corpus.readers import read_shard
-from lm_assets.corpus.tokenizer import (
-    TokenizerConfig,
-    VocabSizeError,
-    byte_fallback_share,
-    fertility,
-    load_tokenizer,
-    roundtrip_failures,
-    sample_documents,
-    tokenizer_hash,
-    tokenizer_report,
-    train_tokenizer,
-    unk_count,
-)
-from lm_assets.corpus.tokens import (
+from lm_assets.corpus.curation.extract import extract_documents
+from lm_assets.corpus.ingest.readers import read_shard
+from lm_assets.corpus.tokens.tokenize import (
     index_path,
     is_stale,
     read_index,
@@ -35,6 +22,19 @@ from lm_assets.corpus.tokens import (
     tokenize_shard,
     write_sidecar,
     write_tokenized_shard,
+)
+from lm_assets.corpus.tokens.tokenizer import (
+    TokenizerConfig,
+    VocabSizeError,
+    byte_fallback_share,
+    fertility,
+    load_tokenizer,
+    roundtrip_failures,
+    sample_documents,
+    tokenizer_hash,
+    tokenizer_report,
+    train_tokenizer,
+    unk_count,
 )
 
 CRAWL = Path(__file__).resolve().parents[1] / "data" / "sample-crawl"

@@ -3,7 +3,7 @@ import os
 import polars as pl
 import pytest
 
-from lm_assets.corpus.toxicity import ToxicityConfig, ToxicityModelError, load_scorer, score_toxicity
+from lm_assets.corpus.curation.toxicity import ToxicityConfig, ToxicityModelError, load_scorer, score_toxicity
 from tests.tiny_detoxify import build_tiny_detoxify
 
 CLEAN = "The cat sat on the mat and watched the birds in the garden all afternoon."

@@ -8,12 +8,12 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.packing import PackingConfig, ShardTokens, pack, write_packed
-from lm_assets.corpus.storage import Storage
-from lm_assets.corpus.tokenizer import TokenizerConfig, train_tokenizer
-from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
+from lm_assets.corpus.tokens.packing import PackingConfig, ShardTokens, pack, write_packed
+from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.defs.common.partitions import checkpoint_partitions
+from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
 from lm_assets.defs.training.assets import TrainingLauncher, training
+from lm_assets.storage.store import Storage
 
 pytestmark = pytest.mark.slow
 

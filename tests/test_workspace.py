@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lm_assets.cli import code_location, dagster_argv
+from lm_assets.app.cli import code_location, dagster_argv
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -28,7 +28,7 @@ question gets k - 1 shots (it happens once in MMLU: a `college_physics` question
 `dev` and `val`). A subject with fewer than k dev rows is an error, as lm-evaluation-harness's
 `first_n` sampler makes it.
 
-The benchmark files are read with `lm_assets.corpus.decontam.load_mmlu` / `load_ceval` (a zip or a
+The benchmark files are read with `lm_assets.corpus.decontam.contamination.load_mmlu` / `load_ceval` (a zip or a
 folder in the official `{dev,val,test}/<subject>_<split>.csv` layout).
 """
 
@@ -41,7 +41,7 @@ from pathlib import Path
 
 import polars as pl
 
-from lm_assets.corpus.decontam import load_ceval, load_mmlu
+from lm_assets.corpus.decontam.contamination import load_ceval, load_mmlu
 from lm_assets.evaluation.subjects import ceval_subject_names
 
 CHOICES = ("A", "B", "C", "D")

@@ -2,7 +2,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from lm_assets.corpus.keys import UnsafeKeyError, check_name
+from lm_assets.storage.keys import UnsafeKeyError, check_name
 
 shard_partitions = dg.DynamicPartitionsDefinition(name="shards")
 BAND_KEY_PREFIX = "bands-"
@@ -23,7 +23,7 @@ def band_partitions_for(band_ranges: list[tuple[int, int]]) -> dg.StaticPartitio
     return dg.StaticPartitionsDefinition([band_partition_key(r) for r in band_ranges])
 
 
-# One per saved checkpoint: `<run>-<tag>` (lm_assets/layout.py builds and parses it).
+# One per saved checkpoint: `<run>-<tag>` (lm_assets/storage/layout.py builds and parses it).
 checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoints")
 
 

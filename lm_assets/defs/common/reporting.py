@@ -12,8 +12,8 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.accounting import drop_examples, reason_counts, reason_totals
 from lm_assets.defs.common.partitions import checkpoint_partitions, shard_partitions
+from lm_assets.storage.accounting import drop_examples, reason_counts, reason_totals
 
 HISTOGRAM_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
 # Previews: this many documents by their opening characters, and the first few in full.

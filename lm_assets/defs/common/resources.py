@@ -13,8 +13,8 @@ from typing import ClassVar
 import dagster as dg
 from pydantic import Field
 
-from lm_assets.corpus.storage import Storage
 from lm_assets.defs.common.environment import from_environment, project_path
+from lm_assets.storage.store import Storage
 
 DEFAULT_STORAGE_ROOT = "storage"
 DEFAULT_LANDING_ROOT = "data/sample-crawl"

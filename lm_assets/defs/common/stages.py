@@ -8,9 +8,7 @@ from dataclasses import dataclass
 import dagster as dg
 import polars as pl
 
-from lm_assets.corpus.accounting import conservation
 from lm_assets.corpus.stage import StageResult
-from lm_assets.corpus.storage import Storage
 from lm_assets.defs.common.partitions import shard_key
 from lm_assets.defs.common.reporting import (
     conservation_result,
@@ -19,7 +17,9 @@ from lm_assets.defs.common.reporting import (
     schema_result,
     shard_check_spec,
 )
-from lm_assets.layout import shard_account, stage_folder, stage_keys
+from lm_assets.storage.accounting import conservation
+from lm_assets.storage.layout import shard_account, stage_folder, stage_keys
+from lm_assets.storage.store import Storage
 
 EXTRACTED_SCHEMA = {
     "doc_id": pl.String,

@@ -1,2 +1,2 @@
-"""Curation: extracted_shard and curated_shard, the quality labels and classifier they learn from, and
-the Great Expectations suite on curated documents."""
+"""Curation: extracted_shard and curated_shard, the quality rules' typed config, and the Great
+Expectations suite on curated documents."""

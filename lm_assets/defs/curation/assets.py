@@ -10,16 +10,20 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.curation import STEPS, CurationConfig, curate
-from lm_assets.corpus.extract import CONTROL_CHARS, EXTRACTORS, ExtractConfig, extract_documents
-from lm_assets.corpus.pii import find_pii
-from lm_assets.corpus.quality import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
-from lm_assets.corpus.quality_classifier import QualityClassifier
-from lm_assets.corpus.quality_model import shipped_classifier
-from lm_assets.corpus.quality_policy import POLICIES
-from lm_assets.corpus.toxicity import BACKENDS, ToxicityConfig
+from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTORS, ExtractConfig, extract_documents
+from lm_assets.corpus.curation.pii import find_pii
+from lm_assets.corpus.curation.pipeline import STEPS, CurationConfig, curate
+from lm_assets.corpus.curation.policy import POLICIES
+from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
+from lm_assets.corpus.curation.toxicity import BACKENDS, ToxicityConfig
+from lm_assets.corpus.quality.classifier import QualityClassifier
+from lm_assets.corpus.quality.registry import (
+    classifier_description,
+    classifier_stale_shards,
+    current_classifier,
+    current_classifier_hash,
+)
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
-from lm_assets.defs.curation.quality_rules import QualityRules
 from lm_assets.defs.common.environment import fill_from_environment
 from lm_assets.defs.common.partitions import shard_partitions
 from lm_assets.defs.common.reporting import (
@@ -31,10 +35,8 @@ from lm_assets.defs.common.reporting import (
 )
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, DocumentStage, StageCheck, open_stage
-from lm_assets.layout import (
-    CURRENT_CLASSIFIER,
-    classifier_keys,
-    curation_record_key,
+from lm_assets.defs.curation.quality_rules import QualityRules
+from lm_assets.storage.layout import (
     effective_config_key,
     raw_keys,
     stage_keys,
@@ -229,48 +231,6 @@ class CuratedShardConfig(dg.Config):
             "classifier": classifier,
             "threshold": self.classifier_threshold,
         })
-
-
-def current_record(store) -> dict:
-    """`quality/classifier/current.json`: the hash of the classifier trained on this storage's labels, or
-    `{"shipped": true}` (also when none has been written)."""
-    return json.loads(store.read_bytes(CURRENT_CLASSIFIER)) if store.exists(CURRENT_CLASSIFIER) else {"shipped": True}
-
-
-def current_classifier(store) -> tuple[QualityClassifier, dict]:
-    """The current classifier and its record: the one trained on this storage's labels when one was made
-    current, else the shipped one (its record says `"origin": "shipped"`)."""
-    record = current_record(store)
-    if record.get("shipped"):
-        classifier, info = shipped_classifier()
-        return classifier, {**info, "origin": "shipped"}
-    keys = classifier_keys(record["hash"])
-    info = json.loads(store.read_bytes(keys["info"]))
-    return QualityClassifier.from_bytes(store.read_bytes(keys["model"])), {**info, "origin": "trained"}
-
-
-def current_classifier_hash(store) -> str:
-    record = current_record(store)
-    return shipped_classifier()[0].hash if record.get("shipped") else record["hash"]
-
-
-def classifier_description(info: dict) -> str:
-    """Which classifier scored the shard, as its metadata says it."""
-    if info["origin"] == "shipped":
-        return f"shipped {info['hash']} (trained on the {info['pages']} labelled pages the package ships)"
-    return f"trained {info['hash']} on this storage's labels (version {info.get('labels_version')})"
-
-
-def curation_record(store, shard: str) -> dict | None:
-    key = curation_record_key(shard)
-    return json.loads(store.read_bytes(key)) if store.exists(key) else None
-
-
-def classifier_stale_shards(store, shards: list[str]) -> list[str]:
-    """Curated shards scored by another classifier than the current one (or by none)."""
-    current = current_classifier_hash(store)
-    records = {s: curation_record(store, s) for s in shards if store.exists(stage_keys("curated", s)["documents"])}
-    return [s for s, record in records.items() if not record or record.get("classifier_hash") != current]
 
 
 def quality_config(name: str, overrides: dict[str, Any]) -> QualityConfig:

@@ -7,11 +7,11 @@ its import alone costs seconds.
 
 import dagster as dg
 
-from lm_assets.defs.curation.assets import curated_shard
 from lm_assets.defs.common.partitions import shard_key, shard_partitions
 from lm_assets.defs.common.reporting import latest_metadata, partitioned_checks_allowed
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.layout import stage_keys
+from lm_assets.defs.curation.assets import curated_shard
+from lm_assets.storage.layout import stage_keys
 
 SAMPLE_ROWS = 2_000
 

@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.quality import DEFAULT_PRESET, FAMILIES, QualityConfig, preset
+from lm_assets.corpus.curation.rules import DEFAULT_PRESET, FAMILIES, QualityConfig, preset
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices
 
 PRESET_DEFAULTS = preset(DEFAULT_PRESET)

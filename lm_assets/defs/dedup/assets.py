@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.corpus.dedup import (
+from lm_assets.corpus.dedup.clustering import (
     CLUSTER_SCHEMA,
     DedupConfig,
     DedupState,
@@ -21,8 +21,8 @@ from lm_assets.corpus.dedup import (
     deduplicate_incremental,
     sketch_documents,
 )
-from lm_assets.corpus.global_dedup import band_range_edges, cluster_files, cluster_report, merge_cluster_files
-from lm_assets.corpus.minhash import lsh_params
+from lm_assets.corpus.dedup.global_dedup import band_range_edges, cluster_files, cluster_report, merge_cluster_files
+from lm_assets.corpus.dedup.minhash import lsh_params
 from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.environment import from_environment
 from lm_assets.defs.common.partitions import (
@@ -39,8 +39,7 @@ from lm_assets.defs.common.reporting import (
 )
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, open_stage
-from lm_assets.layout import CLUSTERS_KEY, INDEX_KEY, band_edges_keys, minhash_keys, stage_folder, stage_keys
-
+from lm_assets.storage.layout import CLUSTERS_KEY, INDEX_KEY, band_edges_keys, minhash_keys, stage_folder, stage_keys
 
 DEDUP_DEFAULTS = DedupConfig()
 # The MinHash settings the resource exposes, in the order the sketch fingerprint hashes them.

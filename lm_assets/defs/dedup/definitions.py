@@ -1,6 +1,7 @@
 import dagster as dg
 
-from lm_assets.corpus import dedup, global_dedup, minhash
+from lm_assets.corpus.dedup import clustering as dedup
+from lm_assets.corpus.dedup import global_dedup, minhash
 from lm_assets.defs.common.catalog import CORPUS_TEAM, catalogued, source_version
 from lm_assets.defs.dedup.assets import (
     DedupSettings,

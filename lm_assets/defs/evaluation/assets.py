@@ -14,9 +14,8 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.decontam import SPLITS as BENCHMARK_SPLITS
-from lm_assets.corpus.keys import UnsafeKeyError
-from lm_assets.corpus.packing import SPLITS as PACKED_SPLITS
+from lm_assets.corpus.decontam.contamination import SPLITS as BENCHMARK_SPLITS
+from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment
 from lm_assets.defs.common.partitions import checkpoint_partitions
@@ -26,7 +25,8 @@ from lm_assets.defs.evaluation.jobs import evaluation_job
 from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings
 from lm_assets.evaluation.stats import question_blind_chance
-from lm_assets.layout import (
+from lm_assets.storage.keys import UnsafeKeyError
+from lm_assets.storage.layout import (
     PACKED_FOLDER,
     TOKENIZER_KEYS,
     checkpoint_run_folder,
@@ -423,7 +423,7 @@ def benchmark_result(
 
 def expected_questions(path: str, benchmark: str, split: str, subjects: list[str], limit: int | None) -> int:
     """How many questions the data holds for this selection, counted from the files themselves."""
-    from lm_assets.corpus.decontam import load_ceval, load_mmlu
+    from lm_assets.corpus.decontam.contamination import load_ceval, load_mmlu
 
     frame = (load_mmlu if benchmark == "mmlu" else load_ceval)(path).filter(pl.col("split") == split)
     if subjects:

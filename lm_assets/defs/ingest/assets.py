@@ -8,9 +8,8 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.corpus.accounting import conservation
-from lm_assets.corpus.extract import ExtractConfig, extract_html
-from lm_assets.corpus.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
+from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
+from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
 from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.partitions import shard_partitions
 from lm_assets.defs.common.reporting import (
@@ -22,8 +21,8 @@ from lm_assets.defs.common.reporting import (
 )
 from lm_assets.defs.common.resources import LandingResource, StorageResource
 from lm_assets.defs.common.stages import DocumentStage, open_stage
-from lm_assets.layout import raw_keys, stage_folder
-
+from lm_assets.storage.accounting import conservation
+from lm_assets.storage.layout import raw_keys, stage_folder
 
 READER_DEFAULTS = ReaderConfig()
 

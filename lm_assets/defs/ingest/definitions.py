@@ -1,6 +1,6 @@
 import dagster as dg
 
-from lm_assets.corpus import readers
+from lm_assets.corpus.ingest import readers
 from lm_assets.defs.common.catalog import CORPUS_TEAM, catalogued, source_version
 from lm_assets.defs.ingest.assets import raw_shard
 

@@ -1,7 +1,6 @@
-"""From deduplicated text to what the trainer reads: decontamination, tokenizer, tokenized shards, packed sequences."""
+"""From decontaminated text to what the trainer reads: the tokenizer, tokenized shards, packed sequences."""
 
 import contextlib
-import functools
 import json
 import os
 import tempfile
@@ -12,16 +11,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.decontam import ContaminationIndex, DecontamConfig, evaluation_texts, find_contamination, load_ceval, load_mmlu
-from lm_assets.corpus.tokenizer import (
-    TokenizerConfig,
-    VocabSizeError,
-    load_tokenizer,
-    sample_documents,
-    tokenizer_report,
-    train_tokenizer,
-)
-from lm_assets.corpus.packing import (
+from lm_assets.corpus.tokens.packing import (
     STRATEGIES,
     PackedResult,
     PackingConfig,
@@ -30,9 +20,17 @@ from lm_assets.corpus.packing import (
     render_sequence,
     write_packed,
 )
-from lm_assets.corpus.tokens import is_stale, tokenize_shard
+from lm_assets.corpus.tokens.tokenize import is_stale, tokenize_shard
+from lm_assets.corpus.tokens.tokenizer import (
+    TokenizerConfig,
+    VocabSizeError,
+    load_tokenizer,
+    sample_documents,
+    tokenizer_report,
+    train_tokenizer,
+)
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
-from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment
+from lm_assets.defs.common.environment import fill_from_environment
 from lm_assets.defs.common.partitions import shard_partitions, shards_with
 from lm_assets.defs.common.reporting import (
     fenced,
@@ -40,8 +38,8 @@ from lm_assets.defs.common.reporting import (
     shard_check_spec,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, open_stage
-from lm_assets.layout import (
+from lm_assets.defs.common.stages import open_stage
+from lm_assets.storage.layout import (
     PACKED_MANIFEST,
     TOKENIZER_KEYS,
     packed_key,
@@ -51,81 +49,6 @@ from lm_assets.layout import (
 )
 
 CHECK_SAMPLE_DOCS = 200
-
-
-# decontaminated_shard ---------------------------------------------------------------------------
-DECONTAM_DEFAULTS = DecontamConfig()
-EVALUATION_SET_FIELDS = ("mmlu_path", "ceval_paths")  # the asset's own: what the index is built from
-
-
-class DecontaminatedShardConfig(dg.Config):
-    mmlu_path: str | None = Field(
-        default=None, description="MMLU's zip; unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip; empty: no MMLU"
-    )
-    ceval_paths: list[str] = Field(
-        default=[], description="C-Eval zips or folders whose questions are also indexed; empty: no C-Eval"
-    )
-    word_ngram: int = Field(
-        default=DECONTAM_DEFAULTS.word_ngram, description="n-gram length in words, for benchmark texts mostly of words"
-    )
-    cjk_ngram: int = Field(
-        default=DECONTAM_DEFAULTS.cjk_ngram,
-        description="n-gram length in characters, for Chinese, Japanese and Korean benchmark texts",
-    )
-    min_matches: int = Field(
-        default=DECONTAM_DEFAULTS.min_matches,
-        description="distinct n-grams a document must share with a benchmark to be dropped",
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _environment_defaults(cls, data):
-        return fill_from_environment(
-            data, {"mmlu_path": ("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)}, paths=("mmlu_path", "ceval_paths")
-        )
-
-
-@functools.lru_cache(maxsize=4)
-def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], cfg: DecontamConfig):
-    texts = {}
-    if mmlu_path:
-        texts["mmlu"] = evaluation_texts(load_mmlu(mmlu_path))
-    if ceval_paths:
-        texts["ceval"] = [t for path in ceval_paths for t in evaluation_texts(load_ceval(path))]
-    return ContaminationIndex.build(texts, cfg)
-
-
-DECONTAMINATED_STAGE = DocumentStage("decontaminated_shard", "decontaminated", CURATED_SCHEMA)
-
-
-@dg.asset(
-    partitions_def=shard_partitions,
-    group_name="tokens",
-    kinds={"polars", "numpy"},
-    deps=["deduplicated_shard"],
-    automation_condition=dg.AutomationCondition.eager(),
-    check_specs=DECONTAMINATED_STAGE.check_specs(),
-    description="Deduplicated documents minus those sharing 13-word (20-character for Chinese) n-grams with "
-    "MMLU's questions or the configured C-Eval files.",
-)
-def decontaminated_shard(
-    context: dg.AssetExecutionContext, config: DecontaminatedShardConfig, storage: StorageResource
-) -> dg.MaterializeResult:
-    shard, store = open_stage(context, storage)
-    docs = store.read_parquet(stage_keys("deduplicated", shard)["documents"])
-    for path in [config.mmlu_path, *config.ceval_paths]:
-        if path and not Path(path).exists():
-            raise dg.Failure(f"evaluation set not found: {path} (set mmlu_path / ceval_paths in the config)")
-    cfg = to_dataclass(DecontamConfig, config, exclude=EVALUATION_SET_FIELDS)
-    index = contamination_index(config.mmlu_path, tuple(config.ceval_paths), cfg)
-    result = find_contamination(docs, index, cfg)
-    return DECONTAMINATED_STAGE.close(
-        store, shard, docs.height, result,
-        metadata={
-            "dropped_per_benchmark": dg.MetadataValue.json(result.stats["dropped_per_benchmark"]),
-            "ngrams_indexed": dg.MetadataValue.json(result.stats["ngrams_indexed"]),
-        },
-    )
 
 
 # tokenizer ----------------------------------------------------------------------------------------
@@ -161,7 +84,7 @@ class TokenizerTrainingConfig(dg.Config):
 @dg.asset(
     group_name="tokens",
     kinds={"sentencepiece"},
-    deps=[decontaminated_shard],
+    deps=["decontaminated_shard"],
     check_specs=[
         dg.AssetCheckSpec("roundtrip", asset="tokenizer", blocking=True,
                           description="decode(encode(x)) == x on a sample of English and Chinese documents."),
@@ -233,7 +156,7 @@ def current_tokenizer(store):
     partitions_def=shard_partitions,
     group_name="tokens",
     kinds={"sentencepiece", "numpy"},
-    deps=[decontaminated_shard, tokenizer],
+    deps=["decontaminated_shard", tokenizer],
     automation_condition=dg.AutomationCondition.eager(),
     check_specs=[
         shard_check_spec("index_matches_tokens", "tokenized_shard",

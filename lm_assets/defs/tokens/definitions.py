@@ -1,9 +1,10 @@
 import dagster as dg
 
-from lm_assets.corpus import decontam, packing, tokenizer as tokenizer_training, tokens
+from lm_assets.corpus.tokens import packing
+from lm_assets.corpus.tokens import tokenize as tokens
+from lm_assets.corpus.tokens import tokenizer as tokenizer_training
 from lm_assets.defs.common.catalog import CORPUS_TEAM, catalogued, source_version
 from lm_assets.defs.tokens.assets import (
-    decontaminated_shard,
     packed_dataset,
     tokenized_shard,
     tokenized_with_current_tokenizer,
@@ -14,10 +15,9 @@ from lm_assets.defs.tokens.jobs import JOBS
 defs = dg.Definitions(
     jobs=JOBS,
     assets=catalogued(
-        [decontaminated_shard, tokenizer, tokenized_shard, packed_dataset],
+        [tokenizer, tokenized_shard, packed_dataset],
         CORPUS_TEAM,
         {
-            "decontaminated_shard": source_version(decontam),
             "tokenizer": source_version(tokenizer_training),
             "tokenized_shard": source_version(tokens),
             "packed_dataset": source_version(packing),

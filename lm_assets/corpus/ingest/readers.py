@@ -19,8 +19,8 @@ from pathlib import Path
 
 import polars as pl
 
-from lm_assets.corpus.keys import landing_files
 from lm_assets.corpus.stage import DROPPED_SCHEMA
+from lm_assets.storage.keys import landing_files
 
 DOCUMENT_SCHEMA = {
     "doc_id": pl.String,

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 
-from lm_assets.corpus.accounting import conservation
-from lm_assets.corpus.keys import check_checkpoint_key
+from lm_assets.storage.accounting import conservation
+from lm_assets.storage.keys import check_checkpoint_key
 
 # The per-shard document stages in order; each drops what the next never sees.
 DOCUMENT_STAGES = ("raw", "extracted", "curated", "deduplicated", "decontaminated")

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import dagster as dg
 
-from lm_assets.corpus.readers import landing_shards
+from lm_assets.corpus.ingest.readers import landing_shards
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
 from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
 

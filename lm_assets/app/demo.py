@@ -17,10 +17,11 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from lm_assets.corpus.accounting import reason_counts
+from lm_assets.app.local_run import DEMO_RUN_CONFIG, run_shard_graph, shard_files
 from lm_assets.defs.common.environment import project_path
 from lm_assets.defs.common.resources import default_resources
-from lm_assets.layout import (
+from lm_assets.storage.accounting import reason_counts
+from lm_assets.storage.layout import (
     CLUSTERS_KEY,
     DOCUMENT_STAGES,
     LABELS_FOLDER,
@@ -30,7 +31,6 @@ from lm_assets.layout import (
     stage_keys,
     tokenized_keys,
 )
-from lm_assets.local_run import DEMO_RUN_CONFIG, run_shard_graph, shard_files
 
 # Hand labels of the sample crawl's pages (data/quality-labels/README.md), put where a team would put
 # theirs: under labels/ in the storage root.

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.quality import PAGE_SIGNAL_PREFIXES, preset, quality_signals, signal_names
+from lm_assets.corpus.curation.rules import PAGE_SIGNAL_PREFIXES, preset, quality_signals, signal_names
 from lm_assets.text import CJK_PUNCTUATION_RANGES, CJK_RANGES, base_lang, char_class
 
 FEATURES = ("text", "text+signals")

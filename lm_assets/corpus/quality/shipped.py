@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
-from lm_assets.corpus.quality_classifier import (
+from lm_assets.corpus.quality.classifier import (
     ClassifierConfig,
     QualityClassifier,
     TrainedClassifier,
@@ -34,7 +34,7 @@ from lm_assets.corpus.quality_classifier import (
     train_classifier,
 )
 
-SHIPPED_FOLDER = Path(__file__).resolve().parent.parent / "quality_model"
+SHIPPED_FOLDER = Path(__file__).resolve().parents[2] / "quality_model"
 PAGES_FILE, MODEL_FILE, INFO_FILE = "training_pages.parquet", "classifier.zip", "classifier.json"
 # Every page trains the shipped model; its figures come from the cross-validation by site.
 SHIPPED_CONFIG = ClassifierConfig(test_fraction=0.0)
@@ -140,9 +140,9 @@ def labelled_examples(shards: list[Path], labels: pl.DataFrame) -> pl.DataFrame:
     """The labelled pages (labels: url, label KEEP/DROP, confidence) of a crawl's shards as the pipeline
     sees them at curation: read, extracted, and past language ID (pages it drops never reach a
     classifier), with the language it finds."""
-    from lm_assets.corpus.extract import extract_documents
-    from lm_assets.corpus.langid import identify_languages
-    from lm_assets.corpus.readers import read_shard
+    from lm_assets.corpus.curation.extract import extract_documents
+    from lm_assets.corpus.curation.langid import identify_languages
+    from lm_assets.corpus.ingest.readers import read_shard
 
     wanted = labels["url"].implode()
     raw = pl.concat([read_shard(shard).documents.filter(pl.col("url").is_in(wanted)) for shard in shards],

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from lm_assets.corpus.langid import LangIdConfig, identify_languages
-from lm_assets.corpus.pii import redact_frame
-from lm_assets.corpus.quality import QualityConfig, apply_quality_rules, preset
-from lm_assets.corpus.quality_model import shipped_classifier
-from lm_assets.corpus.quality_policy import DEFAULT_QUALITY_POLICY, Scorer, check_policy, decide_quality
+from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages
+from lm_assets.corpus.curation.pii import redact_frame
+from lm_assets.corpus.curation.policy import DEFAULT_QUALITY_POLICY, Scorer, check_policy, decide_quality
+from lm_assets.corpus.curation.rules import QualityConfig, apply_quality_rules, preset
+from lm_assets.corpus.curation.toxicity import ToxicityConfig, score_toxicity
+from lm_assets.corpus.quality.shipped import shipped_classifier
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
-from lm_assets.corpus.toxicity import ToxicityConfig, score_toxicity
 
 STEPS = ("langid", "quality", "toxicity", "pii")
 

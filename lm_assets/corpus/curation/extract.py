@@ -11,7 +11,7 @@ import polars as pl
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
 
-from lm_assets.corpus.main_content import PAGE_SIGNALS, extract_main_content, page_signals, walked_page
+from lm_assets.corpus.curation.main_content import PAGE_SIGNALS, extract_main_content, page_signals, walked_page
 from lm_assets.corpus.stage import StageResult, split_by_reason
 
 # C0 and C1 controls except tab and newline, plus DEL. NUL and friends turn into NaN losses downstream.

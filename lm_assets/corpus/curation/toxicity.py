@@ -151,7 +151,7 @@ def zh_flagged(docs: pl.DataFrame, config: ToxicityConfig) -> tuple[list[float |
     """The flagged-word ratio of each Chinese document (None for the others), and the lexicon that scored."""
     if config.zh_max_flagged_ratio is None or "lang" not in docs.columns:
         return [None] * docs.height, "not run"
-    from lm_assets.corpus.chinese_lexicon import flagged_ratios, lexicon
+    from lm_assets.corpus.curation.chinese_lexicon import flagged_ratios, lexicon
     from lm_assets.text import base_lang
 
     langs = [base_lang(lang) for lang in docs["lang"].to_list()]

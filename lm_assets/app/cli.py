@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 
-
 WORKSPACE_FILE = "workspace.yaml"
 
 
@@ -61,7 +60,7 @@ def dagster_instance():
 
 
 def add_shards(args) -> int:
-    from lm_assets.corpus.readers import landing_shards
+    from lm_assets.corpus.ingest.readers import landing_shards
     from lm_assets.defs.common.partitions import add_new_partitions, shard_partitions
     from lm_assets.defs.common.resources import LandingResource, default_resources, s3_resource_from_env
 
@@ -83,8 +82,8 @@ def add_shards(args) -> int:
 def lineage(args) -> int:
     import polars as pl
 
+    from lm_assets.app.lineage_view import trace_sequence
     from lm_assets.defs.common.resources import default_resources
-    from lm_assets.lineage_view import trace_sequence
 
     store = default_resources()["storage"].storage()
     table = trace_sequence(store, args.split, args.index)
@@ -96,8 +95,8 @@ def lineage(args) -> int:
 
 def label(args) -> int:
     """A seeded sample of a shard's extracted documents to label by hand, or a local LM's scores for such a file."""
-    from lm_assets.corpus import annotate
-    from lm_assets.corpus.keys import check_name
+    from lm_assets.corpus.quality import annotate
+    from lm_assets.storage.keys import check_name
 
     try:
         if args.annotate:
@@ -119,7 +118,7 @@ def label(args) -> int:
         if args.shard is None or args.sample is None:
             raise ValueError("give --shard and --sample to draw a sample, or --annotate FILE --model M to score one")
         from lm_assets.defs.common.resources import default_resources
-        from lm_assets.layout import stage_keys
+        from lm_assets.storage.layout import stage_keys
 
         shard = check_name(args.shard)
         out = args.out or f"labels-{shard}-{args.sample}.jsonl"

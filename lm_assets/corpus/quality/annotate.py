@@ -21,7 +21,7 @@ from pathlib import Path
 
 import polars as pl
 
-from lm_assets.corpus.storage import atomic_path
+from lm_assets.storage.store import atomic_path
 
 SAMPLE_COLUMNS = ("doc_id", "url", "lang_hint", "title", "text")
 TEXT_CAP = 20_000

@@ -23,7 +23,7 @@ from typing import Iterator
 
 import polars as pl
 
-from lm_assets.corpus.keys import check_name, confined_path
+from lm_assets.storage.keys import check_name, confined_path
 from training.primitives import atomic_path
 
 MANIFEST = ".published.json"

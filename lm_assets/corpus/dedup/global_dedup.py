@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lm_assets.corpus.dedup import (
+from lm_assets.corpus.dedup.clustering import (
     CLUSTER_SCHEMA,
     EXACT,
     NEAR,
@@ -43,7 +43,7 @@ from lm_assets.corpus.dedup import (
     ranked_sql,
     representatives_sql,
 )
-from lm_assets.corpus.storage import ROW_GROUP_ROWS
+from lm_assets.storage.store import ROW_GROUP_ROWS
 
 COMPONENT_ALGORITHMS = ("union_find", "star")
 # Rows handed from DuckDB to numpy at a time: two signatures each, about 8 MiB a batch.

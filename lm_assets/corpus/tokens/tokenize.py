@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.storage import atomic_path
-from lm_assets.corpus.tokenizer import atomic_write_bytes, encode_batch
+from lm_assets.corpus.tokens.tokenizer import atomic_write_bytes, encode_batch
+from lm_assets.storage.store import atomic_path
 
 FORMAT_VERSION = 1
 UINT16 = np.dtype("<u2")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from lm_assets.corpus.lineage import trace
-from lm_assets.corpus.storage import Storage
-from lm_assets.layout import PACKED_FOLDER, raw_keys
+from lm_assets.corpus.audit.lineage import trace
+from lm_assets.storage.layout import PACKED_FOLDER, raw_keys
+from lm_assets.storage.store import Storage
 
 
 def documents_of(store: Storage, shards: list[str]) -> pl.DataFrame:

@@ -35,14 +35,15 @@ import io
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field as dataclass_field
+from dataclasses import asdict, dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import sentencepiece as spm
 
-from lm_assets.corpus.storage import atomic_path
+from lm_assets.storage.store import atomic_path
 from lm_assets.text import CJK_CHAR, base_lang
 from training.primitives import read_varint
 

@@ -157,7 +157,7 @@ class ShardTokens:
         `index` is the document index (a frame or a parquet path), `sidecar` the JSON sidecar
         (`dtype, byte_order, token_count, documents, tokenizer_hash, vocab_size`; a dict or a
         path). `documents`, when given, supplies `source` and `lang` by doc_id for an index
-        without them. With the tokenizer stage's layout (`lm_assets.corpus.tokens`):
+        without them. With the tokenizer stage's layout (`lm_assets.corpus.tokens.tokenize`):
         `from_files(name, path, index_path(path), sidecar_path(path), documents)`.
         """
         if not isinstance(sidecar, Mapping):

@@ -62,7 +62,7 @@ import polars as pl
 if TYPE_CHECKING:
     import pyarrow as pa
 
-from lm_assets.corpus.minhash import (
+from lm_assets.corpus.dedup.minhash import (
     MinHashConfig,
     band_hashes,
     empty_signatures,

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from lm_assets.corpus.minhash import MinHashConfig, shingles
+from lm_assets.corpus.dedup.minhash import MinHashConfig, shingles
 from lm_assets.text import base_lang
 
 LANGUAGE_GROUPS = ("en", "zh")

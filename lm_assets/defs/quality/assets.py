@@ -2,7 +2,7 @@
 classifier that curated_shard scores every document with.
 
 Labels are JSONL files under `labels/` in the storage root or the landing location (the format is in
-lm_assets/corpus/quality_labels.py); each new or edited file is a new version of `quality_labels`.
+lm_assets/corpus/quality/labels.py); each new or edited file is a new version of `quality_labels`.
 A trained classifier is stored under its hash and becomes the current one only when its held-back
 balanced accuracy clears the configured floor.
 """
@@ -13,26 +13,25 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.corpus.langid import LangIdConfig, identify
-from lm_assets.corpus.quality_classifier import FEATURES, ClassifierConfig, train_classifier
-from lm_assets.corpus.extract import PAGE_COLUMNS
-from lm_assets.corpus.quality_labels import LABEL_SCHEMA, REJECTED_SCHEMA, files_version, match_labels, read_label_file
-from lm_assets.corpus.quality_model import shipped_classifier, user_config, with_user_examples
+from lm_assets.corpus.curation.extract import PAGE_COLUMNS
+from lm_assets.corpus.curation.langid import LangIdConfig, identify
+from lm_assets.corpus.quality.classifier import FEATURES, ClassifierConfig, train_classifier
+from lm_assets.corpus.quality.labels import LABEL_SCHEMA, REJECTED_SCHEMA, files_version, match_labels, read_label_file
+from lm_assets.corpus.quality.shipped import shipped_classifier, user_config, with_user_examples
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
-from lm_assets.defs.curation.assets import extracted_shard
 from lm_assets.defs.common.partitions import shards_with
 from lm_assets.defs.common.reporting import markdown_table
 from lm_assets.defs.common.resources import LandingResource, StorageResource
-from lm_assets.layout import (
+from lm_assets.defs.curation.assets import extracted_shard
+from lm_assets.storage.layout import (
     CURRENT_CLASSIFIER,
-    LABELS_FOLDER,
     LABEL_KEYS,
+    LABELS_FOLDER,
     QUALITY_LABELS_FOLDER,
     classifier_folder,
     classifier_keys,
     stage_keys,
 )
-
 
 
 def label_files(*stores) -> dict[str, bytes]:

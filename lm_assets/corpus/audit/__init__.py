@@ -1,0 +1,1 @@
+"""Audits over the stored corpus: lineage of packed sequences, curation against labels."""

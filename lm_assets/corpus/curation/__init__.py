@@ -1,0 +1,1 @@
+"""Curation: extraction, language ID, the quality rules and policy, toxicity and PII."""

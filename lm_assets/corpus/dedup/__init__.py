@@ -1,0 +1,1 @@
+"""Deduplication: MinHash sketches, LSH edges, clusters, in memory and out of core."""

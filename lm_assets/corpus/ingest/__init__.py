@@ -1,0 +1,1 @@
+"""Reading shards: WARC, WET, JSONL and Parquet into documents."""

@@ -1,0 +1,1 @@
+"""The quality classifier: labels, training, the shipped model and LM annotation."""

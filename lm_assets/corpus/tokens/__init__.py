@@ -1,0 +1,1 @@
+"""Tokens: the tokenizer, tokenized shards and packed sequences."""

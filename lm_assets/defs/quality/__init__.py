@@ -1,0 +1,1 @@
+"""Quality: the labels people or a model give pages, and the quality classifier trained on them."""

@@ -1,0 +1,1 @@
+"""Where things are stored: the storage backend, safe keys, the layout and accounting."""
