@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python bench/dedup_quality.py [--crawl DIR] [--show N] [--smoke]
 
 `--crawl` takes a folder made by `/work/shared/bench/make_crawl.py` (gzip WARC shards
-`crawl-*.warc.gz` and `truth.json`; `tests/dedup_crawl.py` writes the same shape). Without it, the
+`crawl-*.warc.gz` and `truth.json`; `tests/support/dedup_crawl.py` writes the same shape). Without it, the
 crawl of `bench/curation.py` is used: built into `$OUT/dev-crawl`, else `bench/out/dev-crawl` (the
 labelled development crawl, 4000 source pages in shards of 500) unless one built with those arguments
 is already there. `--smoke` runs in seconds, offline, on the test slice (`bench_paths.smoke_crawl`:

@@ -99,7 +99,7 @@ def lsh_params(cfg: MinHashConfig) -> tuple[int, int]:
 
 # datasketch's choice for the default settings, known in advance: the code location names the dedup
 # band-range partitions when it loads, and importing datasketch (with scipy) would cost seconds there.
-# tests/test_minhash.py checks it against datasketch.
+# tests/corpus/dedup/test_minhash.py checks it against datasketch.
 KNOWN_BANDS_ROWS = {(0.6, 128, 0.05, 0.95): (24, 4)}
 
 

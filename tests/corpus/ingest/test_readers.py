@@ -1,0 +1,308 @@
+import gzip
+import json
+import zlib
+
+import polars as pl
+import pytest
+
+from lm_assets.corpus.ingest.readers import make_doc_id, read_shard
+from tests.support.warc_builder import ArcBuilder, WarcBuilder, page
+
+ARTICLE = "<p>" + "A sentence about the history of computing machines. " * 20 + "</p>"
+
+
+def reasons(table: pl.DataFrame) -> list[str]:
+    return table["reason"].to_list()
+
+
+def conserved(shard) -> bool:
+    return shard.records == shard.documents.height + shard.dropped.height + shard.quarantine.height
+
+
+def http(body: bytes, *headers: str) -> bytes:
+    head = "\r\n".join(["HTTP/1.1 200 OK", "Content-Type: text/html; charset=utf-8", *headers])
+    return head.encode() + b"\r\n\r\n" + body
+
+
+def test_warc_sorts_records_into_documents_dropped_and_quarantine(tmp_path):
+    path = (
+        WarcBuilder()
+        .warcinfo()
+        .request("https://a.example/1")
+        .response("https://a.example/1", page("One", ARTICLE))
+        .response("https://a.example/missing", "gone", status="404 Not Found")
+        .response("https://a.example/logo.png", b"\x89PNG\r\n\x1a\n", content_type="image/png")
+        .response("https://a.example/gbk", "<p>中文网页内容</p>".encode("gbk"), content_type="text/html; charset=gbk")
+        .response("https://a.example/bad", b"<p>binary \x00\x01\x02\x03 bytes</p>" * 20)
+        .write(tmp_path / "s.warc.gz")
+    )
+    shard = read_shard(path)
+    assert shard.records == 7
+    assert shard.documents["url"].to_list() == ["https://a.example/1", "https://a.example/gbk"]
+    assert "中文网页内容" in shard.documents["html"][1]
+    assert sorted(reasons(shard.dropped)) == [
+        "content_type:image/png", "http_status:404", "not_a_document:request", "not_a_document:warcinfo"
+    ]
+    assert reasons(shard.quarantine) == ["undecodable"]
+    assert shard.quarantine["url"][0] == "https://a.example/bad"
+    assert shard.documents["doc_id"][0] == make_doc_id("s.warc.gz", 2)
+
+
+def test_gbk_page_declared_as_utf8_is_decoded_with_the_detected_charset(tmp_path):
+    text = "安裝 manpages 和 manpages-dev 包之後，就可以用 man 命令閱讀手冊頁。Debian 是自由的作業系統。"
+    path = (
+        WarcBuilder()
+        .response("https://a.example/gbk", f"<html><body><p>{text}</p></body></html>".encode("gbk"))
+        .response("https://a.example/utf8", page("One", ARTICLE))
+        .response("https://a.example/latin", "<p>Café crème brûlée, à la carte.</p>".encode("cp1252"))
+        .write(tmp_path / "s.warc.gz")
+    )
+    shard = read_shard(path)
+    assert shard.quarantine.height == 0
+    docs = {row["url"]: row for row in shard.documents.iter_rows(named=True)}
+    assert text in docs["https://a.example/gbk"]["html"]
+    assert docs["https://a.example/gbk"]["charset"] == "gb18030"
+    assert docs["https://a.example/gbk"]["charset_detected"] is True
+    assert docs["https://a.example/utf8"]["charset"] == "utf-8"
+    assert docs["https://a.example/utf8"]["charset_detected"] is False
+    assert "Café crème brûlée" in docs["https://a.example/latin"]["html"]
+
+
+def test_binary_body_declared_as_html_is_quarantined_not_guessed(tmp_path):
+    import random
+
+    noise = bytes(random.Random(0).randrange(256) for _ in range(4000))
+    path = WarcBuilder().response("https://a.example/noise", noise).write(tmp_path / "s.warc.gz")
+    shard = read_shard(path)
+    assert shard.documents.height == 0
+    assert reasons(shard.quarantine) == ["undecodable"]
+    assert "utf-8" in shard.quarantine["detail"][0]
+
+
+def test_doc_ids_are_stable_and_unique(tmp_path):
+    builder = WarcBuilder()
+    for i in range(5):
+        builder.response(f"https://a.example/{i}", page("t", ARTICLE))
+    path = builder.write(tmp_path / "s.warc.gz")
+    first, second = read_shard(path), read_shard(path)
+    assert first.documents["doc_id"].to_list() == second.documents["doc_id"].to_list()
+    assert first.documents["doc_id"].n_unique() == 5
+
+
+def test_corrupt_gzip_member_is_quarantined_and_later_records_survive(tmp_path):
+    builder = WarcBuilder()
+    for i in range(4):
+        builder.response(f"https://a.example/{i}", page(f"p{i}", ARTICLE))
+    data = bytearray(builder.buf.getvalue())
+    start = builder.offsets[1]
+    data[start + 40 : start + 80] = b"A" * 40
+    path = tmp_path / "corrupt.warc.gz"
+    path.write_bytes(bytes(data))
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["https://a.example/0", "https://a.example/2", "https://a.example/3"]
+    assert reasons(shard.quarantine) == ["corrupt_gzip"]
+    assert shard.quarantine["byte_offset"][0] == start
+    assert shard.records == 4
+
+
+def test_record_truncated_mid_gzip_is_quarantined(tmp_path):
+    builder = WarcBuilder()
+    for i in range(3):
+        builder.response(f"https://a.example/{i}", page(f"p{i}", ARTICLE))
+    data = builder.buf.getvalue()
+    cut = builder.offsets[2] + (len(data) - builder.offsets[2]) // 2
+    path = tmp_path / "truncated.warc.gz"
+    path.write_bytes(data[:cut])
+    shard = read_shard(path)
+    assert shard.documents.height == 2
+    assert reasons(shard.quarantine) == ["truncated_record"]
+    assert shard.records == 3
+
+
+def test_uncompressed_warc_and_wet(tmp_path):
+    path = WarcBuilder(gzip=False).response("https://a.example/", page("t", ARTICLE)).write(tmp_path / "s.warc")
+    assert read_shard(path).documents.height == 1
+    wet = WarcBuilder().warcinfo().conversion("https://b.example/", "Plain text from a WET file.\nSecond line.")
+    shard = read_shard(wet.write(tmp_path / "s.wet.gz"))
+    assert shard.documents["text"].to_list() == ["Plain text from a WET file.\nSecond line."]
+    assert shard.documents["html"].to_list() == [None]
+
+
+def test_chunked_body_is_dechunked(tmp_path):
+    html = page("One", ARTICLE).encode()
+    chunked = b"%x;ext=1\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (100, html[:100], len(html) - 100, html[100:])
+    path = WarcBuilder().http_response("https://a.example/", http(chunked, "Transfer-Encoding: chunked"))
+    shard = read_shard(path.write(tmp_path / "s.warc.gz"))
+    assert shard.documents["html"].to_list() == [html.decode()]
+
+
+def test_body_declared_chunked_but_stored_dechunked_is_kept_as_is(tmp_path):
+    html = page("One", ARTICLE).encode()
+    path = (
+        WarcBuilder()
+        .http_response("https://a.example/", http(html, "Transfer-Encoding: chunked"))
+        .http_response("https://a.example/blank", http(b"\r\n" + html, "Transfer-Encoding: chunked"))
+        .write(tmp_path / "s.warc.gz")
+    )
+    shard = read_shard(path)
+    assert shard.quarantine.height == 0
+    assert shard.documents["html"].to_list() == [html.decode(), "\r\n" + html.decode()]
+
+
+def test_gzip_body_decoded_stored_decoded_accepted_damaged_quarantined(tmp_path):
+    html = page("One", ARTICLE).encode()
+    compressed = gzip.compress(html)
+    damaged = compressed[:60] + b"x" * 40 + compressed[100:]
+    path = (
+        WarcBuilder()
+        .http_response("https://a.example/gz", http(compressed, "Content-Encoding: gzip"))
+        .http_response("https://a.example/plain", http(html, "Content-Encoding: gzip"))
+        .http_response("https://a.example/damaged", http(damaged, "Content-Encoding: gzip"))
+        .http_response("https://a.example/deflate", http(zlib.compress(html), "Content-Encoding: deflate"))
+        .write(tmp_path / "s.warc.gz")
+    )
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == [
+        "https://a.example/gz", "https://a.example/plain", "https://a.example/deflate"
+    ]
+    assert set(shard.documents["html"]) == {html.decode()}
+    assert reasons(shard.quarantine) == ["bad_http"]
+    assert shard.quarantine["url"][0] == "https://a.example/damaged"
+    assert conserved(shard)
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_arc_records_are_read_like_warc_responses(tmp_path, gzipped):
+    path = (
+        ArcBuilder(gzip=gzipped)
+        .response("http://a.example/1", page("One", ARTICLE), date="19961104142103")
+        .response("http://a.example/missing", "gone", status="404 Not Found")
+        .response("http://a.example/logo.png", b"\x89PNG\r\n\x1a\n", content_type="image/png")
+        .record("dns:a.example", b"20010203040506\na.example. 300 IN A 192.0.2.1\n", content_type="text/dns")
+        .response("http://a.example/a page", page("Two", ARTICLE))
+        .write(tmp_path / ("s.arc.gz" if gzipped else "s.arc"))
+    )
+    shard = read_shard(path)
+    assert shard.records == 6
+    assert conserved(shard)
+    docs = shard.documents
+    assert docs["url"].to_list() == ["http://a.example/1", "http://a.example/a page"]
+    assert docs["fetched_at"].to_list() == ["1996-11-04T14:21:03Z", "2001-02-03T04:05:06Z"]
+    assert docs["content_type"].to_list() == ["text/html", "text/html"]
+    assert docs["html"][0] == page("One", ARTICLE)
+    assert docs["record_index"].to_list() == [1, 5]
+    assert sorted(reasons(shard.dropped)) == [
+        "content_type:image/png", "content_type:text/dns", "http_status:404", "not_a_document:filedesc"
+    ]
+    assert shard.quarantine.height == 0
+
+
+def test_malformed_and_truncated_arc_records_are_quarantined(tmp_path):
+    builder = (
+        ArcBuilder(gzip=False)
+        .response("http://a.example/1", page("One", ARTICLE))
+        .record("http://a.example/bad", b"<p>x</p>", length="many")
+        .response("http://a.example/2", page("Two", ARTICLE))
+        .response("http://a.example/cut", page("Three", ARTICLE))
+    )
+    data = b"".join(builder.members())
+    path = tmp_path / "s.arc"
+    path.write_bytes(data[:-100])
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["http://a.example/1", "http://a.example/2"]
+    assert reasons(shard.quarantine) == ["malformed_record", "truncated_record"]
+    assert "many" in shard.quarantine["detail"][0]
+    assert shard.quarantine["byte_offset"][0] == data.index(b"http://a.example/bad")
+    assert shard.quarantine["url"][1] == "http://a.example/cut"
+    assert conserved(shard)
+
+
+def test_arc_gz_cut_off_mid_member_is_quarantined(tmp_path):
+    members = (
+        ArcBuilder()
+        .response("http://a.example/1", page("One", ARTICLE))
+        .response("http://a.example/2", page("Two", ARTICLE))
+        .members()
+    )
+    path = tmp_path / "s.arc.gz"
+    path.write_bytes(b"".join(members)[: -len(members[-1]) // 2])
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["http://a.example/1"]
+    assert reasons(shard.quarantine) == ["truncated_record"]
+    assert conserved(shard)
+
+
+def test_empty_shard_gets_a_quarantine_row(tmp_path):
+    path = tmp_path / "empty.warc.gz"
+    path.write_bytes(b"")
+    shard = read_shard(path)
+    assert shard.documents.height == 0
+    assert reasons(shard.quarantine) == ["empty_shard"]
+
+
+def test_fifty_megabyte_document_is_quarantined_not_loaded(tmp_path):
+    big = "<p>" + "x" * (50 * 1024 * 1024) + "</p>"
+    path = (
+        WarcBuilder()
+        .response("https://a.example/big", big)
+        .response("https://a.example/small", page("t", ARTICLE))
+        .write(tmp_path / "big.warc.gz")
+    )
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["https://a.example/small"]
+    assert reasons(shard.quarantine) == ["oversize"]
+    assert shard.quarantine["url"][0] == "https://a.example/big"
+
+
+def test_jsonl_malformed_line_is_quarantined_and_the_rest_kept(tmp_path):
+    lines = [
+        json.dumps({"text": "first document", "url": "https://j.example/1"}),
+        '{"text": "broken',
+        json.dumps({"body": "no text field"}),
+        json.dumps({"text": "third document", "url": "https://j.example/3"}),
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    shard = read_shard(path)
+    assert shard.documents["text"].to_list() == ["first document", "third document"]
+    assert reasons(shard.quarantine) == ["malformed_json", "missing_text"]
+    assert "line 2" in shard.quarantine["detail"][0]
+
+
+def test_jsonl_gz_truncated(tmp_path):
+    payload = gzip.compress("".join(json.dumps({"text": f"doc {i}"}) + "\n" for i in range(200)).encode())
+    path = tmp_path / "s.jsonl.gz"
+    path.write_bytes(payload[: len(payload) // 2])
+    shard = read_shard(path)
+    assert 0 < shard.documents.height < 200
+    assert reasons(shard.quarantine) == ["corrupt_gzip"]
+
+
+def test_non_utf8_jsonl_line(tmp_path):
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"text": "ok"}\n{"text": "caf\xe9"}\n')
+    shard = read_shard(path)
+    assert shard.documents.height == 1
+    assert reasons(shard.quarantine) == ["undecodable"]
+
+
+def test_parquet_shard(tmp_path):
+    path = tmp_path / "s.parquet"
+    pl.DataFrame({"text": ["one", None], "url": ["https://p.example/1", "https://p.example/2"]}).write_parquet(path)
+    shard = read_shard(path)
+    assert shard.documents["text"].to_list() == ["one"]
+    assert reasons(shard.quarantine) == ["missing_text"]
+
+
+def test_parquet_without_text_column_is_a_clear_error(tmp_path):
+    path = tmp_path / "s.parquet"
+    pl.DataFrame({"content": ["one"], "url": ["u"]}).write_parquet(path)
+    with pytest.raises(ValueError, match=r"no text column 'text' \(columns: content, url\)"):
+        read_shard(path)
+
+
+def test_unsupported_suffix(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("a,b\n")
+    with pytest.raises(ValueError, match="unsupported shard file"):
+        read_shard(path)

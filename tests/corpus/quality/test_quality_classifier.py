@@ -1,0 +1,202 @@
+"""The quality classifier trained on the 50 labelled pages of the development slice (bench/dev_set)."""
+
+import io
+import json
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from lm_assets.corpus.audit.curation_eval import read_labels
+from lm_assets.corpus.curation.extract import extract_documents
+from lm_assets.corpus.curation.rules import preset, quality_signals
+from lm_assets.corpus.ingest.readers import read_shard
+from lm_assets.corpus.quality.classifier import (
+    FASTTEXT_ENTRY,
+    MANIFEST_ENTRY,
+    ClassifierConfig,
+    QualityClassifier,
+    group_fold_ids,
+    normalize_text,
+    sites,
+    train_classifier,
+)
+
+SLICE = Path(__file__).resolve().parents[2] / "data" / "dev-slice"
+CONFIG = ClassifierConfig()
+
+PROSE = (
+    "The write-ahead log records every change before it reaches the database file. When a transaction "
+    "commits, its pages are appended to the log and the database file is left untouched, so readers keep "
+    "seeing a consistent snapshot. A checkpoint later copies the pages back. This design lets one writer "
+    "and many readers work at the same time, and it makes a crash during a commit harmless: the log is "
+    "replayed when the database is opened again.\n\nThe size of the log grows until a checkpoint runs. "
+    "Applications that never close their connections should run one themselves, because otherwise the "
+    "log keeps growing and reads become slower."
+)
+NAVIGATION = "\n".join(["Home", "Next", "Prev", "Up", "Index", "Contents", "Search", "Download", "About", "Top"] * 3)
+CHINESE_PROSE = (
+    "预写日志在修改写入数据库文件之前记录每一次变更。事务提交时，它的页面被追加到日志中，数据库文件保持不变，"
+    "因此读取者始终看到一致的快照。检查点稍后把这些页面复制回去。这样的设计让一个写入者和多个读取者可以同时工作，"
+    "并且提交过程中的崩溃不会造成损害：再次打开数据库时会重放日志。"
+)
+
+
+@pytest.fixture(scope="module")
+def examples() -> pl.DataFrame:
+    pages = extract_documents(read_shard(SLICE / "slice.warc.gz").documents).kept
+    labels = read_labels(SLICE / "labels.jsonl").select("url", "lang", "label")
+    return (
+        pages.select("doc_id", "url", "text")
+        .join(labels, on="url")
+        .unique("url", keep="first")
+        .select("doc_id", "text", "lang", (pl.col("label") == "KEEP").alias("keep"))
+        .sort("doc_id")
+    )
+
+
+@pytest.fixture(scope="module")
+def stacked(examples):
+    return train_classifier(examples, CONFIG)
+
+
+@pytest.fixture(scope="module")
+def text_only(examples):
+    return train_classifier(examples, replace(CONFIG, features="text"))
+
+
+def pages(*texts: str, lang: str = "en") -> pl.DataFrame:
+    ids = [str(i) for i in range(len(texts))]
+    return pl.DataFrame({"doc_id": ids, "text": list(texts), "lang": [lang] * len(texts)})
+
+
+def test_metrics_describe_the_held_back_split(stacked, examples):
+    metrics = stacked.metrics
+    assert metrics["n_train"] + metrics["n_test"] == examples.height == 50
+    assert sum(metrics["confusion"].values()) == metrics["n_test"]
+    assert set(metrics["per_language"]) == {"en", "zh"}
+    assert metrics["features"] == "text+signals" and metrics["model_bytes"] == len(stacked.model)
+    assert metrics["fasttext"]["package"] != "unknown"
+    assert "balanced accuracy" in metrics["threshold_reason"]
+    assert metrics["roc_auc"] >= 0.8
+    assert len(stacked.model) < 4 << 20
+
+
+def test_an_obvious_keep_page_scores_above_an_obvious_drop_page(stacked, text_only):
+    for trained in (stacked, text_only):
+        classifier = QualityClassifier.from_bytes(trained.model)
+        keep, drop = classifier.score(pages(PROSE, NAVIGATION))
+        assert keep > drop
+    assert QualityClassifier.from_bytes(stacked.model).keep(pages(PROSE, NAVIGATION)).tolist() == [True, False]
+
+
+def test_same_examples_and_seed_give_the_same_bytes(examples, stacked):
+    again = train_classifier(examples.sample(fraction=1.0, shuffle=True, seed=7), CONFIG)
+    assert again.model == stacked.model and again.hash == stacked.hash
+    assert train_classifier(examples, replace(CONFIG, seed=1)).hash != stacked.hash
+
+
+def test_round_trip_gives_identical_scores_and_reuses_signals(stacked, examples):
+    first, second = QualityClassifier.from_bytes(stacked.model), QualityClassifier.from_bytes(stacked.model)
+    assert first.hash == stacked.hash and first.features == "text+signals" and 0 < first.threshold < 1
+    scores = first.score(examples)
+    assert np.array_equal(scores, second.score(examples))
+    assert ((scores >= 0) & (scores <= 1)).all()
+    with_signals = pl.concat(
+        [examples, quality_signals(examples["text"].to_list(), examples["lang"].to_list(), preset())], how="horizontal"
+    )
+    assert np.array_equal(first.score(with_signals), scores)
+
+
+def test_the_logistic_stacker_works_too(examples):
+    trained = train_classifier(examples, replace(CONFIG, stacker="logistic"))
+    classifier = QualityClassifier.from_bytes(trained.model)
+    assert classifier.manifest["stacker"]["kind"] == "logistic"
+    keep, drop = classifier.score(pages(PROSE, NAVIGATION))
+    assert keep > drop
+
+
+def test_text_only_model_reads_no_signals(text_only, examples):
+    classifier = QualityClassifier.from_bytes(text_only.model)
+    assert classifier.features == "text" and classifier.manifest["stacker"] is None
+    assert text_only.metrics["features"] == "text"
+    scores = classifier.score(examples.select("doc_id", "text", "lang"))
+    assert scores.shape == (examples.height,)
+
+
+def test_chinese_pages_are_read_as_characters_and_scored(stacked):
+    assert normalize_text("预写日志，Write-Ahead\n\nLog", 100) == "预 写 日 志 ， write - ahead log"
+    scores = QualityClassifier.from_bytes(stacked.model).score(pages(CHINESE_PROSE, "目录 上一页 下一页", lang="zh"))
+    assert np.isfinite(scores).all() and ((scores >= 0) & (scores <= 1)).all()
+
+
+def test_too_few_examples_or_one_class_is_refused(examples):
+    with pytest.raises(ValueError, match="too few examples"):
+        train_classifier(examples.head(12), CONFIG)
+    with pytest.raises(ValueError, match="DROP"):
+        train_classifier(examples.filter(pl.col("keep")), CONFIG)
+    with pytest.raises(ValueError, match="features"):
+        train_classifier(examples, replace(CONFIG, features="signals"))
+
+
+def repack(model: bytes, **entries: bytes) -> bytes:
+    with zipfile.ZipFile(io.BytesIO(model)) as archive:
+        contents = {name: archive.read(name) for name in archive.namelist()}
+    contents.update(entries)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in contents.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def test_corrupt_or_foreign_artefacts_are_refused(stacked):
+    import pickle
+
+    manifest = json.loads(zipfile.ZipFile(io.BytesIO(stacked.model)).read(MANIFEST_ENTRY))
+    looping = json.loads(json.dumps(manifest))
+    tree = looping["stacker"]["trees"][0]
+    tree["left"][0] = 0
+    bad = {
+        "not a zip": b"\x80\x04K\x01.",
+        "truncated": stacked.model[: len(stacked.model) // 2],
+        "pickle inside": repack(stacked.model, **{"stacker.pkl": pickle.dumps({"a": 1})}),
+        "fastText entry replaced": repack(stacked.model, **{FASTTEXT_ENTRY: pickle.dumps([1, 2, 3])}),
+        "manifest not JSON": repack(stacked.model, **{MANIFEST_ENTRY: b"\x80\x04"}),
+        "other format": repack(stacked.model, **{MANIFEST_ENTRY: json.dumps({**manifest, "format": "x"}).encode()}),
+        "tree pointing backwards": repack(stacked.model, **{MANIFEST_ENTRY: json.dumps(looping).encode()}),
+        "unknown stacker": repack(
+            stacked.model,
+            **{MANIFEST_ENTRY: json.dumps({**manifest, "stacker": {**manifest["stacker"], "kind": "pickle"}}).encode()},
+        ),
+    }
+    for name, data in bad.items():
+        with pytest.raises(ValueError, match="quality classifier"):
+            QualityClassifier.from_bytes(data)
+        assert name
+
+
+def test_site_folds_keep_every_site_whole_and_balance_the_folds():
+    groups = ["a.example"] * 40 + ["b.example"] * 30 + ["c.example"] * 20 + ["d.example"] * 10 + [f"s{i}" for i in range(20)]
+    strata = [(i % 3 == 0, "en") for i in range(len(groups))]
+    folds = group_fold_ids(groups, strata, folds=5, seed=0)
+    for site in set(groups):
+        assert len({int(f) for f, g in zip(folds, groups) if g == site}) == 1, site
+    assert sorted(np.bincount(folds, minlength=5).tolist()) == [15, 15, 20, 30, 40]
+    assert (group_fold_ids(groups, strata, 5, seed=0) == folds).all()
+
+
+def test_site_folds_fall_back_to_page_folds_with_fewer_sites_than_folds():
+    groups, strata = ["a"] * 10 + ["b"] * 10, [(i % 2 == 0, "en") for i in range(20)]
+    folds = group_fold_ids(groups, strata, folds=5, seed=0)
+    assert np.bincount(folds).tolist() == [4, 4, 4, 4, 4]
+
+
+def test_the_site_of_a_page_is_its_url_host_else_its_doc_id():
+    frame = pl.DataFrame({"doc_id": ["1", "2", "3", "4"],
+                          "url": ["https://Docs.Example/a", None, "http://[::1/x", "https://docs.example/b"]})
+    assert sites(frame) == ["docs.example", "2", "3", "docs.example"]
+    assert sites(frame.drop("url")) == ["1", "2", "3", "4"]

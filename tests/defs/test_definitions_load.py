@@ -1,0 +1,43 @@
+"""Loading the code location stays light and quiet: no ML framework is imported until an asset runs,
+and nothing is written to stderr (no warnings)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# Imported by the assets that use them, never by `import lm_assets.definitions`.
+HEAVY_MODULES = [
+    "torch",
+    "transformers",
+    "deepspeed",
+    "great_expectations",
+    "detoxify",
+    "sklearn",
+    "fasttext",
+    "datasketch",
+    "duckdb",
+    "pyarrow",
+    "pandas",
+    "safetensors",
+    "dagster_aws",
+    "boto3",
+]
+
+PROBE = """
+import json, sys
+import lm_assets.definitions
+print(json.dumps(sorted(m for m in json.loads(sys.argv[1]) if m in sys.modules)))
+"""
+
+
+def test_loading_the_code_location_imports_no_heavy_module_and_prints_nothing():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}  # Python's default warning filters
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(HEAVY_MODULES)],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2], env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == []
+    assert done.stderr == ""

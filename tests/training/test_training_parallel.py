@@ -1,0 +1,374 @@
+"""The training program across parallel layouts, on CPU with gloo.
+
+Fast tests check the config, the schedule and the spike detector in-process. The `slow` ones
+launch real jobs (`torchrun`, the `deepspeed` launcher, or a lone `python -m training.train`) on a
+tiny model and a tiny packed dataset written here, and read the per-step JSON lines rank 0 prints:
+
+- pp=2 x tp=2 x dp=2 (8 processes) trains (the loss goes down) and matches a single process on
+  the same global batches within 1e-3 per step, and so do the consolidated final weights;
+- a job killed after its step-5 checkpoint resumes to step 10 with losses identical to a job
+  never interrupted (pipeline + tensor parallel, ZeRO-1);
+- an injected loss spike (x100) and a NaN loss skip their updates, leaving weights, optimizer
+  state and learning rate as they were (pipeline engine and plain ZeRO-2 engine);
+- too many consecutive spikes stop the job with a non-zero exit and the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.conftest import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+SEQ_LEN = 33  # rows of 33 tokens: 32 inputs and 32 targets
+VOCAB = 300
+TIMEOUT = 240
+
+slow = pytest.mark.slow
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def write_packed(path: Path, n_seq: int = 256, seed: int = 0) -> Path:
+    """A packed dataset in the packing stage's layout: `train.bin` ([n_seq, SEQ_LEN] uint16,
+    little-endian) and `manifest.json`. Rows are arithmetic sequences mod the vocabulary, so a
+    tiny model learns them within a few steps, each cut in two documents by an EOS (id 3), so that
+    document masking changes what a token sees."""
+    path.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    start = rng.integers(4, VOCAB, size=(n_seq, 1))
+    stride = rng.integers(1, 4, size=(n_seq, 1))
+    rows = (start + stride * np.arange(SEQ_LEN)) % (VOCAB - 4) + 4
+    rows[np.arange(n_seq), rng.integers(8, SEQ_LEN - 8, size=n_seq)] = 3
+    rows.astype("<u2").tofile(path / "train.bin")
+    manifest = {
+        "format": "lm-assets-packed/1",
+        "dtype": "uint16",
+        "byte_order": "little",
+        "seq_len": SEQ_LEN,
+        "eos_id": 3,
+        "pad_id": 0,
+        "inputs": [{"shard": "synthetic", "version": {"vocab_size": VOCAB}}],
+        "splits": {"train": {"sequences": n_seq}},
+    }
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    return path
+
+
+def launch(
+    nproc: int, overrides: list[str], launcher: str = "torchrun", summaries: list | None = None
+) -> tuple[int, list[dict], str]:
+    """Run a training job; returns (exit status, rank 0's per-step metrics, stderr). The run's
+    final summary is appended to `summaries` when given."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    port = str(free_port())
+    if launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", port]
+        cmd += ["-m", "training.train"]
+    elif launcher == "deepspeed":
+        cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_nodes", "1", "--num_gpus", str(nproc)]
+        cmd += ["--master_port", port, "--module", "training.train"]
+    else:
+        assert launcher == "python" and nproc == 1
+        cmd = [sys.executable, "-m", "training.train"]
+    proc = subprocess.run(cmd + overrides, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    metrics = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if "step" in record and "loss" in record:
+                metrics.append(record)
+            elif "summary" in record and summaries is not None:
+                summaries.append(record["summary"])
+    return proc.returncode, metrics, proc.stderr
+
+
+def run_ok(nproc: int, overrides: list[str], launcher: str = "torchrun", summaries: list | None = None) -> list[dict]:
+    rc, metrics, stderr = launch(nproc, overrides, launcher, summaries)
+    assert rc == 0, stderr[-4000:]
+    return metrics
+
+
+def losses(metrics: list[dict]) -> list[float]:
+    return [m["loss"] for m in metrics]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return write_packed(tmp_path_factory.mktemp("packed"))
+
+
+def base(data: Path, steps: int, **extra) -> list[str]:
+    settings = {"data": str(data), "steps": steps, "optim.lr": 3e-3, "optim.warmup_steps": 3, "seed": 1234} | extra
+    return [f"{k}={v}" for k, v in settings.items()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Config, schedule, spike detector (in-process)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_config_validation_refuses_unsupported_combinations():
+    from training.config import TrainConfig, load_config
+
+    def cfg(*overrides):
+        return load_config(None, ["data=/nowhere", *overrides])
+
+    cfg().validate(world_size=4)  # defaults: 1 x 1 x 4
+    with pytest.raises(ValueError, match="fp16 with ZeRO stage 0"):
+        cfg("precision=fp16", "zero_stage=0").validate()
+    cfg("precision=fp16", "zero_stage=1").validate()
+    for stage in (2, 3):
+        with pytest.raises(ValueError, match=f"ZeRO stage {stage} with pipeline parallelism"):
+            cfg("parallel.pp=2", f"zero_stage={stage}").validate()
+        cfg("parallel.pp=1", f"zero_stage={stage}").validate()
+    with pytest.raises(ValueError, match="does not match the world size"):
+        cfg("parallel.pp=2", "parallel.tp=2", "parallel.dp=2").validate(world_size=4)
+    with pytest.raises(ValueError, match="not a multiple"):
+        cfg("parallel.pp=3").validate(world_size=4)
+    with pytest.raises(ValueError, match="precision"):
+        cfg("precision=fp8").validate()
+    with pytest.raises(ValueError, match="needs checkpoint.dir"):
+        cfg("checkpoint.save_every=5").validate()
+    with pytest.raises(ValueError, match="step:factor"):
+        cfg("debug.loss_scale=7").validate()
+    with pytest.raises(KeyError, match="no field"):
+        cfg("parallel.ep=2")
+    assert cfg("parallel.pp=2", "parallel.tp=2").dims(8).dp == 2
+    assert cfg("debug.loss_scale=3:nan,5:100").debug.loss_scales()[5] == 100.0
+    assert math.isnan(cfg("debug.loss_scale=3:nan").debug.loss_scales()[3])
+    assert isinstance(cfg(), TrainConfig)
+
+
+def test_model_split_checks():
+    from training.config import ParallelDims, from_preset
+
+    tiny = from_preset("tiny", VOCAB)  # 4 heads, 2 kv heads, ffn 176, 2 layers
+    ParallelDims(pp=2, tp=2, dp=2).check_model(tiny)
+    with pytest.raises(ValueError, match="must divide model n_kv_heads"):
+        ParallelDims(tp=4).check_model(tiny)
+    with pytest.raises(ValueError, match="exceeds the model's 2 layers"):
+        ParallelDims(pp=4).check_model(tiny)
+
+
+def test_config_files_and_generated_deepspeed_json(tmp_path):
+    from training.config import load_config
+    from training.engine import adamw, deepspeed_config
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('data = "/d"\nprecision = "bf16"\nzero_stage = 1\nmodel_overrides = ["n_layers=4"]\n'
+                    "micro_batch_size = 2\ngrad_accum = 3\n[parallel]\npp = 2\n[optim]\nlr = 1e-3\n")  # fmt: skip
+    cfg = load_config(toml, ["optim.grad_clip=0.5"])
+    cfg.validate(world_size=4)
+    assert cfg.model_config(VOCAB).n_layers == 4
+    ds = deepspeed_config(cfg, dp=cfg.dims(4).dp)
+    assert ds["train_batch_size"] == 2 * 3 * 2
+    assert ds["bf16"]["enabled"] and not ds["fp16"]["enabled"]
+    assert ds["zero_optimization"]["stage"] == 1
+    assert ds["gradient_clipping"] == 0.5
+    assert "optimizer" not in ds  # ours: torch's AdamW, handed to deepspeed.initialize
+    opt = adamw([{"params": [torch.nn.Parameter(torch.zeros(2, 2))]}], cfg)
+    assert opt.defaults["lr"] == 1e-3 and opt.defaults["fused"] is True and opt.defaults["betas"] == (0.9, 0.95)
+    cfg.kernels.fused_adamw = False
+    assert not adamw([{"params": [torch.nn.Parameter(torch.zeros(2, 2))]}], cfg).defaults["fused"]
+    as_json = tmp_path / "run.json"
+    as_json.write_text(json.dumps({"data": "/d", "spike": {"k_sigma": 3.0}}))
+    assert load_config(as_json).spike.k_sigma == 3.0
+
+
+def test_lr_schedule_warmup_then_cosine():
+    from training.engine import lr_lambda
+
+    f = lr_lambda(warmup_steps=4, total_steps=14, min_ratio=0.1)
+    assert [f(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert f(4) == pytest.approx(1.0)
+    assert f(9) == pytest.approx(0.55)
+    assert f(14) == pytest.approx(0.1) and f(100) == pytest.approx(0.1)
+    assert all(f(s) >= f(s + 1) for s in range(4, 20))
+
+
+def test_spike_detector_window_and_consecutive_limit():
+    from training.config import SpikeConfig
+    from training.engine import LossSpikeError, SpikeDetector
+
+    det = SpikeDetector(SpikeConfig(k_sigma=3.0, window=5, min_history=3, max_consecutive=2))
+    assert det.check(100.0) is None  # no history yet: only non-finite losses count
+    assert "non-finite" in det.check(float("nan")) and "non-finite" in det.check(float("inf"))
+    for step, loss in enumerate([5.0, 4.9, 5.1, 5.0]):
+        assert det.check(loss) is None
+        det.record(loss, None, step)
+    assert det.check(5.2) is None
+    reason = det.check(9.0)
+    assert reason and "mean" in reason
+    det.record(9.0, reason, 10)  # one spike: tolerated, not added to the window
+    assert det.consecutive == 1 and list(det.history) == [5.0, 4.9, 5.1, 5.0]
+    state = det.state_dict()
+    with pytest.raises(LossSpikeError, match="2 consecutive loss spikes"):
+        det.record(float("nan"), "non-finite loss nan", 11)
+    det.load_state_dict(state)
+    det.record(5.0, None, 11)
+    assert det.consecutive == 0 and det.total == 1 and len(det.history) == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# Multi-process jobs
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def layout_runs(data, tmp_path_factory):
+    """20 steps at pp=2 x tp=2 x dp=2 (ZeRO-1) and at 1 x 1 x 1 (plain engine, ZeRO-0, the same
+    4 sequences per step as 2 accumulated micro-batches of 2), each saving a final checkpoint."""
+    ckpt = tmp_path_factory.mktemp("ckpt")
+    three_d = run_ok(8, base(data, 20, micro_batch_size=2, zero_stage=1, **{
+        "parallel.pp": 2, "parallel.tp": 2, "parallel.dp": 2, "checkpoint.dir": ckpt / "3d"}))  # fmt: skip
+    single = run_ok(1, base(data, 20, micro_batch_size=2, grad_accum=2, peak_flops=1e11, **{
+        "checkpoint.dir": ckpt / "single"}), launcher="python")  # fmt: skip
+    return three_d, single, ckpt
+
+
+@slow
+def test_pp2_tp2_dp2_trains(layout_runs):
+    three_d, _, _ = layout_runs
+    assert [m["step"] for m in three_d] == list(range(1, 21))
+    loss = losses(three_d)
+    assert all(math.isfinite(x) for x in loss)
+    assert np.mean(loss[-5:]) < np.mean(loss[:5]) - 0.3, loss
+    assert not any(m["skipped"] for m in three_d)
+    for m in three_d:
+        assert m["grad_norm"] > 0 and m["tokens_per_s"] > 0 and m["lr"] > 0
+        assert m["tokens"] == m["step"] * 4 * (SEQ_LEN - 1)  # 2 sequences x dp 2
+        assert m["mfu"] is None  # no peak_flops given
+
+
+@slow
+def test_single_process_reports_mfu(layout_runs):
+    from training.config import from_preset
+    from training.model import flops_per_token
+
+    _, single, _ = layout_runs
+    for m in single:
+        expected = flops_per_token(from_preset("tiny", VOCAB), SEQ_LEN - 1) * m["tokens_per_s"] / 1e11
+        assert m["mfu"] == pytest.approx(expected)
+
+
+@slow
+def test_pp2_tp2_dp2_matches_single_process(layout_runs):
+    from training.checkpoint import consolidated_state_dict
+
+    three_d, single, ckpt = layout_runs
+    np.testing.assert_allclose(losses(three_d), losses(single), rtol=0, atol=1e-3)
+    np.testing.assert_allclose([m["grad_norm"] for m in three_d], [m["grad_norm"] for m in single], rtol=1e-3)
+    assert [m["lr"] for m in three_d] == pytest.approx([m["lr"] for m in single])
+    # The pipeline layer files and tensor-parallel shards gather into the single process's weights.
+    a, b = consolidated_state_dict(ckpt / "3d"), consolidated_state_dict(ckpt / "single")
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert a[name].shape == b[name].shape, name
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=2e-3, msg=name)
+    from training.checkpoint import model_config
+    from training.model import Transformer
+
+    assert model_config(ckpt / "3d") == model_config(ckpt / "single")
+    model = Transformer(model_config(ckpt / "3d"), seed=None)
+    model.load_state_dict(a, strict=True)
+    for sub in ("3d", "single"):
+        written = json.loads((ckpt / sub / "step_00000020" / "ds_config.json").read_text())
+        assert "optimizer" not in written
+        train_config = json.loads((ckpt / sub / "step_00000020" / "train_config.json").read_text())
+        assert train_config["kernels"]["fused_adamw"] is True and train_config["document_mask"] is True
+
+
+@slow
+def test_resume_after_kill_matches_uninterrupted(data, tmp_path):
+    """pp=2 x tp=2 (ZeRO-1): a run that dies after its step-5 checkpoint, resumed, reproduces an
+    uninterrupted run exactly. The dying run goes through the deepspeed launcher."""
+    common = base(data, 10, micro_batch_size=2, zero_stage=1, **{"parallel.pp": 2, "parallel.tp": 2})
+    reference = run_ok(4, common)
+    ckpt = [f"checkpoint.dir={tmp_path / 'ckpt'}", "checkpoint.save_every=5"]
+    rc, before, stderr = launch(4, common + ckpt + ["debug.fail_at_step=7", "debug.fail_rank=3"], launcher="deepspeed")
+    assert rc != 0
+    assert "injected failure before step 7 on rank 3" in stderr
+    assert [m["step"] for m in before] == list(range(1, 8))
+    assert (tmp_path / "ckpt" / "latest").read_text().strip() == "step_00000005"
+    after = run_ok(4, common + ckpt)
+    assert [m["step"] for m in after] == list(range(6, 11))
+    assert losses(before) == losses(reference)[:7]
+    assert losses(after) == losses(reference)[5:]
+    assert [m["lr"] for m in after] == [m["lr"] for m in reference][5:]
+
+
+def _tensors(obj, prefix=""):
+    """Every tensor in a nested checkpoint object, by path."""
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _tensors(v, f"{prefix}/{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _tensors(v, f"{prefix}/{i}")
+
+
+@slow
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param(["parallel.pp=2", "zero_stage=1"], id="pipeline-zero1"),
+        pytest.param(["parallel.dp=2", "zero_stage=2"], id="plain-zero2"),
+    ],
+)
+def test_loss_spike_skips_update(data, tmp_path, layout):
+    """A NaN loss at step 6 and a x100 loss at step 10 (k-sigma) are skipped: checkpoints before
+    and after the x100 step hold the same weights and optimizer state (DeepSpeed itself would
+    apply that update), and the lr does not move."""
+    ckpt = tmp_path / "ckpt"
+    overrides = base(data, 11, micro_batch_size=2, **{
+        "spike.min_history": 4, "spike.k_sigma": 4, "debug.loss_scale": "6:nan,10:100",
+        "checkpoint.dir": ckpt, "checkpoint.save_every": 10}) + layout  # fmt: skip
+    metrics = run_ok(2, overrides)
+    assert [m["step"] for m in metrics if m["skipped"]] == [7, 11]
+    assert "non-finite" in metrics[6]["spike_reason"] and "mean" in metrics[10]["spike_reason"]
+    assert metrics[10]["loss"] > 50 * metrics[9]["loss"]
+    assert metrics[7]["lr"] == metrics[6]["lr"]  # the schedule did not advance on the skip
+    assert all(math.isfinite(m["loss"]) for m in metrics[7:10])  # no NaN leaked into the weights
+    assert metrics[9]["loss"] < metrics[0]["loss"]
+
+    from training.checkpoint import consolidated_state_dict
+
+    before, after = ckpt / "step_00000010", ckpt / "step_00000011"
+    w0, w1 = consolidated_state_dict(ckpt, before.name), consolidated_state_dict(ckpt, after.name)
+    for name in w0:
+        assert torch.equal(w0[name], w1[name]), name
+    optim_files = sorted(p.name for p in before.glob("*optim_states.pt"))
+    assert optim_files
+    for name in optim_files:
+        s0 = dict(_tensors(torch.load(before / name, weights_only=False)))
+        s1 = dict(_tensors(torch.load(after / name, weights_only=False)))
+        assert s0.keys() == s1.keys()
+        for key in s0:
+            assert torch.equal(s0[key], s1[key]), (name, key)
+
+
+@slow
+def test_consecutive_spikes_stop_the_job(data):
+    rc, metrics, stderr = launch(1, base(data, 10, micro_batch_size=2, **{
+        "debug.loss_scale": "3:nan,4:nan,5:nan", "spike.max_consecutive": 3}))  # fmt: skip
+    assert rc != 0
+    assert "LossSpikeError: 3 consecutive loss spikes" in stderr
+    assert [m["skipped"] for m in metrics] == [False, False, False, True, True]
