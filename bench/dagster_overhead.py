@@ -114,14 +114,15 @@ def stage_functions(store, landing, shard: str) -> dict:
     from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents
     from lm_assets.corpus.curation.pipeline import curate
     from lm_assets.corpus.decontam.contamination import DecontamConfig, find_contamination
-    from lm_assets.corpus.dedup.clustering import apply_dedup, band_table, sketch_documents
+    from lm_assets.corpus.dedup.decisions import apply_dedup
+    from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
     from lm_assets.corpus.ingest.readers import ReaderConfig, read_shard
+    from lm_assets.corpus.quality.registry import current_classifier
     from lm_assets.corpus.tokens.tokenize import tokenize_shard
     from lm_assets.defs.common.config import to_dataclass
-    from lm_assets.corpus.quality.registry import current_classifier
     from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig
-    from lm_assets.defs.dedup.assets import DedupSettings
     from lm_assets.defs.decontam.assets import EVALUATION_SET_FIELDS, DecontaminatedShardConfig, contamination_index
+    from lm_assets.defs.dedup.assets import DedupSettings
     from lm_assets.defs.tokens.assets import current_tokenizer
     from lm_assets.storage.layout import CLUSTERS_KEY, raw_keys, stage_folder, stage_keys
 

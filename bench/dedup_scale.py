@@ -51,8 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_paths import out_dir  # noqa: E402
 
-from lm_assets.corpus.dedup.clustering import DedupConfig, DuckDBConfig, band_ranges, band_table  # noqa: E402
+from lm_assets.corpus.dedup.config import DedupConfig, DuckDBConfig  # noqa: E402
 from lm_assets.corpus.dedup.minhash import MinHashConfig, lsh_params  # noqa: E402
+from lm_assets.corpus.dedup.ranking import band_ranges
+from lm_assets.corpus.dedup.sketches import band_table
 
 NUM_PERM = MinHashConfig().num_perm
 EXACT_GROUP = 3

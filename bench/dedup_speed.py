@@ -80,20 +80,18 @@ from curation import MAKE_CRAWL, Clock, find_shards, quiet_datatrove_logs, rate,
 
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents  # noqa: E402
 from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages  # noqa: E402
-from lm_assets.corpus.dedup.clustering import (  # noqa: E402
-    DedupConfig,
-    DuckDBConfig,
+from lm_assets.corpus.dedup.clustering import cluster_documents
+from lm_assets.corpus.dedup.config import DedupConfig, DuckDBConfig
+from lm_assets.corpus.dedup.decisions import dedup_stats
+from lm_assets.corpus.dedup.minhash import MinHashConfig, lsh_params, shingle_hash, shingles, signatures  # noqa: E402
+from lm_assets.corpus.dedup.ranking import (
     band_ranges,
-    band_table,
     candidate_edges,
-    cluster_documents,
-    dedup_stats,
     exact_representatives,
     rank_documents,
-    sketch_documents,
     verify_edges,
 )
-from lm_assets.corpus.dedup.minhash import MinHashConfig, lsh_params, shingle_hash, shingles, signatures  # noqa: E402
+from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
 from lm_assets.corpus.ingest.readers import read_shard  # noqa: E402
 from lm_assets.text import is_cjk_lang  # noqa: E402
 

@@ -9,7 +9,7 @@ from lm_assets.corpus.curation.extract import ExtractConfig
 from lm_assets.corpus.curation.pipeline import CurationConfig
 from lm_assets.corpus.curation.toxicity import ToxicityConfig
 from lm_assets.corpus.decontam.contamination import DecontamConfig
-from lm_assets.corpus.dedup.clustering import DedupConfig
+from lm_assets.corpus.dedup.config import DedupConfig
 from lm_assets.corpus.ingest.readers import ReaderConfig
 from lm_assets.corpus.quality.classifier import ClassifierConfig
 from lm_assets.corpus.tokens.packing import PackingConfig
@@ -70,10 +70,10 @@ def test_stage_configs_default_to_the_corpus_defaults(monkeypatch):
                      "LM_ASSETS_DETOXIFY_CHECKPOINT", "LM_ASSETS_DETOXIFY_HF_CONFIG"):
         monkeypatch.delenv(variable, raising=False)
     from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, ToxicityRulesConfig
-    from lm_assets.defs.quality.assets import QualityClassifierConfig
+    from lm_assets.defs.decontam.assets import DecontaminatedShardConfig
     from lm_assets.defs.dedup.assets import DedupSettings
     from lm_assets.defs.ingest.assets import RawShardConfig
-    from lm_assets.defs.decontam.assets import DecontaminatedShardConfig
+    from lm_assets.defs.quality.assets import QualityClassifierConfig
     from lm_assets.defs.tokens.assets import PackedDatasetConfig, TokenizerTrainingConfig
 
     assert to_dataclass(ReaderConfig, RawShardConfig()) == ReaderConfig()

@@ -1,4 +1,4 @@
-"""Global dedup over parquet files in bounded memory: the steps of `dedup.deduplicate_sketches`, streamed.
+"""Global dedup over parquet files in bounded memory: the steps of `clustering.deduplicate_sketches`, streamed.
 
 Inputs are the per-shard files `minhash_signatures` writes (sketches and band rows); every step reads
 them through DuckDB under its memory limit, spilling to its temporary folder, and writes its result
@@ -18,31 +18,23 @@ to a parquet file. No step loads all signatures or all documents into Python:
    the keep rule: their signatures are read sorted by component and `dedup.centres` decides one
    component at a time. The clusters table (`dedup.CLUSTER_SCHEMA`) is written by a DuckDB query.
 
-The result equals `dedup.deduplicate_sketches` row for row (order aside).
+The result equals `clustering.deduplicate_sketches` row for row (order aside).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from lm_assets.corpus.dedup.clustering import (
-    CLUSTER_SCHEMA,
-    EXACT,
-    NEAR,
-    RANK_COLUMNS,
-    DedupConfig,
-    Source,
-    _DuckDB,
-    candidate_edges_sql,
-    centres,
-    cluster_size_histogram,
-    ranked_sql,
-    representatives_sql,
-)
+from lm_assets.corpus.dedup.clustering import centres
+from lm_assets.corpus.dedup.config import CLUSTER_SCHEMA, EXACT, NEAR, DedupConfig, Source
+from lm_assets.corpus.dedup.decisions import cluster_size_histogram
+from lm_assets.corpus.dedup.duckdb_session import DuckDBSession
+from lm_assets.corpus.dedup.ranking import RANK_COLUMNS, candidate_edges_sql, ranked_sql, representatives_sql
+from lm_assets.corpus.dedup.union_find import UnionFind
 from lm_assets.storage.store import ROW_GROUP_ROWS
 
 COMPONENT_ALGORITHMS = ("union_find", "star")
@@ -54,20 +46,14 @@ def _quoted(path: str | Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
 
-def _copy(db: _DuckDB, sql: str, out: Path) -> int:
+def _copy(db: DuckDBSession, sql: str, out: Path) -> int:
     """Writes the query's rows to a parquet file; returns how many."""
     db.con.execute(f"COPY ({sql}) TO {_quoted(out)} (FORMAT parquet, ROW_GROUP_SIZE {ROW_GROUP_ROWS})").fetchall()
     return _count(db, f"read_parquet({_quoted(out)})")
 
 
-def _count(db: _DuckDB, src: str) -> int:
+def _count(db: DuckDBSession, src: str) -> int:
     return int(db.con.execute(f"SELECT count(*) FROM {src}").fetchall()[0][0])
-
-
-def _batches(db: _DuckDB, sql: str, rows: int = BATCH_ROWS) -> Iterator:
-    """The query's result as pyarrow record batches of at most `rows` rows."""
-    reader = db.con.sql(sql).to_arrow_reader(rows)
-    yield from reader
 
 
 def _matrix(column) -> np.ndarray:
@@ -121,7 +107,7 @@ def band_range_edges(
     """
     cfg = cfg or DedupConfig()
     out = Path(out)
-    with _DuckDB(cfg.duckdb) as db:
+    with DuckDBSession(cfg.duckdb) as db:
         fresh_sketches = db.table("sketches", sketches, [*RANK_COLUMNS, "signature"])
         old = None
         excluded = None
@@ -146,7 +132,7 @@ def band_range_edges(
     return {"band_range": list(band_range), "candidate_edges": candidates, "verified_edges": verified}
 
 
-def _verify(db: _DuckDB, edges: str, signatures: str, expected: int, out: Path, threshold: float | None) -> int:
+def _verify(db: DuckDBSession, edges: str, signatures: str, expected: int, out: Path, threshold: float | None) -> int:
     """Writes to `out` the edges whose endpoints' signatures agree in at least `threshold` of their values.
 
     Each endpoint's signature is joined on by DuckDB alone (the hash table holds the edges, not the
@@ -194,94 +180,13 @@ def _verify(db: _DuckDB, edges: str, signatures: str, expected: int, out: Path, 
 # ---------------------------------------------------------------------------------------------
 
 
-class UnionFindFile:
-    """Disjoint sets over 0..n-1 in a memory-mapped parent array; every root is its set's smallest member.
-
-    Edges come in batches of numpy arrays. Within a batch, roots are hooked onto smaller roots
-    (`np.minimum.at`) and the batch's nodes pointer-jump to their roots, until every edge of the batch
-    has both ends in one set; so a long chain or a star takes a few vectorised rounds, not a Python
-    loop per edge.
-    """
-
-    def __init__(self, n: int, path: str | Path, chunk: int = 1 << 22):
-        self.n = n
-        self.chunk = chunk
-        self.dtype = np.int32 if n < 2**31 else np.int64
-        self.parent = np.memmap(path, dtype=self.dtype, mode="w+", shape=(max(n, 1),))
-        for lo in range(0, n, chunk):
-            self.parent[lo : lo + chunk] = np.arange(lo, min(lo + chunk, n), dtype=self.dtype)
-
-    @property
-    def bytes_per_document(self) -> int:
-        return np.dtype(self.dtype).itemsize
-
-    def _find(self, nodes: np.ndarray) -> np.ndarray:
-        """Roots of `nodes`, whose parents are then set to them."""
-        parent = self.parent
-        roots = parent[nodes]
-        while True:
-            above = parent[roots]
-            if np.array_equal(above, roots):
-                break
-            roots = above
-        parent[nodes] = roots
-        return roots
-
-    def _jump(self, nodes: np.ndarray) -> None:
-        """Pointer doubling on `nodes` until each points at a root (log of the longest path rounds)."""
-        parent = self.parent
-        while True:
-            up = parent[nodes]
-            above = parent[up]
-            if np.array_equal(up, above):
-                return
-            parent[nodes] = above
-
-    def union(self, a: np.ndarray, b: np.ndarray) -> None:
-        a = np.asarray(a, dtype=self.dtype)
-        b = np.asarray(b, dtype=self.dtype)
-        while len(a):
-            root_a, root_b = self._find(a), self._find(b)
-            apart = root_a != root_b
-            if not apart.any():
-                return
-            a, b, root_a, root_b = a[apart], b[apart], root_a[apart], root_b[apart]
-            low, high = np.minimum(root_a, root_b), np.maximum(root_a, root_b)
-            np.minimum.at(self.parent, high, low)
-            self._jump(np.unique(np.concatenate([a, b, low, high])))
-
-    def flatten(self) -> None:
-        """Every element points at its root, by pointer doubling over the whole array in chunks."""
-        parent = self.parent
-        changed = True
-        while changed:
-            changed = False
-            for lo in range(0, self.n, self.chunk):
-                up = parent[lo : lo + self.chunk]
-                above = parent[up]
-                if not np.array_equal(up, above):
-                    parent[lo : lo + self.chunk] = above
-                    changed = True
-
-    def members(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """`(nodes, roots)` of every element that is not alone in its set, in chunks, after `flatten`;
-        a root comes once per chunk holding a member of its set."""
-        parent = self.parent
-        for lo in range(0, self.n, self.chunk):
-            roots = np.asarray(parent[lo : lo + self.chunk])
-            nodes = np.arange(lo, lo + len(roots), dtype=self.dtype)
-            linked = roots != nodes
-            found = np.unique(roots[linked])
-            yield np.concatenate([nodes[linked], found]), np.concatenate([roots[linked], found])
-
-
-def union_find_components(pairs: str, n: int, db: _DuckDB, workdir: Path, out: Path) -> dict:
+def union_find_components(pairs: str, n: int, db: DuckDBSession, workdir: Path, out: Path) -> dict:
     """`node, component` (its set's smallest node) of the nodes of `pairs` (a FROM-clause expression
     with integer columns a, b over 0..n-1), written to `out`; the parent array lives in `workdir`."""
     import pyarrow as pa
 
-    sets = UnionFindFile(n, workdir / "parents.int")
-    for batch in _batches(db, f"SELECT a, b FROM {pairs}", rows=1 << 20):
+    sets = UnionFind(n, workdir / "parents.int")
+    for batch in db.batches(f"SELECT a, b FROM {pairs}", rows=1 << 20):
         sets.union(batch.column("a").to_numpy(), batch.column("b").to_numpy())
     sets.flatten()
     listed = workdir / "members.parquet"
@@ -299,7 +204,7 @@ def union_find_components(pairs: str, n: int, db: _DuckDB, workdir: Path, out: P
     return {"algorithm": "union_find", "id_array_bytes_per_document": bytes_per_document}
 
 
-def star_components(pairs: str, db: _DuckDB, out: Path, max_rounds: int = 200) -> dict:
+def star_components(pairs: str, db: DuckDBSession, out: Path, max_rounds: int = 200) -> dict:
     """`node, component` of the nodes of `pairs` by alternating large-star and small-star rounds
     (Kiveris et al., "Connected Components in MapReduce and Beyond", 2014), each a DuckDB query over
     the edge table, until a round changes nothing; every node then links to its component's minimum."""
@@ -349,7 +254,7 @@ def star_components(pairs: str, db: _DuckDB, out: Path, max_rounds: int = 200) -
 # ---------------------------------------------------------------------------------------------
 
 
-def _write_centres(db: _DuckDB, members: str, threshold: float | None, out: Path) -> int:
+def _write_centres(db: DuckDBSession, members: str, threshold: float | None, out: Path) -> int:
     """`node, kept_node` for every node of a non-singleton component, read in component order."""
     import pyarrow as pa
 
@@ -360,7 +265,7 @@ def _write_centres(db: _DuckDB, members: str, threshold: float | None, out: Path
         sink.write({"node": nodes, "kept_node": centres(nodes, components, signatures, threshold)})
 
     try:
-        for batch in _batches(db, members):
+        for batch in db.batches(members, BATCH_ROWS):
             nodes = batch.column("node").to_numpy().astype(np.int64)
             components = batch.column("component").to_numpy().astype(np.int64)
             signatures = _matrix(batch.column("signature"))
@@ -422,7 +327,7 @@ def cluster_files(
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     ranked, pairs, members, kept = (workdir / f"{name}.parquet" for name in ("ranked", "pairs", "components", "centres"))
-    with _DuckDB(cfg.duckdb) as db:
+    with DuckDBSession(cfg.duckdb) as db:
         src = db.table("sketches", sketches, [*RANK_COLUMNS, "signature"])
         documents = _copy(db, ranked_sql(f"(SELECT {', '.join(RANK_COLUMNS)} FROM {src})"), ranked)
         ranked_src = f"read_parquet({_quoted(ranked)})"
@@ -467,7 +372,7 @@ def cluster_report(clusters: Source, sketches: Source | None, cfg: DedupConfig |
     files, so a report on billions of rows stays within its memory limit. `sketches` hold `doc_id`,
     `content_hash`, `source` and `url`; without them only the clusters' own figures are reported."""
     cfg = cfg or DedupConfig()
-    with _DuckDB(cfg.duckdb) as db:
+    with DuckDBSession(cfg.duckdb) as db:
         c = db.table("clusters", clusters, ["doc_id", "cluster_id", "cluster_size", "kept", "reason"])
         counts = db.query(f"""
             SELECT count(*) AS documents, count_if(kept)::BIGINT AS kept,
@@ -535,7 +440,7 @@ def merge_cluster_files(old: Source, new: Source, out: str | Path, cfg: DedupCon
     Returns the rows written."""
     cfg = cfg or DedupConfig()
     columns = list(CLUSTER_SCHEMA)
-    with _DuckDB(cfg.duckdb) as db:
+    with DuckDBSession(cfg.duckdb) as db:
         combined = f"""(SELECT {', '.join(columns)} FROM {db.table('old_clusters', old, columns)}
                         UNION ALL SELECT {', '.join(columns)} FROM {db.table('new_clusters', new, columns)})"""
         return _copy(db, f"""

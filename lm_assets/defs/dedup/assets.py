@@ -11,18 +11,13 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.corpus.dedup.clustering import (
-    CLUSTER_SCHEMA,
-    DedupConfig,
-    DedupState,
-    apply_dedup,
-    band_ranges,
-    band_table,
-    deduplicate_incremental,
-    sketch_documents,
-)
+from lm_assets.corpus.dedup.config import CLUSTER_SCHEMA, DedupConfig
+from lm_assets.corpus.dedup.decisions import apply_dedup
 from lm_assets.corpus.dedup.global_dedup import band_range_edges, cluster_files, cluster_report, merge_cluster_files
+from lm_assets.corpus.dedup.incremental import DedupState, deduplicate_incremental
 from lm_assets.corpus.dedup.minhash import lsh_params
+from lm_assets.corpus.dedup.ranking import band_ranges
+from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
 from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.environment import from_environment
 from lm_assets.defs.common.partitions import (
@@ -362,7 +357,7 @@ def dedup_clusters(
                 bands=minhash_files(stack, store, round_.earlier, "bands"),
                 clusters=old_clusters,
             )
-            edges = pl.concat([store.read_parquet(key) for key in edge_keys])
+            edges = [str(stack.enter_context(store.local_copy(key))) for key in edge_keys]
             new_sketches = read_shards(store, shards, "sketches")
             result = deduplicate_incremental(new_sketches, None, state, cfg, edges=edges)
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dedup-clusters-")))

@@ -5,26 +5,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.dedup import clustering as D
-from lm_assets.corpus.dedup.clustering import (
-    DedupConfig,
-    DedupState,
-    DuckDBConfig,
-    UnionFind,
-    apply_dedup,
-    band_ranges,
-    band_table,
-    candidate_edges,
-    content_hash,
-    content_hashes,
-    dedup_stats,
-    deduplicate,
-    deduplicate_incremental,
-    merge_clusters,
-    rank_documents,
-    sketch_documents,
-    verify_edges,
-)
+from lm_assets.corpus.dedup.clustering import _components, _lookup, cluster_documents, deduplicate
+from lm_assets.corpus.dedup.config import BAND_SCHEMA, CLUSTER_SCHEMA, DEDUP_DROPPED_SCHEMA, DedupConfig, DuckDBConfig
+from lm_assets.corpus.dedup.decisions import apply_dedup, dedup_stats
+from lm_assets.corpus.dedup.duckdb_session import DuckDBSession
+from lm_assets.corpus.dedup.incremental import DedupState, deduplicate_incremental, merge_clusters
+from lm_assets.corpus.dedup.ranking import band_ranges, candidate_edges, rank_documents, verify_edges
+from lm_assets.corpus.dedup.sketches import band_table, content_hash, content_hashes, sketch_documents
+from lm_assets.corpus.dedup.union_find import UnionFind
 
 EN = {
     "bread": (
@@ -241,7 +229,7 @@ def test_candidate_edges_are_stars_to_the_smallest_doc_id(tmp_path):
             "band": [0, 0, 0, 0, 0, 1, 1, 2],
             "band_hash": [7, 7, 7, 7, 7, 9, 9, 9],
         },
-        schema=D.BAND_SCHEMA,
+        schema=BAND_SCHEMA,
     )
     edges = candidate_edges(bands).sort("doc_a", "doc_b")
     assert edges.rows() == [("a", "b"), ("a", "c"), ("a", "d"), ("a", "e"), ("x", "y")]
@@ -258,7 +246,7 @@ def test_candidate_edges_are_stars_to_the_smallest_doc_id(tmp_path):
 
 
 def test_duckdb_runs_with_the_configured_memory_limit_and_spill_folder(tmp_path):
-    with D._DuckDB(DuckDBConfig(memory_limit="300MB", temp_directory=str(tmp_path / "spill"), threads=1)) as db:
+    with DuckDBSession(DuckDBConfig(memory_limit="300MB", temp_directory=str(tmp_path / "spill"), threads=1)) as db:
         settings = db.query(
             "SELECT current_setting('memory_limit') AS memory, current_setting('temp_directory') AS temp, "
             "current_setting('threads') AS threads"
@@ -337,9 +325,9 @@ def test_a_chain_of_similar_pages_removes_only_what_is_like_the_kept_one():
     assert (sigs["a"] == sigs["b"]).mean() >= 0.55 and (sigs["b"] == sigs["d"]).mean() < 0.55
     ranked = rank_documents(sketches)
     edges = pl.DataFrame({"doc_a": ["a", "b", "c"], "doc_b": ["b", "c", "d"]})
-    chained = by_id(D.cluster_documents(ranked, edges))  # without signatures: the whole chain is one cluster
+    chained = by_id(cluster_documents(ranked, edges))  # without signatures: the whole chain is one cluster
     assert sum(r["kept"] for r in chained.values()) == 1
-    rows = by_id(D.cluster_documents(ranked, edges, sketches, 0.55))
+    rows = by_id(cluster_documents(ranked, edges, sketches, 0.55))
     # The centre is a middle page (the one with the highest mean estimated similarity); the pages like
     # it go, and the far end of the chain, unlike it, stays as its own cluster.
     mean = {x: sum((sigs[x] == sigs[y]).mean() for y in "abcd" if y != x) / 3 for x in "abcd"}
@@ -428,7 +416,7 @@ def test_every_document_appears_once_and_shards_conserve_rows():
     )
     clusters = deduplicate(docs).clusters
     assert clusters.height == docs.height and clusters["doc_id"].n_unique() == docs.height
-    assert clusters.schema == pl.Schema(D.CLUSTER_SCHEMA)
+    assert clusters.schema == pl.Schema(CLUSTER_SCHEMA)
     assert clusters.filter(pl.col("kept")).select((pl.col("doc_id") == pl.col("kept_doc_id")).all()).item()
     assert clusters.filter(~pl.col("kept"))["reason"].null_count() == 0
 
@@ -437,7 +425,7 @@ def test_every_document_appears_once_and_shards_conserve_rows():
         result = apply_dedup(shard_docs, clusters)
         assert result.kept.height + result.dropped.height == shard_docs.height
         assert result.kept.columns == shard_docs.columns
-        assert result.dropped.schema == pl.Schema(D.DEDUP_DROPPED_SCHEMA)
+        assert result.dropped.schema == pl.Schema(DEDUP_DROPPED_SCHEMA)
         assert set(result.dropped["stage"]) <= {"dedup"}
         assert result.stats["documents_in"] == shard_docs.height
         total_kept += result.kept.height
@@ -489,20 +477,23 @@ def test_empty_and_one_word_documents():
 
 def test_union_find():
     sets = UnionFind(6)
-    sets.union_all(np.array([0, 3, 1, 2]), np.array([1, 4, 2, 5]))
-    assert sets.find(5) == sets.find(0) and sets.find(3) != sets.find(0)
-    assert sets.size[sets.find(0)] == 4 and sets.size[sets.find(3)] == 2
+    sets.union(np.array([0, 3, 1, 2]), np.array([1, 4, 2, 5]))
     roots = sets.roots()
-    assert len(set(roots[[0, 1, 2, 5]].tolist())) == 1 and roots[3] == roots[4] != roots[0]
-    # Path compression: after a find every node on the path points at the root.
-    chain = UnionFind(5)
-    chain.parent = [1, 2, 3, 4, 4]
-    assert chain.find(0) == 4 and chain.parent[:4] == [4, 4, 4, 4]
+    # Every root is its set's smallest member.
+    assert roots.tolist() == [0, 0, 0, 3, 3, 0]
+    # A long chain given in one batch, and a star, settle in a few vectorised rounds.
+    chain = UnionFind(1000)
+    chain.union(np.arange(1, 1000), np.arange(999))
+    assert set(chain.roots().tolist()) == {0}
+    star = UnionFind(5)
+    star.union(np.array([4, 4, 4]), np.array([3, 2, 1]))
+    assert star.roots().tolist() == [0, 1, 1, 1, 1]
+    assert UnionFind(0).roots().tolist() == []
 
-    values, components = D._components(np.array([10, 30, 20]), np.array([20, 40, 50]))
+    values, components = _components(np.array([10, 30, 20]), np.array([20, 40, 50]))
     assert values.tolist() == [10, 20, 30, 40, 50]
     assert components[0] == components[1] == components[4] != components[2] == components[3]
-    assert D._lookup(values, components, np.array([10, 11, 40]), -1).tolist() == [components[0], -1, components[3]]
+    assert _lookup(values, components, np.array([10, 11, 40]), -1).tolist() == [components[0], -1, components[3]]
 
 
 def test_dedup_stats_counts_and_histogram():
@@ -515,7 +506,7 @@ def test_dedup_stats_counts_and_histogram():
             "reason": [None, "exact_duplicate", "near_duplicate", None, "near_duplicate", None, None],
             "kept_doc_id": ["a", "a", "a", "d", "d", "f", "g"],
         },
-        schema=D.CLUSTER_SCHEMA,
+        schema=CLUSTER_SCHEMA,
     )
     stats = dedup_stats(clusters, largest=2)
     assert stats == {

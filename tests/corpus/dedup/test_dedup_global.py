@@ -7,20 +7,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.dedup import clustering as D
-from lm_assets.corpus.dedup.clustering import (
-    DedupConfig,
-    DedupState,
-    DuckDBConfig,
-    UnionFind,
-    band_ranges,
-    band_table,
-    deduplicate_incremental,
-    deduplicate_sketches,
-    sketch_documents,
-)
+from lm_assets.corpus.dedup.clustering import deduplicate_sketches
+from lm_assets.corpus.dedup.config import CLUSTER_SCHEMA, DedupConfig, DuckDBConfig
+from lm_assets.corpus.dedup.duckdb_session import DuckDBSession
 from lm_assets.corpus.dedup.global_dedup import (
-    UnionFindFile,
     band_range_edges,
     cluster_files,
     cluster_report,
@@ -28,6 +18,10 @@ from lm_assets.corpus.dedup.global_dedup import (
     star_components,
     union_find_components,
 )
+from lm_assets.corpus.dedup.incremental import DedupState, deduplicate_incremental, merge_clusters
+from lm_assets.corpus.dedup.ranking import band_ranges
+from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
+from lm_assets.corpus.dedup.union_find import UnionFind
 from lm_assets.storage.store import ROW_GROUP_ROWS
 from tests.support.dedup_crawl import source_pages
 
@@ -50,10 +44,22 @@ def random_graph(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def in_memory_components(n: int, a: np.ndarray, b: np.ndarray) -> dict[int, int]:
-    """node -> smallest node of its component, for nodes on an edge."""
-    sets = UnionFind(n)
-    sets.union_all(a, b)
-    roots = sets.roots()
+    """node -> smallest node of its component, for nodes on an edge: a plain breadth-first search."""
+    neighbours: dict[int, set[int]] = {}
+    for x, y in zip(a.tolist(), b.tolist()):
+        neighbours.setdefault(x, set()).add(y)
+        neighbours.setdefault(y, set()).add(x)
+    roots = {}
+    for start in sorted(neighbours):
+        if start in roots:
+            continue
+        todo, seen = [start], {start}
+        while todo:
+            for other in neighbours[todo.pop()] - seen:
+                seen.add(other)
+                todo.append(other)
+        for node in seen:
+            roots[node] = start
     smallest = {}
     for node in np.unique(np.concatenate([a, b])).tolist():
         smallest[roots[node]] = min(smallest.get(roots[node], node), node)
@@ -74,7 +80,7 @@ def test_out_of_core_components_equal_in_memory_union_find(tmp_path, seed):
     assert max(list(expected.values()).count(c) for c in set(expected.values())) >= 1500  # the chain is whole
     pl.DataFrame({"a": a, "b": b}).write_parquet(tmp_path / "pairs.parquet")
     pairs = f"read_parquet('{tmp_path / 'pairs.parquet'}')"
-    with D._DuckDB(DuckDBConfig(temp_directory=str(tmp_path / "spill"))) as db:
+    with DuckDBSession(DuckDBConfig(temp_directory=str(tmp_path / "spill"))) as db:
         union_find_components(pairs, n, db, tmp_path, tmp_path / "uf.parquet")
         stats = star_components(pairs, db, tmp_path / "star.parquet")
     assert as_mapping(tmp_path / "uf.parquet") == expected
@@ -82,7 +88,7 @@ def test_out_of_core_components_equal_in_memory_union_find(tmp_path, seed):
     assert stats["rounds"] > 2
 
     # Edges in many small batches over a parent array read in small chunks.
-    sets = UnionFindFile(n, tmp_path / "parents.int", chunk=1000)
+    sets = UnionFind(n, tmp_path / "parents.int", chunk=1000)
     for lo in range(0, len(a), 97):
         sets.union(a[lo : lo + 97], b[lo : lo + 97])
     sets.flatten()
@@ -267,6 +273,6 @@ def test_merging_cluster_files_equals_merging_in_memory(tmp_path):
     old.write_parquet(tmp_path / "old.parquet")
     rows = merge_cluster_files(tmp_path / "old.parquet", new, tmp_path / "merged.parquet")
     merged = pl.read_parquet(tmp_path / "merged.parquet")
-    assert rows == 8 and merged.schema == D.CLUSTER_SCHEMA
-    assert merged.sort("doc_id").equals(D.merge_clusters(old, new).sort("doc_id"))
+    assert rows == 8 and merged.schema == CLUSTER_SCHEMA
+    assert merged.sort("doc_id").equals(merge_clusters(old, new).sort("doc_id"))
     assert merged.filter(pl.col("cluster_id") == "a")["cluster_size"].to_list() == [3, 3, 3]
