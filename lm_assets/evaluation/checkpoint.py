@@ -149,4 +149,20 @@ def load_model(
     return EvalModel(model=model, tokenizer=tokenizer, path=path)
 
 
-__all__ = ["EvalModel", "build_model", "load_model", "model_config_from_hf"]
+def ensure_hf_export(checkpoint_dir: str | Path, tag: str, tokenizer_model: str | Path) -> Path:
+    """`<checkpoint_dir>/<tag>/hf`, the HF export of a saved checkpoint, made now from its DeepSpeed
+    files if the run did not make it; FileNotFoundError when there is no such checkpoint."""
+    from training import checkpoint
+    from training.export import export_hf
+
+    checkpoint_dir = Path(checkpoint_dir)
+    out = checkpoint_dir / tag / "hf"
+    if not (out / "config.json").exists():
+        if not (checkpoint_dir / tag / "layout.json").exists():
+            raise FileNotFoundError(checkpoint_dir / tag / "layout.json")
+        state = checkpoint.consolidated_state_dict(checkpoint_dir, tag)
+        export_hf(state, checkpoint.model_config(checkpoint_dir, tag), out, tokenizer_model_path=str(tokenizer_model))
+    return out
+
+
+__all__ = ["EvalModel", "build_model", "ensure_hf_export", "load_model", "model_config_from_hf"]

@@ -235,6 +235,16 @@ def read_tokenized_shard(path: str | Path) -> np.memmap | np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r")
 
 
+def index_tiles_tokens(index: pl.DataFrame, documents: int, token_count: int) -> bool:
+    """Whether the document index has one row per document and its spans tile the token file: the
+    first at offset 0, each starting where the one before ends, all together `token_count` tokens."""
+    offsets, lengths = index["offset"], index["length"]
+    contiguous = index.height == 0 or (
+        offsets[0] == 0 and (offsets.shift(-1).drop_nulls() == (offsets + lengths).head(-1)).all()
+    )
+    return index.height == documents and bool(contiguous) and int(lengths.sum()) == token_count
+
+
 def is_stale(sidecar: dict | None, current_tokenizer_hash: str) -> bool:
     """True when the shard must be re-tokenized: no sidecar, another format, or another tokenizer."""
     if not sidecar:

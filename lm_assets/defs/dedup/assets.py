@@ -16,6 +16,7 @@ from lm_assets.corpus.dedup.decisions import apply_dedup
 from lm_assets.corpus.dedup.global_dedup import band_range_edges, cluster_files, cluster_report, merge_cluster_files
 from lm_assets.corpus.dedup.incremental import DedupState, deduplicate_incremental
 from lm_assets.corpus.dedup.minhash import lsh_params
+from lm_assets.corpus.dedup.planning import plan, plan_digest
 from lm_assets.corpus.dedup.ranking import band_ranges
 from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
 from lm_assets.defs.common.config import to_dataclass
@@ -197,20 +198,6 @@ def read_shards(store, shards: list[str], table: str, columns: list[str] | None 
     return pl.concat([store.read_parquet(minhash_keys(s)[table], columns) for s in shards], how="vertical_relaxed")
 
 
-def plan(index: dict | None, available: dict[str, str], fingerprint: str, full_rebuild: bool) -> tuple[str, list[str]]:
-    """`("full", all shards)` or `("incremental", new shards)`, and why a full run was needed."""
-    if full_rebuild:
-        return "full: requested", sorted(available)
-    if index is None:
-        return "full: no earlier index", sorted(available)
-    if index["fingerprint"] != fingerprint:
-        return "full: MinHash settings changed", sorted(available)
-    changed = sorted(s for s, digest in index["shards"].items() if available.get(s) != digest)
-    if changed:
-        return f"full: sketches changed for {', '.join(changed[:5])}", sorted(available)
-    return "incremental", sorted(set(available) - set(index["shards"]))
-
-
 class DedupPlan:
     """What this round of dedup covers, as dedup_edges and dedup_clusters both work it out from storage."""
 
@@ -225,8 +212,7 @@ class DedupPlan:
     @property
     def digest(self) -> str:
         """Equal for two runs exactly when they dedup the same shards the same way."""
-        payload = [self.full, self.shards, self.available, self.fingerprint]
-        return hashlib.sha256(json.dumps(payload).encode()).hexdigest()[:16]
+        return plan_digest(self.full, self.shards, self.available, self.fingerprint)
 
 
 def minhash_files(stack: ExitStack, store, shards: list[str], table: str) -> list[str]:

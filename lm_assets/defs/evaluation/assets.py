@@ -50,17 +50,13 @@ def checkpoint_dir(store, partition_key: str) -> tuple[Path, str]:
 
 def hf_export(store, partition_key: str) -> Path:
     """The checkpoint's HF export, made now from the DeepSpeed checkpoint if the run did not make it."""
-    from training import checkpoint
-    from training.export import export_hf
+    from lm_assets.evaluation.checkpoint import ensure_hf_export  # torch: imported when the asset runs
 
     ckpt_dir, tag = checkpoint_dir(store, partition_key)
-    out = ckpt_dir / tag / "hf"
-    if not (out / "config.json").exists():
-        if not (ckpt_dir / tag / "layout.json").exists():
-            raise dg.Failure(f"checkpoint {partition_key} not found under {ckpt_dir}")
-        state = checkpoint.consolidated_state_dict(ckpt_dir, tag)
-        export_hf(state, checkpoint.model_config(ckpt_dir, tag), out, tokenizer_model_path=store.local_path(TOKENIZER_KEYS["model"]))
-    return out
+    try:
+        return ensure_hf_export(ckpt_dir, tag, store.local_path(TOKENIZER_KEYS["model"]))
+    except FileNotFoundError as exc:
+        raise dg.Failure(f"checkpoint {partition_key} not found under {ckpt_dir}") from exc
 
 
 def training_loss(store, partition_key: str) -> float | None:

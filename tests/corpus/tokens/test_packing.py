@@ -373,3 +373,15 @@ def test_a_rendered_sequence_marks_every_document_piece_and_what_lies_between():
         assert all("EOS" in g or "PAD" in g for g in gaps) and "other tokens" not in text
         if strategy == "bfd":
             assert any("PAD" in g for g in gaps)
+
+
+def test_an_index_tiles_its_token_file_or_not():
+    from lm_assets.corpus.tokens.tokenize import document_index, index_tiles_tokens
+
+    index = document_index(["a", "b", "c"], np.array([3, 0, 2]))
+    assert index_tiles_tokens(index, documents=3, token_count=5)
+    assert not index_tiles_tokens(index, documents=4, token_count=5)
+    assert not index_tiles_tokens(index, documents=3, token_count=6)
+    gap = index.with_columns(pl.Series("offset", [0, 4, 4]))
+    assert not index_tiles_tokens(gap, documents=3, token_count=5)
+    assert index_tiles_tokens(index.head(0), documents=0, token_count=0)
