@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import dagster as dg
 
@@ -59,7 +60,7 @@ def run_shard_graph(
     target = None if through_training else "packed_dataset" if through_packing else "decontaminated_shard"
     skipped = () if train_classifier else QUALITY_ASSETS
     results = []
-    for job, keys, assets in expand_checkpoints(graph_steps(defs, target, skipped, shards), instance):
+    for job, keys, assets in expand_partitions(graph_steps(defs, target, skipped, shards), instance):
         what = assets + (f" for {keys}" if keys else "")
         progress(f"materializing {what}")
         started = time.perf_counter()
@@ -94,7 +95,7 @@ def topological_assets(graph, keys: set) -> list:
 
 
 def graph_steps(defs: dg.Definitions, target: str | None, skipped: tuple[str, ...], shards: list[str]) -> list:
-    """`(job, partition key or EVERY_CHECKPOINT or None, what)` for every run that materializes `target`
+    """`(job, partition key, EVERY_CHECKPOINT, EveryRegistered or None, what)` for every run that materializes `target`
     and what it depends on (None: the whole graph), but `skipped`, in topological order; each run is a
     named job whose assets are the next ones in that order, the longest such job first."""
     graph = defs.resolve_asset_graph()
@@ -125,6 +126,8 @@ def partition_keys(partitions_def, shards: list[str]) -> list:
         return list(shards)
     if partitions_def == checkpoint_partitions:
         return [EVERY_CHECKPOINT]
+    if isinstance(partitions_def, dg.DynamicPartitionsDefinition):
+        return [EveryRegistered(partitions_def.name)]
     return partitions_def.get_partition_keys()
 
 
@@ -139,12 +142,24 @@ def describe(graph, assets: list) -> str:
 EVERY_CHECKPOINT = object()
 
 
-def expand_checkpoints(steps: list, instance: dg.DagsterInstance):
-    """The steps, with one per checkpoint to evaluate in place of EVERY_CHECKPOINT (known once training ran)."""
+@dataclass(frozen=True)
+class EveryRegistered:
+    """Every partition of the dynamic partitions `name` registered when the step is reached (dedup's band
+    ranges, which minhash_signatures registers from the dedup resource's settings)."""
+
+    name: str
+
+
+def expand_partitions(steps: list, instance: dg.DagsterInstance):
+    """The steps, with one per partition in place of EVERY_CHECKPOINT (the checkpoints to evaluate, known
+    once training ran) and of `EveryRegistered` (known once the assets before it ran)."""
     for job, key, what in steps:
         if key is EVERY_CHECKPOINT:
             for checkpoint in checkpoints_to_evaluate(instance):
                 yield job, checkpoint, what
+        elif isinstance(key, EveryRegistered):
+            for partition in instance.get_dynamic_partitions(key.name):
+                yield job, partition, what
         else:
             yield job, key, what
 

@@ -3,20 +3,22 @@
 import dagster as dg
 import pytest
 
-from lm_assets.app.local_run import EVERY_CHECKPOINT, QUALITY_ASSETS, graph_steps
+from lm_assets.app.local_run import EVERY_CHECKPOINT, QUALITY_ASSETS, EveryRegistered, graph_steps
 from lm_assets.definitions import defs
 
 
 def names(steps):
-    return [(job.name, "every checkpoint" if key is EVERY_CHECKPOINT else key) for job, key, _ in steps]
+    def shown(key):
+        return "every checkpoint" if key is EVERY_CHECKPOINT else f"every {key.name}" if isinstance(key, EveryRegistered) else key
+
+    return [(job.name, shown(key)) for job, key, _ in steps]
 
 
 def test_the_whole_graph_in_topological_order():
     steps = graph_steps(defs, None, (), ["a", "b"])
-    bands = [("dedup_edges_job", band) for band in ("bands-000-006", "bands-006-012", "bands-012-018", "bands-018-024")]
     assert names(steps) == [
         ("shard_ingest_job", "a"), ("shard_ingest_job", "b"), ("quality_classifier_job", None),
-        ("curated_shard_job", "a"), ("curated_shard_job", "b"), *bands, ("dedup_job", None),
+        ("curated_shard_job", "a"), ("curated_shard_job", "b"), ("dedup_edges_job", "every dedup_bands"), ("dedup_job", None),
         ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None),
         ("tokenized_shard_job", "a"), ("tokenized_shard_job", "b"), ("packing_job", None), ("training_job", None),
         ("evaluation_job", "every checkpoint"),

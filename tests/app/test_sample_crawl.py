@@ -13,7 +13,6 @@ from lm_assets.defs.curation.assets import curated_shard, extracted_shard
 from lm_assets.defs.curation.expectations import curated_expectations
 from lm_assets.defs.dedup.assets import (
     DedupSettings,
-    band_partitions,
     dedup_clusters,
     dedup_edges,
     deduplicated_shard,
@@ -53,7 +52,7 @@ def materialized(tmp_path_factory):
         return dg.materialize(shard_assets, partition_key=shard, instance=instance, resources=resources, run_config=RUN_CONFIG)
 
     def cluster():
-        for band in band_partitions.get_partition_keys():
+        for band in DedupSettings().band_keys():
             dg.materialize([dedup_edges], partition_key=band, instance=instance, resources=resources)
         return dg.materialize([dedup_clusters], instance=instance, resources=resources, selection=[dedup_clusters])
 

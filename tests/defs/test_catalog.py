@@ -17,9 +17,10 @@ def test_every_asset_has_an_owner_tags_and_a_code_version():
     for name, spec in specs().items():
         assert spec.owners and all(owner.startswith("team:") for owner in spec.owners), name
         assert spec.tags["domain"] == spec.group_name, name
-        assert spec.tags["partitioned_by"] in ("shards", "checkpoints", "none"), name
+        assert spec.tags["partitioned_by"] in ("shards", "dedup_bands", "checkpoints", "none"), name
         assert spec.code_version and len(spec.code_version) == 12, name
     assert specs()["curated_shard"].tags["partitioned_by"] == "shards"
+    assert specs()["dedup_edges"].tags["partitioned_by"] == "dedup_bands"
     assert specs()["mmlu_score"].owners == ["team:evaluation"]
 
 

@@ -337,9 +337,9 @@ def test_real_cli_materializes_a_partition(tmp_path):
 
 def materialize_dedup(instance, resources, **kwargs):
     """dedup_edges for every band range, then dedup_clusters; the last result."""
-    from lm_assets.defs.dedup.assets import band_partitions, dedup_clusters, dedup_edges
+    from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, dedup_edges
 
-    for band in band_partitions.get_partition_keys():
+    for band in DedupSettings().band_keys():
         edges = dg.materialize([dedup_edges], partition_key=band, instance=instance, resources=resources, **kwargs)
         if not edges.success:
             return edges
@@ -384,6 +384,34 @@ def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
     assert metadata["shards_in_index"].value == 1
     logged = [entry for entry in instance.all_logs(partial.run_id) if entry.level == logging.WARNING]
     assert any("1 registered shards have no sketches yet" in entry.user_message for entry in logged)
+
+
+def test_band_partitions_follow_the_dedup_resource_a_deployment_gives(tmp_path):
+    from lm_assets.defs.dedup.assets import DedupSettings, dedup_edges, minhash_signatures
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "s1.warc.gz")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
+    two_parts = resources(str(tmp_path / "storage"), str(landing)) | {"dedup": DedupSettings(band_parts=2)}
+    assert instance.get_dynamic_partitions("dedup_bands") == []
+    dg.materialize(
+        [raw_shard, extracted_shard, curated_shard, minhash_signatures],
+        partition_key="s1.warc.gz", instance=instance, resources=two_parts, run_config=OFFLINE_TOXICITY,
+    )
+    assert instance.get_dynamic_partitions("dedup_bands") == ["bands-000-012", "bands-012-024"]
+    assert DedupSettings(band_parts=2).band_keys() == ["bands-000-012", "bands-012-024"]
+    # A range registered under other settings is refused by name.
+    four_parts = two_parts | {"dedup": DedupSettings()}
+    instance.add_dynamic_partitions("dedup_bands", ["bands-000-006"])
+    refused = dg.materialize([dedup_edges], partition_key="bands-000-006", instance=instance, resources=two_parts,
+                             raise_on_error=False)  # fmt: skip
+    failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "bands-000-006 is not a band range of the dedup resource's settings (bands-000-012, bands-012-024)" in (
+        failure.event_specific_data.error.to_string()
+    )
+    assert dg.materialize([dedup_edges], partition_key="bands-000-006", instance=instance, resources=four_parts).success
 
 
 def test_the_shard_graph_through_packing_on_s3(s3_server):

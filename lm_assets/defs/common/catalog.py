@@ -36,8 +36,8 @@ def partitioned_by(spec: dg.AssetSpec) -> str:
 
 
 def catalogued(assets: Iterable, owner: str, code_versions: Mapping[str, str]) -> list:
-    """`assets` with `owner`, the tags `domain` (their group) and `partitioned_by` (shards, checkpoints or
-    none), and their code version from `code_versions` (by asset name; every asset must have one)."""
+    """`assets` with `owner`, the tags `domain` (their group) and `partitioned_by` (shards, dedup_bands,
+    checkpoints or none), and their code version from `code_versions` (by asset name; every asset must have one)."""
 
     def entry(spec: dg.AssetSpec) -> dg.AssetSpec:
         return spec.replace_attributes(

@@ -19,8 +19,9 @@ def parse_band_partition_key(key: str) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def band_partitions_for(band_ranges: list[tuple[int, int]]) -> dg.StaticPartitionsDefinition:
-    return dg.StaticPartitionsDefinition([band_partition_key(r) for r in band_ranges])
+# One per LSH band range of the dedup resource's settings (`bands-000-006`, ...): minhash_signatures
+# registers them when it runs, so they follow the settings a deployment gives the resource.
+band_partitions = dg.DynamicPartitionsDefinition(name="dedup_bands")
 
 
 # One per saved checkpoint: `<run>-<tag>` (lm_assets/storage/layout.py builds and parses it).

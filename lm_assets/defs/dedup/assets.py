@@ -22,8 +22,9 @@ from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
 from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.environment import from_environment
 from lm_assets.defs.common.partitions import (
+    add_new_partitions,
     band_partition_key,
-    band_partitions_for,
+    band_partitions,
     parse_band_partition_key,
     shard_key,
     shard_partitions,
@@ -82,7 +83,7 @@ class DedupSettings(dg.ConfigurableResource):
     band_parts: int = Field(
         default=4,
         description="the LSH bands are split into this many ranges, each a partition of dedup_edges (its own run "
-        "and pod); the partitions are made from the default when the code location loads",
+        "and pod); minhash_signatures registers the ranges of these settings as dedup_bands partitions",
     )
     components: str = Field(
         default="union_find",
@@ -102,13 +103,16 @@ class DedupSettings(dg.ConfigurableResource):
     def band_ranges(self) -> list[tuple[int, int]]:
         return band_ranges(lsh_params(self.dedup_config().minhash)[0], self.band_parts)
 
+    def band_keys(self) -> list[str]:
+        """The `dedup_bands` partition keys of these settings."""
+        return [band_partition_key(r) for r in self.band_ranges()]
+
     def sketch_fingerprint(self) -> str:
         """What sketches and bands depend on: a change means every shard needs new sketches."""
         payload = json.dumps([getattr(self, name) for name in MINHASH_FIELDS])
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-band_partitions = band_partitions_for(DedupSettings().band_ranges())
 
 
 def content_digest(sketches: pl.DataFrame) -> str:
@@ -150,6 +154,7 @@ def minhash_signatures(
     fingerprint = dedup.sketch_fingerprint()
     info = {"fingerprint": fingerprint, "documents": docs.height, "digest": content_digest(sketches)}
     store.publish(stage_folder("minhash", shard), {"sketches.parquet": sketches, "bands.parquet": bands, "info.json": json.dumps(info).encode()})
+    add_new_partitions(context.instance, band_partitions, dedup.band_keys())
     n_bands, rows = lsh_params(config.minhash)
     ids_match = sketches["doc_id"].n_unique() == sketches.height == docs.height
     return dg.MaterializeResult(
@@ -242,9 +247,8 @@ def dedup_edges(
     band_range = parse_band_partition_key(context.partition_key)
     if band_range not in dedup.band_ranges():
         raise dg.Failure(
-            f"{context.partition_key} is not a band range of these settings "
-            f"({', '.join(band_partition_key(r) for r in dedup.band_ranges())}): the partitions follow DedupSettings' "
-            "defaults"
+            f"{context.partition_key} is not a band range of the dedup resource's settings "
+            f"({', '.join(dedup.band_keys())}): it was registered under other settings"
         )
     cfg = dedup.dedup_config()
     keys = band_edges_keys(context.partition_key)
@@ -280,10 +284,10 @@ def dedup_edges(
     )
 
 
-def edge_files_of(store, round_: DedupPlan) -> list[str]:
-    """The edge-file keys of every band range, refused unless each was made for this round."""
+def edge_files_of(store, round_: DedupPlan, dedup: DedupSettings) -> list[str]:
+    """The edge-file keys of every band range of the settings, refused unless each was made for this round."""
     keys, stale = [], []
-    for band_key in band_partitions.get_partition_keys():
+    for band_key in dedup.band_keys():
         info_key = band_edges_keys(band_key)["info"]
         info = json.loads(store.read_bytes(info_key)) if store.exists(info_key) else None
         if info is None or info["plan"] != round_.digest:
@@ -325,7 +329,7 @@ def dedup_clusters(
     cfg = dedup.dedup_config()
     started = time.perf_counter()
     if shards or round_.full:
-        edge_keys = edge_files_of(store, round_)
+        edge_keys = edge_files_of(store, round_, dedup)
     if round_.full and shards:
         with ExitStack() as stack:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dedup-clusters-")))
