@@ -5,18 +5,18 @@ them through DuckDB under its memory limit, spilling to its temporary folder, an
 to a parquet file. No step loads all signatures or all documents into Python:
 
 1. `band_range_edges` (one band range; each range can run in its own process): the best document of
-   each exact group (`dedup.representatives_sql`), the LSH candidate edges of the range
-   (`dedup.candidate_edges_sql`), then verification: DuckDB joins the edges with each endpoint's
+   each exact group (`ranking.representatives_sql`), the LSH candidate edges of the range
+   (`ranking.candidate_edges_sql`), then verification: DuckDB joins the edges with each endpoint's
    signatures in its own query and writes both sorted by edge; read back batch by batch, the two
    files line up row for row, numpy computes the similarities, and edges at or above the threshold
    are written with their `similarity`.
-2. `cluster_files`: `dedup.ranked_sql` numbers the documents 0..n-1 in keep-rule order (the dense
+2. `cluster_files`: `ranking.ranked_sql` numbers the documents 0..n-1 in keep-rule order (the dense
    document number), edges become pairs of exact-group numbers, and connected components come from
-   union-find over a memory-mapped parent array (`UnionFindFile`, 4 bytes per document up to 2^31
+   union-find over a memory-mapped parent array (`union_find.UnionFind`, 4 bytes per document up to 2^31
    documents, 8 beyond) or, with `algorithm="star"`, from alternating large-star and small-star
    rounds in DuckDB SQL (`star_components`). Only members of non-singleton components take part in
-   the keep rule: their signatures are read sorted by component and `dedup.centres` decides one
-   component at a time. The clusters table (`dedup.CLUSTER_SCHEMA`) is written by a DuckDB query.
+   the keep rule: their signatures are read sorted by component and `clustering.centres` decides one
+   component at a time. The clusters table (`config.CLUSTER_SCHEMA`) is written by a DuckDB query.
 
 The result equals `clustering.deduplicate_sketches` row for row (order aside).
 """
@@ -436,7 +436,7 @@ def cluster_report(clusters: Source, sketches: Source | None, cfg: DedupConfig |
 
 def merge_cluster_files(old: Source, new: Source, out: str | Path, cfg: DedupConfig | None = None) -> int:
     """The persisted clusters table after an incremental round, written to `out` by DuckDB: the old rows,
-    then the new, every row with its cluster's grown size (as `dedup.merge_clusters`, in bounded memory).
+    then the new, every row with its cluster's grown size (as `incremental.merge_clusters`, in bounded memory).
     Returns the rows written."""
     cfg = cfg or DedupConfig()
     columns = list(CLUSTER_SCHEMA)
