@@ -346,19 +346,31 @@ def materialize_dedup(instance, resources, **kwargs):
     return dg.materialize([dedup_clusters], instance=instance, resources=resources, **kwargs)
 
 
-def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
-    from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, deduplicated_shard, minhash_signatures
-
+def one_shard(tmp_path, dedup):
+    """An instance with shard s1.warc.gz registered in its landing folder, and resources with `dedup`."""
     landing = tmp_path / "landing"
     landing.mkdir()
     write_shard(landing / "s1.warc.gz")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
-    res = resources(str(tmp_path / "storage"), str(landing)) | {"dedup": DedupSettings()}
+    return instance, resources(str(tmp_path / "storage"), str(landing)) | {"dedup": dedup}
+
+
+def sketch(instance, res) -> None:
+    """s1.warc.gz read, extracted, curated and sketched."""
+    from lm_assets.defs.dedup.assets import minhash_signatures
+
     dg.materialize(
         [raw_shard, extracted_shard, curated_shard, minhash_signatures],
         partition_key="s1.warc.gz", instance=instance, resources=res, run_config=OFFLINE_TOXICITY,
     )
+
+
+def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
+    from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, deduplicated_shard
+
+    instance, res = one_shard(tmp_path, DedupSettings())
+    sketch(instance, res)
     missing = dg.materialize(
         [deduplicated_shard], partition_key="s1.warc.gz", instance=instance, resources=res, raise_on_error=False
     )
@@ -387,19 +399,11 @@ def test_dedup_refuses_mismatched_settings_and_missing_clusters(tmp_path):
 
 
 def test_band_partitions_follow_the_dedup_resource_a_deployment_gives(tmp_path):
-    from lm_assets.defs.dedup.assets import DedupSettings, dedup_edges, minhash_signatures
+    from lm_assets.defs.dedup.assets import DedupSettings, dedup_edges
 
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    write_shard(landing / "s1.warc.gz")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
-    two_parts = resources(str(tmp_path / "storage"), str(landing)) | {"dedup": DedupSettings(band_parts=2)}
+    instance, two_parts = one_shard(tmp_path, DedupSettings(band_parts=2))
     assert instance.get_dynamic_partitions("dedup_bands") == []
-    dg.materialize(
-        [raw_shard, extracted_shard, curated_shard, minhash_signatures],
-        partition_key="s1.warc.gz", instance=instance, resources=two_parts, run_config=OFFLINE_TOXICITY,
-    )
+    sketch(instance, two_parts)
     assert instance.get_dynamic_partitions("dedup_bands") == ["bands-000-012", "bands-012-024"]
     assert DedupSettings(band_parts=2).band_keys() == ["bands-000-012", "bands-012-024"]
     # A range registered under other settings is refused by name.

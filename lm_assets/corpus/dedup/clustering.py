@@ -28,7 +28,7 @@ from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
 from lm_assets.corpus.dedup.union_find import UnionFind
 
 
-def _components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def edge_components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Connected components of the edges (a[i], b[i]) over integer node values.
 
     Returns the distinct values, sorted, and a component number for each; only values that are on
@@ -40,7 +40,7 @@ def _components(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values, sets.roots()
 
 
-def _lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing) -> np.ndarray:
+def lookup(keys: np.ndarray, values: np.ndarray, query: np.ndarray, missing) -> np.ndarray:
     """For each query, the value at its position in the sorted `keys`, or `missing` (a number, or an
     array like `query`) where it is not a key: a node's component, or an exact group's kept rank."""
     if len(keys) == 0:
@@ -110,10 +110,10 @@ def cluster_documents(
     pairs = edges.join(rank_of.rename({"doc_id": "doc_a", "rank": "a"}), on="doc_a").join(
         rank_of.rename({"doc_id": "doc_b", "rank": "b"}), on="doc_b"
     )
-    values, components = _components(group[pairs["a"].to_numpy()], group[pairs["b"].to_numpy()])
+    values, components = edge_components(group[pairs["a"].to_numpy()], group[pairs["b"].to_numpy()])
     signatures = node_signatures(ranked, values, sketches) if sketches is not None else None
     kept = centres(values, components, signatures, threshold)
-    return _clusters_frame(ranked, _lookup(values, kept, group, group))
+    return clusters_frame(ranked, lookup(values, kept, group, group))
 
 
 def node_signatures(ranked: pl.DataFrame, ranks: np.ndarray, sketches: Source) -> np.ndarray:
@@ -132,7 +132,7 @@ def node_signatures(ranked: pl.DataFrame, ranks: np.ndarray, sketches: Source) -
     return ordered["signature"].to_numpy()
 
 
-def _clusters_frame(ranked: pl.DataFrame, kept_rank: np.ndarray) -> pl.DataFrame:
+def clusters_frame(ranked: pl.DataFrame, kept_rank: np.ndarray) -> pl.DataFrame:
     """Clusters table from each document's kept document, given by rank within `ranked`."""
     kept = ranked.select(
         pl.col("rank").alias("kept_rank"),
@@ -147,12 +147,12 @@ def _clusters_frame(ranked: pl.DataFrame, kept_rank: np.ndarray) -> pl.DataFrame
         pl.col("kept_doc_id").alias("cluster_id"),
         pl.len().over("kept_doc_id").cast(pl.Int64).alias("cluster_size"),
         (pl.col("doc_id") == pl.col("kept_doc_id")).alias("kept"),
-        _reason(pl.col("doc_id") == pl.col("kept_doc_id"), pl.col("content_hash") == pl.col("kept_hash")),
+        removal_reason(pl.col("doc_id") == pl.col("kept_doc_id"), pl.col("content_hash") == pl.col("kept_hash")),
         "kept_doc_id",
     ).cast(CLUSTER_SCHEMA)
 
 
-def _reason(is_kept: pl.Expr, same_content: pl.Expr) -> pl.Expr:
+def removal_reason(is_kept: pl.Expr, same_content: pl.Expr) -> pl.Expr:
     return (
         pl.when(is_kept).then(None).when(same_content).then(pl.lit(EXACT)).otherwise(pl.lit(NEAR)).alias("reason")
     )
@@ -182,13 +182,13 @@ def deduplicate_sketches(
     """Steps 2-5 over sketches and band tables made per shard by steps 1."""
     cfg = cfg or DedupConfig()
     ranked = rank_documents(sketches, cfg.duckdb)
-    edges = _fuzzy_edges(bands, sketches, exact_representatives(ranked), cfg, band_parts)
+    edges = fuzzy_edges(bands, sketches, exact_representatives(ranked), cfg, band_parts)
     clustered = cluster_documents(ranked, edges, sketches, cfg.effective_verify_threshold)
     clusters = sketches.select("doc_id").join(clustered, on="doc_id", how="left", maintain_order="left")
     return DedupResult(clusters, sketches, bands, edges, dedup_stats(clusters))
 
 
-def _fuzzy_edges(
+def fuzzy_edges(
     bands: Source,
     sketches: Source | list[Source],
     members: pl.DataFrame,

@@ -10,12 +10,12 @@ import polars as pl
 
 from lm_assets.corpus.dedup.clustering import (
     DedupResult,
-    _clusters_frame,
-    _fuzzy_edges,
-    _lookup,
-    _reason,
     centres,
+    clusters_frame,
+    fuzzy_edges,
+    lookup,
     node_signatures,
+    removal_reason,
 )
 from lm_assets.corpus.dedup.config import CLUSTER_SCHEMA, DedupConfig, DuckDBConfig, Source
 from lm_assets.corpus.dedup.decisions import dedup_stats
@@ -60,7 +60,7 @@ def deduplicate_incremental(
     exact_old = _exact_matches_in_old(new_sketches, state.sketches, cfg.duckdb)
     representatives = exact_representatives(ranked.join(exact_old, on="content_hash", how="anti"))
     if edges is None:
-        edges = _fuzzy_edges(new_bands, [new_sketches, state.sketches], representatives, cfg, band_parts, state.bands)
+        edges = fuzzy_edges(new_bands, [new_sketches, state.sketches], representatives, cfg, band_parts, state.bands)
 
     component, old_components, new_values, new_components = _components_with_old(ranked, edges, cfg.duckdb)
     reached = pl.concat(
@@ -85,10 +85,10 @@ def deduplicate_incremental(
     signatures = node_signatures(ranked, new_values, new_sketches)
     kept = centres(new_values, new_components, signatures, threshold)
     exact_rank = ranked["exact_rank"].to_numpy()
-    kept_rank = _lookup(new_values, kept, exact_rank, exact_rank)
+    kept_rank = lookup(new_values, kept, exact_rank, exact_rank)
     # New documents not joining an old cluster (none reached, or too unlike its kept document) keep
     # their own group's best, or the centre of a component of new documents only.
-    new_rows = _clusters_frame(ranked, kept_rank).join(joined_rows, on="doc_id", how="anti")
+    new_rows = clusters_frame(ranked, kept_rank).join(joined_rows, on="doc_id", how="anti")
     clusters = new_sketches.select("doc_id").join(
         pl.concat([new_rows, joined_rows]), on="doc_id", how="left", maintain_order="left"
     )
@@ -157,7 +157,7 @@ def _components_with_old(
         schema={"old_doc_id": pl.String, "component": pl.Int64},
     )
     new_only = (values < n_new) & ~np.isin(components, old_component)
-    component = _lookup(values, components, ranked["exact_rank"].to_numpy(), -1)
+    component = lookup(values, components, ranked["exact_rank"].to_numpy(), -1)
     return component, old_components, values[new_only], components[new_only]
 
 
@@ -204,7 +204,7 @@ def _rows_joining_old(
             "cluster_id",
             (pl.col("cluster_size") + pl.len().over("cluster_id")).alias("cluster_size"),
             pl.lit(False).alias("kept"),
-            _reason(pl.lit(False), pl.col("content_hash") == pl.col("kept_hash")),
+            removal_reason(pl.lit(False), pl.col("content_hash") == pl.col("kept_hash")),
             "kept_doc_id",
         )
         .cast(CLUSTER_SCHEMA)

@@ -98,9 +98,10 @@ class DocumentStage:
                 "shard_conservation", self.asset, "Records read = kept + Σ dropped over all stages + quarantined.",
                 blocking=True,
             ))
-        suffix = {True: "", False: " (warns)"}
-        return specs + [shard_check_spec(c.name, self.asset, c.description + suffix[c.blocking], c.blocking)
-                        for c in self.checks]  # fmt: skip
+        return specs + [
+            shard_check_spec(c.name, self.asset, c.description + ("" if c.blocking else " (warns)"), c.blocking)
+            for c in self.checks
+        ]
 
     def check_results(self, kept: pl.DataFrame, account: dict, whole: dict | None = None,
                       facts: dict | None = None) -> list[dg.AssetCheckResult]:  # fmt: skip

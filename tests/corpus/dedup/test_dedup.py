@@ -5,7 +5,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.dedup.clustering import _components, _lookup, cluster_documents, deduplicate
+from lm_assets.corpus.dedup.clustering import cluster_documents, deduplicate, edge_components, lookup
 from lm_assets.corpus.dedup.config import BAND_SCHEMA, CLUSTER_SCHEMA, DEDUP_DROPPED_SCHEMA, DedupConfig, DuckDBConfig
 from lm_assets.corpus.dedup.decisions import apply_dedup, dedup_stats
 from lm_assets.corpus.dedup.duckdb_session import DuckDBSession
@@ -490,10 +490,10 @@ def test_union_find():
     assert star.roots().tolist() == [0, 1, 1, 1, 1]
     assert UnionFind(0).roots().tolist() == []
 
-    values, components = _components(np.array([10, 30, 20]), np.array([20, 40, 50]))
+    values, components = edge_components(np.array([10, 30, 20]), np.array([20, 40, 50]))
     assert values.tolist() == [10, 20, 30, 40, 50]
     assert components[0] == components[1] == components[4] != components[2] == components[3]
-    assert _lookup(values, components, np.array([10, 11, 40]), -1).tolist() == [components[0], -1, components[3]]
+    assert lookup(values, components, np.array([10, 11, 40]), -1).tolist() == [components[0], -1, components[3]]
 
 
 def test_dedup_stats_counts_and_histogram():
