@@ -261,10 +261,6 @@ class Trainer:
                 f"data rows of {self.tokens_per_row} tokens exceed max_seq_len {self.model_cfg.max_seq_len}"
             )
 
-        if cfg.precision == "fp16" and get_accelerator().device_name() == "cpu":
-            # DeepSpeed's CPU accelerator reports no fp16 support; it works for testing.
-            get_accelerator().is_fp16_supported = lambda: True
-
         device_type = get_accelerator().device_name()
         self.kernels = kernels.resolve(cfg.kernels, device_type, cfg.document_mask)
         self.compiled = device_type == "cuda" if cfg.compile is None else cfg.compile

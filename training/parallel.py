@@ -32,7 +32,6 @@ Nothing here imports Dagster or lm_assets.
 from __future__ import annotations
 
 import datetime
-import importlib
 import os
 import socket
 from dataclasses import dataclass
@@ -69,12 +68,12 @@ def init_distributed(timeout_s: float = 600.0) -> None:
         if os.environ["WORLD_SIZE"] != "1":
             raise RuntimeError("MASTER_PORT is not set; launch with torchrun or deepspeed")
         os.environ["MASTER_PORT"] = str(_free_port())
-    # The shm communication op is only used for inference but JIT-compiles for ~60 s on the first
-    # init_distributed; skip it. (Patch the module object: `import deepspeed.comm.torch as m`
-    # binds the torch package instead.)
-    importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
     import deepspeed
     from deepspeed.accelerator import get_accelerator
+
+    from training.accelerator import use_training_accelerator
+
+    use_training_accelerator()
 
     backend = "gloo" if get_accelerator().device_name() == "cpu" else None
     deepspeed.init_distributed(dist_backend=backend, timeout=datetime.timedelta(seconds=timeout_s))

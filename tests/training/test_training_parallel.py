@@ -372,3 +372,23 @@ def test_consecutive_spikes_stop_the_job(data):
     assert rc != 0
     assert "LossSpikeError: 3 consecutive loss spikes" in stderr
     assert [m["skipped"] for m in metrics] == [False, False, False, True, True]
+
+
+def test_fp16_with_loss_scaling_trains_on_the_cpu_accelerator(data):
+    """fp16 runs on a machine without a GPU through `training.accelerator`, DeepSpeed's dynamic loss scale included."""
+    metrics = run_ok(1, base(data, 8, micro_batch_size=2, zero_stage=1, precision="fp16"), launcher="python")
+    loss = losses(metrics)
+    assert [m["step"] for m in metrics] == list(range(1, 9))
+    assert all(math.isfinite(x) for x in loss) and loss[-1] < loss[0], loss
+
+
+def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
+    from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+    from training.accelerator import SHARED_MEMORY_COMM, TrainingCPUAccelerator
+
+    accelerator = TrainingCPUAccelerator()
+    assert accelerator.create_op_builder(SHARED_MEMORY_COMM) is None
+    assert CPU_Accelerator().create_op_builder(SHARED_MEMORY_COMM) is not None
+    assert accelerator.create_op_builder("CPUAdamBuilder") is not None
+    assert accelerator.is_fp16_supported() and accelerator.device_name() == "cpu"
