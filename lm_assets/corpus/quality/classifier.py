@@ -17,8 +17,6 @@ fastText model; loading it parses JSON and reads fastText's binary format, never
 from __future__ import annotations
 
 import base64
-import contextlib
-import ctypes
 import functools
 import hashlib
 import importlib.metadata
@@ -39,6 +37,7 @@ import numpy as np
 import polars as pl
 
 from lm_assets.corpus.curation.rules import PAGE_SIGNAL_PREFIXES, preset, quality_signals, signal_names
+from lm_assets.corpus.quality.fasttext_training import train_fasttext_model
 from lm_assets.text import CJK_PUNCTUATION_RANGES, CJK_RANGES, base_lang, char_class
 
 FEATURES = ("text", "text+signals")
@@ -54,7 +53,6 @@ MAX_ENTRY_BYTES = 64 << 20
 # fastText's binary format begins with this magic number and version (fastText 0.9.x).
 FASTTEXT_MAGIC, FASTTEXT_VERSION = 793712314, 12
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
-M_PERTURB = -6  # glibc mallopt
 
 _CJK = re.compile(f"([{char_class(CJK_RANGES + CJK_PUNCTUATION_RANGES)}])")
 _PUNCTUATION = re.compile(r"([^\w\s])")
@@ -146,24 +144,8 @@ def _record_digest(path: Path) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
 
 
-@contextlib.contextmanager
-def _zeroed_allocations():
-    """Make glibc's malloc hand out zeroed memory while fastText trains. The wheels built for numpy 2 leave
-    90 % of the input matrix uninitialized when thread=1 (fasttext-wheel's 0.9.2 build zeroes it); on
-    reused heap memory that made training non-deterministic and often end in "Encountered NaN".
-    M_PERTURB=255 fills every new allocation with 0x00."""
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is None:
-        yield
-        return
-    mallopt(M_PERTURB, 255)
-    try:
-        yield
-    finally:
-        mallopt(M_PERTURB, 0)
-
-
-def _train_fasttext(lines: list[str], config: ClassifierConfig) -> bytes:
+def train_fasttext(lines: list[str], config: ClassifierConfig, zeroed: bool = True) -> bytes:
+    """fastText's model bytes for `lines`, trained in a child process (`fasttext_training`)."""
     import fasttext
 
     if not hasattr(fasttext, "train_supervised"):
@@ -172,17 +154,12 @@ def _train_fasttext(lines: list[str], config: ClassifierConfig) -> bytes:
             "reinstall the training wheel pinned in pyproject.toml: "
             "`pip install --force-reinstall --no-deps fasttext-numpy2-wheel==0.9.2`"
         )
-    with tempfile.TemporaryDirectory() as tmp, _zeroed_allocations():
-        train_path, model_path = os.path.join(tmp, "train.txt"), os.path.join(tmp, "model.bin")
-        Path(train_path).write_text("\n".join(lines) + "\n", encoding="utf-8")
-        model = fasttext.train_supervised(
-            input=train_path, dim=config.dim, epoch=config.epoch, lr=config.lr, wordNgrams=config.word_ngrams,
-            minCount=config.min_count, bucket=config.bucket, thread=1, seed=config.seed, verbose=0, loss="softmax",
-        )
-        if config.quantize:
-            model.quantize(input=train_path, retrain=False, qnorm=True, cutoff=0)
-        model.save_model(model_path)
-        return Path(model_path).read_bytes()
+    params = {
+        "dim": config.dim, "epoch": config.epoch, "lr": config.lr, "wordNgrams": config.word_ngrams,
+        "minCount": config.min_count, "bucket": config.bucket, "thread": 1, "seed": config.seed, "verbose": 0,
+        "loss": "softmax",
+    }
+    return train_fasttext_model(lines, params, config.quantize, zeroed)
 
 
 def _load_fasttext(data: bytes):
@@ -211,7 +188,7 @@ def _keep_probability(model, texts: list[str]) -> np.ndarray:
     return keep
 
 
-def _fasttext_lines(texts: list[str], keep: np.ndarray, weight: np.ndarray, balance: bool) -> list[str]:
+def fasttext_lines(texts: list[str], keep: np.ndarray, weight: np.ndarray, balance: bool) -> list[str]:
     repeats = np.clip(np.rint(weight / weight.min()), 1, 10).astype(int)
     if balance:
         n_keep, n_drop = repeats[keep].sum(), repeats[~keep].sum()
@@ -509,7 +486,7 @@ def example_tokens(examples: pl.DataFrame, max_chars: int) -> list[list[int]]:
     return [list(ids) if ids is not None else token_ids(text, max_chars) for ids, text in zip(given, texts)]
 
 
-def _prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples, list[str], list[str]]:
+def prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples, list[str], list[str]]:
     examples = examples.sort("doc_id")
     signals = signal_frame(examples, training_signal_names(examples))
     log_columns = [name for name, dtype in signals.schema.items() if dtype.is_integer()]
@@ -572,7 +549,7 @@ def _out_of_fold(train: _Examples, config: ClassifierConfig) -> tuple[np.ndarray
     fasttext_keep = np.zeros(len(train.texts))
     for fold in range(config.folds):
         inside, outside = train.take(folds != fold), folds == fold
-        model = _load_fasttext(_train_fasttext(_fasttext_lines(inside.texts, inside.keep, inside.weight,
+        model = _load_fasttext(train_fasttext(fasttext_lines(inside.texts, inside.keep, inside.weight,
                                                                 config.balance_classes), config))
         fasttext_keep[outside] = _keep_probability(model, [t for t, o in zip(train.texts, outside) if o])
     if config.features == "text":
@@ -590,7 +567,7 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     """Train on labelled pages (doc_id, text, lang, keep; optional q_* columns and `weight`) and measure the
     model on a held-back split. Same examples and config give the same bytes."""
     _check_examples(examples, config)
-    data, signal_names, log_columns = _prepare(examples, config)
+    data, signal_names, log_columns = prepare(examples, config)
     held_back = stratified_split(data.strata, config.test_fraction, config.seed)
     train, test = data.take(~held_back), data.take(held_back)
     for label, rows in (("KEEP", train.keep), ("DROP", ~train.keep)):
@@ -602,10 +579,12 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     fasttext_keep, oof_scores = _out_of_fold(train, config)
     threshold = best_threshold(train.keep, oof_scores, config.min_keep_retention)
     thresholds = language_thresholds(train, oof_scores, threshold, config)
-    lines = _fasttext_lines(train.texts, train.keep, train.weight, config.balance_classes)
-    fasttext_bytes = _train_fasttext(lines, config)
-    if _train_fasttext(lines, config) != fasttext_bytes:
-        raise RuntimeError(f"fastText training is not deterministic with {fasttext_package()}; see _zeroed_allocations")
+    lines = fasttext_lines(train.texts, train.keep, train.weight, config.balance_classes)
+    fasttext_bytes = train_fasttext(lines, config)
+    if train_fasttext(lines, config) != fasttext_bytes:
+        raise RuntimeError(
+            f"fastText training is not deterministic with {fasttext_package()}; see corpus/quality/fasttext_training.py"
+        )
     manifest = {
         "format": FORMAT, "version": FORMAT_VERSION, "features": config.features, "threshold": threshold,
         "thresholds": thresholds, "tokens": "crc32", "max_chars": config.max_chars, "config": asdict(config),
