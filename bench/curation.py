@@ -4,11 +4,11 @@ Usage::
 
     .venv/bin/python bench/curation.py [--crawl DIR] [--max-docs N] [--smoke]
 
-`--crawl` takes a folder made by `make_crawl.py` (gzip WARC shards `crawl-*.warc.gz` and
+`--crawl` takes a crawl folder as `bench/build_crawl.py` writes it (gzip WARC shards `crawl-*.warc.gz` and
 `truth.json`). Without it, the labelled development crawl (bench/dev_set/README.md: 4000 source pages
 of English and Chinese manuals in shards of 500) is built into `$OUT/dev-crawl`, else
 `bench/out/dev-crawl` (an existing one built with the same arguments is reused). `--smoke` runs in
-seconds, offline: 20 documents of the test slice (`bench_paths.smoke_crawl`), no `LanguageFilter`.
+seconds, offline: 20 documents of the test slice (`benchlib.paths.smoke_crawl`), no `LanguageFilter`.
 
 What is measured, in one process, side by side:
 
@@ -48,67 +48,21 @@ The last line printed is one JSON object holding every figure.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib.util
 import json
-import os
-import subprocess
 import sys
-import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
-from bench_paths import REPO, out_dir, smoke_crawl
+from benchlib.crawls import find_shards, resolve_crawl
+from benchlib.timing import Clock, figures, rate, rounded, timed
 
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents, extract_html
 from lm_assets.corpus.curation.langid import LangIdConfig, identify, identify_languages
 from lm_assets.corpus.curation.rules import apply_quality_rules, preset
 from lm_assets.corpus.ingest.readers import read_shard
-
-MAKE_CRAWL = Path("/work/shared/bench/make_crawl.py")
-
-
-@dataclass(frozen=True)
-class LabelledCrawl:
-    """A crawl `make_crawl.py` builds from Debian documentation packages, and the labels of its pages."""
-
-    name: str
-    packages: str
-    labels: Path
-    seed: int
-    docs_per_shard: int = 500
-    max_pages: int | None = None  # None: every page of the packages
-
-    @property
-    def folder(self) -> Path:
-        return out_dir(f"{self.name}-crawl")
-
-
-# The labelled development crawl (bench/dev_set/README.md): English and Chinese technical manuals.
-DEV_CRAWL = LabelledCrawl(
-    "dev",
-    "sqlite3-doc,python-sqlalchemy-doc,python-flask-doc,python-jinja2-doc,git-doc,debian-policy,"
-    "debian-handbook,harden-doc,installation-guide-amd64,lilypond-doc-html-zh,libreoffice-help-zh-cn",
-    REPO / "bench" / "dev_set" / "labels.jsonl", seed=0, max_pages=4000,
-)
-# Twelve other packages, labelled the same way (bench/transfer_set/README.md).
-TRANSFER_CRAWL = LabelledCrawl(
-    "transfer",
-    "python-requests-doc,python-click-doc,python-werkzeug-doc,python-pytest-doc,vim-doc,bash-doc,debian-history,"
-    "developers-reference,apache2-doc,kicad-doc-zh,linuxcnc-doc-zh-cn,libreoffice-help-zh-tw",
-    REPO / "bench" / "transfer_set" / "labels.jsonl", seed=1,
-)
-LABELLED_CRAWLS = {crawl.name: crawl for crawl in (DEV_CRAWL, TRANSFER_CRAWL)}
-# Real web pages from public repositories of saved pages, rebuilt by scripts/build_web_crawl.py
-# (bench/web_set/README.md); the clones are read from $LM_ASSETS_WEB_REPOS.
-WEB_LABELS = REPO / "bench" / "web_set" / "labels.jsonl"
-WEB_REPOS = Path(os.environ.get("LM_ASSETS_WEB_REPOS", "/work/.mirror"))
-DEFAULT_CRAWL = DEV_CRAWL.folder
-DEV_PACKAGES = DEV_CRAWL.packages
-SHARD_GLOB = "crawl-*.warc.gz"
 
 # Datatrove's FineWeb order; our quality families are checked in the same order.
 QUALITY_ORDER = ("gopher_repetition", "gopher_quality", "c4", "fineweb")
@@ -117,126 +71,6 @@ OUR_QUALITY = preset()
 LANGUAGES = ["en", "zh"]
 WARM_UP_HTML = "<html lang=en><body><p>The warm-up page has one short paragraph of text.</p></body></html>"
 WARM_UP_TEXT = "The warm-up text. It has two sentences and a few words in it."
-
-
-# ---------------------------------------------------------------------------------------------
-# Timing
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Clock:
-    cpu_s: float = 0.0
-    wall_s: float = 0.0
-
-    def __add__(self, other: Clock) -> Clock:
-        return Clock(self.cpu_s + other.cpu_s, self.wall_s + other.wall_s)
-
-
-@contextmanager
-def timed(clock: Clock):
-    """Add the CPU and wall time of the block to `clock`."""
-    gc.collect()
-    cpu, wall = time.process_time(), time.perf_counter()
-    try:
-        yield clock
-    finally:
-        clock.cpu_s += time.process_time() - cpu
-        clock.wall_s += time.perf_counter() - wall
-
-
-def rate(docs: int, seconds: float) -> float | None:
-    return docs / seconds if seconds > 0 else None
-
-
-def figures(docs: int, clock: Clock, **extra) -> dict:
-    return {
-        "docs": docs,
-        "cpu_s": round(clock.cpu_s, 3),
-        "wall_s": round(clock.wall_s, 3),
-        "docs_per_cpu_s": _round(rate(docs, clock.cpu_s)),
-        **extra,
-    }
-
-
-def _round(value: float | None, digits: int = 2) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-# ---------------------------------------------------------------------------------------------
-# The crawl
-# ---------------------------------------------------------------------------------------------
-
-
-def find_shards(crawl: Path) -> list[Path]:
-    return sorted(crawl.glob(SHARD_GLOB))
-
-
-def is_crawl(crawl: Path) -> bool:
-    return bool(find_shards(crawl)) and (crawl / "truth.json").is_file()
-
-
-def reusable_crawl(crawl: Path, spec: LabelledCrawl = DEV_CRAWL) -> bool:
-    """A crawl in `crawl` that `make_crawl.py` built with `spec`'s build arguments."""
-    try:
-        manifest = json.loads((crawl / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return False
-    shards = {s["file"] for s in manifest.get("shards", [])}
-    return (
-        is_crawl(crawl)
-        and manifest.get("max_pages") == spec.max_pages
-        and manifest.get("docs_per_shard") == spec.docs_per_shard
-        and manifest.get("seed") == spec.seed
-        and [p["name"] for p in manifest.get("packages", [])] == spec.packages.split(",")
-        and shards == {p.name for p in find_shards(crawl)}
-    )
-
-
-def build_crawl(out: Path, make_crawl: Path, spec: LabelledCrawl = DEV_CRAWL) -> None:
-    if not make_crawl.is_file():
-        raise RuntimeError(f"cannot build a crawl: {make_crawl} does not exist (pass --crawl DIR)")
-    command = [sys.executable, str(make_crawl), "--out", str(out), "--packages", spec.packages,
-               "--docs-per-shard", str(spec.docs_per_shard), "--seed", str(spec.seed)]
-    if spec.max_pages is not None:
-        command += ["--max-pages", str(spec.max_pages)]
-    print(f"building the crawl: {' '.join(command)}", flush=True)
-    done = subprocess.run(command, check=False)
-    if done.returncode != 0 or not is_crawl(out):
-        raise RuntimeError(f"cannot build a crawl: make_crawl.py exited with {done.returncode} (pass --crawl DIR)")
-
-
-def web_crawl() -> Path:
-    """The labelled real-web crawl, reused from `$OUT/web-crawl` or rebuilt there from its sources."""
-    folder = out_dir("web-crawl")
-    if is_crawl(folder):
-        print(f"reusing the crawl in {folder}")
-        return folder
-    command = [sys.executable, str(REPO / "scripts" / "build_web_crawl.py"), "--repos", str(WEB_REPOS), "--out", str(folder)]
-    print(f"building the crawl: {' '.join(command)}", flush=True)
-    if subprocess.run(command, check=False).returncode != 0 or not is_crawl(folder):
-        raise RuntimeError(f"cannot build the web crawl (clones of its source repositories under {WEB_REPOS}?)")
-    return folder
-
-
-def labelled_crawl(spec: LabelledCrawl, make_crawl: Path = MAKE_CRAWL) -> Path:
-    """`spec`'s crawl, reused from its folder or built there."""
-    if reusable_crawl(spec.folder, spec):
-        print(f"reusing the crawl in {spec.folder}")
-    else:
-        build_crawl(spec.folder, make_crawl, spec)
-    return spec.folder
-
-
-def resolve_crawl(args: argparse.Namespace) -> Path:
-    if args.crawl is not None:
-        crawl = args.crawl.resolve()
-        if not is_crawl(crawl):
-            raise RuntimeError(f"{crawl} is not a make_crawl.py folder (no {SHARD_GLOB} or no truth.json)")
-        return crawl
-    if args.smoke:
-        return smoke_crawl()
-    return labelled_crawl(DEV_CRAWL, args.make_crawl)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -613,7 +447,7 @@ def _steps(pairs) -> str:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build $OUT/dev-crawl)")
+    parser.add_argument("--crawl", type=Path, help="a crawl folder (default: the development crawl, built in $OUT/dev-crawl when missing)")
     parser.add_argument("--max-docs", type=int, help="extract at most this many HTML records (in shard order)")
     parser.add_argument("--smoke", action="store_true", help="seconds, offline: 20 documents of the test slice")
     parser.add_argument(
@@ -621,12 +455,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=("auto", "spacy", "nltk"),
         default="auto",
         help="word tokenizer for datatrove's filters (auto: spaCy if installed, else offline NLTK)",
-    )
-    parser.add_argument(
-        "--make-crawl",
-        type=Path,
-        default=MAKE_CRAWL,
-        help=f"make_crawl.py used to build the default crawl ({MAKE_CRAWL})",
     )
     args = parser.parse_args(argv)
     if args.smoke:
@@ -669,7 +497,7 @@ def run(args: argparse.Namespace) -> dict:
         "total": compare(total(ours_extraction, ours_filters), total(dt_extraction, dt_filters)),
     }
     report["html_mb_per_cpu_s"] = {
-        side: _round(rate(html_mb, report["total"][side]["cpu_s"]), 3) for side in ("ours", "datatrove")
+        side: rounded(rate(html_mb, report["total"][side]["cpu_s"]), 3) for side in ("ours", "datatrove")
     }
     return report
 

@@ -5,10 +5,10 @@ Usage::
     .venv/bin/python bench/curation_quality.py [--crawl DIR] [--labels FILE] [--storage DIR] [--show N]
         [--config-json JSON] [--policy rules|classifier|both] [--train CRAWL LABELS]... [--smoke]
 
-`--crawl` takes a folder made by `/work/shared/bench/make_crawl.py`; without it the labelled
+`--crawl` takes a crawl folder (`bench/build_crawl.py`); without it the labelled
 development crawl is built into (or reused from) `$OUT/dev-crawl`, else `bench/out/dev-crawl`
 (bench/dev_set/README.md). `--smoke` runs in seconds, offline: the 50 pages of the test slice
-(`bench_paths.smoke_crawl`) against their labels.
+(`benchlib.paths.smoke_crawl`) against their labels.
 `--labels` defaults to `bench/dev_set/labels.jsonl`: one JSON object per page with `url, package,
 lang, label (KEEP|DROP), confidence, reason` (bench/dev_set/README.md says how they were made).
 
@@ -54,8 +54,8 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
-from bench_paths import REPO, TEST_SLICE
-from curation import LABELLED_CRAWLS, MAKE_CRAWL, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
+from benchlib.crawls import LABELLED_CRAWLS, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
+from benchlib.paths import REPO, TEST_SLICE
 
 from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_config_for, run_shard_graph
 from lm_assets.corpus.audit.curation_eval import (
@@ -76,8 +76,7 @@ DEFAULT_LABELS = REPO / "bench" / "dev_set" / "labels.jsonl"
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: $OUT/dev-crawl)")
-    parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
+    parser.add_argument("--crawl", type=Path, help="a crawl folder (default: the development crawl, built in $OUT/dev-crawl when missing)")
     parser.add_argument("--labels", type=Path, default=DEFAULT_LABELS)
     parser.add_argument("--smoke", action="store_true", help="seconds, offline: the test slice and its labels")
     parser.add_argument("--storage", type=Path, help="storage root to write (kept); default a temporary one")
@@ -110,7 +109,7 @@ def training_sets(args: argparse.Namespace, crawl: Path) -> list[tuple[Path, Pat
         return [(crawl, args.labels)]
     if args.train:
         return [(crawl.resolve(), labels.resolve()) for crawl, labels in args.train]
-    return [(labelled_crawl(spec, args.make_crawl), spec.labels) for spec in LABELLED_CRAWLS.values()]
+    return [(labelled_crawl(spec), spec.labels) for spec in LABELLED_CRAWLS.values()]
 
 
 def merged_config(extra: dict) -> dict:

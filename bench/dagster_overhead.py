@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_paths import REPO, out_dir
+from benchlib.paths import REPO, out_dir
 
 SAMPLE_CRAWL = REPO / "data" / "sample-crawl"
 SHARD = "crawl-00000.warc.gz"

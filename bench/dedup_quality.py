@@ -4,11 +4,11 @@ Usage::
 
     .venv/bin/python bench/dedup_quality.py [--crawl DIR] [--show N] [--smoke]
 
-`--crawl` takes a folder made by `/work/shared/bench/make_crawl.py` (gzip WARC shards
+`--crawl` takes a folder made by `bench/build_crawl.py` (gzip WARC shards
 `crawl-*.warc.gz` and `truth.json`; `tests/support/dedup_crawl.py` writes the same shape). Without it, the
 crawl of `bench/curation.py` is used: built into `$OUT/dev-crawl`, else `bench/out/dev-crawl` (the
 labelled development crawl, 4000 source pages in shards of 500) unless one built with those arguments
-is already there. `--smoke` runs in seconds, offline, on the test slice (`bench_paths.smoke_crawl`:
+is already there. `--smoke` runs in seconds, offline, on the test slice (`benchlib.paths.smoke_crawl`:
 no injected duplicates, so there is no recall to measure).
 
 Every shard goes through raw_shard → extracted_shard → curated_shard → minhash_signatures, then
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
-from curation import MAKE_CRAWL, find_shards, resolve_crawl
+from benchlib.crawls import find_shards, resolve_crawl
 
 from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
 from lm_assets.corpus.dedup.evaluation import LANGUAGE_GROUPS, LanguageTally, figures, tally
@@ -47,8 +47,7 @@ from lm_assets.storage.store import Storage
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: build or reuse $OUT/dev-crawl)")
-    parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help="make_crawl.py, to build the default crawl")
+    parser.add_argument("--crawl", type=Path, help="a crawl folder (default: the development crawl, built in $OUT/dev-crawl when missing)")
     parser.add_argument("--show", type=int, default=5, help="misses and false removals listed per language")
     parser.add_argument("--smoke", action="store_true", help="seconds, offline: the test slice")
     return parser.parse_args(argv)

@@ -47,9 +47,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench_paths import out_dir  # noqa: E402
+from benchlib.paths import out_dir  # noqa: E402
 
 from lm_assets.corpus.dedup.config import DedupConfig, DuckDBConfig  # noqa: E402
 from lm_assets.corpus.dedup.minhash import MinHashConfig, lsh_params  # noqa: E402

@@ -4,12 +4,12 @@ Usage::
 
     .venv/bin/python bench/dedup_speed.py [--crawl DIR] [--max-docs N] [--replicas 1,4,16] [--smoke]
 
-The documents are the extracted texts of a `make_crawl.py` crawl: `readers.read_shard`, then
+The documents are the extracted texts of a crawl (`bench/build_crawl.py`): `readers.read_shard`, then
 `extract.extract_documents`, then `langid.identify_languages` (its kept en and zh documents, with
 their `lang`), in shard order, at most `--max-docs` of them (default 2000). Without `--crawl`, the
 crawl in `$OUT/dev-crawl` (else `bench/out/dev-crawl`) is built or reused exactly as
 `bench/curation.py` does it. `--smoke` runs in seconds, offline: 30 documents of the test slice
-(`bench_paths.smoke_crawl`), replicated 1x and 2x, one repeat.
+(`benchlib.paths.smoke_crawl`), replicated 1x and 2x, one repeat.
 
 What is measured:
 
@@ -67,7 +67,6 @@ import gc  # noqa: E402
 import json  # noqa: E402
 import re  # noqa: E402
 import resource  # noqa: E402
-import shlex  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -76,10 +75,12 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
-from curation import MAKE_CRAWL, Clock, find_shards, quiet_datatrove_logs, rate, resolve_crawl, timed  # noqa: E402
+from benchlib.crawls import resolve_crawl  # noqa: E402
+from benchlib.documents import load_documents, text_mb  # noqa: E402
+from benchlib.paths import command_line  # noqa: E402
+from benchlib.timing import Clock, rate, timed  # noqa: E402
+from curation import quiet_datatrove_logs  # noqa: E402
 
-from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents  # noqa: E402
-from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages  # noqa: E402
 from lm_assets.corpus.dedup.clustering import cluster_documents
 from lm_assets.corpus.dedup.config import DedupConfig, DuckDBConfig
 from lm_assets.corpus.dedup.decisions import dedup_stats
@@ -92,7 +93,6 @@ from lm_assets.corpus.dedup.ranking import (
     verify_edges,
 )
 from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
-from lm_assets.corpus.ingest.readers import read_shard  # noqa: E402
 from lm_assets.text import is_cjk_lang  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,27 +111,6 @@ WORD_SPLIT = re.compile(r"(\s+)")
 # ---------------------------------------------------------------------------------------------
 
 
-def load_documents(crawl: Path, max_docs: int, doc_bytes: int | None = None) -> pl.DataFrame:
-    """Extracted, language-identified documents of the crawl's shards, in order, at most `max_docs`.
-    With `doc_bytes`, only documents of at least that many UTF-8 bytes, each cut to that size (at a
-    character boundary): a fixed document size to compare throughput figures at."""
-    frames, count = [], 0
-    for shard in find_shards(crawl):
-        html = read_shard(shard).documents.filter(pl.col("html").is_not_null())
-        kept = identify_languages(extract_documents(html, ExtractConfig()).kept, LangIdConfig()).kept
-        if doc_bytes:
-            kept = kept.filter(pl.col("text").str.len_bytes() >= doc_bytes).with_columns(
-                pl.col("text").map_elements(lambda t: t.encode()[:doc_bytes].decode(errors="ignore"), pl.String)
-            )
-        frames.append(kept.select("doc_id", "text", "lang", "fetched_at"))
-        count += kept.height
-        if count >= max_docs:
-            break
-    if not frames:
-        raise RuntimeError(f"no documents in {crawl}")
-    return pl.concat(frames).head(max_docs)
-
-
 def describe_documents(docs: pl.DataFrame) -> dict:
     return {
         "docs": docs.height,
@@ -139,10 +118,6 @@ def describe_documents(docs: pl.DataFrame) -> dict:
         "text_mb": round(text_mb(docs["text"].to_list()), 3),
         "mean_chars": round(float(docs["text"].str.len_chars().mean()), 1),
     }
-
-
-def text_mb(texts: list[str]) -> float:
-    return sum(len(text.encode()) for text in texts) / 1e6
 
 
 # ---------------------------------------------------------------------------------------------
@@ -573,15 +548,6 @@ def print_fit(label: str, fit: dict) -> None:
     )
 
 
-def command_line() -> str:
-    executable = Path(sys.executable)
-    try:
-        executable = executable.relative_to(REPO)
-    except ValueError:
-        pass
-    return shlex.join([str(executable), *sys.argv])
-
-
 # ---------------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------------
@@ -596,7 +562,7 @@ def replica_counts(value: str) -> list[int]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build $OUT/dev-crawl)")
+    parser.add_argument("--crawl", type=Path, help="a crawl folder (default: the development crawl, built in $OUT/dev-crawl when missing)")
     parser.add_argument("--smoke", action="store_true", help="seconds, offline: a few documents of the test slice")
     parser.add_argument("--max-docs", type=int, default=2000, help="documents used, before replication (2000)")
     parser.add_argument("--doc-bytes", type=int, help="only documents of at least this many bytes, cut to it (e.g. 3500)")
@@ -606,7 +572,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--band-parts", type=int, default=1, help="band ranges for candidate_edges (1)")
     parser.add_argument("--duckdb-memory-limit", default=DuckDBConfig().memory_limit, help="DuckDB memory_limit")
     parser.add_argument("--seed", type=int, default=0, help="seed of the replica perturbations (0)")
-    parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
     parser.add_argument("--child-spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:

@@ -55,7 +55,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_paths import REPO, out_dir
+from benchlib.paths import REPO, out_dir
 
 DEMO_HF = Path("checkpoints/main/step_00000040/hf")  # in the demo's storage root
 MMLU_ZIP = REPO / "data" / "eval" / "mmlu.zip"

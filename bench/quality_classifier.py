@@ -30,7 +30,7 @@ seconds, offline, the 50 pages of the test slice.
    wheel installed with `pip install --no-deps --target DIR/<name> <wheel>`; the installed `fasttext`
    module is measured too. In a subprocess per wheel: whether it trains, seconds per training, scoring
    docs/s, whether two trainings give the same bytes, and 8 trainings with malloc's memory left as it is
-   (without `_zeroed_allocations`): distinct models and "Encountered NaN" failures; and whether its
+   (`train_fasttext(..., zeroed=False)`): distinct models and "Encountered NaN" failures; and whether its
    Python `predict()` works on numpy 2.
 
 The last line is one JSON object with every figure.
@@ -39,7 +39,6 @@ The last line is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -51,8 +50,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from bench_paths import REPO, TEST_SLICE, out_dir
-from curation import LABELLED_CRAWLS, MAKE_CRAWL, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
+from benchlib.crawls import LABELLED_CRAWLS, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
+from benchlib.paths import REPO, TEST_SLICE, out_dir
 
 import lm_assets.corpus.quality.classifier as qc
 from lm_assets.corpus.audit.curation_eval import read_labels
@@ -83,8 +82,7 @@ SWEEP = {
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py folder (default: $OUT/dev-crawl)")
-    parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
+    parser.add_argument("--crawl", type=Path, help="a crawl folder (default: the development crawl, built in $OUT/dev-crawl when missing)")
     parser.add_argument("--labels", type=Path, help="with --crawl: its labels (default: the development labels)")
     parser.add_argument("--cv", choices=("site", "rows"), default="site",
                         help="cross-validation folds: whole sites (default) or pages stratified by (keep, lang)")
@@ -104,7 +102,7 @@ def labelled_sets(args: argparse.Namespace) -> list[tuple[str, Path, Path]]:
     """(name, crawl, labels): the one given, the test slice, or every labelled crawl of the project."""
     if args.crawl is not None or args.smoke:
         return [("given", resolve_crawl(args), args.labels or DEFAULT_LABELS)]
-    sets = [(spec.name, labelled_crawl(spec, args.make_crawl), spec.labels) for spec in LABELLED_CRAWLS.values()]
+    sets = [(spec.name, labelled_crawl(spec), spec.labels) for spec in LABELLED_CRAWLS.values()]
     return sets + [("web", web_crawl(), WEB_LABELS)]
 
 
@@ -360,27 +358,16 @@ def wheel_probe(pages_path: Path, model_path: Path, config: ClassifierConfig) ->
     result["held_back_balanced_accuracy"] = first.metrics["balanced_accuracy"]
     result["same_bytes_on_a_second_run"] = train_classifier(examples, config).model == first.model
     # The same fastText training with malloc's memory as it comes.
-    data, _, _ = qc._prepare(examples, config)
-    lines = qc._fasttext_lines(data.texts, data.keep, data.weight, config.balance_classes)
+    data, _, _ = qc.prepare(examples, config)
+    lines = qc.fasttext_lines(data.texts, data.keep, data.weight, config.balance_classes)
     models, failures = set(), 0
-    with _patched(qc, "_zeroed_allocations", contextlib.nullcontext):
-        for _ in range(8):
-            try:
-                models.add(qc.model_hash(qc._train_fasttext(lines, config)))
-            except RuntimeError:
-                failures += 1
+    for _ in range(8):
+        try:
+            models.add(qc.model_hash(qc.train_fasttext(lines, config, zeroed=False)))
+        except RuntimeError:
+            failures += 1
     result["unzeroed_8_trainings"] = {"distinct_models": len(models), "nan_failures": failures}
     return result
-
-
-@contextlib.contextmanager
-def _patched(module, name, value):
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
 
 
 def compare_wheels(pages: pl.DataFrame, model: bytes, wheels: Path | None, smoke: bool) -> dict:

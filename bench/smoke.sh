@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 scripts = sorted(Path("bench").rglob("*.py"))
-local = {path.stem for path in scripts}  # curation, bench_paths, ...: imported from bench/ itself
+local = {path.stem for path in Path("bench").glob("*.py")} | {"benchlib"}  # imported from bench/ itself
 optional = {"rs_trafilatura"}  # wheels for CPython 3.12 only; extraction_quality.py skips it when missing
 wanted: dict[str, set[str]] = {}
 for path in scripts:
@@ -62,6 +62,7 @@ run() {
         exit 1
     fi
 }
+run "$PY" bench/build_crawl.py --smoke
 run "$PY" bench/curation.py --smoke
 run "$PY" bench/curation_quality.py --smoke
 run "$PY" bench/quality_classifier.py --smoke
@@ -77,8 +78,8 @@ run env PYTHON="$PY" bash bench/train_gpu.sh --dry-run
 run "$PY" bench/dev_set/make_test_slice.py --smoke
 
 for script in bench/*.py bench/*.sh bench/dev_set/*.py; do
-    # a helper, the Python that train_gpu.sh runs, and this file
-    case "$script" in bench/bench_paths.py | bench/train_gpu.py | bench/smoke.sh) continue ;; esac
+    # the Python that train_gpu.sh runs, and this file
+    case "$script" in bench/train_gpu.py | bench/smoke.sh) continue ;; esac
     if [[ " ${ran[*]} " != *" $script "* ]]; then
         echo "$script has no smoke run: add one to bench/smoke.sh"
         exit 1

@@ -4,13 +4,13 @@ Usage::
 
     .venv/bin/python bench/tokens.py [--crawl DIR] [--vocab 32000] [--mb 8] [--smoke]
 
-The texts are the extracted, language-identified documents (en and zh) of a `make_crawl.py` crawl,
+The texts are the extracted, language-identified documents (en and zh) of a crawl (`bench/build_crawl.py`),
 loaded as `bench/dedup_speed.py` loads them (`readers.read_shard`, `extract.extract_documents`,
 `langid.identify_languages`); without `--crawl`, the crawl in `$OUT/dev-crawl` (else
 `bench/out/dev-crawl`) is built or reused exactly as `bench/curation.py` does it. About `--mb` MB
 (10^6 bytes of UTF-8) of them are measured: whole documents in a seeded random order until the total
 reaches `--mb` (all of them if the crawl has less). `--smoke` runs in seconds, offline: the test slice
-(`bench_paths.smoke_crawl`), a 2,000-piece vocabulary, 0.05 MB and 50,000 packed tokens, one repeat.
+(`benchlib.paths.smoke_crawl`), a 2,000-piece vocabulary, 0.05 MB and 50,000 packed tokens, one repeat.
 
 What is measured:
 
@@ -78,8 +78,10 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
-from curation import MAKE_CRAWL, Clock, resolve_crawl, timed  # noqa: E402
-from dedup_speed import command_line, load_documents, text_mb  # noqa: E402
+from benchlib.crawls import resolve_crawl  # noqa: E402
+from benchlib.timing import Clock, rounded, timed  # noqa: E402
+from benchlib.documents import load_documents, text_mb  # noqa: E402
+from benchlib.paths import command_line  # noqa: E402
 
 from lm_assets.corpus.tokens.packing import SPLITS, PackingConfig, ShardTokens, pack, write_packed  # noqa: E402
 from lm_assets.corpus.tokens.tokenize import (  # noqa: E402
@@ -160,9 +162,9 @@ def contention(measured: Measured) -> dict:
     wall, cores = measured.clock.wall_s, os.cpu_count() or 1
     others = measured.others_cpu_s if wall >= MIN_CONTENTION_WALL_S else None
     return {
-        "our_cores": _round(measured.clock.cpu_s / wall if wall > 0 else None, 2),
-        "others_cpu_s": _round(others, 3),
-        "others_core_share": _round(min(1.0, others / (wall * cores)) if others is not None else None, 3),
+        "our_cores": rounded(measured.clock.cpu_s / wall if wall > 0 else None, 2),
+        "others_cpu_s": rounded(others, 3),
+        "others_core_share": rounded(min(1.0, others / (wall * cores)) if others is not None else None, 3),
     }
 
 
@@ -334,10 +336,10 @@ def encode_figures(mb: float, threads: int, measured: Measured, tokens: int) -> 
         "wall_s": round(clock.wall_s, 3),
         "cpu_s": round(clock.cpu_s, 3),
         "tokens": tokens,
-        "mb_per_s": _round(per_s, 3),
-        "mb_per_s_per_core": _round(per_s / threads if per_s else None, 3),
-        "mb_per_cpu_s": _round(mb / clock.cpu_s if clock.cpu_s > 0 else None, 3),
-        "mtokens_per_s": _round(tokens / clock.wall_s / 1e6 if clock.wall_s > 0 else None, 3),
+        "mb_per_s": rounded(per_s, 3),
+        "mb_per_s_per_core": rounded(per_s / threads if per_s else None, 3),
+        "mb_per_cpu_s": rounded(mb / clock.cpu_s if clock.cpu_s > 0 else None, 3),
+        "mtokens_per_s": rounded(tokens / clock.wall_s / 1e6 if clock.wall_s > 0 else None, 3),
         **contention(measured),
     }
 
@@ -511,7 +513,7 @@ def pack_figures(tokens: int, measured: Measured) -> dict:
     return {
         "wall_s": round(clock.wall_s, 4),
         "cpu_s": round(clock.cpu_s, 4),
-        "mtokens_per_s": _round(tokens / clock.wall_s / 1e6 if clock.wall_s > 0 else None, 1),
+        "mtokens_per_s": rounded(tokens / clock.wall_s / 1e6 if clock.wall_s > 0 else None, 1),
         **contention(measured),
     }
 
@@ -554,10 +556,6 @@ def packing_benchmark(lengths: np.ndarray, args: argparse.Namespace, vocab: int,
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
-
-
-def _round(value: float | None, digits: int = 2) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -689,7 +687,7 @@ def print_packing(packing: dict) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--crawl", type=Path, help="a make_crawl.py output folder (default: build $OUT/dev-crawl)")
+    parser.add_argument("--crawl", type=Path, help="a crawl folder (default: the development crawl, built in $OUT/dev-crawl when missing)")
     parser.add_argument("--smoke", action="store_true", help="seconds, offline: the test slice, tiny sizes")
     parser.add_argument("--vocab", type=int, default=32_000, help="SentencePiece vocabulary size (32000)")
     parser.add_argument("--mb", type=float, default=8.0, help="MB of text encoded (8; at most the crawl's texts)")
@@ -697,7 +695,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--pack-mtokens", type=float, default=64.0, help="million tokens in the packing shards (64)")
     parser.add_argument("--pack-shards", type=int, default=8, help="packing shards (8)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic packing shards (0)")
-    parser.add_argument("--make-crawl", type=Path, default=MAKE_CRAWL, help=argparse.SUPPRESS)
     parser.add_argument("--child-spec", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.smoke:

@@ -11,7 +11,7 @@ rows of 129 tokens, so 128-token inputs: the `tiny` preset's context), it times 
 - plain torch: `training.model.Transformer` (the `tiny` preset, seed 0), `cross_entropy`,
   torch's fused AdamW (the engine's default) with the same decay / no-decay groups and hyperparameters, the same
   warmup-cosine `LambdaLR`, `clip_grad_norm_` at `optim.grad_clip` (1.0), `zero_grad`, and the loss
-  read back as a float (`bench/train_gpu.py`'s `PlainLoop`, fp32);
+  read back as a float (`benchlib.training.PlainLoop`, fp32);
 - our engine: `training.engine.Trainer.train_step()` on a job of one process (the plain DeepSpeed
   engine, fp32, `document_mask=false` like the plain loop), once with ZeRO stage 0 and once with stage 1. `init_distributed` skips the shm
   JIT build as always. `spike.k_sigma=0`, so every step applies its update (the spike check still
@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from train_gpu import PlainLoop, write_synthetic_packed  # noqa: E402
+from benchlib.training import PlainLoop, write_synthetic_packed  # noqa: E402
 
 from training.data import PackedDataset  # noqa: E402
 from training.config import SpikeConfig, TrainConfig  # noqa: E402

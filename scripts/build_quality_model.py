@@ -9,7 +9,7 @@ Usage::
 The default (`make quality-model`) needs nothing but the repository: it trains on
 `training_pages.parquet` with the shipped config and seed and writes `classifier.zip` and
 `classifier.json`. `--pages` first rebuilds `training_pages.parquet` from the labelled crawls:
-bench/dev_set and bench/transfer_set (Debian manuals, built by /work/shared/bench/make_crawl.py into
+bench/dev_set and bench/transfer_set (Debian manuals, built by bench/build_crawl.py into
 `$OUT`, as the benches build them) and bench/web_set (real web pages, built from their source
 repositories by scripts/build_web_crawl.py into `$OUT/web-crawl`).
 """
@@ -30,8 +30,8 @@ from lm_assets.corpus.quality import shipped as quality_model  # noqa: E402
 
 def labelled_sets() -> list[tuple[str, Path, Path]]:
     """(label set, crawl folder, labels) of every labelled crawl, building the crawls that are missing."""
-    from bench_paths import out_dir
-    from curation import LABELLED_CRAWLS, find_shards, labelled_crawl
+    from benchlib.paths import out_dir
+    from benchlib.crawls import LABELLED_CRAWLS, find_shards, labelled_crawl
 
     sets = [(name, labelled_crawl(spec), spec.labels) for name, spec in LABELLED_CRAWLS.items()]
     web, web_labels = out_dir("web-crawl"), REPO / "bench" / "web_set" / "labels.jsonl"
@@ -46,7 +46,7 @@ def labelled_sets() -> list[tuple[str, Path, Path]]:
 
 def build_pages() -> "quality_model.pl.DataFrame":
     import polars as pl
-    from curation import find_shards
+    from benchlib.crawls import find_shards
 
     frames = []
     for name, crawl, labels_path in labelled_sets():

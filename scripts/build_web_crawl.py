@@ -11,7 +11,7 @@ found under `--repos` as `<owner>+<name>/repo` or `<owner>+<name>` (a bare or wo
 WARC response records (status 200, `Content-Type: text/html` without a charset, so the reader finds
 the page's own), in label order, `--docs-per-shard` to a shard, into `--out` (default `$OUT/web-crawl`,
 else `bench/out/web-crawl`) with a `truth.json` that lists no duplicates, the shape of a
-`make_crawl.py` folder, so every bench reads it as it reads the others. The HTML is not in this
+`bench/build_crawl.py` folder, so every bench reads it as it reads the others. The HTML is not in this
 repository: it belongs to the sites and repositories it comes from (bench/web_set/README.md lists
 their licences).
 """
@@ -63,7 +63,7 @@ def write_shard(path: Path, pages: list[tuple[str, bytes]]) -> None:
 
 def main(argv=None) -> int:
     sys.path.insert(0, str(REPO / "bench"))
-    from bench_paths import out_dir
+    from benchlib.paths import out_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repos", type=Path, required=True, help="folder of clones, <owner>+<name>[/repo]")

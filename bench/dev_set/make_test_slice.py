@@ -8,7 +8,7 @@ Usage::
 `--crawl` defaults to the development crawl the benches build (`$OUT/dev-crawl`, else
 `bench/out/dev-crawl`) and `--out` to `$OUT/dev-slice` (else `bench/out/dev-slice`): name
 `tests/data/dev-slice` to refresh the slice the tests read. `--smoke` takes its pages from the test
-slice itself (`bench_paths.smoke_crawl`), offline, and so writes the same pages and labels again.
+slice itself (`benchlib.paths.smoke_crawl`), offline, and so writes the same pages and labels again.
 
 A seeded sample of the labelled pages (`--keep` KEEP and `--drop` DROP pages, spread over the
 packages as the labels are), copied as they stand in the crawl's WARC records into one WARC.gz, with
@@ -31,7 +31,7 @@ from warcio.warcwriter import WARCWriter
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from bench_paths import out_dir, smoke_crawl  # noqa: E402
+from benchlib.paths import out_dir, smoke_crawl  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -1,4 +1,4 @@
-"""Dedup quality against the known duplicates of a benchmark crawl (the `truth.json` of `make_crawl.py`).
+"""Dedup quality against the known duplicates of a benchmark crawl (the `truth.json` that `bench/build_crawl.py` writes).
 
 Inputs
     `clusters`: the dedup clusters table joined with the sketches, one row per document that reached

@@ -1,0 +1,58 @@
+"""The other responses a crawl carries, so that readers must skip them: images, PDFs, error pages, redirects."""
+
+from __future__ import annotations
+
+import html
+import random
+import re
+import struct
+import zlib
+
+
+def png(rng: random.Random) -> bytes:
+    """A valid 8x8 PNG of one colour."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\x00" + bytes(rng.randrange(256) for _ in range(3)) * 8
+    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(row * 8, 9)) + chunk(b"IEND", b"")
+
+
+def pdf(title: str) -> bytes:
+    """A one-page PDF that shows `title`."""
+    text = re.sub(r"[^A-Za-z0-9 .,_-]", "", title)[:60] or "Document"
+    stream = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+def not_found(path: str, server: str, host: str) -> bytes:
+    return (
+        "<!DOCTYPE HTML>\n<html><head><title>404 Not Found</title></head><body>\n<h1>Not Found</h1>\n"
+        f"<p>The requested URL {html.escape(path)} was not found on this server.</p>\n<hr>\n"
+        f"<address>{html.escape(server)} Server at {html.escape(host)} Port 443</address>\n</body></html>\n"
+    ).encode()
+
+
+def moved(location: str) -> bytes:
+    return (
+        "<!DOCTYPE HTML>\n<html><head><title>301 Moved Permanently</title></head><body>\n<h1>Moved Permanently</h1>\n"
+        f'<p>The document has moved <a href="{html.escape(location)}">here</a>.</p>\n</body></html>\n'
+    ).encode()
