@@ -5,25 +5,25 @@ every domain shares."""
 import dagster as dg
 
 from lm_assets.defs import automation
-from lm_assets.defs.curation import definitions as curation
-from lm_assets.defs.decontam import definitions as decontam
-from lm_assets.defs.dedup import definitions as dedup
-from lm_assets.defs.evaluation import definitions as evaluation
-from lm_assets.defs.ingest import definitions as ingest
-from lm_assets.defs.quality import definitions as quality
+from lm_assets.defs.curation import definitions as curation_domain
+from lm_assets.defs.decontam import definitions as decontam_domain
+from lm_assets.defs.dedup import definitions as dedup_domain
+from lm_assets.defs.evaluation import definitions as evaluation_domain
+from lm_assets.defs.ingest import definitions as ingest_domain
+from lm_assets.defs.quality import definitions as quality_domain
 from lm_assets.defs.common.resources import default_resources
-from lm_assets.defs.tokens import definitions as tokens
-from lm_assets.defs.training import definitions as training
+from lm_assets.defs.tokens import definitions as tokens_domain
+from lm_assets.defs.training import definitions as training_domain
 
 defs = dg.Definitions.merge(
-    ingest.defs,
-    curation.defs,
-    quality.defs,
-    dedup.defs,
-    decontam.defs,
-    tokens.defs,
-    training.defs,
-    evaluation.defs,
+    ingest_domain.defs,
+    curation_domain.defs,
+    quality_domain.defs,
+    dedup_domain.defs,
+    decontam_domain.defs,
+    tokens_domain.defs,
+    training_domain.defs,
+    evaluation_domain.defs,
     automation.defs,
     dg.Definitions(
         resources=default_resources(),

@@ -291,7 +291,7 @@ def test_packed_dataset_traces_back_to_the_warc_record(materialized):
 @pytest.mark.slow
 def test_training_on_the_packed_sample_crawl(materialized):
     from lm_assets.defs.common.partitions import checkpoint_partitions
-    from lm_assets.defs.training.assets import TrainingLauncher, training
+    from lm_assets.defs.training.assets import TrainingLauncher, training_run_and_checkpoint
 
     root, _, runs = materialized
     instance = runs["instance"]
@@ -300,7 +300,7 @@ def test_training_on_the_packed_sample_crawl(materialized):
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     config = {"ops": {"training": {"config": {"steps": 12, "save_every": 6, "pp": 2, "micro_batch_size": 2, "lr": 3e-3, "warmup_steps": 4}}}}
-    result = dg.materialize([training], instance=instance, resources=resources, run_config=config)
+    result = dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=config)
     assert result.success
     meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("training")}
     assert meta["training_run"]["steps"].value == 12
@@ -314,7 +314,7 @@ def test_training_on_the_packed_sample_crawl(materialized):
 @pytest.mark.slow
 def test_benchmark_scores_for_a_checkpoint(materialized):
     from lm_assets.defs.evaluation.assets import ceval_score, checkpoint_evaluation_sensor, mmlu_score, perplexity
-    from lm_assets.defs.training.assets import TrainingLauncher, training
+    from lm_assets.defs.training.assets import TrainingLauncher, training_run_and_checkpoint
 
     root, _, runs = materialized
     instance = runs["instance"]
@@ -324,7 +324,7 @@ def test_benchmark_scores_for_a_checkpoint(materialized):
     }
     if "main-step_00000012" not in instance.get_dynamic_partitions("checkpoints"):
         config = {"ops": {"training": {"config": {"steps": 12, "save_every": 6, "pp": 2, "micro_batch_size": 2, "lr": 3e-3, "warmup_steps": 4}}}}
-        assert dg.materialize([training], instance=instance, resources=resources, run_config=config).success
+        assert dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=config).success
     with dg.build_sensor_context(instance=instance) as context:
         requested = [r.partition_key for r in checkpoint_evaluation_sensor(context).run_requests]
     assert requested == ["main-step_00000006", "main-step_00000012"]

@@ -14,7 +14,7 @@ import pytest
 
 from lm_assets.defs.training.kubernetes import ClusterSpec, job_state, pytorch_job_manifest
 from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
-from lm_assets.defs.training.assets import TrainingLauncher, training
+from lm_assets.defs.training.assets import TrainingLauncher, training_run_and_checkpoint
 from tests.defs.test_training_asset import packed_storage  # noqa: F401 - fixture
 
 REPO = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_training_on_kubernetes_reports_through_s3(packed_storage, s3_server, tm
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     config = {"ops": {"training": {"config": {"steps": 4, "save_every": 2, "micro_batch_size": 2, "pp": 1}}}}
-    result = dg.materialize([training], instance=dg.DagsterInstance.ephemeral(), resources=resources, run_config=config)
+    result = dg.materialize([training_run_and_checkpoint], instance=dg.DagsterInstance.ephemeral(), resources=resources, run_config=config)
     assert result.success, cluster.last_stderr[-2000:]
     meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("training")}
     assert meta["training_run"]["steps"].value == 4

@@ -72,7 +72,7 @@ def test_choices_are_dropdowns_of_the_corpus_values():
     from lm_assets.defs.quality.assets import quality_classifier
     from lm_assets.defs.evaluation.assets import ceval_score, mmlu_score, perplexity
     from lm_assets.defs.tokens.assets import packed_dataset
-    from lm_assets.defs.training.assets import training
+    from lm_assets.defs.training.assets import training_run_and_checkpoint
     from training.config import PRECISIONS
     from training.config import PRESETS as MODEL_PRESETS
 
@@ -85,8 +85,8 @@ def test_choices_are_dropdowns_of_the_corpus_values():
     assert field_choices(packed_dataset, "strategy") == list(STRATEGIES)
     assert field_choices(mmlu_score, "split") == field_choices(ceval_score, "split") == list(BENCHMARK_SPLITS)
     assert field_choices(perplexity, "split") == list(PACKED_SPLITS)
-    assert field_choices(training, "precision") == list(PRECISIONS)
-    assert field_choices(training, "model") == list(MODEL_PRESETS)
+    assert field_choices(training_run_and_checkpoint, "precision") == list(PRECISIONS)
+    assert field_choices(training_run_and_checkpoint, "model") == list(MODEL_PRESETS)
     assert field_choices(curated_shard, "allowed_languages") is None  # an open list stays strings
 
 

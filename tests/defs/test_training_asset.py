@@ -12,7 +12,7 @@ from lm_assets.corpus.tokens.packing import PackingConfig, ShardTokens, pack, wr
 from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
-from lm_assets.defs.training.assets import TrainingLauncher, training
+from lm_assets.defs.training.assets import TrainingLauncher, training_run_and_checkpoint
 from lm_assets.storage.store import Storage
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ def run_training(root, instance, steps):
     }
     config = {"ops": {"training": {"config": {"steps": steps, "save_every": 3, "micro_batch_size": 2, "pp": 2, "warmup_steps": 4,
                                               "lr": 3e-3, "zero_stage": 1}}}}
-    return dg.materialize([training], instance=instance, resources=resources, run_config=config)
+    return dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=config)
 
 
 def test_training_through_pipes_then_resume(packed_storage):
@@ -118,7 +118,7 @@ def test_a_failing_rank_fails_the_asset_with_its_error(packed_storage):
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     bad = {"ops": {"training": {"config": {"steps": 2, "pp": 2, "zero_stage": 2}}}}
-    result = dg.materialize([training], instance=instance, resources=resources, run_config=bad, raise_on_error=False)
+    result = dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=bad, raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     message = failure.event_specific_data.error.to_string()

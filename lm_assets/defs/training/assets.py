@@ -193,6 +193,7 @@ def local_paths(store, run_name: str) -> dict[str, str]:
 
 
 @dg.multi_asset(
+    name="training",  # the op, and the key of its run config: `ops: {training: {config: ...}}`
     specs=[
         dg.AssetSpec("training_run", deps=["packed_dataset", "tokenizer"], group_name="training", kinds={"deepspeed", "pytorch"},
                      description="A DeepSpeed data x tensor x pipeline parallel training run: per-step loss, lr, grad "
@@ -202,7 +203,7 @@ def local_paths(store, run_name: str) -> dict[str, str]:
                      "consolidated HF export of the latest (model.safetensors, config.json, tokenizer)."),
     ],
 )
-def training(
+def training_run_and_checkpoint(
     context: dg.AssetExecutionContext,
     config: TrainingRunConfig,
     storage: StorageResource,
