@@ -6,6 +6,7 @@ import dagster as dg
 import pytest
 
 from lm_assets.corpus.curation.extract import ExtractConfig
+from lm_assets.corpus.curation.langid import LangIdConfig
 from lm_assets.corpus.curation.pipeline import CurationConfig
 from lm_assets.corpus.curation.toxicity import ToxicityConfig
 from lm_assets.corpus.decontam.contamination import DecontamConfig
@@ -69,7 +70,7 @@ def test_stage_configs_default_to_the_corpus_defaults(monkeypatch):
     for variable in ("LM_ASSETS_SEQ_LEN", "LM_ASSETS_VOCAB_SIZE", "LM_ASSETS_TOXICITY_BACKEND",
                      "LM_ASSETS_DETOXIFY_CHECKPOINT", "LM_ASSETS_DETOXIFY_HF_CONFIG"):
         monkeypatch.delenv(variable, raising=False)
-    from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, ToxicityRulesConfig
+    from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, LanguageIdConfig, ToxicityRulesConfig
     from lm_assets.defs.decontam.assets import DecontaminatedShardConfig
     from lm_assets.defs.dedup.assets import DedupSettings
     from lm_assets.defs.ingest.assets import RawShardConfig
@@ -80,6 +81,7 @@ def test_stage_configs_default_to_the_corpus_defaults(monkeypatch):
     assert to_dataclass(ExtractConfig, ExtractedShardConfig()) == ExtractConfig()
     assert to_dataclass(ClassifierConfig, QualityClassifierConfig(), exclude=["min_balanced_accuracy"]) == ClassifierConfig()
     assert to_dataclass(ToxicityConfig, ToxicityRulesConfig()) == ToxicityConfig()
+    assert to_dataclass(LangIdConfig, LanguageIdConfig()) == LangIdConfig()
     assert to_dataclass(TokenizerConfig, TokenizerTrainingConfig()) == TokenizerConfig()
     assert to_dataclass(PackingConfig, PackedDatasetConfig()) == PackingConfig()
     assert to_dataclass(DecontamConfig, DecontaminatedShardConfig(), exclude=["mmlu_path", "ceval_paths"]) == DecontamConfig()

@@ -168,7 +168,7 @@ def test_expectations_check_the_languages_the_run_was_configured_with(tmp_path):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
     curated_config = OFFLINE_TOXICITY["ops"]["curated_shard"]["config"] | {
-        "allowed_languages": ["en", "de"], "language_share_bounds": {"en": [0.05, 1.0], "de": [0.05, 1.0]}
+        "langid": {"allowed": ["en", "de"]}, "language_share_bounds": {"en": [0.05, 1.0], "de": [0.05, 1.0]}
     }
     result = dg.materialize(
         [raw_shard, extracted_shard, curated_shard, curated_expectations],
@@ -182,7 +182,7 @@ def test_expectations_check_the_languages_the_run_was_configured_with(tmp_path):
     assert sorted(curated["lang"].to_list()) == ["de", "en"]
     # The default config allows en and zh only: a check that read it would reject the German page.
     assert not validate_frame(curated.select("doc_id", "text", "lang", "lang_score", "tox_frac").to_pandas(),
-                              CuratedShardConfig().allowed_languages)["success"]
+                              CuratedShardConfig().langid.allowed)["success"]
     assert check_results(result)[("curated_shard", "curated_expectations")]
 
 
@@ -266,7 +266,7 @@ def test_schedule_finds_shards_whose_config_changed(tmp_path):
     }
     dg.materialize(assets, partition_key="s1.warc.gz", run_config=OFFLINE_TOXICITY, **common)
     assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s2.warc.gz"]  # s2 never ran
-    changed = {"ops": {"curated_shard": {"config": {"min_language_score": 0.6, "toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
+    changed = {"ops": {"curated_shard": {"config": {"langid": {"min_score": 0.6}, "toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
     dg.materialize(assets, partition_key="s2.warc.gz", run_config=changed, **common)
     assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s2.warc.gz"]
     dg.materialize(assets, partition_key="s2.warc.gz", run_config=OFFLINE_TOXICITY, **common)

@@ -4,6 +4,7 @@ rule family on top of the preset."""
 
 import dataclasses
 import enum
+import types
 import importlib
 import json
 import typing
@@ -87,7 +88,7 @@ def test_choices_are_dropdowns_of_the_corpus_values():
     assert field_choices(perplexity, "split") == list(PACKED_SPLITS)
     assert field_choices(training_run_and_checkpoint, "precision") == list(PRECISIONS)
     assert field_choices(training_run_and_checkpoint, "model") == list(MODEL_PRESETS)
-    assert field_choices(curated_shard, "allowed_languages") is None  # an open list stays strings
+    assert field_choices(curated_shard, "langid", "allowed") is None  # an open list stays strings
 
 
 def test_the_training_launcher_choices_are_enums():
@@ -218,11 +219,29 @@ def test_the_rule_families_cover_quality_config():
     # stop_words, a long list per language, is left to the preset.
     assert set(typed) | {"families", "stop_words"} == {f.name for f in dataclasses.fields(QualityConfig)}
     assert {t.value for t in QualityThreshold} <= set(typed)
+    hints = typing.get_type_hints(QualityConfig)
     for cls in family_classes:
         for name, field in cls.model_fields.items():
             assert field.default is None
             preset_value = shown(getattr(PRESET_DEFAULTS, name))
             assert field.description.endswith(f"unset: the preset's ({preset_value} in lm_assets)")
+            assert value_type(field.annotation) == value_type(hints[name]), (cls.__name__, name)
+
+
+def value_type(hint):
+    """A field's type as its values are shaped, whatever spells it: None dropped, lists and variable tuples as
+    sequences, Config classes and fixed tuples as records of their fields."""
+    args = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return value_type(args[0]) if len(args) == 1 else tuple(value_type(arg) for arg in args)
+    if origin is list or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+        return ("sequence", value_type(args[0]))
+    if origin is tuple:
+        return ("record", *(value_type(arg) for arg in args))
+    if isinstance(hint, type) and issubclass(hint, dg.Config):
+        return ("record", *(value_type(field.annotation) for field in hint.model_fields.values()))
+    return hint
 
 
 def test_quality_rules_from_a_run_config_reach_the_quality_config():

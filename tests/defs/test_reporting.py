@@ -1,6 +1,7 @@
 """Metadata that people read: numbers at three significant digits, documents in full and in part."""
 
 import dagster as dg
+import pytest
 import polars as pl
 
 from lm_assets.defs.common.reporting import (
@@ -65,3 +66,28 @@ def test_each_document_stage_declares_exactly_the_checks_it_reports():
     # On an empty shard the language bounds are broken and the scan finds nothing.
     by_name = {r.check_name: r for r in CURATED_STAGE.check_results(kept, account, account, facts)}
     assert not by_name["language_share"].passed and by_name["pii_residue"].passed
+
+
+def test_each_document_stage_has_one_name_for_asset_folder_and_drops(tmp_path):
+    from lm_assets.corpus.curation.pipeline import FILTERS
+    from lm_assets.corpus.stage import StageResult
+    from lm_assets.defs.common.stages import CURATED_SCHEMA
+    from lm_assets.defs.curation.assets import CURATED_STAGE, EXTRACTED_STAGE
+    from lm_assets.defs.decontam.assets import DECONTAMINATED_STAGE
+    from lm_assets.defs.dedup.assets import DEDUPLICATED_STAGE, deduplicated_shard
+    from lm_assets.defs.ingest.assets import RAW_STAGE
+    from lm_assets.storage.layout import DOCUMENT_STAGES
+    from lm_assets.storage.store import Storage
+
+    stages = (RAW_STAGE, EXTRACTED_STAGE, CURATED_STAGE, DEDUPLICATED_STAGE, DECONTAMINATED_STAGE)
+    assert [stage.name for stage in stages] == list(DOCUMENT_STAGES)
+    assert [stage.asset for stage in stages] == [f"{name}_shard" for name in DOCUMENT_STAGES]
+    assert deduplicated_shard.key == dg.AssetKey("deduplicated_shard")
+    assert DEDUPLICATED_STAGE.drop_stages == ("deduplicated",) and CURATED_STAGE.drop_stages == FILTERS
+    # a drop under a name the stage does not declare fails before anything is published
+    kept = pl.DataFrame({name: pl.Series([], dtype=dtype) for name, dtype in CURATED_SCHEMA.items()})
+    stray = pl.DataFrame({"doc_id": ["d0"], "stage": ["dedup"], "reason": ["exact_duplicate"]})
+    store = Storage(str(tmp_path))
+    with pytest.raises(ValueError, match=r"deduplicated_shard dropped documents under \['dedup'\]"):
+        DEDUPLICATED_STAGE.close(store, "s0", 1, StageResult(kept, stray), {})
+    assert not list(tmp_path.rglob("*.parquet"))

@@ -15,6 +15,7 @@ from lm_assets.corpus.curation.main_content import PAGE_SIGNALS, extract_main_co
 from lm_assets.corpus.stage import StageResult, split_by_reason
 
 # C0 and C1 controls except tab and newline, plus DEL. NUL and friends turn into NaN losses downstream.
+EXTRACTED = "extracted"  # the stage, and the `stage` of its drops
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 BLANK_LINES = re.compile(r"\n{3,}")
 TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.I | re.S)
@@ -177,7 +178,7 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
     result = split_by_reason(
         out,
         pl.when(pl.col("text").str.len_chars() < config.min_chars).then(pl.lit("empty_after_extraction")),
-        stage="extract",
+        stage=EXTRACTED,
     )
     result.stats = {
         "extractor": extractor_name(config),

@@ -35,6 +35,7 @@ class LangIdConfig:
     model_path: str | None = None
 
 
+STAGE = "langid"  # the `stage` of its drops
 LANG_SHARES_DTYPE = pl.List(pl.Struct({"lang": pl.String, "share": pl.Float64}))
 
 
@@ -136,7 +137,7 @@ def identify_languages(docs: pl.DataFrame, config: LangIdConfig | None = None) -
         .then(pl.concat_str(pl.lit("lang_low_score:"), pl.col("lang")))
     )
     # A drop's score is the share of the text in allowed languages.
-    result = split_by_reason(scored.with_columns(allowed_share.alias("_allowed_share")), reason, stage="langid",
+    result = split_by_reason(scored.with_columns(allowed_share.alias("_allowed_share")), reason, stage=STAGE,
                              score="_allowed_share")
     result.kept = result.kept.drop("_allowed_share")
     path = str(config.model_path or bundled_model_path())

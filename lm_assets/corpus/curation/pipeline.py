@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from lm_assets.corpus.curation import langid, policy, rules, toxicity
 from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages
 from lm_assets.corpus.curation.pii import redact_frame
 from lm_assets.corpus.curation.policy import DEFAULT_QUALITY_POLICY, Scorer, check_policy, decide_quality
@@ -17,6 +18,8 @@ from lm_assets.corpus.quality.shipped import shipped_classifier
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 
 STEPS = ("langid", "quality", "toxicity", "pii")
+# the `stage` a curation drop carries: the filter that dropped it (pii redacts, it drops nothing)
+FILTERS = (langid.STAGE, rules.STAGE, policy.STAGE, toxicity.STAGE)
 
 
 @dataclass

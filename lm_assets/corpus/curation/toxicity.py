@@ -23,6 +23,7 @@ import polars as pl
 
 from lm_assets.corpus.stage import StageResult, split_by_reason
 
+STAGE = "toxicity"  # the `stage` of its drops
 BACKENDS = ("detoxify", "profanity_check")
 
 
@@ -134,7 +135,7 @@ def score_toxicity(docs: pl.DataFrame, config: ToxicityConfig | None = None) -> 
         scored,
         pl.when(pl.col("tox_frac") >= config.max_toxic_fraction).then(pl.lit("toxicity:toxic_fraction"))
         .when(pl.col("tox_zh_flagged") >= zh_limit).then(pl.lit("toxicity:zh_flagged_words")),
-        stage="toxicity",
+        stage=STAGE,
         score=pl.when(pl.col("tox_frac") >= config.max_toxic_fraction).then("tox_frac").otherwise("tox_zh_flagged"),
     )
     result.stats = {

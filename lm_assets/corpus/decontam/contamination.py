@@ -45,7 +45,7 @@ from lm_assets.corpus.stage import DROPPED_SCHEMA, StageResult
 from lm_assets.text import CJK_CHAR, joined_unit_hashes, normalized_units
 from training.primitives import fmix64
 
-STAGE = "decontam"
+DECONTAMINATED = "decontaminated"  # the stage, and the `stage` of its drops
 SPLITS = ("dev", "val", "test")
 CHOICES = ("A", "B", "C", "D")
 MMLU_SCHEMA = {
@@ -471,7 +471,7 @@ def find_contamination(
     reasons = [f"contamination:{index.benchmarks[w]}" for w in winner[dropped_mask]]
     kept = docs.filter(pl.Series(~dropped_mask))
     dropped = pl.DataFrame(
-        {"doc_id": docs["doc_id"].filter(pl.Series(dropped_mask)), "stage": STAGE, "reason": reasons},
+        {"doc_id": docs["doc_id"].filter(pl.Series(dropped_mask)), "stage": DECONTAMINATED, "reason": reasons},
         schema=DROPPED_SCHEMA,
     )
     per_benchmark = {

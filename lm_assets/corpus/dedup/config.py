@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 from lm_assets.corpus.dedup.minhash import MinHashConfig
 from lm_assets.corpus.stage import DROPPED_SCHEMA
 
-STAGE = "dedup"
+DEDUPLICATED = "deduplicated"  # the stage, and the `stage` of its drops
 
 
 EXACT = "exact_duplicate"

@@ -10,7 +10,7 @@ import polars as pl
 if TYPE_CHECKING:
     pass
 
-from lm_assets.corpus.dedup.config import DEDUP_DROPPED_SCHEMA, EXACT, NEAR, STAGE
+from lm_assets.corpus.dedup.config import DEDUP_DROPPED_SCHEMA, DEDUPLICATED, EXACT, NEAR
 from lm_assets.corpus.stage import StageResult
 
 
@@ -24,7 +24,7 @@ def apply_dedup(docs: pl.DataFrame, clusters: pl.DataFrame) -> StageResult:
         raise ValueError(f"{undecided} documents of the shard have no row in the clusters table")
     is_kept = decisions["kept"]
     dropped = decisions.filter(~is_kept).select(
-        "doc_id", pl.lit(STAGE).alias("stage"), "reason", "kept_doc_id"
+        "doc_id", pl.lit(DEDUPLICATED).alias("stage"), "reason", "kept_doc_id"
     ).cast(DEDUP_DROPPED_SCHEMA)
     kept = docs.filter(is_kept)
     stats = {

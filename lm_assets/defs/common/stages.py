@@ -81,11 +81,19 @@ class DocumentStage:
     do) and its own checks. It makes both the check specs and the check results, so every declared
     check gets a result and no result goes undeclared."""
 
-    asset: str
-    stage: str
+    name: str  # the stage's one name: its asset is `<name>_shard`, its tables are under `<name>/`
     schema: dict
     whole_shard: bool = True
     checks: tuple[StageCheck, ...] = ()
+    filters: tuple[str, ...] = ()  # the `stage` its drops may carry; () means the stage's own name
+
+    @property
+    def asset(self) -> str:
+        return f"{self.name}_shard"
+
+    @property
+    def drop_stages(self) -> tuple[str, ...]:
+        return self.filters or (self.name,)
 
     def check_specs(self) -> list[dg.AssetCheckSpec]:
         specs = [
@@ -121,11 +129,14 @@ class DocumentStage:
               extra: dict[str, bytes] | None = None) -> dg.MaterializeResult:  # fmt: skip
         """Publish `result` as this stage of `shard` and report it: path, documents in and out, the drops
         by reason, then `metadata`; every declared check's result (its own decided on `facts`)."""
-        kept, dropped = publish_stage(store, self.stage, shard, result.kept, result.dropped, extra)
-        whole = shard_account(store, shard, through=self.stage) if self.whole_shard else None
+        strays = set(result.dropped["stage"].unique()) - set(self.drop_stages)
+        if strays:
+            raise ValueError(f"{self.asset} dropped documents under {sorted(strays)}, not one of {list(self.drop_stages)}")
+        kept, dropped = publish_stage(store, self.name, shard, result.kept, result.dropped, extra)
+        whole = shard_account(store, shard, through=self.name) if self.whole_shard else None
         return dg.MaterializeResult(
             metadata={
-                "path": dg.MetadataValue.path(store.uri(stage_keys(self.stage, shard)["documents"])),
+                "path": dg.MetadataValue.path(store.uri(stage_keys(self.name, shard)["documents"])),
                 "dagster/row_count": result.kept.height,
                 "dagster/column_schema": table_schema(result.kept),
                 "documents_in": docs_in,

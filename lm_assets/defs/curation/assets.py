@@ -10,9 +10,9 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTORS, ExtractConfig, extract_documents
+from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, extract_documents
 from lm_assets.corpus.curation.pii import find_pii
-from lm_assets.corpus.curation.pipeline import STEPS, CurationConfig, curate
+from lm_assets.corpus.curation.pipeline import FILTERS, STEPS, CurationConfig, curate
 from lm_assets.corpus.curation.policy import POLICIES
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.curation.toxicity import BACKENDS, ToxicityConfig
@@ -70,7 +70,7 @@ def no_control_chars(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
     return found == 0, {"found": found}
 
 
-EXTRACTED_STAGE = DocumentStage("extracted_shard", "extracted", EXTRACTED_SCHEMA, whole_shard=False, checks=(
+EXTRACTED_STAGE = DocumentStage(EXTRACTED, EXTRACTED_SCHEMA, whole_shard=False, checks=(
     StageCheck("no_control_chars", "No NUL or other control characters remain in the text.", no_control_chars,
                blocking=True),
 ))  # fmt: skip
@@ -114,6 +114,7 @@ def extracted_shard(
 
 # curated_shard ----------------------------------------------------------------------------------
 CURATION_DEFAULTS = CurationConfig()
+LANGID_DEFAULTS = CURATION_DEFAULTS.langid
 TOXICITY_DEFAULTS = ToxicityConfig()
 CurationStep = choices("CurationStep", STEPS)
 ToxicityBackend = choices("ToxicityBackend", BACKENDS)
@@ -171,6 +172,23 @@ class ToxicityRulesConfig(dg.Config):
         })
 
 
+class LanguageIdConfig(dg.Config):
+    """`LangIdConfig`'s fields, with its defaults."""
+
+    allowed: list[str] = Field(
+        default=list(LANGID_DEFAULTS.allowed),
+        description="language codes kept by language ID (fastText lid.176 codes such as en, zh)",
+    )
+    min_score: float = Field(
+        default=LANGID_DEFAULTS.min_score,
+        description="share of a document (0-1) the allowed languages must hold together, else it is dropped",
+    )
+    window_chars: int = Field(default=LANGID_DEFAULTS.window_chars, description="characters per window scored")
+    max_windows: int = Field(default=LANGID_DEFAULTS.max_windows, description="windows spread over a document, at most")
+    top_k: int = Field(default=LANGID_DEFAULTS.top_k, description="languages each window votes for, by probability")
+    model_path: str | None = Field(default=None, description="a fastText language ID model; unset: the bundled one")
+
+
 class CuratedShardConfig(dg.Config):
     model_config = ENUM_FIELDS_AS_VALUES
 
@@ -179,14 +197,7 @@ class CuratedShardConfig(dg.Config):
         description="the curation steps in the order they run (langid, quality, toxicity, pii); a step left out "
         "does not run; langid must come before quality, and a classifier decides right after quality",
     )
-    allowed_languages: list[str] = Field(
-        default=list(CURATION_DEFAULTS.langid.allowed),
-        description="language codes kept by language ID (fastText lid.176 codes such as en, zh)",
-    )
-    min_language_score: float = Field(
-        default=CURATION_DEFAULTS.langid.min_score,
-        description="share of a document (0-1) the allowed languages must hold together, else it is dropped",
-    )
+    langid: LanguageIdConfig = Field(default=LanguageIdConfig(), description="the language ID step")
     language_share_bounds: dict[str, list[float]] = Field(
         default={"en": [0.05, 1.0], "zh": [0.05, 1.0]},
         description="language code -> [low, high] share of the kept documents; the language_share check warns "
@@ -224,7 +235,7 @@ class CuratedShardConfig(dg.Config):
     def curation_config(self, classifier: QualityClassifier | None = None) -> CurationConfig:
         return to_dataclass(CurationConfig, {
             "order": self.order,
-            "langid": {"allowed": self.allowed_languages, "min_score": self.min_language_score},
+            "langid": self.langid,
             "quality": quality_config(self.quality_preset, self.quality_rules.overrides()),
             "toxicity": self.toxicity,
             "policy": self.quality_policy,
@@ -269,7 +280,7 @@ def languages_within_bounds(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict
     return not out_of_bounds, {"shares": dg.MetadataValue.json(shares), "out_of_bounds": dg.MetadataValue.json(out_of_bounds)}
 
 
-CURATED_STAGE = DocumentStage("curated_shard", "curated", CURATED_SCHEMA, checks=(
+CURATED_STAGE = DocumentStage("curated", CURATED_SCHEMA, filters=FILTERS, checks=(
     StageCheck("pii_residue", "A regex scan of the output finds none of the redacted PII types.", no_pii_residue,
                blocking=True),
     StageCheck("language_share", "Each configured language's share of kept documents is within its bounds.",

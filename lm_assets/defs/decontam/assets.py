@@ -8,6 +8,7 @@ import dagster as dg
 from pydantic import Field, model_validator
 
 from lm_assets.corpus.decontam.contamination import (
+    DECONTAMINATED,
     ContaminationIndex,
     DecontamConfig,
     evaluation_texts,
@@ -63,7 +64,7 @@ def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], cfg
     return ContaminationIndex.build(texts, cfg)
 
 
-DECONTAMINATED_STAGE = DocumentStage("decontaminated_shard", "decontaminated", CURATED_SCHEMA)
+DECONTAMINATED_STAGE = DocumentStage(DECONTAMINATED, CURATED_SCHEMA)
 
 
 @dg.asset(

@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.corpus.dedup.config import CLUSTER_SCHEMA, DedupConfig
+from lm_assets.corpus.dedup.config import CLUSTER_SCHEMA, DEDUPLICATED, DedupConfig
 from lm_assets.corpus.dedup.decisions import apply_dedup
 from lm_assets.corpus.dedup.global_dedup import band_range_edges, cluster_files, cluster_report, merge_cluster_files
 from lm_assets.corpus.dedup.incremental import DedupState, deduplicate_incremental
@@ -414,7 +414,7 @@ def cluster_checks(report: dict) -> list[dg.AssetCheckResult]:
 
 
 # deduplicated_shard ----------------------------------------------------------------------------
-DEDUPLICATED_STAGE = DocumentStage("deduplicated_shard", "deduplicated", CURATED_SCHEMA)
+DEDUPLICATED_STAGE = DocumentStage(DEDUPLICATED, CURATED_SCHEMA)
 
 
 @dg.asset(

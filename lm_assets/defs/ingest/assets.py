@@ -57,7 +57,7 @@ def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:
 
 
 # The first stage: its conservation counts the shard's records, so it is the shard's whole account.
-RAW_STAGE = DocumentStage("raw_shard", "raw", DOCUMENT_SCHEMA, whole_shard=False)
+RAW_STAGE = DocumentStage("raw", DOCUMENT_SCHEMA, whole_shard=False)
 
 
 @dg.asset(

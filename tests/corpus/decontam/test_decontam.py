@@ -223,7 +223,7 @@ def test_planted_mmlu_question_is_dropped_and_near_miss_kept(index):
     clean = ENGLISH_PAGE + "Gravity keeps the planets in their orbits."
     docs = docs_frame(planted, near_miss, ten_words, clean)
     result = find_contamination(docs, index)
-    assert result.dropped.to_dicts() == [{"doc_id": "d0", "stage": "decontam", "reason": "contamination:mmlu"}]
+    assert result.dropped.to_dicts() == [{"doc_id": "d0", "stage": "decontaminated", "reason": "contamination:mmlu"}]
     assert result.kept.equals(docs.filter(pl.col("doc_id") != "d0"))
     stats = result.stats
     assert stats["docs_checked"] == 4 and stats["docs_dropped"] == 1

@@ -426,7 +426,7 @@ def test_every_document_appears_once_and_shards_conserve_rows():
         assert result.kept.height + result.dropped.height == shard_docs.height
         assert result.kept.columns == shard_docs.columns
         assert result.dropped.schema == pl.Schema(DEDUP_DROPPED_SCHEMA)
-        assert set(result.dropped["stage"]) <= {"dedup"}
+        assert set(result.dropped["stage"]) <= {"deduplicated"}
         assert result.stats["documents_in"] == shard_docs.height
         total_kept += result.kept.height
         total_dropped += result.dropped.height
