@@ -34,8 +34,8 @@ class DedupState:
 
 
 def deduplicate_incremental(
-    new_sketches: pl.DataFrame,
-    new_bands: pl.DataFrame,
+    new_sketches: Source,
+    new_bands: Source | None,
     state: DedupState,
     cfg: DedupConfig | None = None,
     band_parts: int = 1,
@@ -53,7 +53,8 @@ def deduplicate_incremental(
     persisted table; the new sketches and bands are appended to the state by the caller. `edges`, when
     given, are the verified edges already found per band range (`global_dedup.band_range_edges` with
     the state's bands and sketches), a frame or their parquet files, streamed; `new_bands` and
-    `state.bands` are then not read.
+    `state.bands` are then not read. `new_sketches` may be parquet files too: as in the full run, only the
+    ranking columns of every new document are read, and signatures only for documents on an edge.
     """
     cfg = cfg or DedupConfig()
     ranked = rank_documents(new_sketches, cfg.duckdb)
@@ -89,13 +90,13 @@ def deduplicate_incremental(
     # New documents not joining an old cluster (none reached, or too unlike its kept document) keep
     # their own group's best, or the centre of a component of new documents only.
     new_rows = clusters_frame(ranked, kept_rank).join(joined_rows, on="doc_id", how="anti")
-    clusters = new_sketches.select("doc_id").join(
+    clusters = lazy(new_sketches).select("doc_id").collect().join(
         pl.concat([new_rows, joined_rows]), on="doc_id", how="left", maintain_order="left"
     )
     return DedupResult(clusters, new_sketches, new_bands, edges, dedup_stats(clusters))
 
 
-def _exact_matches_in_old(new_sketches: pl.DataFrame, old_sketches: Source, duckdb_cfg: DuckDBConfig) -> pl.DataFrame:
+def _exact_matches_in_old(new_sketches: Source, old_sketches: Source, duckdb_cfg: DuckDBConfig) -> pl.DataFrame:
     """`content_hash, old_doc_id`: one old document for each new content hash seen before."""
     with DuckDBSession(duckdb_cfg) as db:
         new = db.table("new_sketches", new_sketches, ["content_hash", "empty"])
@@ -176,7 +177,7 @@ def _old_clusters_of(doc_ids: pl.Series, clusters: Source) -> pl.DataFrame:
 
 
 def _rows_joining_old(
-    joining: pl.DataFrame, old_sketches: Source, new_sketches: pl.DataFrame, threshold: float | None
+    joining: pl.DataFrame, old_sketches: Source, new_sketches: Source, threshold: float | None
 ) -> pl.DataFrame:
     """Clusters rows of new documents that join old clusters, whose size grows by the newcomers: those
     at least `threshold` similar to the cluster's kept document."""
@@ -190,9 +191,8 @@ def _rows_joining_old(
         .filter(pl.col("kept_doc_id").is_in(joining["kept_doc_id"].unique().implode()))
         .collect()
     )
-    joining = joining.join(kept_docs, on="kept_doc_id", how="left").join(
-        new_sketches.select("doc_id", "signature"), on="doc_id", how="left"
-    )
+    mine = lazy(new_sketches).select("doc_id", "signature").filter(pl.col("doc_id").is_in(joining["doc_id"].implode()))
+    joining = joining.join(kept_docs, on="kept_doc_id", how="left").join(mine.collect(), on="doc_id", how="left")
     if threshold is not None and joining.height:
         mine = joining["signature"].to_numpy()
         theirs = joining["kept_signature"].to_numpy()

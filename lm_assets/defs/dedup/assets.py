@@ -199,10 +199,6 @@ def sketched_shards(instance: dg.DagsterInstance, store, fingerprint: str) -> di
     return out
 
 
-def read_shards(store, shards: list[str], table: str, columns: list[str] | None = None) -> pl.DataFrame:
-    return pl.concat([store.read_parquet(minhash_keys(s)[table], columns) for s in shards], how="vertical_relaxed")
-
-
 class DedupPlan:
     """What this round of dedup covers, as dedup_edges and dedup_clusters both work it out from storage."""
 
@@ -348,7 +344,7 @@ def dedup_clusters(
                 clusters=old_clusters,
             )
             edges = [str(stack.enter_context(store.local_copy(key))) for key in edge_keys]
-            new_sketches = read_shards(store, shards, "sketches")
+            new_sketches = minhash_files(stack, store, shards, "sketches")
             result = deduplicate_incremental(new_sketches, None, state, cfg, edges=edges)
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dedup-clusters-")))
             merge_cluster_files(old_clusters, result.clusters.cast(CLUSTER_SCHEMA), work / "clusters.parquet", cfg)

@@ -276,3 +276,22 @@ def test_merging_cluster_files_equals_merging_in_memory(tmp_path):
     assert rows == 8 and merged.schema == CLUSTER_SCHEMA
     assert merged.sort("doc_id").equals(merge_clusters(old, new).sort("doc_id"))
     assert merged.filter(pl.col("cluster_id") == "a")["cluster_size"].to_list() == [3, 3, 3]
+
+
+def test_incremental_round_from_sketch_files_equals_the_one_from_frames(tmp_path):
+    """The incremental round reads the new sketches from their parquet files as it reads the old ones."""
+    docs = sample_crawl_docs()
+    sketches = sketch_documents(docs)
+    old_ids = docs.filter(pl.int_range(pl.len()) % 3 == 0)["doc_id"]
+    old = sketches.filter(pl.col("doc_id").is_in(old_ids.implode()))
+    new = sketches.filter(~pl.col("doc_id").is_in(old_ids.implode()))
+    old_sketches, old_bands = write_shards(old, tmp_path, "old-sketches"), write_shards(band_table(old), tmp_path, "old-bands")
+    run_by_band_range(old_sketches, old_bands, tmp_path, band_parts=2).write_parquet(tmp_path / "old-clusters.parquet")
+    state = DedupState(sketches=old_sketches, bands=old_bands, clusters=tmp_path / "old-clusters.parquet")
+    new_bands = band_table(new)
+    edges = tmp_path / "new-edges.parquet"
+    band_range_edges(new_bands, new, (0, N_BANDS), edges, old_bands=old_bands, old_sketches=old_sketches)
+    from_frames = deduplicate_incremental(new, None, state, edges=[edges]).clusters
+    from_files = deduplicate_incremental(write_shards(new, tmp_path, "new-sketches"), None, state, edges=[edges]).clusters
+    assert from_files.sort("doc_id").equals(from_frames.sort("doc_id"))
+    assert from_files.filter(~pl.col("kept") & pl.col("kept_doc_id").is_in(old_ids.implode())).height > 3
