@@ -30,6 +30,9 @@ MANIFEST = ".published.json"
 # Rows per parquet row group: readers decode a row group's column at once, so a group of MinHash
 # signatures (512 bytes a row) stays a few MB, well inside a global step's DuckDB memory limit.
 ROW_GROUP_ROWS = 16_384
+# Document tables that hold HTML are written in smaller groups, so that a stage streaming them holds one
+# group (about 130 MB of Common Crawl HTML) at a time.
+DOCUMENT_ROW_GROUP_ROWS = 1024
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -158,10 +161,10 @@ class Storage:
                 return keys
             token = resp["NextContinuationToken"]
 
-    def publish(self, prefix: str, files: dict[str, bytes | pl.DataFrame]) -> str:
-        """Make `files` (name -> bytes or a table) the whole content of the folder `prefix`, in one step:
-        a reader sees the earlier set or this one, never a mix, and a write that dies half-way
-        leaves the earlier set in place."""
+    def publish(self, prefix: str, files: dict[str, bytes | pl.DataFrame | Path]) -> str:
+        """Make `files` (name -> bytes, a table, or a local file written already) the whole content of the
+        folder `prefix`, in one step: a reader sees the earlier set or this one, never a mix, and a write
+        that dies half-way leaves the earlier set in place."""
         if not prefix.strip("/"):
             raise ValueError("a partition needs its own folder under the storage root")
         for name in files:
@@ -170,7 +173,11 @@ class Storage:
         if self.is_s3:
             generation = f".gen-{token}"
             for name, data in files.items():
-                self.s3.put_object(Bucket=self.bucket, Key=self._s3_key(f"{prefix}/{generation}/{name}"), Body=_as_bytes(data))
+                key = self._s3_key(f"{prefix}/{generation}/{name}")
+                if isinstance(data, Path):
+                    self.s3.upload_file(str(data), self.bucket, key)
+                else:
+                    self.s3.put_object(Bucket=self.bucket, Key=key, Body=_as_bytes(data))
             manifest = {"generation": generation, "files": sorted(files)}
             self.s3.put_object(Bucket=self.bucket, Key=self._s3_key(f"{prefix}/{MANIFEST}"), Body=json.dumps(manifest).encode())
             for key in self._s3_objects(prefix):
@@ -185,6 +192,8 @@ class Storage:
             for name, data in files.items():
                 if isinstance(data, pl.DataFrame):
                     data.write_parquet(staging / name, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+                elif isinstance(data, Path):
+                    shutil.copyfile(data, staging / name)
                 else:
                     (staging / name).write_bytes(_as_bytes(data))
             if target.exists():
@@ -235,6 +244,17 @@ class Storage:
     def write_parquet(self, key: str, df: pl.DataFrame) -> str:
         return self.write_bytes(key, _as_bytes(df))
 
+    def iter_parquet(self, key: str, batch_rows: int = DOCUMENT_ROW_GROUP_ROWS) -> Iterator[pl.DataFrame]:
+        """The table under `key` in order, `batch_rows` rows at a time (an S3 object is downloaded to a local
+        file first, not into memory)."""
+        import pyarrow.parquet as pq
+
+        with self.local_copy(key) as path:
+            parquet = pq.ParquetFile(path)
+            schema = pl.from_arrow(parquet.schema_arrow.empty_table()).schema
+            for batch in parquet.iter_batches(batch_size=batch_rows):
+                yield pl.from_arrow(batch, schema_overrides=schema)
+
     def read_parquet(self, key: str, columns: list[str] | None = None) -> pl.DataFrame:
         if self.is_s3:
             return pl.read_parquet(io.BytesIO(self.read_bytes(key)), columns=columns)
@@ -244,6 +264,18 @@ class Storage:
         """Rows in a stored table, from its footer where the file is local."""
         source = io.BytesIO(self.read_bytes(key)) if self.is_s3 else self.local_path(key)
         return pl.scan_parquet(source).select(pl.len()).collect().item()
+
+
+def write_batches(batches: Iterator[pl.DataFrame], schema: dict, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS) -> Path:
+    """Write a stream of frames to one parquet file without holding more than a row group: the same bytes
+    `publish` writes for their concatenation when `row_group_rows` is the same."""
+    from polars.io.plugins import register_io_source
+
+    def source(with_columns, predicate, n_rows, batch_size):  # a full scan: no projection, no filter
+        yield from batches
+
+    register_io_source(source, schema=schema).sink_parquet(path, compression="zstd", row_group_size=row_group_rows)
+    return Path(path)
 
 
 def _as_bytes(data: bytes | pl.DataFrame) -> bytes:

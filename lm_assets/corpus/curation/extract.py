@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import html as html_lib
 import re
 import unicodedata
@@ -12,6 +14,7 @@ from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
 
 from lm_assets.corpus.curation.main_content import PAGE_SIGNALS, extract_main_content, page_signals, walked_page
+from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA as BATCH_SCHEMA
 from lm_assets.corpus.stage import StageResult, split_by_reason
 
 # C0 and C1 controls except tab and newline, plus DEL. NUL and friends turn into NaN losses downstream.
@@ -189,3 +192,33 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
         "docs_with_control_chars": int(sum(1 for s in stripped_counts if s)),
     }
     return result
+
+
+SUMMED_STATS = ("docs_in", "docs_out", "html_docs", "control_chars_stripped", "docs_with_control_chars")
+
+
+def extract_batches(batches: Iterable[pl.DataFrame], config: ExtractConfig | None = None) -> tuple[StageResult, pl.DataFrame]:
+    """`extract_documents` over a shard's documents given in batches, in order: the same result as on all of
+    them at once, holding one batch's HTML at a time. Also returns the dropped documents' `doc_id, url, text`
+    (their text or HTML as read), for examples of what was dropped."""
+    config = config or ExtractConfig()
+    kept, dropped, sources = [], [], []
+    stats = dict.fromkeys(SUMMED_STATS, 0) | {"extractor": extractor_name(config), "charset_detected": 0, "batches": 0}
+    for batch in batches:
+        result = extract_documents(batch, config)
+        kept.append(result.kept)
+        dropped.append(result.dropped)
+        sources.append(
+            batch.join(result.dropped.select("doc_id"), on="doc_id", how="semi")
+            .select("doc_id", "url", pl.coalesce("text", "html").alias("text"))
+        )
+        for name in SUMMED_STATS:
+            stats[name] += result.stats[name]
+        stats["charset_detected"] += int(batch["charset_detected"].sum()) if "charset_detected" in batch.columns else 0
+        stats["batches"] += 1
+    if not kept:  # no documents: the stage's empty result, with its columns
+        empty = extract_documents(pl.DataFrame(schema=BATCH_SCHEMA), config)
+        kept, dropped = [empty.kept], [empty.dropped]
+        sources = [pl.DataFrame(schema={"doc_id": pl.String, "url": pl.String, "text": pl.String})]
+    result = StageResult(pl.concat(kept).rechunk(), pl.concat(dropped).rechunk(), stats)
+    return result, pl.concat(sources)

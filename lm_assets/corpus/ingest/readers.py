@@ -15,6 +15,7 @@ import json
 import re
 import zlib
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -60,6 +61,11 @@ class ReaderConfig:
     default_charset: str = "utf-8"
 
 
+# Documents per batch a streaming read yields (`ShardReading`): a Common Crawl shard's HTML is about 130 KB a
+# record, so a batch holds about 130 MB of it.
+BATCH_ROWS = 1024
+
+
 @dataclass
 class ShardRead:
     source: str
@@ -67,6 +73,17 @@ class ShardRead:
     dropped: list[dict] = field(default_factory=list)
     quarantine: list[dict] = field(default_factory=list)
     records: int = 0
+    batch_rows: int = BATCH_ROWS
+
+    def full_batch(self) -> Iterator[pl.DataFrame]:
+        """The documents read so far as one frame, once `batch_rows` of them are waiting."""
+        if len(self.documents) >= self.batch_rows:
+            yield self.take()
+
+    def take(self) -> pl.DataFrame:
+        batch = pl.DataFrame(self.documents, schema=DOCUMENT_SCHEMA)
+        self.documents = []
+        return batch
 
     def doc_id(self, index: int) -> str:
         return make_doc_id(self.source, index)
@@ -142,31 +159,49 @@ def shard_format(name: str) -> str:
 
 
 def read_shard(path: str | Path, source: str | None = None, config: ReaderConfig | None = None) -> RawShard:
-    """Read one shard file into documents, dropped and quarantine tables."""
-    path = Path(path)
-    config = config or ReaderConfig()
-    read = ShardRead(source=source or path.name)
-    fmt = shard_format(path.name)
-    if path.stat().st_size == 0:
-        read.quarantine_record(0, "empty_shard", "the file has 0 bytes")
-        read.records = 1
-        return read.frames()
-    if fmt in ("warc", "wet"):
-        _read_warc(path, read, config)
-    elif fmt == "arc":
-        _read_arc(path, read, config)
-    elif fmt == "jsonl":
-        _read_jsonl(path, read, config)
-    else:
-        _read_parquet(path, read, config)
-    if read.records == 0:
-        read.quarantine_record(0, "empty_shard", "the file holds no records")
-        read.records = 1
-    return read.frames()
+    """Read one shard file into documents, dropped and quarantine tables, all in memory."""
+    reading = ShardReading(path, source, config)
+    batches = list(reading.batches())
+    shard = reading.read.frames()
+    shard.documents = pl.concat([*batches, shard.documents]).rechunk()
+    return shard
+
+
+class ShardReading:
+    """One shard read as a stream: `batches()` yields its documents in order, `batch_rows` at a time (the
+    last batch shorter); once it is exhausted, `read` holds the dropped and quarantined records (a few
+    bytes each) and the record count."""
+
+    def __init__(self, path: str | Path, source: str | None = None, config: ReaderConfig | None = None,
+                 batch_rows: int = BATCH_ROWS):  # fmt: skip
+        self.path = Path(path)
+        self.config = config or ReaderConfig()
+        self.read = ShardRead(source=source or self.path.name, batch_rows=batch_rows)
+
+    def batches(self) -> Iterator[pl.DataFrame]:
+        path, read, config = self.path, self.read, self.config
+        fmt = shard_format(path.name)
+        if path.stat().st_size == 0:
+            read.quarantine_record(0, "empty_shard", "the file has 0 bytes")
+            read.records = 1
+            return
+        if fmt in ("warc", "wet"):
+            yield from _read_warc(path, read, config)
+        elif fmt == "arc":
+            yield from _read_arc(path, read, config)
+        elif fmt == "jsonl":
+            yield from _read_jsonl(path, read, config)
+        else:
+            yield from _read_parquet(path, read, config)
+        if read.records == 0:
+            read.quarantine_record(0, "empty_shard", "the file holds no records")
+            read.records = 1
+        if read.documents:
+            yield read.take()
 
 
 # WARC -----------------------------------------------------------------------------------------
-def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> None:
+def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl.DataFrame]:
     """Iterate with fastwarc; on a corrupt gzip member, quarantine it and resume at the next one."""
     from fastwarc.warc import ArchiveIterator
 
@@ -181,6 +216,7 @@ def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> None:
                 for record in ArchiveIterator(f, parse_http=False, auto_decode="none"):
                     last_good = record.stream_pos  # absolute: fastwarc reads from the seeked file
                     _handle_warc_record(record, last_good, read, config)
+                    yield from read.full_batch()
             except Exception as exc:  # noqa: BLE001 - fastwarc raises OSError/ValueError on damage
                 reason, error = ("corrupt_gzip" if gzipped else "corrupt_record"), str(exc)
                 # The damaged member itself may not decompress: find it by its magic bytes alone.
@@ -480,7 +516,7 @@ _ARC_HEADER = re.compile(r"(.+?) (\S+) (\d{14}) (\S+) (?:(?:\S+ ){5})?(\d+)\r?\n
 _ARC_LINE_LIMIT = 1 << 16
 
 
-def _read_arc(path: Path, read: ShardRead, config: ReaderConfig) -> None:
+def _read_arc(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl.DataFrame]:
     """ARC records are a header line, `length` bytes and a newline; the first describes the file
     (`filedesc://`). In .arc.gz each record is its own gzip member; they are read as one stream, so a
     damaged member ends the shard with one quarantined record for the rest, and offsets are known
@@ -504,6 +540,7 @@ def _read_arc(path: Path, read: ShardRead, config: ReaderConfig) -> None:
                     continue
                 line = b""
                 _handle_arc_record(f, header, index, offset, read, config)
+                yield from read.full_batch()
             except (OSError, EOFError, zlib.error) as exc:
                 if read.records == index:  # damage found while looking for the record's header
                     read.records += 1
@@ -549,7 +586,7 @@ def _handle_arc_record(f, header: re.Match, index: int, offset, read: ShardRead,
 
 
 # JSONL ----------------------------------------------------------------------------------------
-def _read_jsonl(path: Path, read: ShardRead, config: ReaderConfig) -> None:
+def _read_jsonl(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl.DataFrame]:
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -557,6 +594,7 @@ def _read_jsonl(path: Path, read: ShardRead, config: ReaderConfig) -> None:
                 index = read.records
                 read.records += 1
                 _handle_jsonl_line(line, index, read, config)
+                yield from read.full_batch()
     except (OSError, EOFError, zlib.error) as exc:
         index = read.records
         read.records += 1
@@ -591,7 +629,7 @@ def _handle_jsonl_line(line: bytes, index: int, read: ShardRead, config: ReaderC
 
 
 # Parquet --------------------------------------------------------------------------------------
-def _read_parquet(path: Path, read: ShardRead, config: ReaderConfig) -> None:
+def _read_parquet(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl.DataFrame]:
     import pyarrow.parquet as pq
 
     try:
@@ -603,16 +641,20 @@ def _read_parquet(path: Path, read: ShardRead, config: ReaderConfig) -> None:
             f"{path.name}: Parquet shard has no text column {config.text_field!r} "
             f"(columns: {', '.join(schema.names)}); set the reader's text_field to the right column"
         )
-    table = pl.read_parquet(path)
-    urls = table[config.url_field].to_list() if config.url_field in table.columns else [None] * len(table)
-    dates = table["fetched_at"].cast(pl.String).to_list() if "fetched_at" in table.columns else None
-    for i, (text, url) in enumerate(zip(table[config.text_field].to_list(), urls)):
-        index = read.records
-        read.records += 1
-        if not isinstance(text, str):
-            read.quarantine_record(index, "missing_text", f"row {i}: null or non-string text", url=url)
-            continue
-        if len(text.encode("utf-8", "surrogatepass")) > config.max_doc_bytes:
-            read.quarantine_record(index, "oversize", f"row {i}: text larger than {config.max_doc_bytes} bytes", url=url)
-            continue
-        read.keep(index, url, dates[i] if dates else None, "text/plain", text=text)
+    columns = [c for c in (config.text_field, config.url_field, "fetched_at") if c in schema.names]
+    i = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=read.batch_rows, columns=list(dict.fromkeys(columns))):
+        table = pl.from_arrow(batch)
+        urls = table[config.url_field].to_list() if config.url_field in table.columns else [None] * len(table)
+        dates = table["fetched_at"].cast(pl.String).to_list() if "fetched_at" in table.columns else None
+        for row, (text, url) in enumerate(zip(table[config.text_field].to_list(), urls)):
+            index = read.records
+            read.records += 1
+            if not isinstance(text, str):
+                read.quarantine_record(index, "missing_text", f"row {i}: null or non-string text", url=url)
+            elif len(text.encode("utf-8", "surrogatepass")) > config.max_doc_bytes:
+                read.quarantine_record(index, "oversize", f"row {i}: text larger than {config.max_doc_bytes} bytes", url=url)
+            else:
+                read.keep(index, url, dates[row] if dates else None, "text/plain", text=text)
+            i += 1
+        yield from read.full_batch()

@@ -131,10 +131,8 @@ def schema_result(name: str, df: pl.DataFrame, expected: dict) -> dg.AssetCheckR
     )
 
 
-def non_empty_result(name: str, df: pl.DataFrame) -> dg.AssetCheckResult:
-    return dg.AssetCheckResult(
-        check_name=name, passed=df.height > 0, severity=dg.AssetCheckSeverity.WARN, metadata={"rows": df.height}
-    )
+def non_empty_result(name: str, rows: int) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(check_name=name, passed=rows > 0, severity=dg.AssetCheckSeverity.WARN, metadata={"rows": rows})
 
 
 def conservation_result(name: str, account: dict) -> dg.AssetCheckResult:

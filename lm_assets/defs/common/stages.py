@@ -114,8 +114,10 @@ class DocumentStage:
     def check_results(self, kept: pl.DataFrame, account: dict, whole: dict | None = None,
                       facts: dict | None = None) -> list[dg.AssetCheckResult]:  # fmt: skip
         """The results of every check `check_specs` declares: `account` is this stage's conservation
-        (`corpus.accounting.conservation`), `whole` the shard's through this stage."""
-        results = [schema_result("schema", kept, self.schema), non_empty_result("non_empty", kept),
+        (`corpus.accounting.conservation`), `whole` the shard's through this stage. A stage that streamed its
+        documents out passes none of them (`kept.head(0)`, for the schema); its checks of its own must then
+        not need them, and non_empty reads the published count."""
+        results = [schema_result("schema", kept, self.schema), non_empty_result("non_empty", account["kept"]),
                    conservation_result("conservation", account)]  # fmt: skip
         if self.whole_shard:
             results.append(conservation_result("shard_conservation", whole))

@@ -10,7 +10,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, extract_documents
+from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, extract_batches
 from lm_assets.corpus.curation.pii import find_pii
 from lm_assets.corpus.curation.pipeline import FILTERS, STEPS, CurationConfig, curate
 from lm_assets.corpus.curation.policy import POLICIES
@@ -90,19 +90,21 @@ def extracted_shard(
 ) -> dg.MaterializeResult:
     shard, store = open_stage(context, storage)
     started = time.perf_counter()
-    raw = store.read_parquet(raw_keys(shard)["documents"])
-    result = extract_documents(raw, to_dataclass(ExtractConfig, config))
+    # The HTML is read a row group at a time; only the extracted text of the whole shard is held.
+    batches = store.iter_parquet(raw_keys(shard)["documents"])
+    result, dropped_sources = extract_batches(batches, to_dataclass(ExtractConfig, config))
     docs = result.kept
     html_bytes = int(docs["html_bytes"].sum()) if docs.height else 0
     seconds = time.perf_counter() - started
     return EXTRACTED_STAGE.close(
-        store, shard, raw.height, result,
+        store, shard, result.stats["docs_in"], result,
         metadata={
             "extractor": result.stats["extractor"],
-            "charset_detected": int(raw["charset_detected"].sum()) if "charset_detected" in raw.columns else 0,
+            "charset_detected": result.stats["charset_detected"],
             "control_chars_stripped": result.stats["control_chars_stripped"],
             "docs_with_control_chars": result.stats["docs_with_control_chars"],
-            **drop_audit_metadata(result.dropped, raw.select("doc_id", "url", pl.coalesce("text", "html").alias("text"))),
+            "batches": result.stats["batches"],
+            **drop_audit_metadata(result.dropped, dropped_sources),
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
             **document_previews(docs, ["doc_id", "url", "title", "lang_hint", "text"]),
             "seconds": round(seconds, 3),

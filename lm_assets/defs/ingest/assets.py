@@ -2,14 +2,17 @@
 
 
 import json
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
 from pydantic import Field
 
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
-from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA, ReaderConfig, read_shard
+from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA, ReaderConfig, ShardReading
 from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.partitions import shard_partitions
 from lm_assets.defs.common.reporting import (
@@ -23,6 +26,7 @@ from lm_assets.defs.common.resources import LandingResource, StorageResource
 from lm_assets.defs.common.stages import DocumentStage, open_stage
 from lm_assets.storage.accounting import conservation
 from lm_assets.storage.layout import raw_keys, stage_folder
+from lm_assets.storage.store import DOCUMENT_ROW_GROUP_ROWS, write_batches
 
 READER_DEFAULTS = ReaderConfig()
 
@@ -45,6 +49,28 @@ class RawShardConfig(dg.Config):
         description="charset of WARC payloads that declare none (no HTTP header, no <meta charset>); one that fails "
         "to decode falls back to detection",
     )
+
+
+class StreamedDocuments:
+    """What a stage shows of the documents it streams out: how many, in how many batches, the first batch
+    (for previews) and each document's payload length (for the histogram)."""
+
+    def __init__(self):
+        self.rows = self.batches = 0
+        self.first = pl.DataFrame(schema=DOCUMENT_SCHEMA)
+        self.lengths: list[pl.Series] = []
+
+    def watch(self, batches: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+        for batch in batches:
+            if self.first.height < PREVIEW_DOCS:
+                self.first = pl.concat([self.first, batch.head(PREVIEW_DOCS - self.first.height)])
+            self.rows += batch.height
+            self.batches += 1
+            self.lengths.append(batch.select(pl.coalesce("html", "text").str.len_chars()).to_series())
+            yield batch
+
+    def payload_chars(self) -> pl.Series:
+        return pl.concat(self.lengths) if self.lengths else pl.Series([], dtype=pl.UInt32)
 
 
 def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:
@@ -74,30 +100,34 @@ def raw_shard(
     shard, store = open_stage(context, storage)
     started = time.perf_counter()
     reader_config = to_dataclass(ReaderConfig, config)
-    with landing.storage().local_copy(shard) as path:
-        size = path.stat().st_size
-        shard_read = read_shard(path, source=shard, config=reader_config)
-    docs, dropped, quarantine = shard_read.documents, shard_read.dropped, shard_read.quarantine
     keys = raw_keys(shard)
-    summary = json.dumps({"records": shard_read.records, "bytes": size}).encode()
-    store.publish(stage_folder("raw", shard), {"documents.parquet": docs, "dropped.parquet": dropped,
-                                   "quarantine.parquet": quarantine, "summary.json": summary})
+    seen = StreamedDocuments()
+    with landing.storage().local_copy(shard) as path, tempfile.TemporaryDirectory(prefix="raw-shard-") as work:
+        size = path.stat().st_size
+        reading = ShardReading(path, source=shard, config=reader_config)
+        documents = write_batches(seen.watch(reading.batches()), DOCUMENT_SCHEMA, Path(work) / "documents.parquet",
+                                  DOCUMENT_ROW_GROUP_ROWS)  # fmt: skip
+        shard_read = reading.read.frames()
+        dropped, quarantine = shard_read.dropped, shard_read.quarantine
+        summary = json.dumps({"records": shard_read.records, "bytes": size}).encode()
+        store.publish(stage_folder("raw", shard), {"documents.parquet": documents, "dropped.parquet": dropped,
+                                                   "quarantine.parquet": quarantine, "summary.json": summary})
     records = json.loads(store.read_bytes(keys["summary"]))["records"]
     account = conservation(records, *(store.row_count(keys[t]) for t in ("documents", "dropped", "quarantine")))
-    payload_chars = docs.select(pl.coalesce("html", "text").str.len_chars()).to_series()
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(store.uri(keys["documents"])),
             "shard_bytes": size,
             "records_in": records,
-            "documents_out": docs.height,
+            "documents_out": seen.rows,
             "dropped": dropped.height,
             "quarantined": quarantine.height,
+            "batches": seen.batches,
             **drop_metadata(dropped, quarantine),
-            "payload_length_histogram": length_histogram(payload_chars),
-            **document_previews(raw_text_sample(docs), ["doc_id", "url", "content_type", "text"]),
+            "payload_length_histogram": length_histogram(seen.payload_chars()),
+            **document_previews(raw_text_sample(seen.first), ["doc_id", "url", "content_type", "text"]),
             "seconds": round(time.perf_counter() - started, 3),
             "config_hash": config_hash(config),
         },
-        check_results=RAW_STAGE.check_results(docs, account),
+        check_results=RAW_STAGE.check_results(seen.first.head(0), account),
     )
