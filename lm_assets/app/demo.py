@@ -27,6 +27,7 @@ from lm_assets.storage.layout import (
     LABELS_FOLDER,
     PACKED_FOLDER,
     PACKED_MANIFEST,
+    quarantine_key,
     raw_keys,
     stage_keys,
     tokenized_keys,
@@ -38,6 +39,11 @@ DEMO_LABELS = "data/quality-labels/sample-crawl.jsonl"
 DEMO_LABELS_KEY = f"{LABELS_FOLDER}/sample-crawl.jsonl"
 
 
+def quarantine_keys(store, shard: str) -> list[str]:
+    """The quarantine tables of a shard's stages (the reader's, and extraction's timeouts)."""
+    return [key for key in (quarantine_key(stage, shard) for stage in DOCUMENT_STAGES) if store.exists(key)]
+
+
 def shard_summary(store, shard: str) -> dict:
     def height(key):
         return store.read_parquet(key, columns=["doc_id"]).height
@@ -45,7 +51,7 @@ def shard_summary(store, shard: str) -> dict:
     return {
         "shard": shard,
         "raw_docs": height(raw_keys(shard)["documents"]),
-        "quarantined": height(raw_keys(shard)["quarantine"]),
+        "quarantined": sum(height(key) for key in quarantine_keys(store, shard)),
         **{stage: height(stage_keys(stage, shard)["documents"]) for stage in DOCUMENT_STAGES[1:]},
         "tokens": json.loads(store.read_bytes(tokenized_keys(shard)["sidecar"]))["token_count"],
     }
@@ -151,7 +157,7 @@ def main() -> int:
     summary = pl.DataFrame([shard_summary(store, s) for s in shards])
     tables = []
     for shard in shards:
-        for key in (raw_keys(shard)["dropped"], raw_keys(shard)["quarantine"],
+        for key in (raw_keys(shard)["dropped"], *quarantine_keys(store, shard),
                     *(stage_keys(stage, shard)["dropped"] for stage in DOCUMENT_STAGES[1:])):
             tables.append(store.read_parquet(key))
     with pl.Config(tbl_rows=60, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, tbl_width_chars=120,

@@ -7,6 +7,16 @@ from dataclasses import dataclass, field
 import polars as pl
 
 DROPPED_SCHEMA = {"doc_id": pl.String, "stage": pl.String, "reason": pl.String}
+# Records a stage could not process (unreadable, or over a time budget), with why.
+QUARANTINE_SCHEMA = {
+    "doc_id": pl.String,
+    "source": pl.String,
+    "record_index": pl.Int64,
+    "byte_offset": pl.Int64,
+    "url": pl.String,
+    "reason": pl.String,
+    "detail": pl.String,
+}
 # Where a stage drops on a score: the rule's signal, or the classifier's P(KEEP).
 SCORED_DROPPED_SCHEMA = DROPPED_SCHEMA | {"score": pl.Float64}
 
@@ -16,13 +26,14 @@ class StageResult:
     """What one stage made of its input.
 
     `kept` holds the surviving rows (possibly with new columns), `dropped` holds
-    `doc_id, stage, reason` for each removed row, and `stats` holds counters for metadata.
-    Every input row is in exactly one of the two.
+    `doc_id, stage, reason` for each removed row, `quarantine` (for a stage that can quarantine) the rows
+    it could not process, and `stats` holds counters for metadata. Every input row is in exactly one.
     """
 
     kept: pl.DataFrame
     dropped: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=DROPPED_SCHEMA))
     stats: dict = field(default_factory=dict)
+    quarantine: pl.DataFrame | None = None
 
 
 def split_by_reason(

@@ -40,6 +40,11 @@ def stage_keys(stage: str, shard: str) -> dict[str, str]:
     return {t: f"{stage}/{shard}/{t}.parquet" for t in ("documents", "dropped")}
 
 
+def quarantine_key(stage: str, shard: str) -> str:
+    """The records a stage could not process (the reader's unreadable ones, extraction's over its time budget)."""
+    return f"{stage}/{shard}/quarantine.parquet"
+
+
 def raw_keys(shard: str) -> dict[str, str]:
     keys = {t: f"raw/{shard}/{t}.parquet" for t in ("documents", "dropped", "quarantine")}
     return {**keys, "summary": f"raw/{shard}/summary.json"}
@@ -137,4 +142,5 @@ def shard_account(store, shard: str, through: str) -> dict:
     records = json.loads(store.read_bytes(raw["summary"]))["records"]
     kept = store.row_count(stage_keys(through, shard)["documents"])
     dropped = sum(store.row_count(stage_keys(stage, shard)["dropped"]) for stage in stages)
-    return conservation(records, kept, dropped, store.row_count(raw["quarantine"]))
+    held = [quarantine_key(stage, shard) for stage in stages]
+    return conservation(records, kept, dropped, sum(store.row_count(key) for key in held if store.exists(key)))

@@ -16,7 +16,7 @@ from lm_assets.storage.layout import raw_keys, stage_keys
 from lm_assets.storage.store import DOCUMENT_ROW_GROUP_ROWS, Storage
 from tests.support.warc_builder import WarcBuilder, page
 
-PAGES = 2 * BATCH_ROWS + 100
+PAGES = 2 * DOCUMENT_ROW_GROUP_ROWS + 100
 
 
 def test_a_shard_of_several_batches_is_streamed_and_accounted_exactly(tmp_path):
@@ -34,7 +34,8 @@ def test_a_shard_of_several_batches_is_streamed_and_accounted_exactly(tmp_path):
     assert result.success
     meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("raw_shard")}
     meta |= {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("extracted_shard")}
-    assert meta["raw_shard"]["batches"].value == meta["extracted_shard"]["batches"].value == 3
+    assert meta["raw_shard"]["batches"].value == -(-PAGES // BATCH_ROWS)  # read BATCH_ROWS at a time
+    assert meta["extracted_shard"]["batches"].value == 3  # a row group at a time
     assert meta["raw_shard"]["documents_out"].value == PAGES
 
     store = Storage(str(tmp_path / "storage"))
@@ -51,3 +52,33 @@ def test_a_shard_of_several_batches_is_streamed_and_accounted_exactly(tmp_path):
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks["conservation"] and checks["no_control_chars"] and checks["non_empty"]
     assert pl.read_parquet(store.local_path(raw_keys(shard.name)["dropped"])).height == 1  # the warcinfo
+
+
+def test_a_page_over_the_extraction_budget_is_quarantined_and_the_shard_still_balances(tmp_path):
+    from lm_assets.defs.curation.assets import curated_shard
+    from lm_assets.storage.layout import quarantine_key
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    deep = "<div>" * 20_000 + "<p>Deep text.</p>" + "</div>" * 20_000
+    builder = WarcBuilder().warcinfo()
+    for i in range(6):
+        body = deep if i == 2 else f"<p>Page {i} explains how the harbour works, in full sentences, for readers.</p>" * 8
+        builder.response(f"https://site.example/{i}", page(f"Page {i}", body))
+    shard = builder.write(landing / "deep.warc.gz")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", [shard.name])
+    config = {"ops": {"extracted_shard": {"config": {"time_budget_s": 0.05}},
+                      "curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
+    resources = {"storage": StorageResource(root=str(tmp_path / "storage")), "landing": LandingResource(root=str(landing))}
+    result = dg.materialize([raw_shard, extracted_shard, curated_shard], partition_key=shard.name, instance=instance,
+                            resources=resources, run_config=config)  # fmt: skip
+    assert result.success
+    store = Storage(str(tmp_path / "storage"))
+    held = store.read_parquet(quarantine_key("extracted", shard.name))
+    assert held.select("url", "reason").rows() == [("https://site.example/2", "timeout")]
+    assert store.read_parquet(stage_keys("extracted", shard.name)["documents"]).height == 5
+    checks = {(e.asset_key.path[-1], e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+    assert checks[("extracted_shard", "conservation")] and checks[("curated_shard", "shard_conservation")]
+    meta = result.asset_materializations_for_node("extracted_shard")[0].metadata
+    assert meta["quarantined"].value == 1 and meta["timeouts"].value == 1

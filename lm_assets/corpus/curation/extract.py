@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import html as html_lib
 import re
+import time
 import unicodedata
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ from resiliparse.parse.html import HTMLTree
 
 from lm_assets.corpus.curation.main_content import PAGE_SIGNALS, extract_main_content, page_signals, walked_page
 from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA as BATCH_SCHEMA
-from lm_assets.corpus.stage import StageResult, split_by_reason
+from lm_assets.corpus.stage import QUARANTINE_SCHEMA, StageResult, split_by_reason
 
 # C0 and C1 controls except tab and newline, plus DEL. NUL and friends turn into NaN losses downstream.
 EXTRACTED = "extracted"  # the stage, and the `stage` of its drops
@@ -81,6 +82,10 @@ class ExtractConfig:
     unicode_form: str = "NFC"
     keep_alt_texts: bool = False
     min_chars: int = 1
+    # Seconds one page may take; a page over it is quarantined (`timeout`) and the shard goes on. The
+    # budget is checked when the page is done: lexbor's parse cannot be interrupted, and its time grows
+    # with the square of the nesting depth (a 20,000-deep page takes 2,000 times an average one).
+    time_budget_s: float | None = 2.0
 
     def __post_init__(self):
         if self.extractor not in EXTRACTORS:
@@ -155,15 +160,25 @@ def lang_hint(html: str) -> str | None:
 def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -> StageResult:
     """HTML rows get their main text extracted; text rows pass through. Both are cleaned."""
     config = config or ExtractConfig()
-    texts, titles, hints, stripped_counts, signals = [], [], [], [], []
+    texts, titles, hints, stripped_counts, signals, overran = [], [], [], [], [], []
     urls = docs["url"].to_list() if "url" in docs.columns else [None] * docs.height
     sizes = docs["html"].str.len_bytes().fill_null(0).to_list()
+    budget = config.time_budget_s if config.time_budget_s is not None else float("inf")
     for html, text, url, size in zip(docs["html"].to_list(), docs["text"].to_list(), urls, sizes):
         title = hint = None
         page = dict.fromkeys(PAGE_SIGNALS)
         if html is not None:
+            started = time.perf_counter()
             text, page = extract_page(html, config, size)
+            seconds = time.perf_counter() - started
+            if seconds > budget:
+                overran.append(seconds)
+                text, page = "", dict.fromkeys(PAGE_SIGNALS)
+            else:
+                overran.append(None)
             title, hint = page_title(html), lang_hint(html)
+        else:
+            overran.append(None)
         text, stripped = clean_text(text or "", config.unicode_form)
         texts.append(text)
         titles.append(title)
@@ -178,11 +193,14 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
         pl.Series("html_bytes", sizes, dtype=pl.Int64),
         *signal_columns(signals),
     )
+    timed_out = pl.Series(overran, dtype=pl.Float64).is_not_null()
+    quarantine = timeout_quarantine(docs.filter(timed_out), [s for s in overran if s is not None], budget)
     result = split_by_reason(
-        out,
+        out.filter(~timed_out),
         pl.when(pl.col("text").str.len_chars() < config.min_chars).then(pl.lit("empty_after_extraction")),
         stage=EXTRACTED,
     )
+    result.quarantine = quarantine
     result.stats = {
         "extractor": extractor_name(config),
         "docs_in": docs.height,
@@ -190,11 +208,28 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
         "html_docs": int(docs["html"].is_not_null().sum()),
         "control_chars_stripped": int(sum(stripped_counts)),
         "docs_with_control_chars": int(sum(1 for s in stripped_counts if s)),
+        "timeouts": quarantine.height,
     }
     return result
 
 
-SUMMED_STATS = ("docs_in", "docs_out", "html_docs", "control_chars_stripped", "docs_with_control_chars")
+def timeout_quarantine(docs: pl.DataFrame, seconds: list[float], budget: float) -> pl.DataFrame:
+    """Quarantine rows for the pages that ran over the time budget."""
+    return pl.DataFrame(
+        {
+            "doc_id": docs["doc_id"],
+            "source": docs["source"] if "source" in docs.columns else None,
+            "record_index": docs["record_index"] if "record_index" in docs.columns else None,
+            "byte_offset": None,
+            "url": docs["url"] if "url" in docs.columns else None,
+            "reason": "timeout",
+            "detail": [f"extraction took {s:.2f} s, over the {budget:g} s budget" for s in seconds],
+        },
+        schema=QUARANTINE_SCHEMA,
+    )
+
+
+SUMMED_STATS = ("docs_in", "docs_out", "html_docs", "control_chars_stripped", "docs_with_control_chars", "timeouts")
 
 
 def extract_batches(batches: Iterable[pl.DataFrame], config: ExtractConfig | None = None) -> tuple[StageResult, pl.DataFrame]:
@@ -202,12 +237,13 @@ def extract_batches(batches: Iterable[pl.DataFrame], config: ExtractConfig | Non
     them at once, holding one batch's HTML at a time. Also returns the dropped documents' `doc_id, url, text`
     (their text or HTML as read), for examples of what was dropped."""
     config = config or ExtractConfig()
-    kept, dropped, sources = [], [], []
+    kept, dropped, held, sources = [], [], [], []
     stats = dict.fromkeys(SUMMED_STATS, 0) | {"extractor": extractor_name(config), "charset_detected": 0, "batches": 0}
     for batch in batches:
         result = extract_documents(batch, config)
         kept.append(result.kept)
         dropped.append(result.dropped)
+        held.append(result.quarantine)
         sources.append(
             batch.join(result.dropped.select("doc_id"), on="doc_id", how="semi")
             .select("doc_id", "url", pl.coalesce("text", "html").alias("text"))
@@ -218,7 +254,7 @@ def extract_batches(batches: Iterable[pl.DataFrame], config: ExtractConfig | Non
         stats["batches"] += 1
     if not kept:  # no documents: the stage's empty result, with its columns
         empty = extract_documents(pl.DataFrame(schema=BATCH_SCHEMA), config)
-        kept, dropped = [empty.kept], [empty.dropped]
+        kept, dropped, held = [empty.kept], [empty.dropped], [empty.quarantine]
         sources = [pl.DataFrame(schema={"doc_id": pl.String, "url": pl.String, "text": pl.String})]
-    result = StageResult(pl.concat(kept).rechunk(), pl.concat(dropped).rechunk(), stats)
+    result = StageResult(pl.concat(kept).rechunk(), pl.concat(dropped).rechunk(), stats, pl.concat(held).rechunk())
     return result, pl.concat(sources)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from lm_assets.corpus.stage import DROPPED_SCHEMA
+from lm_assets.corpus.stage import DROPPED_SCHEMA, QUARANTINE_SCHEMA
 from lm_assets.storage.keys import landing_files
 
 DOCUMENT_SCHEMA = {
@@ -34,15 +34,6 @@ DOCUMENT_SCHEMA = {
     "charset_detected": pl.Boolean,
     "html": pl.String,
     "text": pl.String,
-}
-QUARANTINE_SCHEMA = {
-    "doc_id": pl.String,
-    "source": pl.String,
-    "record_index": pl.Int64,
-    "byte_offset": pl.Int64,
-    "url": pl.String,
-    "reason": pl.String,
-    "detail": pl.String,
 }
 SUPPORTED_SUFFIXES = (
     ".warc", ".warc.gz", ".wet", ".wet.gz", ".arc", ".arc.gz", ".jsonl", ".jsonl.gz", ".parquet"
@@ -61,9 +52,9 @@ class ReaderConfig:
     default_charset: str = "utf-8"
 
 
-# Documents per batch a streaming read yields (`ShardReading`): a Common Crawl shard's HTML is about 130 KB a
-# record, so a batch holds about 130 MB of it.
-BATCH_ROWS = 1024
+# Documents per batch a streaming read yields (`ShardReading`): a Common Crawl page is about 130 KB of HTML,
+# so a batch holds about 33 MB; the writer gathers four into a row group (`DOCUMENT_ROW_GROUP_ROWS`).
+BATCH_ROWS = 256
 
 
 @dataclass

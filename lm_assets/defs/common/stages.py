@@ -18,7 +18,7 @@ from lm_assets.defs.common.reporting import (
     shard_check_spec,
 )
 from lm_assets.storage.accounting import conservation
-from lm_assets.storage.layout import shard_account, stage_folder, stage_keys
+from lm_assets.storage.layout import quarantine_key, shard_account, stage_folder, stage_keys
 from lm_assets.storage.store import Storage
 
 EXTRACTED_SCHEMA = {
@@ -53,13 +53,18 @@ def open_stage(context: dg.AssetExecutionContext, storage) -> tuple[str, Storage
 
 
 def publish_stage(
-    store, stage: str, shard: str, kept: pl.DataFrame, dropped: pl.DataFrame, extra: dict[str, bytes] | None = None
-) -> tuple[int, int]:
-    """Publish a stage's two tables (and `extra` files) together; the tables' row counts as stored, for
-    the conservation checks."""
-    store.publish(stage_folder(stage, shard), {"documents.parquet": kept, "dropped.parquet": dropped, **(extra or {})})
+    store, stage: str, shard: str, kept: pl.DataFrame, dropped: pl.DataFrame, extra: dict[str, bytes] | None = None,
+    quarantine: pl.DataFrame | None = None,
+) -> tuple[int, int, int]:
+    """Publish a stage's tables (and `extra` files) together; the tables' row counts as stored, for the
+    conservation checks: kept, dropped, quarantined (0 for a stage that does not quarantine)."""
+    tables = {"documents.parquet": kept, "dropped.parquet": dropped}
+    if quarantine is not None:
+        tables["quarantine.parquet"] = quarantine
+    store.publish(stage_folder(stage, shard), {**tables, **(extra or {})})
     keys = stage_keys(stage, shard)
-    return store.row_count(keys["documents"]), store.row_count(keys["dropped"])
+    held = store.row_count(quarantine_key(stage, shard)) if quarantine is not None else 0
+    return store.row_count(keys["documents"]), store.row_count(keys["dropped"]), held
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,7 @@ class DocumentStage:
         strays = set(result.dropped["stage"].unique()) - set(self.drop_stages)
         if strays:
             raise ValueError(f"{self.asset} dropped documents under {sorted(strays)}, not one of {list(self.drop_stages)}")
-        kept, dropped = publish_stage(store, self.name, shard, result.kept, result.dropped, extra)
+        kept, dropped, held = publish_stage(store, self.name, shard, result.kept, result.dropped, extra, result.quarantine)
         whole = shard_account(store, shard, through=self.name) if self.whole_shard else None
         return dg.MaterializeResult(
             metadata={
@@ -144,8 +149,9 @@ class DocumentStage:
                 "documents_in": docs_in,
                 "documents_out": result.kept.height,
                 "dropped": result.dropped.height,
-                **drop_metadata(result.dropped),
+                **({"quarantined": result.quarantine.height} if result.quarantine is not None else {}),
+                **drop_metadata(result.dropped, *([result.quarantine] if result.quarantine is not None else [])),
                 **metadata,
             },
-            check_results=self.check_results(result.kept, conservation(docs_in, kept, dropped), whole, facts),
+            check_results=self.check_results(result.kept, conservation(docs_in, kept, dropped, held), whole, facts),
         )

@@ -63,6 +63,10 @@ class ExtractedShardConfig(dg.Config):
         default=EXTRACT_DEFAULTS.keep_alt_texts,
         description="keep images' alt texts in the text (resiliparse and all_text only; main_content never does)",
     )
+    time_budget_s: float | None = Field(
+        default=EXTRACT_DEFAULTS.time_budget_s,
+        description="seconds one page may take to extract; a page over it is quarantined as timeout; unset: no budget",
+    )
 
 
 def no_control_chars(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
@@ -104,6 +108,7 @@ def extracted_shard(
             "control_chars_stripped": result.stats["control_chars_stripped"],
             "docs_with_control_chars": result.stats["docs_with_control_chars"],
             "batches": result.stats["batches"],
+            "timeouts": result.stats["timeouts"],
             **drop_audit_metadata(result.dropped, dropped_sources),
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
             **document_previews(docs, ["doc_id", "url", "title", "lang_hint", "text"]),

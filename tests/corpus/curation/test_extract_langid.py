@@ -76,3 +76,28 @@ def test_a_page_mixing_allowed_languages_is_kept_by_their_joint_share():
         pl.DataFrame({"doc_id": ["mixed"], "text": [EN * 5 + ZH * 10]}), LangIdConfig(allowed=("zh",), min_score=0.8)
     )
     assert only_zh.kept.height == 0 and only_zh.dropped["reason"][0] == "lang_low_score:zh"
+
+
+def test_a_page_over_the_time_budget_is_quarantined_and_the_rest_kept():
+    from lm_assets.corpus.curation.extract import extract_batches
+
+    deep = "<html><body>" + "<div>" * 20_000 + "<p>Deep text at the bottom.</p>" + "</div>" * 20_000 + "</body></html>"
+    docs = pl.DataFrame(
+        {
+            "doc_id": ["a", "deep", "b"], "url": ["https://x.example/a", "https://x.example/deep", "https://x.example/b"],
+            "source": ["s.warc.gz"] * 3, "record_index": [0, 1, 2],
+            "html": [page("A", "<p>An ordinary page with a sentence.</p>"), deep, page("B", "<p>Another page.</p>")],
+            "text": [None, None, None],
+        }
+    )
+    result = extract_documents(docs, ExtractConfig(time_budget_s=0.05))
+    assert result.kept["doc_id"].to_list() == ["a", "b"] and result.dropped.height == 0
+    held = result.quarantine.to_dicts()
+    assert [(row["doc_id"], row["reason"], row["record_index"], row["url"]) for row in held] == [
+        ("deep", "timeout", 1, "https://x.example/deep")
+    ]
+    assert held[0]["detail"].startswith("extraction took ") and result.stats["timeouts"] == 1
+    unbounded = extract_documents(docs, ExtractConfig(time_budget_s=None))
+    assert unbounded.kept.height == 3 and unbounded.quarantine.height == 0
+    streamed, _ = extract_batches(iter([docs.head(2), docs.tail(1)]), ExtractConfig(time_budget_s=0.05))
+    assert streamed.quarantine["doc_id"].to_list() == ["deep"] and streamed.stats["timeouts"] == 1
