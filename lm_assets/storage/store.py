@@ -252,6 +252,8 @@ class Storage:
         with self.local_copy(key) as path:
             parquet = pq.ParquetFile(path)
             schema = pl.from_arrow(parquet.schema_arrow.empty_table()).schema
+            if parquet.metadata.num_rows == 0:
+                yield pl.DataFrame(schema=schema)  # an empty table still gives its columns
             for batch in parquet.iter_batches(batch_size=batch_rows):
                 yield pl.from_arrow(batch, schema_overrides=schema)
 

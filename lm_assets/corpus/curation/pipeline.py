@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -11,7 +13,13 @@ import polars as pl
 from lm_assets.corpus.curation import langid, policy, rules, toxicity
 from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages
 from lm_assets.corpus.curation.pii import redact_frame
-from lm_assets.corpus.curation.policy import DEFAULT_QUALITY_POLICY, Scorer, check_policy, decide_quality
+from lm_assets.corpus.curation.policy import (
+    DEFAULT_QUALITY_POLICY,
+    DISAGREEMENT_EXAMPLES,
+    Scorer,
+    check_policy,
+    decide_quality,
+)
 from lm_assets.corpus.curation.rules import QualityConfig, apply_quality_rules, preset
 from lm_assets.corpus.curation.toxicity import ToxicityConfig, score_toxicity
 from lm_assets.corpus.quality.shipped import shipped_classifier
@@ -56,8 +64,46 @@ def run_step(name: str, docs: pl.DataFrame, config: CurationConfig) -> StageResu
 def curate(docs: pl.DataFrame, config: CurationConfig | None = None) -> StageResult:
     """Run the steps in `config.order`; a classifier decides right after the quality rules. Stats
     hold, per step, docs in/out, seconds and its own stats. Every document gets a `quality_score`
-    (null without a classifier), and every drop a `score` (the rule's signal or the classifier's P(KEEP))."""
-    config = config or CurationConfig()
+    column (null where no classifier ran)."""
+    return curate_batches([docs], config)
+
+
+def curate_batches(batches: Iterable[pl.DataFrame], config: CurationConfig | None = None) -> StageResult:
+    """`curate` over a shard's documents given in batches, in order: every step judges a document on its
+    own, so the kept table is the one of all documents at once, and the dropped table is too (each step's
+    drops in document order, step after step). Stats are summed over the batches."""
+    config, steps = planned_steps(config or CurationConfig())
+    kept, dropped, stats = [], {name: [] for name in steps}, []
+    for batch in batches:
+        docs, batch_stats = batch, {}
+        for name in steps:
+            started = time.perf_counter()
+            result = run_step(name, docs, config)
+            batch_stats[name] = {
+                "docs_in": docs.height,
+                "docs_out": result.kept.height,
+                "seconds": round(time.perf_counter() - started, 3),
+                **result.stats,
+            }
+            dropped[name].append(result.dropped)
+            docs = result.kept
+        if "quality_score" not in docs.columns:
+            docs = docs.with_columns(pl.lit(None, dtype=pl.Float64).alias("quality_score"))
+        kept.append(docs)
+        stats.append(batch_stats)
+    all_dropped = pl.concat(
+        [pl.DataFrame(schema=SCORED_DROPPED_SCHEMA), *(frame for name in steps for frame in dropped[name])],
+        how="diagonal_relaxed",
+    )
+    if not kept:
+        raise ValueError("curate_batches needs at least one batch (an empty one for an empty shard)")
+    return StageResult(kept=pl.concat(kept).rechunk(), dropped=all_dropped.select(list(SCORED_DROPPED_SCHEMA)),
+                       stats=merged_stats(stats))  # fmt: skip
+
+
+def planned_steps(config: CurationConfig) -> tuple[CurationConfig, list[str]]:
+    """The config with its classifier (the shipped one when the policy needs one and none is given), and the
+    steps to run, checked."""
     check_policy(config.policy)
     unknown = set(config.order) - set(STEPS)
     if unknown:
@@ -71,19 +117,39 @@ def curate(docs: pl.DataFrame, config: CurationConfig | None = None) -> StageRes
         config = dataclasses.replace(config, classifier=shipped_classifier()[0])
     if config.uses_classifier:
         steps.insert(steps.index("quality") + 1, "classifier")
-    dropped, stats = [], {}
-    for name in steps:
-        started = time.perf_counter()
-        result = run_step(name, docs, config)
-        stats[name] = {
-            "docs_in": docs.height,
-            "docs_out": result.kept.height,
-            "seconds": round(time.perf_counter() - started, 3),
-            **result.stats,
-        }
-        dropped.append(result.dropped)
-        docs = result.kept
-    if "quality_score" not in docs.columns:
-        docs = docs.with_columns(pl.lit(None, dtype=pl.Float64).alias("quality_score"))
-    all_dropped = pl.concat([pl.DataFrame(schema=SCORED_DROPPED_SCHEMA), *dropped], how="diagonal_relaxed")
-    return StageResult(kept=docs, dropped=all_dropped.select(list(SCORED_DROPPED_SCHEMA)), stats=stats)
+    return config, steps
+
+
+# Example lists a step's stats cut to their usual length however many batches ran (the classifier's are
+# of two kinds, so twice its per-kind count).
+EXAMPLE_LISTS = {"disagreement_examples": 2 * DISAGREEMENT_EXAMPLES}
+
+
+def merged_stats(per_batch: list[dict]) -> dict:
+    """The stats of several batches as one: counts and seconds summed, counts by key summed, example
+    lists cut to their usual length, `languages_seen` recounted, the rest (model names, thresholds) as the
+    first batch gave it."""
+    if not per_batch:
+        return {}
+    if len(per_batch) == 1:
+        return per_batch[0]
+
+    def merge(values: list, key: str | None = None):
+        first = values[0]
+        if key == "languages_seen":
+            counts = Counter()
+            for pairs in values:
+                counts.update(dict(pairs))
+            return sorted(counts.items(), key=lambda pair: -pair[1])
+        if isinstance(first, bool) or not isinstance(first, (int, float, dict, list)):
+            return first
+        if isinstance(first, (int, float)):
+            total = sum(values)
+            return round(total, 3) if key == "seconds" else total
+        if isinstance(first, list):
+            joined = [item for value in values for item in value]
+            return joined[: EXAMPLE_LISTS[key]] if key in EXAMPLE_LISTS else joined
+        keys = list(dict.fromkeys(k for value in values for k in value))
+        return {k: merge([value[k] for value in values if k in value], k) for k in keys}
+
+    return merge(per_batch)

@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, extract_batches
 from lm_assets.corpus.curation.pii import find_pii
-from lm_assets.corpus.curation.pipeline import FILTERS, STEPS, CurationConfig, curate
+from lm_assets.corpus.curation.pipeline import FILTERS, STEPS, CurationConfig, curate_batches
 from lm_assets.corpus.curation.policy import POLICIES
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.curation.toxicity import BACKENDS, ToxicityConfig
@@ -121,6 +121,7 @@ def extracted_shard(
 
 # curated_shard ----------------------------------------------------------------------------------
 CURATION_DEFAULTS = CurationConfig()
+CURATION_BATCH_ROWS = 2048
 LANGID_DEFAULTS = CURATION_DEFAULTS.langid
 TOXICITY_DEFAULTS = ToxicityConfig()
 CurationStep = choices("CurationStep", STEPS)
@@ -307,16 +308,21 @@ def curated_shard(
     context: dg.AssetExecutionContext, config: CuratedShardConfig, storage: StorageResource
 ) -> dg.MaterializeResult:
     shard, store = open_stage(context, storage)
-    extracted = store.read_parquet(stage_keys("extracted", shard)["documents"])
+    extracted_key = stage_keys("extracted", shard)["documents"]
     try:
         classifier, classifier_info = current_classifier(store)
     except (OSError, ValueError) as exc:
         raise dg.Failure(description=f"cannot load the quality classifier: {exc}") from exc
     curation_config = config.curation_config(classifier)
     try:
-        result = curate(extracted, curation_config)
+        # A few thousand documents at a time: the steps' working columns stay those of one batch.
+        batches = RowCount(store.iter_parquet(extracted_key, CURATION_BATCH_ROWS))
+        result = curate_batches(batches, curation_config)
     except (RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
+    received = batches.rows
+    shown = set(result.dropped["doc_id"]) | {e["doc_id"] for e in result.stats.get("classifier", {}).get("disagreement_examples", [])}
+    extracted = store.scan_parquet(extracted_key).filter(pl.col("doc_id").is_in(list(shown))).collect()
     record = {"policy": config.quality_policy, "classifier_hash": classifier.hash, "classifier_origin": classifier_info["origin"]}
     effective = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(curation_config, classifier=None)), default=str))
     docs = result.kept
@@ -327,7 +333,7 @@ def curated_shard(
     )
     pii_totals = step_stats.get("pii", {}).get("redacted", {})
     return CURATED_STAGE.close(
-        store, shard, extracted.height, result, facts={"language_share_bounds": config.language_share_bounds},
+        store, shard, received, result, facts={"language_share_bounds": config.language_share_bounds},
         extra={"curation.json": json.dumps(record).encode(), "effective_config.json": json.dumps(effective, indent=1).encode()},
         metadata={
             **drop_audit_metadata(
@@ -358,6 +364,18 @@ def without_word_lists(effective: dict) -> dict:
     quality = effective["quality"]
     words = {lang: f"{len(listed)} words" for lang, listed in quality.get("stop_words", {}).items()}
     return effective | {"quality": quality | {"stop_words": words}}
+
+
+class RowCount:
+    """Batches passed through, counting their rows."""
+
+    def __init__(self, batches):
+        self.batches, self.rows = batches, 0
+
+    def __iter__(self):
+        for batch in self.batches:
+            self.rows += batch.height
+            yield batch
 
 
 def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:

@@ -117,3 +117,24 @@ def test_each_language_is_cut_at_its_own_threshold_unless_one_is_given():
     assert "d3" in as_zh.dropped["doc_id"].to_list() and as_zh.stats["thresholds"] == {"*": 0.5, "zh": 0.7}
     given = decide_quality(quality, "classifier", scorer, threshold=0.55)
     assert "d3" in given.kept["doc_id"].to_list() and given.stats["thresholds"] == {"*": 0.55}
+
+
+@pytest.mark.parametrize("policy", ["rules", "classifier", "both"])
+def test_curation_in_batches_keeps_and_drops_what_curation_of_the_whole_does(policy):
+    from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents
+    from lm_assets.corpus.curation.pipeline import CurationConfig, curate, curate_batches
+    from lm_assets.corpus.curation.toxicity import ToxicityConfig
+    from lm_assets.corpus.ingest.readers import read_shard
+    from tests.support.dedup_crawl import SAMPLE_CRAWL
+
+    shards = sorted(SAMPLE_CRAWL.glob("crawl-*.warc.gz"))
+    docs = pl.concat([extract_documents(read_shard(s).documents, ExtractConfig()).kept for s in shards])
+    config = CurationConfig(toxicity=ToxicityConfig(backend="profanity_check"), policy=policy)
+    whole = curate(docs, config)
+    batched = curate_batches((docs.slice(i, 23) for i in range(0, docs.height, 23)), config)
+    assert batched.kept.equals(whole.kept) and batched.dropped.equals(whole.dropped)
+    assert whole.dropped["stage"].n_unique() >= 2 and whole.kept.height > 100
+    for step, stats in whole.stats.items():
+        assert batched.stats[step]["docs_in"] == stats["docs_in"] and batched.stats[step]["docs_out"] == stats["docs_out"]
+    assert dict(batched.stats["langid"]["languages_seen"]) == dict(whole.stats["langid"]["languages_seen"])
+    assert batched.stats["quality"].get("dropped_by_reason") == whole.stats["quality"].get("dropped_by_reason")
