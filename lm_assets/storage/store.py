@@ -247,15 +247,13 @@ class Storage:
     def iter_parquet(self, key: str, batch_rows: int = DOCUMENT_ROW_GROUP_ROWS) -> Iterator[pl.DataFrame]:
         """The table under `key` in order, `batch_rows` rows at a time (an S3 object is downloaded to a local
         file first, not into memory)."""
-        import pyarrow.parquet as pq
-
         with self.local_copy(key) as path:
-            parquet = pq.ParquetFile(path)
-            schema = pl.from_arrow(parquet.schema_arrow.empty_table()).schema
-            if parquet.metadata.num_rows == 0:
-                yield pl.DataFrame(schema=schema)  # an empty table still gives its columns
-            for batch in parquet.iter_batches(batch_size=batch_rows):
-                yield pl.from_arrow(batch, schema_overrides=schema)
+            table = pl.scan_parquet(path)
+            rows = table.select(pl.len()).collect().item()
+            if rows == 0:
+                yield table.collect()  # an empty table still gives its columns
+            for offset in range(0, rows, batch_rows):  # a slice reads only the row groups it covers
+                yield table.slice(offset, batch_rows).collect()
 
     def read_parquet(self, key: str, columns: list[str] | None = None) -> pl.DataFrame:
         if self.is_s3:
