@@ -6,7 +6,11 @@
 - `profanity_check`: alt-profanity-check, a linear model trained on English toxic comments that
   ships inside its wheel, so it works offline.
 
-Both models read English. Documents in Chinese (`lang` zh) are scored as well by the share of their
+Both models read English. Detoxify scores only the lines a pre-screen finds suspicious: alt-profanity-check
+scores every line first (about 10 MB of text per CPU-second), and a line below `prescreen_threshold`
+(0.05; toxic lines score 0.5-1.0 there, 88 % of real-web lines below 0.05) counts as clean without the
+BERT model, which reads the rest sorted by length in batches. Stats say how many lines each model
+scored. Documents in Chinese (`lang` zh) are scored as well by the share of their
 words that a Chinese lexicon flags (`chinese_lexicon.py`), whichever backend runs.
 
 A model that cannot be loaded raises ToxicityModelError; nothing falls back to another backend.
@@ -37,8 +41,10 @@ class ToxicityConfig:
     detoxify_model_type: str = "original"
     detoxify_checkpoint: str | None = None
     detoxify_hf_config_path: str | None = None
-    device: str = "cpu"
+    device: str = "auto"  # cuda when torch sees a GPU, else cpu
     line_threshold: float = 0.8
+    # Detoxify only: lines alt-profanity-check scores below this count as clean unscored; None: every line.
+    prescreen_threshold: float | None = 0.05
     max_toxic_fraction: float = 0.2
     batch_size: int = 64
     # Chinese documents: flagged words over words at or above this drop the document (Data-Juicer's
@@ -55,10 +61,11 @@ class DetoxifyScorer:
         if config.detoxify_checkpoint and not os.path.exists(config.detoxify_checkpoint):
             raise ToxicityModelError(f"detoxify checkpoint not found: {config.detoxify_checkpoint}")
         try:
+            self.device = resolve_device(config.device)
             self.model = Detoxify(
                 model_type=config.detoxify_model_type,
                 checkpoint=config.detoxify_checkpoint,
-                device=config.device,
+                device=self.device,
                 huggingface_config_path=config.detoxify_hf_config_path,
             )
         except Exception as exc:  # noqa: BLE001 - download, unpickling and HF errors all end here
@@ -70,13 +77,17 @@ class DetoxifyScorer:
             ) from exc
         self.batch_size = config.batch_size
         origin = config.detoxify_checkpoint or f"release:{config.detoxify_model_type}"
-        self.name = f"detoxify {metadata.version('detoxify')} ({origin}, {type(self.model.model).__name__})"
+        self.name = f"detoxify {metadata.version('detoxify')} ({origin}, {type(self.model.model).__name__}, {self.device})"
 
     def score(self, lines: list[str]) -> list[float]:
-        out: list[float] = []
-        for i in range(0, len(lines), self.batch_size):
-            scores = self.model.predict(lines[i : i + self.batch_size])["toxicity"]
-            out.extend(scores if isinstance(scores, list) else [scores])
+        """Scores in the order given; batches are of lines of similar length, so little is padding."""
+        order = sorted(range(len(lines)), key=lambda i: len(lines[i]))
+        out = [0.0] * len(lines)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            scores = self.model.predict([lines[i] for i in chunk])["toxicity"]
+            for i, score in zip(chunk, scores if isinstance(scores, list) else [scores], strict=True):
+                out[i] = float(score)
         return out
 
 
@@ -102,12 +113,38 @@ def load_scorer(config: ToxicityConfig):
     raise ToxicityModelError(f"unknown toxicity backend {config.backend!r}; choose one of {BACKENDS}")
 
 
-def score_documents(texts: list[str], config: ToxicityConfig) -> tuple[list[float], list[float], str]:
-    """Per document: the highest line score, and the share of characters in toxic lines."""
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def line_scores(flat: list[str], config: ToxicityConfig) -> tuple[list[float], dict]:
+    """Each line's score, and which model scored how many lines: with the pre-screen, the backend's model
+    scores only the lines the screen does not clear; the cleared ones score 0."""
+    scorer = load_scorer(config)
+    counts = {"lines": len(flat)}
+    if config.backend != "detoxify" or config.prescreen_threshold is None:
+        return scorer.score(flat), counts | {"lines_scored_by_model": len(flat), "prescreen": "none"}
+    screen = load_scorer(ToxicityConfig(backend="profanity_check"))
+    suspicious = [i for i, score in enumerate(screen.score(flat)) if score >= config.prescreen_threshold]
+    scores = [0.0] * len(flat)
+    for i, score in zip(suspicious, scorer.score([flat[i] for i in suspicious]), strict=True):
+        scores[i] = score
+    prescreen = f"{screen.name}, below {config.prescreen_threshold:g} cleared"
+    return scores, counts | {"lines_scored_by_model": len(suspicious), "prescreen": prescreen}
+
+
+def score_documents(texts: list[str], config: ToxicityConfig) -> tuple[list[float], list[float], str, dict]:
+    """Per document: the highest line score, and the share of characters in toxic lines; the model's name,
+    and how many lines each model scored."""
     scorer = load_scorer(config)
     doc_lines = [[ln for ln in text.split("\n") if ln.strip()] for text in texts]
     flat = [ln for lines in doc_lines for ln in lines]
-    flat_scores = iter(scorer.score(flat))
+    scores, counts = line_scores(flat, config)
+    flat_scores = iter(scores)
     maxima, fractions = [], []
     for lines in doc_lines:
         total = toxic = 0
@@ -119,12 +156,12 @@ def score_documents(texts: list[str], config: ToxicityConfig) -> tuple[list[floa
             toxic += len(line) if s >= config.line_threshold else 0
         maxima.append(top)
         fractions.append(toxic / total if total else 0.0)
-    return maxima, fractions, scorer.name
+    return maxima, fractions, scorer.name, counts
 
 
 def score_toxicity(docs: pl.DataFrame, config: ToxicityConfig | None = None) -> StageResult:
     config = config or ToxicityConfig()
-    maxima, fractions, model_name = score_documents(docs["text"].to_list(), config)
+    maxima, fractions, model_name, counts = score_documents(docs["text"].to_list(), config)
     scored = docs.with_columns(
         pl.Series("tox_max", maxima, dtype=pl.Float64), pl.Series("tox_frac", fractions, dtype=pl.Float64)
     )
@@ -140,6 +177,7 @@ def score_toxicity(docs: pl.DataFrame, config: ToxicityConfig | None = None) -> 
     )
     result.stats = {
         "model": model_name,
+        **counts,
         "docs_with_toxic_lines": int(sum(f > 0 for f in fractions)),
         "zh_lexicon": lexicon_name,
         "zh_docs_scored": sum(value is not None for value in flagged),

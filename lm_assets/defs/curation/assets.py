@@ -153,7 +153,13 @@ class ToxicityRulesConfig(dg.Config):
         "unset: $LM_ASSETS_DETOXIFY_HF_CONFIG, else from the Hugging Face Hub",
     )
     device: str = Field(
-        default=TOXICITY_DEFAULTS.device, description="torch device Detoxify runs on: cpu, cuda, cuda:1, ..."
+        default=TOXICITY_DEFAULTS.device,
+        description="torch device Detoxify runs on: auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:1, ...",
+    )
+    prescreen_threshold: float | None = Field(
+        default=TOXICITY_DEFAULTS.prescreen_threshold,
+        description="detoxify only: lines alt-profanity-check scores below this count as clean without the BERT "
+        "model; unset: the model reads every line",
     )
     line_threshold: float = Field(
         default=TOXICITY_DEFAULTS.line_threshold, description="toxicity score (0-1) at or above which a line is toxic"

@@ -42,7 +42,8 @@ def test_detoxify_backend_loads_a_local_checkpoint_through_the_real_loader(tiny_
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     checkpoint, hf_dir = tiny_detoxify
     config = ToxicityConfig(
-        backend="detoxify", detoxify_checkpoint=str(checkpoint), detoxify_hf_config_path=str(hf_dir)
+        backend="detoxify", detoxify_checkpoint=str(checkpoint), detoxify_hf_config_path=str(hf_dir),
+        prescreen_threshold=None,
     )
     scorer = load_scorer(config)
     assert type(scorer.model.model).__name__ == "BertForSequenceClassification"
@@ -115,3 +116,42 @@ def test_the_chinese_lexicon_can_be_switched_off():
     result = score_toxicity(frame, ToxicityConfig(backend="profanity_check", zh_max_flagged_ratio=None))
     assert result.kept.height == 1 and result.kept["tox_zh_flagged"].to_list() == [None]
     assert result.stats["zh_lexicon"] == "not run"
+
+
+# Toxic lines of several kinds, profane or not: the pre-screen must pass every one to the model.
+PLANTED_TOXIC = [
+    "you are a fucking idiot", "shut up you stupid bitch", "I will kill you, you worthless piece of shit",
+    "go to hell asshole", "fuck off and die", "your mother is a whore", "you suck so much, loser",
+    "you are worthless and everyone hates you", "I hope you die in a fire", "you're pathetic and ugly",
+    "what an ignorant fool you are", "idiots like you ruin everything", "you people are disgusting animals",
+    "shut your mouth", "you are a disgrace", "nobody wants you here, just leave",
+]
+PLANTED_CLEAN = [
+    "The harbour opens at six in the morning and closes at dusk.", "Install the package with pip and restart.",
+    "Each shard is read once and written in row groups.", "The committee meets on the first Monday of the month.",
+    "Water boils at a lower temperature at high altitude.", "Click Save to keep your changes.",
+]
+
+
+def test_the_prescreen_sends_every_planted_toxic_line_to_the_model_and_scores_them_as_the_model_does(tiny_detoxify):
+    from lm_assets.corpus.curation.toxicity import line_scores
+
+    checkpoint, hf_dir = tiny_detoxify
+    full = ToxicityConfig(backend="detoxify", detoxify_checkpoint=str(checkpoint), detoxify_hf_config_path=str(hf_dir),
+                          prescreen_threshold=None, batch_size=4)  # fmt: skip
+    screened = ToxicityConfig(**{**full.__dict__, "prescreen_threshold": 0.05})
+    lines = PLANTED_TOXIC + PLANTED_CLEAN
+    every, counted = line_scores(lines, full)
+    some, screened_counts = line_scores(lines, screened)
+    assert counted == {"lines": len(lines), "lines_scored_by_model": len(lines), "prescreen": "none"}
+    assert screened_counts["lines_scored_by_model"] < len(lines)
+    assert screened_counts["prescreen"].startswith("alt-profanity-check")
+    for line, mine, theirs in zip(lines, some, every):
+        if line in PLANTED_TOXIC:  # never cleared: scored by the model, as the model scores it alone
+            assert mine == pytest.approx(theirs, abs=1e-5), line
+    assert sum(score == 0.0 for score in some[len(PLANTED_TOXIC):]) >= len(PLANTED_CLEAN) // 2
+    # batched by length, the scores are those of one line at a time
+    alone = load_scorer(full)
+    one_at_a_time = [alone.model.predict([line])["toxicity"] for line in lines[:5]]
+    assert [s if isinstance(s, float) else s[0] for s in one_at_a_time] == pytest.approx(every[:5], abs=1e-5)
+
