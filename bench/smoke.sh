@@ -72,6 +72,7 @@ run "$PY" bench/dedup_scale.py --smoke
 run "$PY" bench/dagster_overhead.py --smoke
 run "$PY" bench/shard_memory.py --smoke
 run "$PY" bench/tokens.py --smoke
+run "$PY" bench/toxicity_speed.py --smoke
 run "$PY" bench/extraction_quality.py --smoke
 run "$PY" bench/eval_agreement.py --smoke
 run "$PY" bench/train_cpu.py --smoke
