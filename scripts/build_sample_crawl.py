@@ -64,6 +64,7 @@ from warcio.warcwriter import WARCWriter
 SEED = 20260301
 NUM_SHARDS = 3
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "bench"))  # benchlib: the payload writers the benchmark crawls share
 DEFAULT_OUT = REPO_ROOT / "data" / "sample-crawl"
 DEFAULT_ORIGINALS = DEFAULT_OUT / "originals"
 DEFAULT_CACHE = Path.home() / ".cache" / "lm-assets" / "sample-crawl-debs"
@@ -1811,24 +1812,9 @@ def make_png(width: int, height: int, rng: random.Random) -> bytes:
 
 def make_pdf(title: str) -> bytes:
     """A minimal one-page PDF showing a line of text."""
-    text = f"BT /F1 18 Tf 72 760 Td ({title}) Tj ET".encode("latin-1")
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Contents 4 0 R "
-        b"/Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(text) + text + b"\nendstream",
-        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    ]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, obj in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + obj + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % off for off in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    return bytes(out)
+    from benchlib.crawl.payloads import one_page_pdf
+
+    return one_page_pdf(f"BT /F1 18 Tf 72 760 Td ({title}) Tj ET".encode("latin-1"), (595, 842))
 
 
 @dataclasses.dataclass

@@ -23,12 +23,18 @@ def png(rng: random.Random) -> bytes:
 def pdf(title: str) -> bytes:
     """A one-page PDF that shows `title`."""
     text = re.sub(r"[^A-Za-z0-9 .,_-]", "", title)[:60] or "Document"
-    stream = f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode()
+    return one_page_pdf(f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode(), (612, 792))
+
+
+def one_page_pdf(content: bytes, media_box: tuple[int, int]) -> bytes:
+    """A valid PDF of one page of `media_box` points whose content stream is `content` (Helvetica as F1)."""
+    width, height = media_box
     objects = [
         b"<< /Type /Catalog /Pages 2 0 R >>",
         b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>",
-        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] /Contents 4 0 R /Resources << /Font << /F1 5 0 R >> >> >>"
+        % (width, height),
+        b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream",
         b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
     ]
     out = bytearray(b"%PDF-1.4\n")
