@@ -82,3 +82,47 @@ def test_a_page_over_the_extraction_budget_is_quarantined_and_the_shard_still_ba
     assert checks[("extracted_shard", "conservation")] and checks[("curated_shard", "shard_conservation")]
     meta = result.asset_materializations_for_node("extracted_shard")[0].metadata
     assert meta["quarantined"].value == 1 and meta["timeouts"].value == 1
+
+
+def test_a_run_of_several_shards_keeps_each_shards_materialization_and_checks(tmp_path):
+    from lm_assets.defs.curation.assets import curated_shard
+    from lm_assets.defs.dedup.assets import DedupSettings, minhash_signatures
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    shards = []
+    for number, pages in enumerate((3, 5, 8)):
+        builder = WarcBuilder().warcinfo()
+        for i in range(pages):
+            text = f"<p>Shard {number} page {i} explains how the harbour works, in full sentences, for its readers.</p>" * 6
+            builder.response(f"https://s{number}.example/{i}", page(f"Page {i}", text))
+        shards.append(builder.write(landing / f"s{number}.warc.gz").name)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", shards)
+    config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
+    resources = {"storage": StorageResource(root=str(tmp_path / "storage")), "landing": LandingResource(root=str(landing)),
+                 "dedup": DedupSettings()}  # fmt: skip
+    result = dg.materialize(
+        [raw_shard, extracted_shard, curated_shard, minhash_signatures], instance=instance, resources=resources,
+        run_config=config, tags={"dagster/asset_partition_range_start": shards[0], "dagster/asset_partition_range_end": shards[-1]},
+    )  # fmt: skip
+    assert result.success
+    for asset, count in (("raw_shard", "documents_out"), ("extracted_shard", "documents_out"), ("curated_shard", "documents_in"),
+                         ("minhash_signatures", "documents")):  # fmt: skip
+        for shard, pages in zip(shards, (3, 5, 8), strict=True):
+            records = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[shard]), limit=1
+            ).records
+            expected = pages if asset != "minhash_signatures" else Storage(str(tmp_path / "storage")).row_count(
+                stage_keys("curated", shard)["documents"])
+            assert records[0].asset_materialization.metadata[count].value == expected, (asset, shard)
+    evaluations = [e for e in result.get_asset_check_evaluations() if e.partition is not None]
+    by_shard = {(e.asset_key.path[-1], e.check_name, e.partition): e.passed for e in evaluations}
+    assert all(by_shard[("curated_shard", "shard_conservation", shard)] for shard in shards)
+    assert all(by_shard[("raw_shard", "conservation", shard)] for shard in shards)
+    summary = [e for e in result.get_asset_check_evaluations() if e.partition is None and e.check_name == "conservation"]
+    assert summary and all(e.passed and e.metadata["shards"].value == 3 for e in summary)
+    store = Storage(str(tmp_path / "storage"))
+    kept_and_dropped = [store.row_count(stage_keys("curated", s)["documents"]) + store.row_count(stage_keys("curated", s)["dropped"])
+                        for s in shards]  # fmt: skip
+    assert kept_and_dropped == [3, 5, 8]

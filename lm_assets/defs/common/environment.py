@@ -32,6 +32,7 @@ VARIABLES = {
     "LM_ASSETS_DUCKDB_TEMP_DIR": "where dedup's DuckDB spills",
     "LM_ASSETS_TRAINING_BACKEND": "local or kubernetes",
     "LM_ASSETS_PIPES_BUCKET": "the S3 bucket Pipes messages go through on Kubernetes",
+    "LM_ASSETS_SHARDS_PER_RUN": "shards a backfill run of the per-shard stages takes at most (read when the code loads)",
 }
 
 PACKAGE_PROJECT_DIR = Path(__file__).resolve().parents[3]

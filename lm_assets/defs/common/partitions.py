@@ -1,10 +1,28 @@
+import warnings
 from collections.abc import Callable
 
 import dagster as dg
 
+from lm_assets.defs.common.environment import from_environment
 from lm_assets.storage.keys import UnsafeKeyError, check_name
 
 shard_partitions = dg.DynamicPartitionsDefinition(name="shards")
+# A backfill of the per-shard stages runs this many shards a run (90,000 WARC files: 1,800 runs), each
+# shard still its own materialization with its own checks (`stages.each_shard`).
+SHARDS_PER_RUN = int(from_environment(None, "LM_ASSETS_SHARDS_PER_RUN", 50))
+
+
+def shard_asset(**kwargs):
+    """`dg.asset` for a per-shard stage: shard partitions and the backfill policy of `SHARDS_PER_RUN`
+    shards a run (a beta parameter of Dagster 1.x, whose BetaWarning at every load is silenced here)."""
+
+    def decorate(fn):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*backfill_policy", category=dg.BetaWarning)
+            policy = dg.BackfillPolicy.multi_run(max_partitions_per_run=SHARDS_PER_RUN)
+            return dg.asset(partitions_def=shard_partitions, backfill_policy=policy, **kwargs)(fn)
+
+    return decorate
 BAND_KEY_PREFIX = "bands-"
 
 
@@ -46,7 +64,16 @@ def shards_with(instance: dg.DagsterInstance, store, key_of: Callable[[str], str
 
 def shard_key(context) -> str:
     """The run's shard key, refused before anything is read or written when it is not one safe file name."""
+    return safe_shard(context.partition_key)
+
+
+def shard_keys(context) -> list[str]:
+    """The run's shard keys (several in a backfill run), each checked as `shard_key` checks it."""
+    return [safe_shard(key) for key in context.partition_keys]
+
+
+def safe_shard(key: str) -> str:
     try:
-        return check_name(context.partition_key)
+        return check_name(key)
     except UnsafeKeyError as exc:
         raise dg.Failure(description=str(exc)) from exc

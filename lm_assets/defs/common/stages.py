@@ -2,14 +2,14 @@
 checked shard key and the storage) and its closing (the kept and dropped tables published together,
 the standard metadata and checks, whole-shard accounting)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import dagster as dg
 import polars as pl
 
 from lm_assets.corpus.stage import StageResult
-from lm_assets.defs.common.partitions import shard_key
+from lm_assets.defs.common.partitions import shard_key, shard_keys
 from lm_assets.defs.common.reporting import (
     conservation_result,
     drop_metadata,
@@ -45,6 +45,39 @@ CURATED_SCHEMA = {
 def table_schema(frame: pl.DataFrame) -> dg.TableSchema:
     """The frame's columns and polars types, for Dagster's standard `dagster/column_schema`."""
     return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()])
+
+
+def each_shard(context: dg.AssetExecutionContext, materialize: Callable[[str], dg.MaterializeResult]) -> Iterator:
+    """What a per-shard asset yields for the shards of its run. One shard: its result. Several (a backfill
+    run, `partitions.SHARDS_PER_RUN` at most): one result for the run, each of whose checks passes when it
+    passed on every shard, then each shard's own materialization and check evaluations, so every
+    partition keeps its metadata and check results."""
+    keys = shard_keys(context)
+    if len(keys) == 1:
+        yield materialize(keys[0])
+        return
+    results = {key: materialize(key) for key in keys}
+    by_check: dict[str, list[tuple[str, dg.AssetCheckResult]]] = {}
+    for key, result in results.items():
+        for check in result.check_results or []:
+            by_check.setdefault(check.check_name, []).append((key, check))
+    summary = []
+    for name, items in by_check.items():
+        failed = [key for key, check in items if not check.passed]
+        blocking = any(check.severity == dg.AssetCheckSeverity.ERROR for key, check in items if not check.passed)
+        summary.append(dg.AssetCheckResult(
+            check_name=name, passed=not failed,
+            severity=dg.AssetCheckSeverity.ERROR if blocking or not failed else dg.AssetCheckSeverity.WARN,
+            metadata={"shards": len(items), "failed_shards": ", ".join(failed) or "none"},
+        ))
+    yield dg.MaterializeResult(metadata={"shards_in_run": len(keys)}, check_results=summary)
+    for key, result in results.items():
+        yield dg.AssetMaterialization(asset_key=context.asset_key, partition=key, metadata=result.metadata)
+        for check in result.check_results or []:
+            yield dg.AssetCheckEvaluation(
+                asset_key=context.asset_key, check_name=check.check_name, passed=check.passed,
+                metadata=check.metadata, severity=check.severity, partition=key,
+            )
 
 
 def open_stage(context: dg.AssetExecutionContext, storage) -> tuple[str, Storage]:

@@ -25,7 +25,7 @@ from lm_assets.corpus.quality.registry import (
 )
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.common.environment import fill_from_environment
-from lm_assets.defs.common.partitions import shard_partitions
+from lm_assets.defs.common.partitions import shard_asset, shard_partitions
 from lm_assets.defs.common.reporting import (
     config_hash,
     document_previews,
@@ -34,7 +34,7 @@ from lm_assets.defs.common.reporting import (
     markdown_table,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, DocumentStage, StageCheck, open_stage
+from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, DocumentStage, StageCheck, each_shard
 from lm_assets.defs.curation.quality_rules import QualityRules
 from lm_assets.storage.layout import (
     effective_config_key,
@@ -80,8 +80,7 @@ EXTRACTED_STAGE = DocumentStage(EXTRACTED, EXTRACTED_SCHEMA, whole_shard=False, 
 ))  # fmt: skip
 
 
-@dg.asset(
-    partitions_def=shard_partitions,
+@shard_asset(
     group_name="curation",
     kinds={"polars", "selectolax"},
     deps=["raw_shard"],
@@ -91,8 +90,12 @@ EXTRACTED_STAGE = DocumentStage(EXTRACTED, EXTRACTED_SCHEMA, whole_shard=False, 
 )
 def extracted_shard(
     context: dg.AssetExecutionContext, config: ExtractedShardConfig, storage: StorageResource
-) -> dg.MaterializeResult:
-    shard, store = open_stage(context, storage)
+):
+    yield from each_shard(context, lambda shard: extracted_shard_of(shard, config, storage))
+
+
+def extracted_shard_of(shard: str, config: ExtractedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
     started = time.perf_counter()
     # The HTML is read a row group at a time; only the extracted text of the whole shard is held.
     batches = store.iter_parquet(raw_keys(shard)["documents"])
@@ -302,8 +305,7 @@ CURATED_STAGE = DocumentStage("curated", CURATED_SCHEMA, filters=FILTERS, checks
 ))  # fmt: skip
 
 
-@dg.asset(
-    partitions_def=shard_partitions,
+@shard_asset(
     group_name="curation",
     kinds={"polars", "fasttext", "sklearn"},
     deps=[extracted_shard, dg.AssetKey("quality_classifier")],
@@ -312,8 +314,12 @@ CURATED_STAGE = DocumentStage("curated", CURATED_SCHEMA, filters=FILTERS, checks
 )
 def curated_shard(
     context: dg.AssetExecutionContext, config: CuratedShardConfig, storage: StorageResource
-) -> dg.MaterializeResult:
-    shard, store = open_stage(context, storage)
+):
+    yield from each_shard(context, lambda shard: curated_shard_of(shard, config, storage))
+
+
+def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
     extracted_key = stage_keys("extracted", shard)["documents"]
     try:
         classifier, classifier_info = current_classifier(store)

@@ -26,7 +26,7 @@ from lm_assets.defs.common.partitions import (
     band_partition_key,
     band_partitions,
     parse_band_partition_key,
-    shard_key,
+    shard_asset,
     shard_partitions,
     shards_with,
 )
@@ -35,7 +35,7 @@ from lm_assets.defs.common.reporting import (
     shard_check_spec,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, open_stage
+from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, each_shard, open_stage
 from lm_assets.storage.layout import CLUSTERS_KEY, INDEX_KEY, band_edges_keys, minhash_keys, stage_folder, stage_keys
 
 DEDUP_DEFAULTS = DedupConfig()
@@ -124,8 +124,7 @@ def content_digest(sketches: pl.DataFrame) -> str:
 
 
 # minhash_signatures ------------------------------------------------------------------------------
-@dg.asset(
-    partitions_def=shard_partitions,
+@shard_asset(
     group_name="dedup",
     kinds={"numpy", "datasketch", "parquet"},
     deps=["curated_shard"],
@@ -139,10 +138,13 @@ def content_digest(sketches: pl.DataFrame) -> str:
     description="Per document: normalized content hash and MinHash signature (vectorised, equal to datasketch's); "
     "per LSH band: its hash.",
 )
-def minhash_signatures(
-    context: dg.AssetExecutionContext, storage: StorageResource, dedup: DedupSettings
+def minhash_signatures(context: dg.AssetExecutionContext, storage: StorageResource, dedup: DedupSettings):
+    yield from each_shard(context, lambda shard: minhash_signatures_of(shard, context.instance, storage, dedup))
+
+
+def minhash_signatures_of(
+    shard: str, instance: dg.DagsterInstance, storage: StorageResource, dedup: DedupSettings
 ) -> dg.MaterializeResult:
-    shard = shard_key(context)
     store = storage.storage()
     docs = store.read_parquet(stage_keys("curated", shard)["documents"])
     config = dedup.dedup_config()
@@ -154,7 +156,7 @@ def minhash_signatures(
     fingerprint = dedup.sketch_fingerprint()
     info = {"fingerprint": fingerprint, "documents": docs.height, "digest": content_digest(sketches)}
     store.publish(stage_folder("minhash", shard), {"sketches.parquet": sketches, "bands.parquet": bands, "info.json": json.dumps(info).encode()})
-    add_new_partitions(context.instance, band_partitions, dedup.band_keys())
+    add_new_partitions(instance, band_partitions, dedup.band_keys())
     n_bands, rows = lsh_params(config.minhash)
     ids_match = sketches["doc_id"].n_unique() == sketches.height == docs.height
     return dg.MaterializeResult(

@@ -14,7 +14,7 @@ from pydantic import Field
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
 from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA, ReaderConfig, ShardReading
 from lm_assets.defs.common.config import to_dataclass
-from lm_assets.defs.common.partitions import shard_partitions
+from lm_assets.defs.common.partitions import shard_asset
 from lm_assets.defs.common.reporting import (
     PREVIEW_DOCS,
     config_hash,
@@ -23,7 +23,7 @@ from lm_assets.defs.common.reporting import (
     length_histogram,
 )
 from lm_assets.defs.common.resources import LandingResource, StorageResource
-from lm_assets.defs.common.stages import DocumentStage, open_stage
+from lm_assets.defs.common.stages import DocumentStage, each_shard
 from lm_assets.storage.accounting import conservation
 from lm_assets.storage.layout import raw_keys, stage_folder
 from lm_assets.storage.store import DOCUMENT_ROW_GROUP_ROWS, write_batches
@@ -86,8 +86,7 @@ def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:
 RAW_STAGE = DocumentStage("raw", DOCUMENT_SCHEMA, whole_shard=False)
 
 
-@dg.asset(
-    partitions_def=shard_partitions,
+@shard_asset(
     group_name="ingest",
     kinds={"polars", "parquet"},
     check_specs=RAW_STAGE.check_specs(),
@@ -96,8 +95,12 @@ RAW_STAGE = DocumentStage("raw", DOCUMENT_SCHEMA, whole_shard=False)
 )
 def raw_shard(
     context: dg.AssetExecutionContext, config: RawShardConfig, storage: StorageResource, landing: LandingResource
-) -> dg.MaterializeResult:
-    shard, store = open_stage(context, storage)
+):
+    yield from each_shard(context, lambda shard: raw_shard_of(shard, config, storage, landing))
+
+
+def raw_shard_of(shard: str, config: RawShardConfig, storage: StorageResource, landing: LandingResource) -> dg.MaterializeResult:
+    store = storage.storage()
     started = time.perf_counter()
     reader_config = to_dataclass(ReaderConfig, config)
     keys = raw_keys(shard)
