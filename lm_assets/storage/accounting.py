@@ -38,7 +38,17 @@ def reason_counts(*tables: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def drop_examples(dropped: pl.DataFrame, docs: pl.DataFrame, per_reason: int = 3, chars: int = 300) -> pl.DataFrame:
+DROP_EXAMPLES_PER_REASON = 3
+
+
+def drop_example_ids(dropped: pl.DataFrame, per_reason: int = DROP_EXAMPLES_PER_REASON) -> pl.Series:
+    """The `doc_id`s `drop_examples` shows: the first `per_reason` of each stage and reason. A stage that
+    streams needs the text of these documents only."""
+    return dropped.group_by("stage", "reason", maintain_order=True).head(per_reason)["doc_id"]
+
+
+def drop_examples(dropped: pl.DataFrame, docs: pl.DataFrame, per_reason: int = DROP_EXAMPLES_PER_REASON,
+                  chars: int = 300) -> pl.DataFrame:  # fmt: skip
     """`stage, reason, score, url, text` for the first `per_reason` documents each reason dropped, with the
     score that dropped them (where the stage records one: a rule's signal, the classifier's P(KEEP)) and
     the first `chars` characters of the text they had: what a rule costs, to read. `docs` holds `doc_id`,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import html as html_lib
 import re
 import time
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import polars as pl
@@ -17,6 +16,7 @@ from resiliparse.parse.html import HTMLTree
 from lm_assets.corpus.curation.main_content import PAGE_SIGNALS, extract_main_content, page_signals, walked_page
 from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA as BATCH_SCHEMA
 from lm_assets.corpus.stage import QUARANTINE_SCHEMA, StageResult, split_by_reason
+from lm_assets.storage.accounting import drop_example_ids
 
 # C0 and C1 controls except tab and newline, plus DEL. NUL and friends turn into NaN losses downstream.
 EXTRACTED = "extracted"  # the stage, and the `stage` of its drops
@@ -234,8 +234,8 @@ SUMMED_STATS = ("docs_in", "docs_out", "html_docs", "control_chars_stripped", "d
 
 def extract_batches(batches: Iterable[pl.DataFrame], config: ExtractConfig | None = None) -> tuple[StageResult, pl.DataFrame]:
     """`extract_documents` over a shard's documents given in batches, in order: the same result as on all of
-    them at once, holding one batch's HTML at a time. Also returns the dropped documents' `doc_id, url, text`
-    (their text or HTML as read), for examples of what was dropped."""
+    them at once, holding one batch's HTML at a time. Also returns `doc_id, url, text` (the text or HTML as
+    read) of the dropped documents that `drop_examples` may show, a few per reason and batch."""
     config = config or ExtractConfig()
     kept, dropped, held, sources = [], [], [], []
     stats = dict.fromkeys(SUMMED_STATS, 0) | {"extractor": extractor_name(config), "charset_detected": 0, "batches": 0}
@@ -245,7 +245,7 @@ def extract_batches(batches: Iterable[pl.DataFrame], config: ExtractConfig | Non
         dropped.append(result.dropped)
         held.append(result.quarantine)
         sources.append(
-            batch.join(result.dropped.select("doc_id"), on="doc_id", how="semi")
+            batch.filter(pl.col("doc_id").is_in(drop_example_ids(result.dropped).implode()))
             .select("doc_id", "url", pl.coalesce("text", "html").alias("text"))
         )
         for name in SUMMED_STATS:

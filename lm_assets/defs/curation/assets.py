@@ -36,6 +36,7 @@ from lm_assets.defs.common.reporting import (
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, DocumentStage, StageCheck, each_shard
 from lm_assets.defs.curation.quality_rules import QualityRules
+from lm_assets.storage.accounting import drop_example_ids
 from lm_assets.storage.layout import (
     effective_config_key,
     raw_keys,
@@ -333,7 +334,8 @@ def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageRes
     except (RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
     received = batches.rows
-    shown = set(result.dropped["doc_id"]) | {e["doc_id"] for e in result.stats.get("classifier", {}).get("disagreement_examples", [])}
+    examples = result.stats.get("classifier", {}).get("disagreement_examples", [])
+    shown = set(drop_example_ids(result.dropped)) | {example["doc_id"] for example in examples}
     extracted = store.scan_parquet(extracted_key).filter(pl.col("doc_id").is_in(list(shown))).collect()
     record = {"policy": config.quality_policy, "classifier_hash": classifier.hash, "classifier_origin": classifier_info["origin"]}
     effective = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(curation_config, classifier=None)), default=str))
