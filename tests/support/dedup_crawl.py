@@ -128,6 +128,15 @@ def choose_originals(pages: list[Page], excluded: set[str], rng: random.Random) 
     return eligible[:n_exact], [near[i * n_per_bin : (i + 1) * n_per_bin] for i in range(len(EDIT_RATE_BINS))]
 
 
+def edit_words(text: str, rate: float, seed: int) -> str:
+    """Substitute about `rate` of the words with other words of the same text."""
+    rng = random.Random(seed)
+    words = text.split(" ")
+    for i in rng.sample(range(len(words)), max(1, round(rate * len(words)))):
+        words[i] = rng.choice(words)
+    return " ".join(words)
+
+
 def near_rate(rate_range: tuple[float, float], rng: random.Random) -> float:
     """A rate drawn within the bin, below its upper end unless it is the last bin."""
     low, high = rate_range

@@ -13,6 +13,7 @@ from lm_assets.corpus.dedup.incremental import DedupState, deduplicate_increment
 from lm_assets.corpus.dedup.ranking import band_ranges, candidate_edges, rank_documents, verify_edges
 from lm_assets.corpus.dedup.sketches import band_table, content_hash, content_hashes, sketch_documents
 from lm_assets.corpus.dedup.union_find import UnionFind
+from tests.support.dedup_crawl import edit_words
 
 EN = {
     "bread": (
@@ -101,15 +102,6 @@ ZH = {
 
 EN_HEADER = "This page is a mirror of the original article, copied on 2024-03-04 from news.example."
 ZH_HEADER = "本页面为原文的镜像，于2024年3月4日从原站同步。"
-
-
-def edit_words(text: str, rate: float, seed: int) -> str:
-    """Substitute about `rate` of the words with other words of the same text."""
-    rng = random.Random(seed)
-    words = text.split(" ")
-    for i in rng.sample(range(len(words)), max(1, round(rate * len(words)))):
-        words[i] = rng.choice(words)
-    return " ".join(words)
 
 
 def edit_chars(text: str, rate: float, seed: int) -> str:

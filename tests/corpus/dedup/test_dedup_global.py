@@ -1,7 +1,6 @@
 """The bounded-memory global dedup (corpus/dedup/global_dedup.py) against the in-memory steps of corpus/dedup/clustering.py."""
 
 import functools
-import random
 
 import numpy as np
 import polars as pl
@@ -23,7 +22,7 @@ from lm_assets.corpus.dedup.ranking import band_ranges
 from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
 from lm_assets.corpus.dedup.union_find import UnionFind
 from lm_assets.storage.store import ROW_GROUP_ROWS
-from tests.support.dedup_crawl import source_pages
+from tests.support.dedup_crawl import edit_words, source_pages
 
 N_BANDS = 24
 
@@ -100,14 +99,6 @@ def test_out_of_core_components_equal_in_memory_union_find(tmp_path, seed):
 
 
 # --- the sample crawl, whole and by band range ---------------------------------------------------
-
-
-def edit_words(text: str, rate: float, seed: int) -> str:
-    rng = random.Random(seed)
-    words = text.split(" ")
-    for i in rng.sample(range(len(words)), max(1, round(rate * len(words)))):
-        words[i] = rng.choice(words)
-    return " ".join(words)
 
 
 @functools.cache
