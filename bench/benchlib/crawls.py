@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .crawl.builder import CrawlSpec, Site, build_crawl
@@ -78,11 +78,10 @@ def reusable_crawl(crawl: Path, spec: LabelledCrawl) -> bool:
     except (OSError, ValueError):
         return False
     shards = {s["file"] for s in manifest.get("shards", [])}
-    settings = {key: manifest.get(key) for key in ("seed", "docs_per_shard", "max_pages")}
+    settings = json.loads(json.dumps(asdict(spec.spec)))  # as the manifest stores them (tuples as lists)
     return (
         is_crawl(crawl)
-        and settings == {"seed": spec.seed, "docs_per_shard": spec.docs_per_shard, "max_pages": spec.max_pages}
-        and all(manifest.get(key) == value for key, value in vars(spec.spec).items() if key not in settings)
+        and all(manifest.get(key) == value for key, value in settings.items())
         and [p["name"] for p in manifest.get("packages", [])] == spec.packages.split(",")
         and shards == {p.name for p in find_shards(crawl)}
     )

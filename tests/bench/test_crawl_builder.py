@@ -114,3 +114,16 @@ def test_the_same_arguments_give_the_same_bytes_and_a_page_sample_keeps_its_page
     assert manifest["source_pages"] == 40 and manifest["packages"][0]["pages_used"] == 40
     build_crawl(tmp_path / "c", [site(site_folder)], CrawlSpec(seed=3, docs_per_shard=30, max_pages=40))
     assert crawl_digest(tmp_path / "c") != crawl_digest(tmp_path / "a")
+
+
+def test_a_labelled_crawl_is_reused_only_while_its_settings_match(site_folder, tmp_path):
+    from benchlib.crawls import LabelledCrawl, reusable_crawl
+
+    spec = LabelledCrawl("sample", "sample-docs", tmp_path / "labels.jsonl", seed=4, docs_per_shard=30, max_pages=40)
+    build_crawl(tmp_path / "crawl", [site(site_folder)], spec.spec)
+    assert reusable_crawl(tmp_path / "crawl", spec)
+    assert not reusable_crawl(tmp_path / "crawl", LabelledCrawl("sample", "sample-docs", spec.labels, seed=5,
+                                                                 docs_per_shard=30, max_pages=40))  # fmt: skip
+    assert not reusable_crawl(tmp_path / "crawl", LabelledCrawl("sample", "other-docs", spec.labels, seed=4,
+                                                                 docs_per_shard=30, max_pages=40))  # fmt: skip
+
