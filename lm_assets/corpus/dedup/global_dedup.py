@@ -374,10 +374,11 @@ def cluster_report(clusters: Source, sketches: Source | None, cfg: DedupConfig |
     cfg = cfg or DedupConfig()
     with DuckDBSession(cfg.duckdb) as db:
         c = db.table("clusters", clusters, ["doc_id", "cluster_id", "cluster_size", "kept", "reason"])
+        # count_if over no rows is NULL in DuckDB: a corpus whose shards kept nothing counts 0.
         counts = db.query(f"""
-            SELECT count(*) AS documents, count_if(kept)::BIGINT AS kept,
-                   count_if(reason = '{EXACT}')::BIGINT AS exact_duplicates,
-                   count_if(reason = '{NEAR}')::BIGINT AS near_duplicates, count(DISTINCT doc_id) AS distinct_documents
+            SELECT count(*) AS documents, coalesce(count_if(kept), 0)::BIGINT AS kept,
+                   coalesce(count_if(reason = '{EXACT}'), 0)::BIGINT AS exact_duplicates,
+                   coalesce(count_if(reason = '{NEAR}'), 0)::BIGINT AS near_duplicates, count(DISTINCT doc_id) AS distinct_documents
             FROM {c}
         """).row(0, named=True)
         # One row per cluster, made once: the histogram, two checks and the largest clusters read it.
@@ -389,8 +390,8 @@ def cluster_report(clusters: Source, sketches: Source | None, cfg: DedupConfig |
         """).fetchall()
         sizes = db.query("SELECT cluster_size, count(*) AS clusters FROM per_cluster GROUP BY cluster_size ORDER BY 1")
         wrong = db.query("""
-            SELECT count_if(kept <> 1)::BIGINT AS clusters_not_keeping_one,
-                   count_if(members <> cluster_size)::BIGINT AS wrong_cluster_size
+            SELECT coalesce(count_if(kept <> 1), 0)::BIGINT AS clusters_not_keeping_one,
+                   coalesce(count_if(members <> cluster_size), 0)::BIGINT AS wrong_cluster_size
             FROM per_cluster
         """).row(0, named=True)
         documents = counts["documents"]

@@ -254,6 +254,16 @@ def test_the_cluster_report_counts_and_checks_through_duckdb():
     assert bad["kept_sharing_a_hash"] == 2  # c twice and a share h1
 
 
+def test_the_cluster_report_of_a_corpus_that_kept_nothing_counts_zeros():
+    clusters, sketches = (frame.clear() for frame in report_frames())
+    report = cluster_report(clusters, sketches)
+    assert (report["documents"], report["kept"], report["exact_duplicates"], report["near_duplicates"]) == (0, 0, 0, 0)
+    assert report["problems"] == {
+        "duplicate_rows": 0, "clusters_not_keeping_one": 0, "wrong_cluster_size": 0,
+        "documents_without_cluster": 0, "rows_without_sketch": 0,
+    }
+
+
 def test_merging_cluster_files_equals_merging_in_memory(tmp_path):
     old, _ = report_frames()
     new = pl.DataFrame({
