@@ -1,7 +1,9 @@
 """raw_shard and extracted_shard on a shard many batches long: they stream it, and publish what the whole
-shard read at once gives."""
+shard read at once gives. A run of several shards: each keeps its own materialization and checks."""
 
 from __future__ import annotations
+
+import random
 
 import dagster as dg
 import polars as pl
@@ -9,6 +11,7 @@ import pyarrow.parquet as pq
 
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents
 from lm_assets.corpus.ingest.readers import BATCH_ROWS, read_shard
+from lm_assets.defs.common.partitions import partition_range_tags
 from lm_assets.defs.common.resources import LandingResource, StorageResource
 from lm_assets.defs.curation.assets import extracted_shard
 from lm_assets.defs.ingest.assets import raw_shard
@@ -84,9 +87,27 @@ def test_a_page_over_the_extraction_budget_is_quarantined_and_the_shard_still_ba
     assert meta["quarantined"].value == 1 and meta["timeouts"].value == 1
 
 
+NOUNS = ("ships", "cranes", "tides", "pilots", "cargo", "berths", "tugs", "ropes", "clerks", "gulls", "storms", "piers",
+         "engines", "ledgers", "sailors", "lanterns", "barges", "harbours", "charts", "winches")
+VERBS = ("follow", "outlast", "guide", "weigh", "shelter", "count", "repair", "watch", "carry", "load")
+
+
+def harbour_prose(seed: int) -> str:
+    """A paragraph of plain sentences that differ from seed to seed, so the rules keep it."""
+    draw = random.Random(seed)
+    return " ".join(
+        f"In the {draw.choice(NOUNS)} district, {draw.choice(NOUNS)} {draw.choice(VERBS)} the {draw.choice(NOUNS)} "
+        f"and {draw.choice(VERBS)} {draw.choice(NOUNS)} with {draw.choice(NOUNS)}."
+        for _ in range(5)
+    )
+
+
 def test_a_run_of_several_shards_keeps_each_shards_materialization_and_checks(tmp_path):
     from lm_assets.defs.curation.assets import curated_shard
-    from lm_assets.defs.dedup.assets import DedupSettings, minhash_signatures
+    from lm_assets.defs.curation.expectations import curated_expectations
+    from lm_assets.defs.decontam.assets import decontaminated_shard
+    from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, dedup_edges, deduplicated_shard, minhash_signatures
+    from lm_assets.defs.tokens.assets import tokenized_shard, tokenizer
 
     landing = tmp_path / "landing"
     landing.mkdir()
@@ -94,7 +115,7 @@ def test_a_run_of_several_shards_keeps_each_shards_materialization_and_checks(tm
     for number, pages in enumerate((3, 5, 8)):
         builder = WarcBuilder().warcinfo()
         for i in range(pages):
-            text = f"<p>Shard {number} page {i} explains how the harbour works, in full sentences, for its readers.</p>" * 6
+            text = "".join(f"<p>{harbour_prose(number * 100 + i * 10 + j)}</p>" for j in range(6))
             builder.response(f"https://s{number}.example/{i}", page(f"Page {i}", text))
         shards.append(builder.write(landing / f"s{number}.warc.gz").name)
     instance = dg.DagsterInstance.ephemeral()
@@ -102,11 +123,15 @@ def test_a_run_of_several_shards_keeps_each_shards_materialization_and_checks(tm
     config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
     resources = {"storage": StorageResource(root=str(tmp_path / "storage")), "landing": LandingResource(root=str(landing)),
                  "dedup": DedupSettings()}  # fmt: skip
+    every_shard = partition_range_tags(shards[0], shards[-1])
     result = dg.materialize(
-        [raw_shard, extracted_shard, curated_shard, minhash_signatures], instance=instance, resources=resources,
-        run_config=config, tags={"dagster/asset_partition_range_start": shards[0], "dagster/asset_partition_range_end": shards[-1]},
-    )  # fmt: skip
+        [raw_shard, extracted_shard, curated_shard, curated_expectations, minhash_signatures], instance=instance,
+        resources=resources, run_config=config, tags=every_shard,
+    )
     assert result.success
+    expectations = [e for e in result.get_asset_check_evaluations() if e.check_name == "curated_expectations"]
+    assert [(e.passed, e.metadata["shards"].value) for e in expectations] == [(True, 3)]
+    assert set(expectations[0].metadata["by_shard"].value) == set(shards)
     for asset, count in (("raw_shard", "documents_out"), ("extracted_shard", "documents_out"), ("curated_shard", "documents_in"),
                          ("minhash_signatures", "documents")):  # fmt: skip
         for shard, pages in zip(shards, (3, 5, 8), strict=True):
@@ -126,3 +151,33 @@ def test_a_run_of_several_shards_keeps_each_shards_materialization_and_checks(tm
     kept_and_dropped = [store.row_count(stage_keys("curated", s)["documents"]) + store.row_count(stage_keys("curated", s)["dropped"])
                         for s in shards]  # fmt: skip
     assert kept_and_dropped == [3, 5, 8]
+    assert sum(store.row_count(stage_keys("curated", s)["documents"]) for s in shards) > 0
+
+    for bands in instance.get_dynamic_partitions("dedup_bands"):
+        assert dg.materialize([dedup_edges], instance=instance, resources=resources, partition_key=bands).success
+    assert dg.materialize([dedup_clusters], instance=instance, resources=resources).success
+    after_dedup = dg.materialize(
+        [deduplicated_shard, decontaminated_shard], instance=instance, resources=resources, tags=every_shard,
+        run_config={"ops": {"decontaminated_shard": {"config": {"mmlu_path": ""}}}},
+    )
+    assert after_dedup.success
+    for asset in ("deduplicated_shard", "decontaminated_shard"):
+        for shard in shards:
+            record = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[shard]), limit=1
+            ).records[0]
+            assert record.asset_materialization.metadata["documents_in"].value == store.row_count(
+                stage_keys("curated" if asset == "deduplicated_shard" else "deduplicated", shard)["documents"])
+        checks = {(e.check_name, e.partition): e.passed for e in after_dedup.get_asset_check_evaluations()
+                  if e.asset_key.path[-1] == asset and e.partition is not None}
+        assert {partition for _, partition in checks} == set(shards) and all(checks.values()), asset
+    assert dg.materialize([tokenizer], instance=instance, resources=resources,
+                          run_config={"ops": {"tokenizer": {"config": {"vocab_size": 300}}}}).success
+    tokens = dg.materialize([tokenized_shard], instance=instance, resources=resources, tags=every_shard)
+    assert tokens.success
+    for shard in shards:
+        record = instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("tokenized_shard"), asset_partitions=[shard]), limit=1
+        ).records[0]
+        assert record.asset_materialization.metadata["documents"].value == store.row_count(
+            stage_keys("decontaminated", shard)["documents"])

@@ -23,6 +23,13 @@ def shard_asset(**kwargs):
             return dg.asset(partitions_def=shard_partitions, backfill_policy=policy, **kwargs)(fn)
 
     return decorate
+
+
+def partition_range_tags(first: str, last: str) -> dict[str, str]:
+    """The tags that make a run materialize the partitions from `first` to `last`, as a backfill run does."""
+    return {"dagster/asset_partition_range_start": first, "dagster/asset_partition_range_end": last}
+
+
 BAND_KEY_PREFIX = "bands-"
 
 
@@ -62,13 +69,9 @@ def shards_with(instance: dg.DagsterInstance, store, key_of: Callable[[str], str
     return [shard for shard in instance.get_dynamic_partitions(shard_partitions.name) if store.exists(key_of(shard))]
 
 
-def shard_key(context) -> str:
-    """The run's shard key, refused before anything is read or written when it is not one safe file name."""
-    return safe_shard(context.partition_key)
-
-
 def shard_keys(context) -> list[str]:
-    """The run's shard keys (several in a backfill run), each checked as `shard_key` checks it."""
+    """The run's shard keys (several in a backfill run), each refused before anything is read or written
+    when it is not one safe file name."""
     return [safe_shard(key) for key in context.partition_keys]
 
 

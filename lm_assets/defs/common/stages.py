@@ -9,7 +9,7 @@ import dagster as dg
 import polars as pl
 
 from lm_assets.corpus.stage import StageResult
-from lm_assets.defs.common.partitions import shard_key, shard_keys
+from lm_assets.defs.common.partitions import shard_keys
 from lm_assets.defs.common.reporting import (
     conservation_result,
     drop_metadata,
@@ -19,7 +19,6 @@ from lm_assets.defs.common.reporting import (
 )
 from lm_assets.storage.accounting import conservation
 from lm_assets.storage.layout import quarantine_key, shard_account, stage_folder, stage_keys
-from lm_assets.storage.store import Storage
 
 EXTRACTED_SCHEMA = {
     "doc_id": pl.String,
@@ -78,11 +77,6 @@ def each_shard(context: dg.AssetExecutionContext, materialize: Callable[[str], d
                 asset_key=context.asset_key, check_name=check.check_name, passed=check.passed,
                 metadata=check.metadata, severity=check.severity, partition=key,
             )
-
-
-def open_stage(context: dg.AssetExecutionContext, storage) -> tuple[str, Storage]:
-    """The run's shard key (refused before any I/O when unsafe) and the storage root."""
-    return shard_key(context), storage.storage()
 
 
 def publish_stage(

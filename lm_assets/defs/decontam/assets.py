@@ -18,9 +18,9 @@ from lm_assets.corpus.decontam.contamination import (
 )
 from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment
-from lm_assets.defs.common.partitions import shard_partitions
+from lm_assets.defs.common.partitions import shard_asset
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, open_stage
+from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, each_shard
 from lm_assets.storage.layout import stage_keys
 
 DECONTAM_DEFAULTS = DecontamConfig()
@@ -67,8 +67,7 @@ def contamination_index(mmlu_path: str | None, ceval_paths: tuple[str, ...], cfg
 DECONTAMINATED_STAGE = DocumentStage(DECONTAMINATED, CURATED_SCHEMA)
 
 
-@dg.asset(
-    partitions_def=shard_partitions,
+@shard_asset(
     group_name="decontam",
     kinds={"polars", "numpy"},
     deps=["deduplicated_shard"],
@@ -79,8 +78,12 @@ DECONTAMINATED_STAGE = DocumentStage(DECONTAMINATED, CURATED_SCHEMA)
 )
 def decontaminated_shard(
     context: dg.AssetExecutionContext, config: DecontaminatedShardConfig, storage: StorageResource
-) -> dg.MaterializeResult:
-    shard, store = open_stage(context, storage)
+):
+    yield from each_shard(context, lambda shard: decontaminated_shard_of(shard, config, storage))
+
+
+def decontaminated_shard_of(shard: str, config: DecontaminatedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
     docs = store.read_parquet(stage_keys("deduplicated", shard)["documents"])
     for path in [config.mmlu_path, *config.ceval_paths]:
         if path and not Path(path).exists():

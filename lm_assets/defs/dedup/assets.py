@@ -35,7 +35,7 @@ from lm_assets.defs.common.reporting import (
     shard_check_spec,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, each_shard, open_stage
+from lm_assets.defs.common.stages import CURATED_SCHEMA, DocumentStage, each_shard
 from lm_assets.storage.layout import CLUSTERS_KEY, INDEX_KEY, band_edges_keys, minhash_keys, stage_folder, stage_keys
 
 DEDUP_DEFAULTS = DedupConfig()
@@ -415,8 +415,7 @@ def cluster_checks(report: dict) -> list[dg.AssetCheckResult]:
 DEDUPLICATED_STAGE = DocumentStage(DEDUPLICATED, CURATED_SCHEMA)
 
 
-@dg.asset(
-    partitions_def=shard_partitions,
+@shard_asset(
     group_name="dedup",
     kinds={"polars", "parquet"},
     deps=["curated_shard", dedup_clusters],
@@ -425,8 +424,12 @@ DEDUPLICATED_STAGE = DocumentStage(DEDUPLICATED, CURATED_SCHEMA)
     description="The shard's curated documents that their cluster keeps; removed ones are in the dropped table "
     "with their reason and the doc_id of the document kept instead.",
 )
-def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    shard, store = open_stage(context, storage)
+def deduplicated_shard(context: dg.AssetExecutionContext, storage: StorageResource):
+    yield from each_shard(context, lambda shard: deduplicated_shard_of(shard, storage))
+
+
+def deduplicated_shard_of(shard: str, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
     docs = store.read_parquet(stage_keys("curated", shard)["documents"])
     if not store.exists(CLUSTERS_KEY):
         raise dg.Failure("no dedup clusters yet: materialize dedup_clusters after minhash_signatures")

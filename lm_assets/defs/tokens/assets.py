@@ -31,14 +31,14 @@ from lm_assets.corpus.tokens.tokenizer import (
 )
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.common.environment import fill_from_environment
-from lm_assets.defs.common.partitions import shard_partitions, shards_with
+from lm_assets.defs.common.partitions import shard_asset, shards_with
 from lm_assets.defs.common.reporting import (
     fenced,
     markdown_table,
     shard_check_spec,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import open_stage
+from lm_assets.defs.common.stages import each_shard
 from lm_assets.storage.layout import (
     PACKED_MANIFEST,
     TOKENIZER_KEYS,
@@ -152,8 +152,7 @@ def current_tokenizer(store):
 
 
 # tokenized_shard --------------------------------------------------------------------------------
-@dg.asset(
-    partitions_def=shard_partitions,
+@shard_asset(
     group_name="tokens",
     kinds={"sentencepiece", "numpy"},
     deps=["decontaminated_shard", tokenizer],
@@ -165,8 +164,12 @@ def current_tokenizer(store):
     description="A flat little-endian token file (uint16 below 65,536 pieces, else uint32), a document index "
     "(doc_id, offset, length) and a JSON sidecar (dtype, token count, tokenizer hash).",
 )
-def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
-    shard, store = open_stage(context, storage)
+def tokenized_shard(context: dg.AssetExecutionContext, storage: StorageResource):
+    yield from each_shard(context, lambda shard: tokenized_shard_of(shard, storage))
+
+
+def tokenized_shard_of(shard: str, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
     sp, info = current_tokenizer(store)
     docs = store.read_parquet(stage_keys("decontaminated", shard)["documents"], columns=["doc_id", "text"])
     started = time.perf_counter()
