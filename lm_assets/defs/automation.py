@@ -4,7 +4,7 @@ Both span the ingest and curation domains, so they live beside them rather than 
 import dagster as dg
 
 from lm_assets.corpus.ingest.readers import landing_shards
-from lm_assets.defs.common.partitions import shard_partitions
+from lm_assets.defs.common.partitions import SHARDS_PER_RUN, partition_range_tags, shard_partitions
 from lm_assets.defs.common.reporting import config_hash, latest_metadata
 from lm_assets.defs.common.resources import LandingResource, StorageResource
 from lm_assets.corpus.quality.registry import classifier_stale_shards
@@ -15,8 +15,8 @@ from lm_assets.defs.ingest.assets import RawShardConfig
 
 @dg.sensor(job=shard_curation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
 def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource) -> dg.SensorResult:
-    """Adds one `shards` partition per new file at the top of the landing location and runs it; says
-    which files it skips and why."""
+    """Adds one `shards` partition per new file at the top of the landing location and runs them,
+    `SHARDS_PER_RUN` shards a run, as a backfill would; says which files it skips and why."""
     known = set(context.instance.get_dynamic_partitions(shard_partitions.name))
     shards, skipped = landing_shards(landing.storage())
     for key, reason in sorted(skipped.items()):
@@ -25,9 +25,23 @@ def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource
     if not new:
         return dg.SensorResult(skip_reason=f"no new shard files ({len(known)} known, {len(skipped)} other files skipped)")
     return dg.SensorResult(
-        run_requests=[dg.RunRequest(partition_key=key, run_key=f"shard:{key}") for key in new],
+        run_requests=shard_run_requests(new, SHARDS_PER_RUN),
         dynamic_partitions_requests=[shard_partitions.build_add_request(new)],
     )
+
+
+def shard_run_requests(new: list[str], per_run: int) -> list[dg.RunRequest]:
+    """Runs of at most `per_run` of the `new` shards: one shard, a run of its partition; several, a run of
+    their partition range. The new shards are registered together, in this order, after every known one,
+    so each range holds exactly its shards."""
+    requests = []
+    for start in range(0, len(new), per_run):
+        chunk = new[start : start + per_run]
+        if len(chunk) == 1:
+            requests.append(dg.RunRequest(partition_key=chunk[0], run_key=f"shard:{chunk[0]}"))
+            continue
+        requests.append(dg.RunRequest(run_key=f"shards:{chunk[0]}..{chunk[-1]}", tags=partition_range_tags(chunk[0], chunk[-1])))
+    return requests
 
 
 def current_config_hashes() -> dict:

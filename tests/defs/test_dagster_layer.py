@@ -12,7 +12,7 @@ import dagster as dg
 import polars as pl
 from dagster._core.instance.ref import InstanceRef
 
-from lm_assets.defs.automation import landing_sensor, stale_shards
+from lm_assets.defs.automation import landing_sensor, shard_run_requests, stale_shards
 from lm_assets.defs.common.reporting import config_hash
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.curation.assets import (
@@ -241,13 +241,24 @@ def test_sensor_adds_new_shards_once(tmp_path):
     landing_resource = LandingResource(root=str(landing), s3=s3_resource_from_env())
     with dg.build_sensor_context(instance=instance, resources={"landing": landing_resource}) as context:
         result = landing_sensor(context)
-        assert [r.partition_key for r in result.run_requests] == ["a.warc.gz", "b.jsonl"]
+        assert [(r.partition_key, r.partition_key_range) for r in result.run_requests] == [
+            (None, dg.PartitionKeyRange("a.warc.gz", "b.jsonl"))]
         assert result.dynamic_partitions_requests[0].partition_keys == ["a.warc.gz", "b.jsonl"]
         instance.add_dynamic_partitions("shards", ["a.warc.gz", "b.jsonl"])
         # Re-adding known files is a no-op; the hidden file, the folder and the text file are skipped.
         assert landing_sensor(context).skip_reason.skip_message == "no new shard files (2 known, 3 other files skipped)"
         (landing / "c.warc.gz").write_bytes(b"x")
         assert [r.partition_key for r in landing_sensor(context).run_requests] == ["c.warc.gz"]
+
+
+def test_the_sensor_runs_new_shards_in_ranges_of_at_most_shards_per_run():
+    new = [f"s{i:02d}.warc.gz" for i in range(7)]
+    requests = shard_run_requests(new, 3)
+    assert [r.partition_key_range for r in requests[:2]] == [
+        dg.PartitionKeyRange("s00.warc.gz", "s02.warc.gz"), dg.PartitionKeyRange("s03.warc.gz", "s05.warc.gz")]
+    assert (requests[2].partition_key, requests[2].partition_key_range, requests[2].run_key) == (
+        "s06.warc.gz", None, "shard:s06.warc.gz")
+    assert len({r.run_key for r in requests}) == 3
 
 
 def test_schedule_finds_shards_whose_config_changed(tmp_path):
