@@ -2,6 +2,8 @@
 
 import io
 import json
+import random
+import re
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -22,8 +24,10 @@ from lm_assets.corpus.quality.classifier import (
     group_fold_ids,
     normalize_text,
     sites,
+    tokens,
     train_classifier,
 )
+from lm_assets.text import CJK_PUNCTUATION_RANGES, CJK_RANGES, char_class
 
 SLICE = Path(__file__).resolve().parents[2] / "data" / "dev-slice"
 CONFIG = ClassifierConfig()
@@ -125,6 +129,25 @@ def test_text_only_model_reads_no_signals(text_only, examples):
     assert text_only.metrics["features"] == "text"
     scores = classifier.score(examples.select("doc_id", "text", "lang"))
     assert scores.shape == (examples.height,)
+
+
+def spaced_out_tokens(text: str, max_chars: int) -> list[str]:
+    """The tokens by their definition: every punctuation mark, then every CJK character, spaced out, then
+    the text split on white space."""
+    cjk = re.compile(f"([{char_class(CJK_RANGES + CJK_PUNCTUATION_RANGES)}])")
+    text = re.sub(r"([^\w\s])", r" \1 ", text[:max_chars].lower())
+    return cjk.sub(r" \1 ", text).split()
+
+
+def test_tokens_are_the_spaced_out_characters_split_on_white_space():
+    draw = random.Random(7)
+    alphabet = [chr(c) for c in [*range(0x20, 0x250), *range(0x3000, 0x3040), *range(0x4E00, 0x4E40), *range(0xFF00, 0xFF66),
+                                 *range(0x20000, 0x20010), 0x1C, 0x85, 0xA0, 0x2028, 0x130, 0x3A3, 0xAC00, 0x30A2]]  # fmt: skip
+    texts = ["".join(draw.choice(alphabet) for _ in range(draw.randint(0, 120))) for _ in range(2000)]
+    texts += ["预写日志，Write-Ahead\n\nLog", "İstanbul ΣΟΦΟΣ", "a\u3000b\x1cc", "日本語のテキスト、한국어."]
+    for text in texts:
+        for max_chars in (7, 3000):
+            assert tokens(text, max_chars) == spaced_out_tokens(text, max_chars), repr(text)
 
 
 def test_chinese_pages_are_read_as_characters_and_scored(stacked):
