@@ -4,10 +4,10 @@ Both span the ingest and curation domains, so they live beside them rather than 
 import dagster as dg
 
 from lm_assets.corpus.ingest.readers import landing_shards
+from lm_assets.corpus.quality.registry import classifier_stale_shards
 from lm_assets.defs.common.partitions import SHARDS_PER_RUN, partition_range_tags, shard_partitions
 from lm_assets.defs.common.reporting import config_hash, latest_metadata
 from lm_assets.defs.common.resources import LandingResource, StorageResource
-from lm_assets.corpus.quality.registry import classifier_stale_shards
 from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig
 from lm_assets.defs.curation.jobs import shard_curation_job
 from lm_assets.defs.ingest.assets import RawShardConfig

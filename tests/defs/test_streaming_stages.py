@@ -106,7 +106,13 @@ def test_a_run_of_several_shards_keeps_each_shards_materialization_and_checks(tm
     from lm_assets.defs.curation.assets import curated_shard
     from lm_assets.defs.curation.expectations import curated_expectations
     from lm_assets.defs.decontam.assets import decontaminated_shard
-    from lm_assets.defs.dedup.assets import DedupSettings, dedup_clusters, dedup_edges, deduplicated_shard, minhash_signatures
+    from lm_assets.defs.dedup.assets import (
+        DedupSettings,
+        dedup_clusters,
+        dedup_edges,
+        deduplicated_shard,
+        minhash_signatures,
+    )
     from lm_assets.defs.tokens.assets import tokenized_shard, tokenizer
 
     landing = tmp_path / "landing"
