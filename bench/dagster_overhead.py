@@ -290,40 +290,64 @@ def sensor_in_process(work: Path, landing: Path) -> dict:
     }
 
 
-def daemon_tick(work: Path, landing: Path) -> dict:
-    """The sensor daemon's tick over `landing`: evaluation, partitions, runs created and submitted to the
-    instance's run coordinator."""
-    import dagster as dg
+def in_process_workspace(instance):
+    """The code location as the daemons see it, loaded in this process (internal APIs)."""
     from dagster._core.remote_origin import InProcessCodeLocationOrigin
     from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
-    from dagster._daemon.sensor import execute_sensor_iteration
 
-    os.environ["LM_ASSETS_LANDING_ROOT"] = str(landing)
-    instance = dg.DagsterInstance.from_config(str(new_dagster_home(work, "daemon-home")))
     origin = InProcessCodeLocationOrigin(
         LoadableTargetOrigin(module_name="lm_assets.definitions", attribute="defs", working_directory=str(REPO)),
         location_name="lm_assets",
     )
-    loaded, workspace = timed(WorkspaceProcessContext, instance, InProcessWorkspaceLoadTarget(origin))
+    return WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin))
+
+
+def daemon_logger(work: Path, name: str) -> logging.Logger:
+    logger = logging.getLogger(f"dagster_overhead.{name}")
+    logger.addHandler(logging.FileHandler(work / f"{name}.log"))
+    logger.propagate = False
+    return logger
+
+
+def run_shapes(runs, order: list[str]) -> dict:
+    """How many runs hold how many shards, {shards in the run: runs}; `order` is the partitions' order."""
+    position = {key: i for i, key in enumerate(order)}
+    shapes: dict[int, int] = {}
+    for run in runs:
+        start, end = run.tags.get("dagster/asset_partition_range_start"), run.tags.get("dagster/asset_partition_range_end")
+        size = 1 if start is None else position[end] - position[start] + 1
+        shapes[size] = shapes.get(size, 0) + 1
+    return dict(sorted(shapes.items()))
+
+
+def daemon_tick(work: Path, landing: Path) -> dict:
+    """The sensor daemon's tick over `landing`: evaluation, partitions, runs created and submitted to the
+    instance's run coordinator."""
+    import dagster as dg
+    from dagster._daemon.sensor import execute_sensor_iteration
+
+    os.environ["LM_ASSETS_LANDING_ROOT"] = str(landing)
+    instance = dg.DagsterInstance.from_config(str(new_dagster_home(work, "daemon-home")))
+    loaded, workspace = timed(in_process_workspace, instance)
     location = workspace.create_request_context().get_code_location("lm_assets")
     sensor = next(iter(location.get_repositories().values())).get_sensor("landing_sensor")
     instance.start_sensor(sensor)
-    logger = logging.getLogger("dagster_overhead.sensor_daemon")
-    logger.addHandler(logging.FileHandler(work / "daemon.log"))
-    logger.propagate = False
+    logger = daemon_logger(work, "sensor_daemon")
     tick_time, _ = timed(lambda: list(execute_sensor_iteration(workspace, logger, None, None)))
     ticks = instance.get_ticks(sensor.get_remote_origin_id(), sensor.selector_id, limit=1)
     runs = instance.get_runs()
     statuses = {}
     for run in runs:
         statuses[run.status.value] = statuses.get(run.status.value, 0) + 1
+    shards = instance.get_dynamic_partitions("shards")
     return {
         "run_coordinator": type(instance.run_coordinator).__name__,
         "workspace_load": loaded, "tick": tick_time, "tick_status": ticks[0].status.value,
-        "partitions_registered": len(instance.get_dynamic_partitions("shards")), "runs": statuses,
+        "partitions_registered": len(shards), "runs": statuses, "shards_per_run": run_shapes(runs, shards),
         "per_run": {key: value / max(len(runs), 1) for key, value in tick_time.items()},
+        "per_shard": {key: value / max(len(shards), 1) for key, value in tick_time.items()},
     }
 
 
@@ -343,11 +367,147 @@ def backfill(work: Path, shards: int, submitted: int) -> dict:
     print(f"sensor daemon tick over {submitted} new files ({daemon['run_coordinator']}): evaluate, add partitions, "
           "create and submit the runs")
     print(f"  whole tick                                 {daemon['tick']['wall_s']:8.3f} {daemon['tick']['cpu_s']:8.3f}"
-          f"  runs {daemon['runs']}, tick {daemon['tick_status']}")
-    print(f"  per run                                    {daemon['per_run']['wall_s']:8.3f} "
-          f"{daemon['per_run']['cpu_s']:8.3f}  ({shards} runs at that rate: "
-          f"{daemon['per_run']['wall_s'] * shards:.0f} s wall, {daemon['per_run']['cpu_s'] * shards:.0f} s CPU)")
+          f"  runs {daemon['runs']}, tick {daemon['tick_status']}, shards per run {daemon['shards_per_run']}")
+    print(f"  per shard                                  {daemon['per_shard']['wall_s']:8.3f} "
+          f"{daemon['per_shard']['cpu_s']:8.3f}  ({shards} shards at that rate: "
+          f"{daemon['per_shard']['wall_s'] * shards:.0f} s wall, {daemon['per_shard']['cpu_s'] * shards:.0f} s CPU)")
     return report
+
+
+# 3. asset backfills over many registered shards -------------------------------------------------
+BACKFILL_ASSETS = JOBS["shard_curation_job"]
+
+
+def asset_backfill(work: Path, registered: int) -> dict:
+    """A backfill of the per-shard curation assets over `registered` shards in a fresh SQLite instance, run
+    by the backfill daemon's own iteration until it submits no more runs (the runs stay QUEUED)."""
+    import dagster as dg
+    from dagster._core.execution.backfill import PartitionBackfill
+    from dagster._core.utils import make_new_backfill_id
+    from dagster._daemon.backfill import execute_backfill_iteration
+
+    home = new_dagster_home(work, f"backfill-{registered}")
+    instance = dg.DagsterInstance.from_config(str(home))
+    keys = [f"shard-{number:05d}.warc.gz" for number in range(registered)]
+    register, _ = timed(instance.add_dynamic_partitions, "shards", keys)
+    loaded, workspace = timed(in_process_workspace, instance)
+    asset_graph = workspace.create_request_context().asset_graph
+    backfill = PartitionBackfill.from_asset_partitions(
+        backfill_id=make_new_backfill_id(), asset_graph=asset_graph, partition_names=None,
+        asset_selection=[dg.AssetKey(name) for name in BACKFILL_ASSETS], backfill_timestamp=time.time(), tags={},
+        dynamic_partitions_store=instance, all_partitions=True, title=None, description=None, run_config=None,
+    )
+    instance.add_backfill(backfill)
+    logger = daemon_logger(work, f"backfill_daemon_{registered}")
+    iterations, runs = [], 0
+    while len(iterations) < 20:
+        figures, _ = timed(lambda: list(execute_backfill_iteration(workspace, logger)))
+        iterations.append(figures)
+        now = instance.get_runs_count()
+        if iterations and now == runs and len(iterations) > 1:
+            break
+        runs = now
+    submitted = instance.get_runs()
+    total = {key: sum(i[key] for i in iterations) for key in ("wall_s", "cpu_s")}
+    assets = {len(run.asset_selection or ()) for run in submitted}
+    return {
+        "registered": registered, "register_partitions": register, "workspace_load": loaded,
+        "iterations": len(iterations), "first_iteration": iterations[0], "backfill_iterations": total,
+        "runs": len(submitted), "shards_per_run": run_shapes(submitted, keys), "assets_per_run": sorted(assets),
+        "per_run": {key: value / max(len(submitted), 1) for key, value in total.items()},
+        "per_shard": {key: value / registered for key, value in total.items()},
+        "backfill_status": instance.get_backfill(backfill.backfill_id).status.value,
+    }
+
+
+def asset_backfills(work: Path, sizes: list[int]) -> list[dict]:
+    print(f"\nasset backfill of {', '.join(BACKFILL_ASSETS)} over every registered shard, the backfill daemon's "
+          f"iterations until no new run (BackfillPolicy: {shards_per_run()} shards a run), wall / CPU s:")
+    reports = []
+    for registered in sizes:
+        report = asset_backfill(work, registered)
+        reports.append(report)
+        total, per_run = report["backfill_iterations"], report["per_run"]
+        print(f"  {registered:6d} shards: register {report['register_partitions']['wall_s']:6.2f} s; "
+              f"{report['iterations']} iterations {total['wall_s']:8.2f} {total['cpu_s']:8.2f}; "
+              f"{report['runs']} runs (shards per run {report['shards_per_run']}, assets per run "
+              f"{report['assets_per_run']}); per run {per_run['wall_s']:.3f} {per_run['cpu_s']:.3f}; "
+              f"per shard {report['per_shard']['wall_s'] * 1000:.1f} ms wall", flush=True)
+    return reports
+
+
+def shards_per_run() -> int:
+    from lm_assets.defs.common.partitions import SHARDS_PER_RUN
+
+    return SHARDS_PER_RUN
+
+
+# 4. a run of several shards against one run per shard ---------------------------------------------
+def multi_shard_run(work: Path, job_name: str, count: int) -> dict:
+    """`job_name` over `count` landing shards (hard links of one sample shard): one run of their partition
+    range, then one run per shard, each in a fresh SQLite instance; the stage functions on each shard."""
+    import dagster as dg
+
+    from lm_assets.app.local_run import run_config_for
+    from lm_assets.definitions import defs
+    from lm_assets.defs.common.partitions import partition_range_tags
+    from lm_assets.defs.common.resources import default_resources
+
+    landing = landing_folder(work, f"landing-{job_name}", count)
+    keys = sorted(path.name for path in landing.iterdir())
+    job = defs.resolve_job_def(job_name)
+    figures = {}
+    with open(work / "dagster.log", "a") as log:
+        for mode in ("one_run", "run_per_shard", "stage_functions"):
+            folder = work / f"{job_name}-{mode}"
+            folder.mkdir()
+            home = new_dagster_home(folder, "home")
+            use_environment(folder, landing)
+            instance = dg.DagsterInstance.from_config(str(home))
+            instance.add_dynamic_partitions("shards", keys)
+            config = run_config_for(run_config(), job)
+
+            def one_run():
+                with contextlib.redirect_stderr(log):
+                    result = job.execute_in_process(instance=instance, run_config=config, raise_on_error=False,
+                                                    tags=partition_range_tags(keys[0], keys[-1]))
+                if not result.success:
+                    raise SystemExit(f"{job_name} over {count} shards failed: see {log.name}")
+
+            def run_per_shard():
+                with contextlib.redirect_stderr(log):
+                    for key in keys:
+                        result = job.execute_in_process(partition_key=key, instance=instance, run_config=config,
+                                                        raise_on_error=False)
+                        if not result.success:
+                            raise SystemExit(f"{job_name} on {key} failed: see {log.name}")
+
+            def stage_functions_only():
+                resources = default_resources()
+                for key in keys:
+                    stages = stage_functions(resources["storage"].storage(), resources["landing"].storage(), key)
+                    for asset in JOBS[job_name]:
+                        stages[asset]()
+
+            run = {"one_run": one_run, "run_per_shard": run_per_shard, "stage_functions": stage_functions_only}[mode]
+            figures[mode] = {key: round(value, 3) for key, value in timed(run)[0].items()}
+    for mode in ("one_run", "run_per_shard"):
+        figures[f"overhead_per_shard_{mode}"] = {
+            key: round((figures[mode][key] - figures["stage_functions"][key]) / count, 4) for key in ("wall_s", "cpu_s")
+        }
+    return {"job": job_name, "shards": count, **figures}
+
+
+def print_multi_shard(report: dict) -> None:
+    def cell(key):
+        return f"{report[key]['wall_s']:8.2f} {report[key]['cpu_s']:8.2f}"
+
+    print(f"\n{report['job']} over {report['shards']} shards, wall / CPU s (the first run of a process is cold):")
+    print(f"  stage functions                            {cell('stage_functions')}")
+    print(f"  one run of the {report['shards']} shards' range            {cell('one_run')}  Dagster per shard "
+          f"{cell('overhead_per_shard_one_run')}")
+    print(f"  one run per shard                          {cell('run_per_shard')}  Dagster per shard "
+          f"{cell('overhead_per_shard_run_per_shard')}", flush=True)
 
 
 def main() -> int:
@@ -358,6 +518,11 @@ def main() -> int:
                         help="new landing files for the daemon tick that creates and submits one run each")
     parser.add_argument("--jobs", default=",".join(JOBS), help="per-shard jobs to time")
     parser.add_argument("--skip-backfill", action="store_true", help="per-run overhead only")
+    parser.add_argument("--registered", default="1000,10000",
+                        help="registered shards of each asset backfill that the backfill daemon submits")
+    parser.add_argument("--run-shards", type=int, default=10,
+                        help="shards of the run that is timed against one run per shard")
+    parser.add_argument("--run-job", default="shard_curation_job", help="the job of that comparison")
     parser.add_argument("--smoke", action="store_true",
                         help="shard_ingest_job, 1 repeat, 20 shards for the sensor, 5 runs submitted: seconds")
     parser.add_argument("--prepare", type=Path, help=argparse.SUPPRESS)
@@ -368,6 +533,7 @@ def main() -> int:
         return 0
     if args.smoke:
         args.repeats, args.shards, args.submit, jobs = 1, 20, 5, ["shard_ingest_job"]
+        args.registered, args.run_shards, args.run_job = "120", 2, "shard_ingest_job"
     report = {"repeats": args.repeats}
     with tempfile.TemporaryDirectory(prefix="dagster-overhead-") as tmp:
         work = Path(tmp)
@@ -379,6 +545,9 @@ def main() -> int:
         report["per_run"] = per_run_overhead(work / "per-run", jobs, args.repeats)
         if not args.skip_backfill:
             report["backfill"] = backfill(work, args.shards, args.submit)
+            report["asset_backfills"] = asset_backfills(work, [int(n) for n in args.registered.split(",")])
+            report["multi_shard_run"] = multi_shard_run(work, args.run_job, args.run_shards)
+            print_multi_shard(report["multi_shard_run"])
     out = out_dir("dagster_overhead.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
