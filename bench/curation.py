@@ -1,4 +1,4 @@
-"""Throughput of our extraction and quality filters against datatrove's, on the same crawl documents.
+"""Throughput of our extraction, filters and raw -> curated path against datatrove's, on the same documents.
 
 Usage::
 
@@ -8,7 +8,7 @@ Usage::
 `truth.json`). Without it, the labelled development crawl (bench/dev_set/README.md: 4000 source pages
 of English and Chinese manuals in shards of 500) is built into `$OUT/dev-crawl`, else
 `bench/out/dev-crawl` (an existing one built with the same arguments is reused). `--smoke` runs in
-seconds, offline: 20 documents of the test slice (`benchlib.paths.smoke_crawl`), no `LanguageFilter`.
+seconds, offline: 20 documents of the test slice (`benchlib.paths.smoke_crawl`).
 
 What is measured, in one process, side by side:
 
@@ -26,8 +26,8 @@ What is measured, in one process, side by side:
 2. Filters, plain text -> kept documents. Both chains get our extracted texts.
    Ours: `langid.identify_languages` (fastText lid.176 over windows of the whole text, en and zh
    kept) then `quality.apply_quality_rules` with the pipeline's default preset (`lm_assets`).
-   Datatrove: `LanguageFilter` (en, zh) when its model can be loaded (it downloads lid.176.bin,
-   which fails offline; it is then skipped and the output says so), `GopherRepetitionFilter`,
+   Datatrove: `LanguageFilter` (en, zh; the bench downloads nothing, so its fastText model is the
+   quantized lid.176.ftz our language ID loads, in place of the lid.176.bin it would download), `GopherRepetitionFilter`,
    `GopherQualityFilter`, `C4QualityFilter`, `FineWebQualityFilter`, all with default settings
    (English), chained as generators exactly as a datatrove pipeline runs them.
    Datatrove's English word tokenizer is spaCy's blank "en" pipeline (no model download); when
@@ -36,6 +36,14 @@ What is measured, in one process, side by side:
 
 3. Extraction + filters: the sum of the two stages for each side. Datatrove's filters ran on our
    texts, so its total is "datatrove extraction + datatrove filters on the same documents".
+
+4. The whole path, raw WARC -> curated documents, each side as its pipeline runs it.
+   Ours: the reader and extraction of 1., then `pipeline.curate` with every default of
+   `curated_shard` (language ID, the quality rules, the shipped quality classifier deciding, PII
+   redaction), toxicity by the offline `profanity_check` backend (`--toxicity` picks another).
+   Datatrove's whole FineWeb pipeline: its reader and Trafilatura of 1., then on Trafilatura's texts
+   `LanguageFilter`, the Gopher, C4 and FineWeb filters and `PIIFormatter`, chained as one pipeline.
+   Each step's share of our curation time is printed, toxicity's among them.
 
 CPU time is `time.process_time()` (all threads of this process); wall time is
 `time.perf_counter()`. One-time setup (imports, model and tokenizer loading) happens before the
@@ -59,9 +67,12 @@ import polars as pl
 from benchlib.crawls import find_shards, resolve_crawl
 from benchlib.timing import Clock, figures, rate, rounded, timed
 
+from lm_assets.corpus.curation.chinese_lexicon import flagged_ratios, lexicon
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents, extract_html
-from lm_assets.corpus.curation.langid import LangIdConfig, identify, identify_languages
+from lm_assets.corpus.curation.langid import LangIdConfig, bundled_model_path, identify, identify_languages
+from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, CurationConfig, curate, curate_batches
 from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+from lm_assets.corpus.curation.toxicity import ToxicityConfig
 from lm_assets.corpus.ingest.readers import read_shard
 
 # Datatrove's FineWeb order; our quality families are checked in the same order.
@@ -159,9 +170,10 @@ def datatrove_read(crawl: Path, selection: Selection) -> tuple[list, Clock, dict
     return chosen, clock, matching
 
 
-def trafilatura_extract_all(extractor, docs: list) -> tuple[list[str], int]:
-    """What `BaseExtractor.run` does per document, minus the sandbox subprocess: errors and empty texts are dropped."""
-    texts, errors = [], 0
+def trafilatura_extract_all(extractor, docs: list) -> tuple[list, int]:
+    """What `BaseExtractor.run` does per document, minus the sandbox subprocess: each document's text becomes
+    the extracted text; errors and empty texts are dropped. Returns the documents it forwards."""
+    forwarded, errors = [], 0
     for doc in docs:
         try:
             text = extractor.extract(doc.text)
@@ -169,11 +181,13 @@ def trafilatura_extract_all(extractor, docs: list) -> tuple[list[str], int]:
             errors += 1
             continue
         if text:
-            texts.append(text)
-    return texts, errors
+            doc.text = text
+            forwarded.append(doc)
+    return forwarded, errors
 
 
-def datatrove_extraction(crawl: Path, selection: Selection) -> dict:
+def datatrove_extraction(crawl: Path, selection: Selection) -> tuple[list, dict]:
+    """Datatrove's reader and Trafilatura; returns the documents with text and the figures."""
     from datatrove.pipeline.extractors import Trafilatura
 
     docs, read_clock, matching = datatrove_read(crawl, selection)
@@ -181,15 +195,15 @@ def datatrove_extraction(crawl: Path, selection: Selection) -> dict:
     extractor.extract(WARM_UP_HTML)
     clock = Clock()
     with timed(clock):
-        texts, errors = trafilatura_extract_all(extractor, docs)
-    return figures(
+        extracted, errors = trafilatura_extract_all(extractor, docs)
+    return extracted, figures(
         len(docs),
         read_clock + clock,
         read=figures(len(docs), read_clock),
         extract=figures(len(docs), clock),
-        docs_with_text=len(texts),
+        docs_with_text=len(extracted),
         errors=errors,
-        text_chars=sum(map(len, texts)),
+        text_chars=sum(len(doc.text) for doc in extracted),
         **matching,
     )
 
@@ -265,17 +279,17 @@ def offline_nltk_tokenizer():
     return OfflineNLTKTokenizer()
 
 
-def datatrove_language_filter() -> tuple[object | None, str]:
-    """Datatrove's LanguageFilter if its fastText model loads (it downloads lid.176.bin on first use)."""
+def datatrove_language_filter() -> tuple[object, str]:
+    """Datatrove's LanguageFilter (en, zh). It would download lid.176.bin on first use; the bench downloads
+    nothing, so its model is given the quantized lid.176.ftz our language ID loads (same labels)."""
     from datatrove.data import Document
     from datatrove.pipeline.filters import LanguageFilter
+    from fasttext.FastText import _FastText
 
-    try:
-        language_filter = LanguageFilter(languages=LANGUAGES)
-        language_filter.filter(Document(text=WARM_UP_TEXT, id="warm-up"))
-    except Exception as exc:  # noqa: BLE001 - download and model errors of any kind mean "not available"
-        return None, f"skipped: its model download failed offline ({type(exc).__name__}: {str(exc)[:120]})"
-    return language_filter, "used"
+    language_filter = LanguageFilter(languages=LANGUAGES)
+    language_filter.model._model = _FastText(str(bundled_model_path()))
+    language_filter.filter(Document(text=WARM_UP_TEXT, id="warm-up"))
+    return language_filter, f"used, with {bundled_model_path().name} in place of the lid.176.bin it downloads"
 
 
 def datatrove_filter_steps(language, language_filter) -> list:
@@ -302,25 +316,27 @@ def warm_up_datatrove_tokenizer(language) -> None:
     split_into_sentences(WARM_UP_TEXT, language)
 
 
-def datatrove_filters(
-    extracted: pl.DataFrame, languages: dict[str, str], tokenizer_choice: str, offline: bool = False
-) -> dict:
-    from datatrove.data import Document
-
-    language, tokenizer_name = datatrove_tokenizer(tokenizer_choice)
-    if offline:
-        language_filter, language_filter_status = None, "skipped: --smoke downloads nothing"
-    else:
-        language_filter, language_filter_status = datatrove_language_filter()
-    warm_up_datatrove_tokenizer(language)
-    steps = datatrove_filter_steps(language, language_filter)
-    docs = [Document(text=text, id=doc_id) for doc_id, text in extracted.select("doc_id", "text").iter_rows()]
+def run_datatrove_steps(steps: list, docs: list) -> tuple[list, Clock]:
+    """The steps chained as generators, exactly as a datatrove pipeline runs them; the documents out, timed."""
     clock = Clock()
     with timed(clock):
         stream = iter(docs)
         for step in steps:
             stream = step.run(stream, rank=0, world_size=1)
-        kept = [doc.id for doc in stream]
+        out = list(stream)
+    return out, clock
+
+
+def datatrove_filters(extracted: pl.DataFrame, languages: dict[str, str], tokenizer_choice: str) -> dict:
+    from datatrove.data import Document
+
+    language, tokenizer_name = datatrove_tokenizer(tokenizer_choice)
+    language_filter, language_filter_status = datatrove_language_filter()
+    warm_up_datatrove_tokenizer(language)
+    steps = datatrove_filter_steps(language, language_filter)
+    docs = [Document(text=text, id=doc_id) for doc_id, text in extracted.select("doc_id", "text").iter_rows()]
+    kept, clock = run_datatrove_steps(steps, docs)
+    kept = [doc.id for doc in kept]
     per_step = [step_figures(step) for step in steps]
     return figures(
         len(docs),
@@ -340,11 +356,59 @@ def step_figures(step) -> dict:
     reasons = {name.removeprefix("dropped_"): int(s.total) for name, s in stats.items() if name.startswith("dropped_")}
     return {
         "step": type(step).__name__,
-        "kept": int(stats["forwarded"].total),
-        "dropped": int(stats["dropped"].total),
+        # A formatter (PIIFormatter) forwards every document it sees and counts them as `total`.
+        "kept": int(stats["forwarded"].total if "forwarded" in stats else stats["total"].total),
+        "dropped": int(stats["dropped"].total) if "dropped" in stats else 0,
         "wall_s": round(step.stats.time_stats.total, 3),
         "dropped_by_reason": reasons,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole path
+# ---------------------------------------------------------------------------------------------
+
+
+def our_curation(extracted: pl.DataFrame, ours_extraction: dict, toxicity_backend: str) -> dict:
+    """`curate` with `curated_shard`'s defaults on our extracted documents; the whole path is read +
+    extraction (1.) + this."""
+    config = CurationConfig(toxicity=ToxicityConfig(backend=toxicity_backend))
+    # Loads, once a process, the shipped classifier, the toxicity model and the Chinese lexicon's segmenter
+    # (jieba's dictionary, which it loads at the first Chinese text that holds a listed term).
+    curate(extracted.head(2), config)
+    flagged_ratios(["这篇文章讨论了" + min(lexicon().terms) + "这个词在网络上的用法。"])
+    clock = Clock()
+    with timed(clock):
+        result = curate_batches(extracted.iter_slices(CURATION_BATCH_ROWS), config)
+    steps = {name: stats["seconds"] for name, stats in result.stats.items()}
+    step_total = sum(steps.values())
+    whole = Clock(ours_extraction["cpu_s"] + clock.cpu_s, ours_extraction["wall_s"] + clock.wall_s)
+    return figures(
+        ours_extraction["docs"], whole,
+        curate=figures(extracted.height, clock, kept=result.kept.height),
+        kept=result.kept.height,
+        step_seconds={name: round(value, 3) for name, value in steps.items()},
+        step_share={name: round(value / step_total, 3) if step_total else 0.0 for name, value in steps.items()},
+        policy=config.policy, toxicity_backend=toxicity_backend,
+    )
+
+
+def datatrove_whole(trafilatura_docs: list, dt_extraction: dict, tokenizer_choice: str) -> dict:
+    """Datatrove's FineWeb pipeline after extraction, on Trafilatura's own documents: the language filter,
+    the Gopher, C4 and FineWeb filters, then PII formatting."""
+    from datatrove.pipeline.formatters import PIIFormatter
+
+    language, _ = datatrove_tokenizer(tokenizer_choice)
+    language_filter, _ = datatrove_language_filter()
+    steps = [*datatrove_filter_steps(language, language_filter), PIIFormatter()]
+    kept, clock = run_datatrove_steps(steps, trafilatura_docs)
+    whole = Clock(dt_extraction["cpu_s"] + clock.cpu_s, dt_extraction["wall_s"] + clock.wall_s)
+    return figures(
+        dt_extraction["docs"], whole,
+        after_extraction=figures(len(trafilatura_docs), clock, kept=len(kept)),
+        kept=len(kept),
+        steps=[step_figures(step) for step in steps],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,6 +500,21 @@ def print_details(report: dict) -> None:
         )
 
 
+def print_whole_path(report: dict) -> None:
+    ours, theirs = report["whole_path"]["ours"], report["whole_path"]["datatrove"]
+    print()
+    print("raw -> curated, the whole path")
+    print(f"  ours       kept {ours['kept']} of {ours['docs']} (policy {ours['policy']}, toxicity {ours['toxicity_backend']}); "
+          f"curation {ours['curate']['cpu_s']:.2f} CPU-s; share of curation by step: "
+          + ", ".join(f"{name} {share:.1%}" for name, share in ours["step_share"].items()))
+    print(f"  datatrove  kept {theirs['kept']} of {theirs['docs']}; after extraction "
+          f"{theirs['after_extraction']['cpu_s']:.2f} CPU-s: "
+          + ", ".join(f"{step['step']} {step['kept']}" for step in theirs["steps"]))
+    for side in ("ours", "datatrove"):
+        print(f"  {side:<10} {report['whole_path_html_mb_per_cpu_s'][side]:.2f} MB of HTML per CPU-s "
+              f"({report['html_mb']:.1f} MB in {report['whole_path'][side]['cpu_s']:.2f} CPU-s)")
+
+
 def _steps(pairs) -> str:
     return ", ".join(f"{name} {count}" for name, count in pairs)
 
@@ -450,6 +529,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--crawl", type=Path, help="a crawl folder (default: the development crawl, built in $OUT/dev-crawl when missing)")
     parser.add_argument("--max-docs", type=int, help="extract at most this many HTML records (in shard order)")
     parser.add_argument("--smoke", action="store_true", help="seconds, offline: 20 documents of the test slice")
+    parser.add_argument("--toxicity", default="profanity_check",
+                        help="our toxicity backend on the whole path (profanity_check: offline; detoxify needs its checkpoint)")
     parser.add_argument(
         "--dt-tokenizer",
         choices=("auto", "spacy", "nltk"),
@@ -480,11 +561,15 @@ def run(args: argparse.Namespace) -> dict:
 
     extracted, ours_extraction = our_extraction(selection, read_clock)
     print("extraction: ours done; datatrove (trafilatura) running...", flush=True)
-    dt_extraction = datatrove_extraction(crawl, selection)
+    trafilatura_docs, dt_extraction = datatrove_extraction(crawl, selection)
     print(f"filters on {extracted.height} texts: ours running...", flush=True)
     ours_filters, languages = our_filters(extracted)
     print("filters: datatrove running...", flush=True)
-    dt_filters = datatrove_filters(extracted, languages, args.dt_tokenizer, offline=args.smoke)
+    dt_filters = datatrove_filters(extracted, languages, args.dt_tokenizer)
+    print("whole path: our curation running...", flush=True)
+    ours_whole = our_curation(extracted, ours_extraction, args.toxicity)
+    print("whole path: datatrove's FineWeb pipeline after extraction running...", flush=True)
+    dt_whole = datatrove_whole(trafilatura_docs, dt_extraction, args.dt_tokenizer)
 
     html_mb = selection.html_mb()
     report = {
@@ -495,10 +580,10 @@ def run(args: argparse.Namespace) -> dict:
         "extraction": compare(ours_extraction, dt_extraction),
         "filters": compare(ours_filters, dt_filters),
         "total": compare(total(ours_extraction, ours_filters), total(dt_extraction, dt_filters)),
+        "whole_path": compare(ours_whole, dt_whole),
     }
-    report["html_mb_per_cpu_s"] = {
-        side: rounded(rate(html_mb, report["total"][side]["cpu_s"]), 3) for side in ("ours", "datatrove")
-    }
+    for name, key in (("html_mb_per_cpu_s", "total"), ("whole_path_html_mb_per_cpu_s", "whole_path")):
+        report[name] = {side: rounded(rate(html_mb, report[key][side]["cpu_s"]), 3) for side in ("ours", "datatrove")}
     return report
 
 
@@ -511,9 +596,11 @@ def main(argv=None) -> int:
         return 2
     print()
     print_table(
-        {"extraction": report["extraction"], "filters": report["filters"], "extraction+filters": report["total"]}
+        {"extraction": report["extraction"], "filters": report["filters"], "extraction+filters": report["total"],
+         "raw -> curated": report["whole_path"]}
     )
     print_details(report)
+    print_whole_path(report)
     print(json.dumps(report, ensure_ascii=False))
     return 0
 

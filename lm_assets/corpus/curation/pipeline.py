@@ -26,6 +26,8 @@ from lm_assets.corpus.quality.shipped import shipped_classifier
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 
 STEPS = ("langid", "quality", "toxicity", "pii")
+# Documents a batch of `curate_batches` holds as `curated_shard` streams a shard.
+CURATION_BATCH_ROWS = 2048
 # the `stage` a curation drop carries: the filter that dropped it (pii redacts, it drops nothing)
 FILTERS = (langid.STAGE, rules.STAGE, policy.STAGE, toxicity.STAGE)
 

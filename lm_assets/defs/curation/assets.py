@@ -12,7 +12,7 @@ from pydantic import Field, model_validator
 
 from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, extract_batches
 from lm_assets.corpus.curation.pii import find_pii
-from lm_assets.corpus.curation.pipeline import FILTERS, STEPS, CurationConfig, curate_batches
+from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, curate_batches
 from lm_assets.corpus.curation.policy import POLICIES
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.curation.toxicity import BACKENDS, ToxicityConfig
@@ -125,7 +125,6 @@ def extracted_shard_of(shard: str, config: ExtractedShardConfig, storage: Storag
 
 # curated_shard ----------------------------------------------------------------------------------
 CURATION_DEFAULTS = CurationConfig()
-CURATION_BATCH_ROWS = 2048
 LANGID_DEFAULTS = CURATION_DEFAULTS.langid
 TOXICITY_DEFAULTS = ToxicityConfig()
 CurationStep = choices("CurationStep", STEPS)
