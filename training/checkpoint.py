@@ -56,9 +56,11 @@ Loading. A `.pt` file is a pickle, and unpickling can call any function the file
 file read here (module weights, ZeRO-3 partitions, RNG states) is loaded with `weights_only=True`:
 tensors and plain Python data only, plus, for optimizer files, the DeepSpeed classes they hold
 (`checkpoint_files.optimizer_file_classes`: the ZeRO stage enum, the loss scalers, the fragment
-address). A file with anything else is refused with its path. DeepSpeed's `engine.load_checkpoint` in `resume` unpickles its own files without that
-restriction, so a `CheckpointManager`'s `folder` is only ever the run's own checkpoint
-directory, the one it saves to. (A resharded resume reads every file weights-only.)
+address). A file with anything else is refused with its path. That holds for a resume in the
+same layout too: DeepSpeed's `engine.load_checkpoint` reads its files through its checkpoint
+engine, which unpickles anything, so `resume` swaps in `weights_only_checkpoint_engine`, which
+reads them as above. A checkpoint copied into the run's folder from elsewhere is read no more
+trustingly than any other.
 """
 
 from __future__ import annotations
@@ -79,7 +81,14 @@ import torch
 import torch.distributed as dist
 
 from training import reshard
-from training.checkpoint_files import load_weights_only, merge_tp, module_pieces, optimizer_file_classes, optimizer_format
+from training.checkpoint_files import (
+    load_weights_only,
+    merge_tp,
+    module_pieces,
+    optimizer_file_classes,
+    optimizer_format,
+    weights_only_checkpoint_engine,
+)
 from training.config import ModelConfig, ParallelDims, to_dict
 from training.primitives import atomic_path
 
@@ -254,6 +263,8 @@ class CheckpointManager:
         return consolidated.trainer
 
     def _load_engine(self, path: Path, tag: str) -> dict:
+        # DeepSpeed's own engine unpickles with weights_only=False: a planted file would run.
+        self.engine.checkpoint_engine = weights_only_checkpoint_engine(self.engine._config)
         load_path, client_state = self.engine.load_checkpoint(str(self.folder), tag=tag)
         if load_path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {path}")

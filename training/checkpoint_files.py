@@ -2,6 +2,7 @@
 
 - `load_weights_only`: `torch.load` that unpickles tensors and plain Python data only (see
   "Loading" in `training.checkpoint`), plus `optimizer_file_classes` for DeepSpeed's optimizer files;
+  `weights_only_checkpoint_engine`, DeepSpeed's checkpoint engine loading that way;
 - tensor-parallel weights by name: `COLUMN_PARALLEL` (split along dim 0), `ROW_PARALLEL` (dim 1),
   the rest replicated; `tp_dim` and `merge_tp`;
 - `module_pieces`: a checkpoint's module weights by `Transformer` name, one per tensor-parallel
@@ -45,6 +46,19 @@ def optimizer_file_classes() -> tuple:
     from deepspeed.utils.tensor_fragment import fragment_address
 
     return (ZeroStageEnum, LossScaler, DynamicLossScaler, fragment_address)
+
+
+def weights_only_checkpoint_engine(config=None):
+    """DeepSpeed's torch checkpoint engine, but every file it loads (module, layer, optimizer and ZeRO
+    files of a same-layout resume) is read by `load_weights_only` with the optimizer files' classes:
+    a planted pickle is refused, naming the file, instead of run. Saving is DeepSpeed's own."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+
+    class WeightsOnlyCheckpointEngine(TorchCheckpointEngine):
+        def load(self, path: str, map_location=None):
+            return load_weights_only(Path(path), optimizer_file_classes())
+
+    return WeightsOnlyCheckpointEngine(config)
 
 
 def tp_dim(name: str) -> int | None:
@@ -105,6 +119,7 @@ __all__ = [
     "COLUMN_PARALLEL",
     "ROW_PARALLEL",
     "load_weights_only",
+    "weights_only_checkpoint_engine",
     "merge_tp",
     "module_pieces",
     "optimizer_file_classes",

@@ -129,6 +129,40 @@ def test_resume_refuses_a_planted_rng_state(checkpoints, tmp_path):
     assert not marker.exists()
 
 
+SAME_LAYOUT = {  # how each checkpoint of the fixture was saved: processes, launcher, settings
+    "plain": (1, "python", {}),
+    "pipeline": (2, "torchrun", {"parallel.pp": 2, "zero_stage": 1}),
+    "zero3": (2, "torchrun", {"parallel.dp": 2, "zero_stage": 3}),
+}
+
+
+@slow
+@pytest.mark.parametrize(
+    ("name", "planted_file"),
+    [
+        ("plain", "mp_rank_00_model_states.pt"),
+        ("pipeline", "layer_01-model_00-model_states.pt"),
+        ("pipeline", "zero_pp_rank_0_mp_rank_00_optim_states.pt"),
+        ("zero3", "zero_pp_rank_1_mp_rank_00_optim_states.pt"),
+    ],
+)
+def test_a_resume_in_the_same_layout_refuses_a_planted_pickle(checkpoints, tmp_path, name, planted_file):
+    """DeepSpeed's own load_checkpoint reads these files; a checkpoint in the run's folder is not trusted."""
+    nproc, launcher, settings = SAME_LAYOUT[name]
+    data = checkpoints / "packed"
+    if name != "plain":  # the untouched checkpoint resumes (the plain one: the resume tests of test_loader)
+        intact = copy_checkpoint(checkpoints, name, tmp_path / "intact")
+        run_ok(nproc, base(data, 3, micro_batch_size=2, **settings, **{"checkpoint.dir": intact}), launcher=launcher)
+    ckpt = copy_checkpoint(checkpoints, name, tmp_path / name)
+    marker = tmp_path / "marker"
+    plant(ckpt / TAG / planted_file, marker)
+    rc, metrics, stderr = launch(nproc, base(data, 3, micro_batch_size=2, **settings, **{"checkpoint.dir": ckpt}),
+                                 launcher=launcher)
+    assert rc != 0 and metrics == []
+    assert "UnpicklingError" in stderr and planted_file in stderr, stderr[-4000:]
+    assert not marker.exists()
+
+
 def test_rng_state_round_trips_through_a_weights_only_load(tmp_path):
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
     np.random.standard_normal(1)  # leaves a cached Gaussian in NumPy's state
