@@ -41,6 +41,7 @@ SUPPORTED_SUFFIXES = (
 TEXT_TYPES = ("text/plain",)
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 GZIP_MAGIC = b"\x1f\x8b\x08"
+WARC_MAGIC = b"WARC/1."
 
 
 @dataclass
@@ -193,7 +194,9 @@ class ShardReading:
 
 # WARC -----------------------------------------------------------------------------------------
 def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl.DataFrame]:
-    """Iterate with fastwarc; on a corrupt gzip member, quarantine it and resume at the next one."""
+    """Iterate with fastwarc. Where it fails, resume at the nearest record start after the last record
+    read: stray bytes between records then cost nothing, and only a record that cannot be read from its
+    own start is quarantined, up to the next record start."""
     from fastwarc.warc import ArchiveIterator
 
     size = path.stat().st_size
@@ -206,12 +209,18 @@ def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl
             try:
                 for record in ArchiveIterator(f, parse_http=False, auto_decode="none"):
                     last_good = record.stream_pos  # absolute: fastwarc reads from the seeked file
-                    _handle_warc_record(record, last_good, read, config)
+                    _handle_warc_record(record, last_good, read, config, gzipped)
                     yield from read.full_batch()
             except Exception as exc:  # noqa: BLE001 - fastwarc raises OSError/ValueError on damage
                 reason, error = ("corrupt_gzip" if gzipped else "corrupt_record"), str(exc)
-                # The damaged member itself may not decompress: find it by its magic bytes alone.
-                bad = start if last_good is None else _find(f, GZIP_MAGIC if gzipped else b"WARC/1.", last_good + 1, size)
+                bad = start
+                if last_good is not None:
+                    # The next record after the last one read: whole (stray bytes before it are skipped)
+                    # or the damaged one.
+                    bad = _find(f, GZIP_MAGIC if gzipped else WARC_MAGIC, _record_end(f, last_good, size, gzipped), size)
+                    if bad < size and _is_record_start(f, bad, gzipped):
+                        start = bad
+                        continue
             else:
                 # fastwarc can end quietly before a record cut off mid-gzip: look for one after the last record.
                 reason, error = "truncated_record", "record cut off before its end"
@@ -225,9 +234,33 @@ def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl
             start = resume
 
 
+def _record_end(f, offset: int, size: int, gzipped: bool) -> int:
+    """Where the record read at `offset` ends: its gzip member's end, or its header, block and the
+    blank line after them; `offset + 1` when that cannot be told."""
+    f.seek(offset)
+    if gzipped:
+        member, consumed = zlib.decompressobj(wbits=31), 0
+        try:
+            while not member.eof:
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    return size
+                member.decompress(chunk, 1 << 20)
+                while member.unconsumed_tail and not member.eof:
+                    member.decompress(member.unconsumed_tail, 1 << 20)
+                consumed += len(chunk)
+        except zlib.error:
+            return offset + 1
+        return offset + consumed - len(member.unused_data)
+    head = f.read(1 << 16)
+    header_end = head.find(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:[ \t]*(\d+)", head[:header_end]) if header_end > 0 else None
+    return offset + header_end + 4 + int(length[1]) if length else offset + 1
+
+
 def _next_member(f, start: int, size: int, gzipped: bool) -> int:
     """Offset of the next record start (a gzip member holding a WARC record) after `start`, or the file size."""
-    marker = GZIP_MAGIC if gzipped else b"WARC/1."
+    marker = GZIP_MAGIC if gzipped else WARC_MAGIC
     pos = start
     while pos < size:
         hit = _find(f, marker, pos, size)
@@ -253,20 +286,23 @@ def _find(f, marker: bytes, start: int, size: int) -> int:
 
 
 def _is_record_start(f, offset: int, gzipped: bool) -> bool:
-    """The gzip magic also turns up inside compressed data: a real member decompresses to a WARC header.
-    Uncompressed, a record starts a file or follows the blank line that ends the one before."""
-    if not gzipped:
-        f.seek(max(offset - 4, 0))
-        return offset == 0 or f.read(4) == b"\r\n\r\n"
+    """Whether a WARC record header starts at `offset`. The gzip magic also turns up inside compressed
+    data, and "WARC/1." inside a page: a real record decompresses (or reads) to a version line and a
+    header block that names its type and length."""
     f.seek(offset)
-    try:
-        head = zlib.decompressobj(wbits=31).decompress(f.read(1 << 16), 16)
-    except zlib.error:
-        return False
-    return head.startswith(b"WARC/")
+    if gzipped:
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(f.read(1 << 16), 1 << 16)
+        except zlib.error:
+            return False
+    else:
+        head = f.read(1 << 16)
+    header = head.partition(b"\r\n\r\n")[0]
+    return (re.match(rb"WARC/1\.[01]\r\n", header) is not None and re.search(rb"(?im)^warc-type:", header) is not None
+            and re.search(rb"(?im)^content-length:", header) is not None)
 
 
-def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConfig) -> None:
+def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConfig, gzipped: bool = False) -> None:
     index = read.records
     read.records += 1
     headers = record.headers
@@ -279,7 +315,11 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
     if rtype not in ("response", "conversion", "resource"):
         read.drop(index, f"not_a_document:{rtype or 'unknown'}")
         return
-    block = record.reader.read(config.max_doc_bytes + 1)
+    try:
+        block = record.reader.read(config.max_doc_bytes + 1)
+    except (OSError, ValueError) as exc:  # the record's own bytes are damaged: it is filed, then the file resyncs
+        read.quarantine_record(index, "corrupt_gzip" if gzipped else "corrupt_record", str(exc), offset, url)
+        return
     expected = record.content_length
     if len(block) > config.max_doc_bytes:
         read.quarantine_record(
@@ -291,7 +331,8 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
             index, "truncated_record", f"{len(block)} of {expected} bytes present", offset, url
         )
         return
-    if rtype == "response" and block.startswith(b"HTTP/"):
+    declared = (headers.get("Content-Type") or "").lower()
+    if rtype == "response" and (declared.startswith("application/http") or block.lstrip(b"\r\n")[:5].upper() == b"HTTP/"):
         _keep_http_response(read, index, url, fetched_at, block, offset, config)
     else:
         content_type = headers.get("Content-Type") or ("text/plain" if rtype == "conversion" else "")
@@ -326,16 +367,22 @@ def _keep_payload(read, index, url, fetched_at, content_type, payload, offset, c
         read.keep(index, url, fetched_at, mime, text=decoded.text, charset=decoded.charset, detected=decoded.detected)
 
 
+_STATUS_LINE = re.compile(r"HTTP/\d(?:\.\d)? +(\d{3})(?: .*)?", re.IGNORECASE)
+
+
 def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Split an HTTP response into status, lower-cased headers and the decoded body."""
+    """Split an HTTP response into status, lower-cased headers and the decoded body. Read leniently where
+    the meaning is plain (blank lines before the status line, a lower-case protocol name, as warcio
+    does); any other status line is refused."""
+    block = block.lstrip(b"\r\n")
     head, sep, body = block.partition(b"\r\n\r\n")
     if not sep:
         head, sep, body = block.partition(b"\n\n")
     lines = head.decode("latin-1").splitlines()
     if not lines:
         raise ValueError("empty HTTP head")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[1].isdigit():
+    status = _STATUS_LINE.fullmatch(lines[0].strip())
+    if status is None:
         raise ValueError(f"bad HTTP status line {lines[0][:80]!r}")
     headers = {}
     for line in lines[1:]:
@@ -343,7 +390,7 @@ def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
         headers[name.strip().lower()] = value.strip()
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = _dechunk(body)
-    return int(parts[1]), headers, _decode_content(body, headers.get("content-encoding", "").lower())
+    return int(status[1]), headers, _decode_content(body, headers.get("content-encoding", "").lower())
 
 
 _CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]+)[ \t]*(?:;[^\r\n]*)?\r\n")
@@ -504,6 +551,9 @@ def _normalize_charset(charset: str) -> str:
 # A record header: URL, IP address, archive date, content type, five more fields in ARC v2, length.
 # The URL is matched lazily so that one with a space in it still parses.
 _ARC_HEADER = re.compile(r"(.+?) (\S+) (\d{14}) (\S+) (?:(?:\S+ ){5})?(\d+)\r?\n")
+# What an ARC header looks like even when a field is wrong (a negative or missing length, a long date):
+# each such line starts a record of its own, read or quarantined, so none is absorbed into another.
+_ARC_HEADER_LIKE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:\S* \S+ \d{8,} \S+( \S+)*\r?\n")
 _ARC_LINE_LIMIT = 1 << 16
 
 
@@ -549,9 +599,10 @@ def _arc_line(f) -> bytes:
 
 
 def _skip_to_arc_header(f) -> tuple[bytes, int]:
+    """Past a malformed record: the next line that is, or looks like, a record header, and the bytes skipped."""
     skipped = 0
     while line := f.readline(_ARC_LINE_LIMIT):
-        if _ARC_HEADER.fullmatch(line.decode("utf-8", "replace")):
+        if _ARC_HEADER_LIKE.fullmatch(line.decode("utf-8", "replace")):
             return line, skipped
         skipped += len(line)
     return b"", skipped

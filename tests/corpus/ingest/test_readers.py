@@ -1,5 +1,6 @@
 import gzip
 import json
+import uuid
 import zlib
 
 import polars as pl
@@ -103,6 +104,77 @@ def test_corrupt_gzip_member_is_quarantined_and_later_records_survive(tmp_path):
     assert reasons(shard.quarantine) == ["corrupt_gzip"]
     assert shard.quarantine["byte_offset"][0] == start
     assert shard.records == 4
+
+
+def warcio_urls(path) -> list[str]:
+    """The target URIs of the records warcio reads, up to where it gives up."""
+    from warcio.archiveiterator import ArchiveIterator
+    from warcio.exceptions import ArchiveLoadFailed
+
+    urls = []
+    with open(path, "rb") as f:
+        try:
+            for record in ArchiveIterator(f, arc2warc=True):
+                urls.append(record.rec_headers.get_header("WARC-Target-URI"))
+        except ArchiveLoadFailed:
+            pass
+    return urls
+
+
+@pytest.mark.parametrize("gzipped", [True, False])
+def test_stray_bytes_between_records_cost_no_record(tmp_path, gzipped):
+    builder = WarcBuilder(gzip=gzipped)
+    for i in range(4):
+        builder.response(f"https://a.example/{i}", page(f"p{i}", ARTICLE))
+    data = bytearray(builder.buf.getvalue())
+    data[builder.offsets[2] : builder.offsets[2]] = b"xyz"  # after the second record, before the third
+    path = tmp_path / ("stray.warc.gz" if gzipped else "stray.warc")
+    path.write_bytes(bytes(data))
+    shard = read_shard(path)
+    urls = [f"https://a.example/{i}" for i in range(4)]
+    assert shard.documents["url"].to_list() == urls
+    assert shard.quarantine.height == 0 and shard.records == 4
+    assert set(warcio_urls(path)) <= set(urls)  # every record warcio reads (it stops at the stray bytes)
+
+
+def test_a_damaged_record_and_stray_bytes_after_it_cost_that_record_only(tmp_path):
+    builder = WarcBuilder()
+    for i in range(4):
+        builder.response(f"https://a.example/{i}", page(f"p{i}", ARTICLE))
+    data = bytearray(builder.buf.getvalue())
+    data[builder.offsets[2] : builder.offsets[2]] = b"\x00\x00"
+    data[builder.offsets[1] + 40 : builder.offsets[1] + 80] = b"A" * 40  # the second member's deflate data
+    path = tmp_path / "damaged.warc.gz"
+    path.write_bytes(bytes(data))
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["https://a.example/0", "https://a.example/2", "https://a.example/3"]
+    assert reasons(shard.quarantine) == ["corrupt_gzip"] and shard.quarantine["record_index"].to_list() == [1]
+    assert conserved(shard) and shard.records == 4
+
+
+def raw_response(url: str, block: bytes) -> bytes:
+    """A plain WARC response record holding `block` as it is (warcio's writer would parse and fix it)."""
+    head = (f"WARC/1.0\r\nWARC-Type: response\r\nWARC-Target-URI: {url}\r\nWARC-Date: 2024-01-01T00:00:00Z\r\n"
+            f"WARC-Record-ID: <urn:uuid:{uuid.uuid5(uuid.NAMESPACE_URL, url)}>\r\n"
+            f"Content-Type: application/http; msgtype=response\r\nContent-Length: {len(block)}\r\n\r\n")
+    return head.encode() + block + b"\r\n\r\n"
+
+
+def test_malformed_http_is_quarantined_and_plain_variants_read_as_warcio_reads_them(tmp_path):
+    body = page("Page", ARTICLE).encode()
+    head = b"\r\nContent-Type: text/html; charset=utf-8\r\n\r\n"
+    path = tmp_path / "s.warc"
+    path.write_bytes(b"".join([
+        raw_response("https://a.example/lower", b"http/1.1 200 OK" + head + body),
+        raw_response("https://a.example/crlf", b"\r\nHTTP/1.1 200 OK" + head + body),
+        raw_response("https://a.example/httpx", b"HTTPX/1.1 200 OK" + head + body),
+        raw_response("https://a.example/nostatus", b"<html>no status line</html>\r\n\r\n" + body),
+    ]))
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["https://a.example/lower", "https://a.example/crlf"]
+    assert reasons(shard.quarantine) == ["bad_http", "bad_http"]
+    assert shard.quarantine["url"].to_list() == ["https://a.example/httpx", "https://a.example/nostatus"]
+    assert shard.dropped.height == 0 and conserved(shard)
 
 
 def test_record_truncated_mid_gzip_is_quarantined(tmp_path):
@@ -215,6 +287,18 @@ def test_malformed_and_truncated_arc_records_are_quarantined(tmp_path):
     assert shard.quarantine["byte_offset"][0] == data.index(b"http://a.example/bad")
     assert shard.quarantine["url"][1] == "http://a.example/cut"
     assert conserved(shard)
+
+
+def test_every_arc_header_is_counted_even_when_malformed(tmp_path):
+    path = tmp_path / "bad.arc"
+    path.write_bytes(
+        b"filedesc://bad.arc 127.0.0.1 20140301000000 text/plain -1\n1 0 Bad\nURL IP-address Archive-date\n\n"
+        b"http://a.example/ 192.0.2.1 201404010000000000 text/html -1\n\n"
+        b"http://a.example/ 192.0.2.1 20140401000000 text/html abc\n"
+    )
+    shard = read_shard(path)
+    assert reasons(shard.quarantine) == ["malformed_record"] * 3
+    assert shard.records == 3 == len(warcio_urls(path)) and conserved(shard)
 
 
 def test_arc_gz_cut_off_mid_member_is_quarantined(tmp_path):
