@@ -4,18 +4,24 @@ Writes are atomic: a local file is written under a temporary name and renamed, a
 S3 object appears only when its single PUT completes. A reader never sees half a file.
 
 A partition's files are published together (`publish`), so a reader never sees half a partition
-either: locally they are written into a hidden staging folder that is renamed onto the partition's
-folder; on S3 they are written under a fresh hidden generation prefix and a manifest naming that
+either: locally they are written into a hidden staging folder that is exchanged with the partition's
+folder in one step (renamed onto it where the system cannot exchange); on S3 they are written under a fresh hidden generation prefix and a manifest naming that
 generation is written last. Readers resolve a partition's keys through its manifest.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
+import glob
 import io
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -185,6 +191,7 @@ class Storage:
                     self.s3.delete_object(Bucket=self.bucket, Key=self._s3_key(key))
             return self.uri(prefix)
         target = self.local_path(prefix)
+        sweep_leftovers(target)
         staging = target.with_name(f".{target.name}.{token}.staging")
         retired = target.with_name(f".{target.name}.{token}.retired")
         staging.mkdir(parents=True)
@@ -196,9 +203,7 @@ class Storage:
                     shutil.copyfile(data, staging / name)
                 else:
                     (staging / name).write_bytes(_as_bytes(data))
-            if target.exists():
-                os.rename(target, retired)
-            os.rename(staging, target)
+            replace_folder(staging, target, retired, prefix)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
             shutil.rmtree(retired, ignore_errors=True)
@@ -264,6 +269,80 @@ class Storage:
         """Rows in a stored table, from its footer where the file is local."""
         source = io.BytesIO(self.read_bytes(key)) if self.is_s3 else self.local_path(key)
         return pl.scan_parquet(source).select(pl.len()).collect().item()
+
+
+# A publish's hidden staging or retired folder nothing has written to for this long is a leftover of a
+# publish that died (a killed worker): the next publish of the partition removes it.
+LEFTOVER_AFTER_S = 15 * 60
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def replace_folder(staging: Path, target: Path, retired: Path, prefix: str) -> None:
+    """Make `staging` the folder `target`. Where the system can (Linux's renameat2), the two are exchanged
+    in one step, so `target` always holds a whole set, and the old set is left in `staging`; elsewhere
+    the old folder is renamed away first, `retired`, which leaves a moment with no folder."""
+    try:
+        if target.exists() and exchange_folders(staging, target):
+            return
+        if target.exists():
+            os.rename(target, retired)
+        os.rename(staging, target)
+    except (FileNotFoundError, FileExistsError) as exc:
+        raise RuntimeError(f"another run is publishing {prefix} at the same time ({exc.strerror}): "
+                           "rerun this one when it has finished") from exc
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise RuntimeError(f"another run is publishing {prefix} at the same time ({exc.strerror}): "
+                               "rerun this one when it has finished") from exc
+        raise
+
+
+@functools.lru_cache(maxsize=1)
+def _renameat2():
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return function
+
+
+def exchange_folders(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (renameat2 RENAME_EXCHANGE); False where the system or file system cannot."""
+    function = _renameat2() if sys.platform == "linux" else None
+    if function is None:
+        return False
+    if function(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+def sweep_leftovers(target: Path, older_than_s: float | None = None) -> list[Path]:
+    """Remove the hidden staging and retired folders of `target` that died with their publish (nothing
+    in them written for `older_than_s`). Where a publish died between its two renames (the fallback of
+    `replace_folder`), the partition folder is missing: the newest retired set is put back first.
+    Returns what was removed."""
+    older_than_s = LEFTOVER_AFTER_S if older_than_s is None else older_than_s
+    leftovers = sorted(target.parent.glob(f".{glob.escape(target.name)}.*.staging")) + sorted(
+        target.parent.glob(f".{glob.escape(target.name)}.*.retired"))
+    now = time.time()
+    stale = [path for path in leftovers if now - last_written(path) >= older_than_s]
+    retired = sorted((p for p in stale if p.name.endswith(".retired")), key=last_written)
+    if retired and not target.exists():
+        os.rename(retired.pop(), target)
+        stale = [p for p in stale if p.exists()]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def last_written(folder: Path) -> float:
+    """The newest modification time of the folder and what is in it."""
+    try:
+        return max([folder.stat().st_mtime, *(entry.stat().st_mtime for entry in folder.iterdir())])
+    except FileNotFoundError:
+        return time.time()
 
 
 def write_batches(batches: Iterator[pl.DataFrame], schema: dict, path: str | Path, row_group_rows: int = ROW_GROUP_ROWS) -> Path:

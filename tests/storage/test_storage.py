@@ -1,3 +1,4 @@
+import os
 import signal
 import subprocess
 import sys
@@ -119,6 +120,97 @@ def test_a_partition_killed_mid_write_keeps_its_earlier_files_together(tmp_path)
     assert store.list("raw") == ["raw/s1/documents.parquet", "raw/s1/dropped.parquet"]
     staged = [p for p in (root / "raw").iterdir() if p.name.startswith(".s1.")]
     assert len(staged) == 1 and (staged[0] / "documents.parquet").exists()
+
+
+KILLED_AT = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    import lm_assets.storage.store as store
+
+    def die(*args):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    point = sys.argv[2]
+    if point == "mid_write":
+        write = Path.write_bytes
+        Path.write_bytes = lambda self, data: die() if self.name == "b.json" else write(self, data)
+    elif point == "before_exchange":
+        store.exchange_folders = die
+    elif point == "after_exchange":
+        exchange = store.exchange_folders
+        store.exchange_folders = lambda a, b: (exchange(a, b), die())
+    elif point == "between_renames":  # where no exchange exists: the folder renamed away, then the kill
+        store.exchange_folders = lambda a, b: False
+        rename = os.rename
+        os.rename = lambda a, b: (rename(a, b), die() if str(b).endswith(".retired") else None)
+    store.Storage(sys.argv[1]).publish("stage/s1", {"a.json": b"new", "b.json": b"new"})
+""")
+
+
+def hidden(root: Path) -> list[str]:
+    return sorted(p.name for p in root.rglob("*") if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("point", ["mid_write", "before_exchange", "after_exchange", "between_renames"])
+def test_a_publish_killed_at_any_point_leaves_a_whole_set_and_the_next_one_sweeps(tmp_path, monkeypatch, point):
+    import lm_assets.storage.store as store_module
+
+    root = tmp_path / "root"
+    store = Storage(str(root))
+    store.publish("stage/s1", {"a.json": b"old", "b.json": b"old"})
+    killed = subprocess.run([sys.executable, "-c", KILLED_AT, str(root), point], capture_output=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    files = {key: store.read_bytes(key) for key in store.list("stage")}
+    if point == "between_renames":
+        assert files == {} and any(name.endswith(".retired") for name in hidden(root))  # the fallback's window
+    else:
+        expected = b"new" if point == "after_exchange" else b"old"
+        assert files == {"stage/s1/a.json": expected, "stage/s1/b.json": expected}
+    assert hidden(root)  # what the killed publish left
+    fresh = store_module.sweep_leftovers(root / "stage" / "s1")
+    assert fresh == [] and hidden(root)  # too recent: it may be a publish still running
+    monkeypatch.setattr(store_module, "LEFTOVER_AFTER_S", 0)
+    store_module.sweep_leftovers(root / "stage" / "s1")
+    restored = {key: store.read_bytes(key) for key in store.list("stage")}
+    assert set(restored.values()) == ({b"new"} if point == "after_exchange" else {b"old"})
+    assert hidden(root) == []
+    store.publish("stage/s1", {"a.json": b"next"})
+    assert store.list("stage") == ["stage/s1/a.json"] and hidden(root) == []
+
+
+def test_a_publish_over_a_folder_is_one_exchange_on_linux(tmp_path, monkeypatch):
+    import lm_assets.storage.store as store_module
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("renameat2 is Linux's")
+    store = Storage(str(tmp_path))
+    store.publish("stage/s1", {"a.json": b"old"})
+    renames = []
+    real = os.rename
+    monkeypatch.setattr(store_module.os, "rename", lambda a, b: (renames.append((a, b)), real(a, b)))
+    store.publish("stage/s1", {"a.json": b"new"})
+    assert renames == [] and store.read_bytes("stage/s1/a.json") == b"new" and hidden(tmp_path) == []
+
+
+def test_a_concurrent_publish_is_named_as_the_cause(tmp_path, monkeypatch):
+    import lm_assets.storage.store as store_module
+
+    store = Storage(str(tmp_path))
+    store.publish("stage/s1", {"a.json": b"first"})
+    target = tmp_path / "stage" / "s1"
+    real = os.rename
+
+    def rename_then_race(src, dst):  # another run puts its set in place right after this one renames away
+        real(src, dst)
+        if str(dst).endswith(".retired"):
+            target.mkdir()
+            (target / "a.json").write_bytes(b"other run")
+
+    monkeypatch.setattr(store_module, "exchange_folders", lambda a, b: False)
+    monkeypatch.setattr(store_module.os, "rename", rename_then_race)
+    with pytest.raises(RuntimeError, match="another run is publishing stage/s1"):
+        store.publish("stage/s1", {"a.json": b"second"})
+    assert store.read_bytes("stage/s1/a.json") == b"other run"
 
 
 def test_s3_root_needs_a_client():
