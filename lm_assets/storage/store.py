@@ -29,7 +29,7 @@ from typing import Iterator
 
 import polars as pl
 
-from lm_assets.storage.keys import check_name, confined_path
+from lm_assets.storage.keys import UnsafeKeyError, check_name, confined_path
 from training.primitives import atomic_path
 
 MANIFEST = ".published.json"
@@ -53,9 +53,12 @@ class Storage:
     """Keys are relative paths such as `raw/<shard>/documents.parquet`. A key that would leave the
     root (`..`, an absolute path, a control character) is refused with UnsafeKeyError before any I/O."""
 
-    def __init__(self, root: str, s3_client=None):
+    def __init__(self, root: str, s3_client=None, confine_links: bool = False):
+        """`confine_links`: a local key that resolves outside the root through a symlink is refused (a
+        landing location, whose files come from elsewhere); otherwise links under the root are followed."""
         self.root = root.rstrip("/") if root != "/" else root
         self.is_s3 = root.startswith("s3://")
+        self.confine_links = confine_links and not self.is_s3
         if self.is_s3:
             if s3_client is None:
                 raise ValueError(f"storage root {root!r} is on S3 but no S3 client was given")
@@ -209,10 +212,20 @@ class Storage:
             shutil.rmtree(retired, ignore_errors=True)
         return self.uri(prefix)
 
+    def outside_link(self, key: str) -> str | None:
+        """Where a local `key` leads when a symlink takes it outside the root; None when it stays inside
+        (or the root is on S3)."""
+        if self.is_s3:
+            return None
+        real, root = os.path.realpath(self.local_path(key)), os.path.realpath(self.root)
+        return None if os.path.commonpath([root, real]) == root else real
+
     @contextmanager
     def local_copy(self, key: str) -> Iterator[Path]:
         """A local file path for `key`: the file itself, or a temporary download from S3."""
         if not self.is_s3:
+            if self.confine_links and (target := self.outside_link(key)):
+                raise UnsafeKeyError(f"{key!r} is refused: it is a symlink to {target}, outside the root {self.root}")
             yield self.local_path(key)
             return
         suffix = "".join(Path(key).suffixes)

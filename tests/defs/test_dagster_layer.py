@@ -228,6 +228,29 @@ def test_hostile_partition_keys_fail_clearly_and_write_nothing(tmp_path):
     assert sorted(p for p in tmp_path.rglob("*")) == before
 
 
+def test_symlinks_out_of_the_landing_root_are_skipped_and_refused_unless_allowed(tmp_path):
+    landing, storage = tmp_path / "landing", tmp_path / "storage"
+    landing.mkdir()
+    write_shard(landing / "inside.warc.gz")
+    outside = write_shard(tmp_path / "elsewhere.warc.gz")
+    (landing / "out.warc.gz").symlink_to(outside)
+    (landing / "alias.warc.gz").symlink_to(landing / "inside.warc.gz")  # a link that stays inside is a file
+    instance = dg.DagsterInstance.ephemeral()
+    with dg.build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(landing))}) as context:
+        result = landing_sensor(context)
+    assert result.dynamic_partitions_requests[0].partition_keys == ["alias.warc.gz", "inside.warc.gz"]
+    instance.add_dynamic_partitions("shards", ["out.warc.gz"])
+    refused = dg.materialize([raw_shard], partition_key="out.warc.gz", instance=instance,
+                             resources=resources(str(storage), str(landing)), raise_on_error=False)
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+    assert f"is a symlink to {outside}, outside the root" in failure.event_specific_data.error.to_string()
+    assert not (storage / "raw" / "out.warc.gz").exists()
+    allowed = LandingResource(root=str(landing), follow_links_outside=True)
+    with dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources={"landing": allowed}) as context:
+        assert "out.warc.gz" in landing_sensor(context).dynamic_partitions_requests[0].partition_keys
+
+
 def test_sensor_adds_new_shards_once(tmp_path):
     landing = tmp_path / "landing"
     landing.mkdir()

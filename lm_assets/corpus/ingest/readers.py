@@ -133,8 +133,14 @@ class RawShard:
 
 def landing_shards(storage) -> tuple[list[str], dict[str, str]]:
     """The shard files at the top of a landing location (a `Storage`), and every other file there with
-    why it is skipped."""
-    return landing_files(storage.list(hidden=True), SUPPORTED_SUFFIXES)
+    why it is skipped: a symlink out of a root that confines its links among them."""
+    shards, skipped = landing_files(storage.list(hidden=True), SUPPORTED_SUFFIXES)
+    if storage.confine_links:
+        for key in list(shards):
+            if target := storage.outside_link(key):
+                shards.remove(key)
+                skipped[key] = f"a symlink to {target}, outside the landing root (refused unless follow_links_outside)"
+    return shards, skipped
 
 
 def make_doc_id(source: str, index: int) -> str:

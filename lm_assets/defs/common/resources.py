@@ -94,8 +94,18 @@ class LandingResource(StorageResource):
         description="a local folder (relative: inside the project folder) or s3://bucket/prefix; "
         f"unset: ${LANDING_ROOT_VARIABLE}, else {DEFAULT_LANDING_ROOT}",
     )
+    follow_links_outside: bool = Field(
+        default=False,
+        description="follow symlinks that lead outside the landing root; off, such files are skipped by the "
+        "sensor and refused by raw_shard",
+    )
     environment_variable: ClassVar[str] = LANDING_ROOT_VARIABLE
     default_root: ClassVar[str] = DEFAULT_LANDING_ROOT
+
+    def storage(self) -> Storage:
+        store = super().storage()
+        store.confine_links = not self.follow_links_outside and not store.is_s3
+        return store
 
 
 def default_resources(s3: S3ClientResource | None = None) -> dict:
