@@ -1,10 +1,10 @@
 """The lm-assets code location: each domain's Definitions (lm_assets/defs/<domain>/definitions.py),
-the jobs, sensor and schedule that move shards through them (defs/automation.py), and the resources
-every domain shares."""
+the jobs, sensor and schedule that move shards through them (defs/automation.py), the sensor that
+ends runs whose worker died (defs/run_workers.py), and the resources every domain shares."""
 
 import dagster as dg
 
-from lm_assets.defs import automation
+from lm_assets.defs import automation, run_workers
 from lm_assets.defs.curation import definitions as curation_domain
 from lm_assets.defs.decontam import definitions as decontam_domain
 from lm_assets.defs.dedup import definitions as dedup_domain
@@ -25,6 +25,7 @@ defs = dg.Definitions.merge(
     training_domain.defs,
     evaluation_domain.defs,
     automation.defs,
+    run_workers.defs,
     dg.Definitions(
         resources=default_resources(),
         # Shard partitions are small: one process per run beats a process per step. Point this at

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lm_assets.defs.common.jobs import STAGE_TAG
+from lm_assets.defs.common.jobs import MAX_RUNTIME_TAG, STAGE_TAG
 from lm_assets.definitions import defs
 
 PRODUCTION = Path(__file__).resolve().parents[2] / "deploy" / "dagster-production.yaml"
@@ -33,6 +33,12 @@ def limited_stages() -> set[str]:
 )
 def test_every_job_tags_its_runs_with_its_stage(name):
     assert jobs()[name].run_tags.get(STAGE_TAG)
+
+
+def test_every_job_bounds_its_runs_below_a_week_and_training_longest():
+    runtimes = {name: int(job.run_tags[MAX_RUNTIME_TAG]) for name, job in jobs().items()}
+    assert all(3600 <= seconds <= 7 * 24 * 3600 for seconds in runtimes.values()), runtimes
+    assert runtimes["training_job"] == max(runtimes.values()) > runtimes["shard_curation_job"]
 
 
 def test_every_limited_stage_is_set_by_some_job():

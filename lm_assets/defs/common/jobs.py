@@ -1,17 +1,30 @@
-"""Jobs: a named selection of assets, tagged with the stage it belongs to."""
+"""Jobs: a named selection of assets, tagged with the stage it belongs to and how long its runs may take."""
 
 import dagster as dg
 
 # The run tag deploy/dagster-production.yaml limits concurrency by (one training run at a time).
 STAGE_TAG = "lm-assets/stage"
+MAX_RUNTIME_TAG = "dagster/max_runtime"
+HOUR = 3600
+# How long a run of each stage may take before run monitoring fails it. A curation run is up to 50 shards
+# of a few CPU-minutes each (docs/scaling.md); a dedup round of a Common Crawl snapshot is 8-9 hours a
+# band range; training runs for days.
+MAX_RUNTIME_S = {
+    "curation": 8 * HOUR,
+    "quality": 2 * HOUR,
+    "dedup": 12 * HOUR,
+    "tokens": 6 * HOUR,
+    "training": 7 * 24 * HOUR,
+    "evaluation": 6 * HOUR,
+}
 
 
 def stage_tags(stage: str) -> dict[str, str]:
-    return {STAGE_TAG: stage}
+    return {STAGE_TAG: stage, MAX_RUNTIME_TAG: str(MAX_RUNTIME_S[stage])}
 
 
 def stage_job(name: str, stage: str, assets: tuple[str, ...], description: str):
-    """The job `name` materializing `assets` (by key), its runs tagged with `stage`."""
+    """The job `name` materializing `assets` (by key), its runs tagged with `stage` and its maximum runtime."""
     return dg.define_asset_job(
         name, selection=dg.AssetSelection.assets(*assets), tags=stage_tags(stage), description=description
     )
