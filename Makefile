@@ -8,7 +8,7 @@ DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_HOME
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install demo test ui bench bench-smoke sample-crawl quality-model clean
+.PHONY: install demo test ui ui-postgres bench bench-smoke sample-crawl quality-model clean
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,16 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 	LM_ASSETS_VOCAB_SIZE=$${LM_ASSETS_VOCAB_SIZE:-4000} LM_ASSETS_SEQ_LEN=$${LM_ASSETS_SEQ_LEN:-257} \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 
+# The UI and daemon on the production instance's storage (deploy/dagster-production.yaml): a local
+# PostgreSQL server (the dev extra's pgserver binaries) under $(POSTGRES_HOME), stopped when the UI exits.
+POSTGRES_HOME ?= $(CURDIR)/.dagster_home_postgres
+ui-postgres: install
+	@eval "$$($(BIN)/lm-assets postgres-home $(POSTGRES_HOME))" && \
+	trap '$(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop' EXIT && \
+	LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} \
+	LM_ASSETS_VOCAB_SIZE=$${LM_ASSETS_VOCAB_SIZE:-4000} LM_ASSETS_SEQ_LEN=$${LM_ASSETS_SEQ_LEN:-257} \
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
+
 # The bench extra: datatrove, trafilatura, lm-eval and the other packages bench/ imports.
 $(VENV)/.bench-installed: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
@@ -55,4 +65,5 @@ quality-model: install
 	$(BIN)/python scripts/build_quality_model.py
 
 clean:
-	rm -rf storage $(DAGSTER_HOME)
+	-$(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop 2>/dev/null
+	rm -rf storage $(DAGSTER_HOME) $(POSTGRES_HOME)

@@ -141,6 +141,23 @@ def label(args) -> int:
         return 2
 
 
+def postgres_home(args) -> int:
+    """Start (or stop) the local PostgreSQL server of a Dagster home and write its dagster.yaml: the
+    production instance on this machine. Prints the environment as `export` lines, for a shell's eval."""
+    import shlex
+    from pathlib import Path
+
+    from lm_assets.app import postgres
+
+    home = Path(args.home).resolve()
+    if args.stop:
+        postgres.stop(home / "pgdata")
+        return 0
+    for key, value in postgres.prepare_home(home).items():
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
 # Dagster's commands that take a Python module rather than a workspace file, run on the workspace's.
 DAGSTER_COMMANDS = {"materialize": ["asset", "materialize"], "code-server": ["code-server", "start"]}
 
@@ -174,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
                    "<FILE stem>.annotated.jsonl beside FILE)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.set_defaults(func=label)
+    p = sub.add_parser("postgres-home", help="start the local PostgreSQL server of a Dagster home (the production "
+                       "instance on this machine) and print its environment; --stop stops it")  # fmt: skip
+    p.add_argument("home", help="the Dagster home: dagster.yaml is written there, the server's data in pgdata/")
+    p.add_argument("--stop", action="store_true")
+    p.set_defaults(func=postgres_home)
     args = parser.parse_args(argv)
     return args.func(args)
 
