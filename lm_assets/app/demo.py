@@ -1,6 +1,8 @@
 """`make demo`: materialize the whole asset graph on the shipped sample crawl and say what was made.
 
-Runs against the instance in $DAGSTER_HOME (SQLite), so everything shows up in `make ui` afterwards.
+Runs against the instance in $DAGSTER_HOME (SQLite), each run launched by its run launcher on the code
+location workspace.yaml declares, so everything shows up in `make ui` afterwards: the assets, and the
+runs on their jobs' pages and the timeline.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from lm_assets.app.local_run import DEMO_RUN_CONFIG, run_shard_graph, shard_files
+from lm_assets.app.local_run import DEMO_RUN_CONFIG, LaunchedRuns, run_shard_graph, shard_files
 from lm_assets.defs.common.environment import project_path
 from lm_assets.defs.common.resources import default_resources
 from lm_assets.storage.accounting import reason_counts
@@ -144,10 +146,11 @@ def main() -> int:
     log = Path(os.environ.get("DAGSTER_HOME") or store.root) / "demo.log"
     print(f"Materializing the graph for {len(shards)} shards; Dagster's and DeepSpeed's logs go to {log}")
     started = time.perf_counter()
-    with output_to(log) as terminal, echoed_progress(log, terminal):
+    with output_to(log) as terminal, echoed_progress(log, terminal), LaunchedRuns(instance) as runs:
         results = run_shard_graph(
             defs, instance, shards, DEMO_RUN_CONFIG, through_packing=True, through_training=True, train_classifier=True,
             finished=lambda what, result, seconds: print(step_line(what, result, seconds), file=terminal, flush=True),
+            execute=runs.execute,
         )
     if not results[-1].success:
         print(f"run {results[-1].run_id} failed: see {log} and `make ui`", file=sys.stderr)

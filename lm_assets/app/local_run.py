@@ -1,7 +1,9 @@
-"""Materialize the asset graph in-process, in its topological order: every shard's curation, dedup across
-shards, tokens, training and evaluation.
+"""Materialize the asset graph in its topological order: every shard's curation, dedup across shards,
+tokens, training and evaluation.
 
-Used by `make demo` and by the benchmarks, which run the real assets on a folder of shards.
+Each run executes in this process (the benchmarks and tests), or, as `make demo` runs them, is launched
+by the instance's run launcher against the code location workspace.yaml declares (`LaunchedRuns`), so
+that it is a run of that location's job like one the UI launches.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from lm_assets.corpus.ingest.readers import landing_shards
+from lm_assets.defs.common.environment import project_dir
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
 from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
 
@@ -49,13 +52,16 @@ def run_shard_graph(
     train_classifier: bool = False,
     progress: Callable[[str], None] = lambda message: None,
     finished: Callable[[str, dg.ExecuteInProcessResult, float], None] = lambda what, result, seconds: None,
+    execute: Callable | None = None,
 ) -> list[dg.ExecuteInProcessResult]:
     """Materialize the asset graph in its topological order, one run of a named job per partition:
     through `decontaminated_shard`, or with `through_packing` `packed_dataset`, or with `through_training`
     every evaluation of every checkpoint. With `train_classifier`, the quality classifier is trained on
     the labels between extraction and curation; without, `quality_labels` and `quality_classifier` are
     left out. `progress` hears of each run before it starts, `finished` after it ends (what ran, its
-    result, seconds). Stops at the first failed run, which is returned last."""
+    result, seconds). `execute(job, partition_key, run_config)` runs one (default: in this process;
+    `LaunchedRuns.execute`: launched on the code location). Stops at the first failed run, which is
+    returned last."""
     add_new_partitions(instance, shard_partitions, shards)
     target = None if through_training else "packed_dataset" if through_packing else "decontaminated_shard"
     skipped = () if train_classifier else QUALITY_ASSETS
@@ -64,9 +70,12 @@ def run_shard_graph(
         what = assets + (f" for {keys}" if keys else "")
         progress(f"materializing {what}")
         started = time.perf_counter()
-        result = job.execute_in_process(
-            partition_key=keys, instance=instance, run_config=run_config_for(run_config, job), raise_on_error=False
-        )
+        if execute is None:
+            result = job.execute_in_process(
+                partition_key=keys, instance=instance, run_config=run_config_for(run_config, job), raise_on_error=False
+            )
+        else:
+            result = execute(job, keys, run_config_for(run_config, job))
         finished(what, result, time.perf_counter() - started)
         results.append(result)
         if not result.success:
@@ -178,6 +187,61 @@ def run_config_for(run_config: dict | None, job: dg.JobDefinition) -> dict | Non
         return None
     ops = {name: cfg for name, cfg in run_config.get("ops", {}).items() if job.graph.has_node_named(name)}
     return {"ops": ops} if ops else None
+
+
+# The code location and repository workspace.yaml declares.
+LOCATION, REPOSITORY = "lm_assets", "__repository__"
+
+
+@dataclass
+class LaunchedRun:
+    """A run launched on the code location, once it has ended: what `finished` reads of a result."""
+
+    instance: dg.DagsterInstance
+    run_id: str
+
+    @property
+    def success(self) -> bool:
+        return self.instance.get_run_by_id(self.run_id).status == dg.DagsterRunStatus.SUCCESS
+
+    def get_asset_materialization_events(self) -> list:
+        records = self.instance.get_records_for_run(self.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+        return [record.event_log_entry.dagster_event for record in records.records]
+
+
+class LaunchedRuns:
+    """Runs of the code location workspace.yaml declares, served by a code server of their own and
+    launched by the instance's run launcher, each waited for: runs like those the UI and the daemon
+    launch, which show on their job's page and the timeline and can be re-executed."""
+
+    def __init__(self, instance: dg.DagsterInstance, poll_s: float = 0.25):
+        from dagster._core.workspace.context import WorkspaceProcessContext
+        from dagster._core.workspace.load_target import ModuleTarget
+
+        self.instance, self.poll_s = instance, poll_s
+        target = ModuleTarget(module_name="lm_assets.definitions", attribute="defs",
+                              working_directory=str(project_dir()), location_name=LOCATION)
+        self._workspace = WorkspaceProcessContext(instance, target)
+
+    def __enter__(self) -> LaunchedRuns:
+        self._workspace.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._workspace.__exit__(*exc)
+
+    def execute(self, job: dg.JobDefinition, partition_key: str | None, run_config: dict | None) -> LaunchedRun:
+        request = self._workspace.create_request_context()
+        remote = request.get_code_location(LOCATION).get_repository(REPOSITORY).get_full_job(job.name)
+        tags = {**job.run_tags, **(job.get_tags_for_partition_key(partition_key, selected_asset_keys=None) if partition_key else {})}
+        run = self.instance.create_run_for_job(
+            job, run_config=run_config, tags=tags,
+            remote_job_origin=remote.get_remote_origin(), job_code_origin=remote.get_python_origin(),
+        )
+        self.instance.launch_run(run.run_id, request)
+        while not self.instance.get_run_by_id(run.run_id).is_finished:
+            time.sleep(self.poll_s)
+        return LaunchedRun(self.instance, run.run_id)
 
 
 def shard_files(storage) -> list[str]:

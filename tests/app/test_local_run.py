@@ -49,3 +49,29 @@ def test_assets_no_job_runs_together_are_refused():
     only_second = dg.Definitions(assets=[first, second], jobs=[dg.define_asset_job("second_job", selection=[second])])
     with pytest.raises(ValueError, match="no job materializes first with the assets after it"):
         graph_steps(only_second, None, (), [])
+
+
+def test_a_launched_run_is_a_run_of_the_code_locations_job(tmp_path, monkeypatch):
+    """`make demo`'s runs: launched by the instance's run launcher on workspace.yaml's code location, so
+    they belong to its jobs (their pages, the timeline, re-execution) like runs the UI launches."""
+    import shutil
+    from pathlib import Path
+
+    from lm_assets.app.local_run import LOCATION, LaunchedRuns
+
+    root = Path(__file__).resolve().parents[2]
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy(root / "deploy" / "dagster.yaml", home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    monkeypatch.setenv("LM_ASSETS_STORAGE_ROOT", str(tmp_path / "storage"))
+    shard = "crawl-00000.warc.gz"
+    with dg.DagsterInstance.get() as instance, LaunchedRuns(instance) as runs:
+        instance.add_dynamic_partitions("shards", [shard])
+        result = runs.execute(defs.resolve_job_def("shard_ingest_job"), shard, None)
+        assert result.success
+        run = instance.get_run_by_id(result.run_id)
+        assert run.job_name == "shard_ingest_job" and run.remote_job_origin.location_name == LOCATION
+        assert run.tags["dagster/partition"] == shard and run.tags["lm-assets/stage"] == "curation"
+        materialized = {event.asset_key.to_user_string() for event in result.get_asset_materialization_events()}
+        assert materialized == {"raw_shard", "extracted_shard"}
