@@ -70,6 +70,7 @@ run "$PY" bench/dedup_quality.py --smoke
 run "$PY" bench/dedup_speed.py --smoke
 run "$PY" bench/dedup_scale.py --smoke
 run "$PY" bench/dagster_overhead.py --smoke
+run "$PY" bench/reliability.py --smoke
 run "$PY" bench/shard_memory.py --smoke
 run "$PY" bench/tokens.py --smoke
 run "$PY" bench/toxicity_speed.py --smoke
