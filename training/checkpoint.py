@@ -264,7 +264,7 @@ class CheckpointManager:
 
     def _load_engine(self, path: Path, tag: str) -> dict:
         # DeepSpeed's own engine unpickles with weights_only=False: a planted file would run.
-        self.engine.checkpoint_engine = weights_only_checkpoint_engine(self.engine._config)
+        self.engine.checkpoint_engine = weights_only_checkpoint_engine(getattr(self.engine, "_config", None))
         load_path, client_state = self.engine.load_checkpoint(str(self.folder), tag=tag)
         if load_path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {path}")
