@@ -15,6 +15,21 @@ from dagster._core.storage.dagster_run import IN_PROGRESS_RUN_STATUSES
 
 from lm_assets.defs.run_workers import run_worker_sensor
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dg.op
+def hello():
+    return 1
+
+
+@dg.job(executor_def=dg.in_process_executor)
+def quick():
+    hello()
+
+
+defs = dg.Definitions(jobs=[quick])  # served by a code server in the queued-run test
+
 WORKER = textwrap.dedent("""
     import sys, time
     import dagster as dg
@@ -46,11 +61,21 @@ def in_progress(instance: dg.DagsterInstance) -> int:
     return instance.get_runs_count(filters=dg.RunsFilter(statuses=IN_PROGRESS_RUN_STATUSES))
 
 
-def test_a_killed_worker_is_failed_and_frees_its_slot_and_a_live_one_is_left_running(tmp_path):
+def local_instance(tmp_path: Path, max_concurrent_runs: int | None = None) -> tuple[Path, dg.DagsterInstance]:
+    """A DAGSTER_HOME holding deploy/dagster.yaml (its concurrency limit changed when given), and its instance."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "deploy" / "dagster.yaml").read_text())
+    if max_concurrent_runs is not None:
+        config["run_coordinator"]["config"]["max_concurrent_runs"] = max_concurrent_runs
     home = tmp_path / "home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((Path(__file__).resolve().parents[2] / "deploy" / "dagster.yaml").read_text())
-    instance = dg.DagsterInstance.from_config(str(home))
+    (home / "dagster.yaml").write_text(yaml.safe_dump(config))
+    return home, dg.DagsterInstance.from_config(str(home))
+
+
+def test_a_killed_worker_is_failed_and_frees_its_slot_and_a_live_one_is_left_running(tmp_path):
+    home, instance = local_instance(tmp_path)
     doomed = start_worker(home)
     try:
         [run] = wait_started(instance, 1)
@@ -75,3 +100,35 @@ def test_a_killed_worker_is_failed_and_frees_its_slot_and_a_live_one_is_left_run
     finally:
         if doomed.poll() is None:
             os.killpg(doomed.pid, signal.SIGKILL)
+
+
+def test_a_queued_run_launches_once_the_killed_run_holding_the_only_slot_is_failed(tmp_path):
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import PythonFileTarget
+    from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
+
+    home, instance = local_instance(tmp_path, max_concurrent_runs=1)
+    doomed = start_worker(home)
+    try:
+        [zombie] = wait_started(instance, 1)
+    finally:
+        os.killpg(doomed.pid, signal.SIGKILL)
+        doomed.wait()
+    target = PythonFileTarget(__file__, attribute="defs", working_directory=str(ROOT), location_name="quick")
+    with WorkspaceProcessContext(instance, target) as workspace:
+        request = workspace.create_request_context()
+        remote = request.get_code_location("quick").get_repository("__repository__").get_full_job("quick")
+        run = instance.create_run_for_job(quick, remote_job_origin=remote.get_remote_origin(),
+                                          job_code_origin=remote.get_python_origin())
+        instance.submit_run(run.run_id, request)
+        coordinator = QueuedRunCoordinatorDaemon(interval_seconds=1)
+        list(coordinator.run_iteration(workspace))
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.QUEUED  # the dead run holds the slot
+        with dg.build_sensor_context(instance=instance) as context:
+            run_worker_sensor(context)
+        assert instance.get_run_by_id(zombie.run_id).status == dg.DagsterRunStatus.FAILURE
+        list(coordinator.run_iteration(workspace))
+        deadline = time.monotonic() + 120
+        while not instance.get_run_by_id(run.run_id).is_finished and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert instance.get_run_by_id(run.run_id).status == dg.DagsterRunStatus.SUCCESS
