@@ -207,6 +207,18 @@ class SpikeConfig:
 
 
 @dataclass
+class LossScaleConfig:
+    """fp16's dynamic loss scale (DeepSpeed's `fp16` block): it starts at 2**initial_scale_power, halves
+    after `hysteresis` overflowing steps (each skipped), doubles after `loss_scale_window` clean ones,
+    and never falls below `min_loss_scale`."""
+
+    initial_scale_power: int = 16  # teams often start at 14 (16,384)
+    loss_scale_window: int = 1000
+    hysteresis: int = 2
+    min_loss_scale: float = 1.0
+
+
+@dataclass
 class CheckpointConfig:
     dir: str | None = None
     save_every: int = 0  # 0: only at the end (when dir is set)
@@ -266,6 +278,7 @@ class TrainConfig:
     vocab_size: int | None = None  # default: from the data manifest
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     precision: str = "fp32"  # fp32 | bf16 | fp16
+    fp16: LossScaleConfig = field(default_factory=LossScaleConfig)  # read with precision=fp16 only
     zero_stage: int = 0
     micro_batch_size: int = 1
     grad_accum: int = 1
@@ -293,6 +306,10 @@ class TrainConfig:
                 "fp16 with ZeRO stage 0 is refused: DeepSpeed 0.19.8 never scales the gradients there, "
                 "so loss scaling is wrong; use zero_stage >= 1 or bf16"
             )
+        f = self.fp16
+        if not 0 <= f.initial_scale_power <= 32 or f.loss_scale_window < 1 or f.hysteresis < 1 or not f.min_loss_scale > 0:
+            raise ValueError("fp16: need 0 <= initial_scale_power <= 32, loss_scale_window >= 1, hysteresis >= 1 "
+                             "and min_loss_scale > 0")
         p = self.parallel
         for name in ("pp", "tp"):
             if getattr(p, name) < 1:

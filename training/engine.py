@@ -98,8 +98,10 @@ def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
         "fp16": {"enabled": cfg.precision == "fp16"},
     }
     if cfg.precision == "fp16":
-        ds["fp16"].update({"loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000, "hysteresis": 2,
-                           "min_loss_scale": 1})  # fmt: skip
+        f = cfg.fp16  # loss_scale 0: dynamic
+        ds["fp16"].update({"loss_scale": 0, "initial_scale_power": f.initial_scale_power,
+                           "loss_scale_window": f.loss_scale_window, "hysteresis": f.hysteresis,
+                           "min_loss_scale": f.min_loss_scale})  # fmt: skip
     return ds
 
 
@@ -295,6 +297,7 @@ class Trainer:
         self._pending_loss: float | None = None
         self.profile: dict | None = None
         self._last: dict = {}
+        self._last_skipped_steps = 0
         self._install_step_guard()
         self.checkpoints = self._checkpoint_manager()
 
@@ -442,6 +445,10 @@ class Trainer:
         if self.cfg.precision == "fp16":
             scale = getattr(engine.optimizer, "cur_scale", None) or getattr(engine.optimizer, "loss_scale", None)
             metrics["loss_scale"] = _finite_or_none(scale)
+            # DeepSpeed skips the update of a step whose gradients overflowed, and counts it.
+            metrics["overflow_skipped_steps"] = int(engine.skipped_steps)
+            metrics["overflow"] = engine.skipped_steps > self._last_skipped_steps
+            self._last_skipped_steps = engine.skipped_steps
         return metrics
 
     def _mfu(self, tokens_per_s: float) -> float | None:
@@ -479,6 +486,7 @@ class Trainer:
                     log.info("resumed from %s at step %d", c.dir, self.step)
         reported = []
         self.started_at = self.step
+        self._last_skipped_steps = getattr(self.engine, "skipped_steps", 0)  # a resume restores DeepSpeed's count
         last_saved = self.step if (c.dir and c.resume) else None
         while self.step < self.cfg.steps:
             metrics = self.train_step()

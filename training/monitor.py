@@ -2,7 +2,8 @@
 steps, averages over the run, and a PNG of the loss and learning-rate curves.
 
 `RunMonitor(folder, total_steps, warmup_steps, log_every)` takes each step's metrics (`step`,
-`loss`, `lr`, `grad_norm`, `tokens_per_s`, `step_time_s`, `mfu`); `summary()` gives the run's
+`loss`, `lr`, `grad_norm`, `tokens_per_s`, `step_time_s`, `mfu`, and with fp16 `loss_scale` and
+`overflow_skipped_steps`); `summary()` gives the run's
 averages with the warm-up steps left out (they carry compilation and allocator warm-up, not the
 steady pace), and `plot(path)` writes the curves. Event files go to `folder` (TensorBoard's
 `SummaryWriter`, read with `tensorboard --logdir <folder>`); without a folder nothing is written.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-SCALARS = ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "mfu")
+SCALARS = ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "mfu", "loss_scale", "overflow_skipped_steps")
 NO_PEAK_FLOPS = "n/a: no peak FLOP/s known for this device; set `peak_flops`"
 
 
@@ -63,7 +64,16 @@ class RunMonitor:
             "mfu_mean": sum(mfus) / len(mfus) if mfus else NO_PEAK_FLOPS,
             # The first step of this process: with compile, mostly compilation.
             "first_step_s": self.history[0]["step_time_s"] if self.history else None,
+            **self.loss_scale_summary(),
         }
+
+    def loss_scale_summary(self) -> dict:
+        """fp16's loss scale at the end and the steps skipped for overflowing gradients (none without fp16)."""
+        scaled = [m for m in self.history if m.get("loss_scale") is not None]
+        if not scaled:
+            return {}
+        return {"loss_scale_last": scaled[-1]["loss_scale"], "loss_scale_min": min(m["loss_scale"] for m in scaled),
+                "overflow_skipped_steps": sum(bool(m.get("overflow")) for m in self.history)}
 
     def plot(self, path: str | Path) -> Path | None:
         """The loss and lr curves as a PNG; None when the run had no steps."""

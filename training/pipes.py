@@ -68,6 +68,9 @@ class PipesReporter:
             "first_step_s": rounded(summary.get("first_step_s"), 2),
             "loss_curve": {"raw_value": curve, "type": "md"},
         }
+        for name in ("loss_scale_last", "loss_scale_min", "overflow_skipped_steps"):
+            if summary.get(name) is not None:
+                metadata[name] = summary[name]
         if summary.get("peak_memory_gib") is not None:
             metadata["peak_memory_gib"] = summary["peak_memory_gib"]
         if summary.get("profile"):

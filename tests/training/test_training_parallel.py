@@ -382,6 +382,32 @@ def test_fp16_with_loss_scaling_trains_on_the_cpu_accelerator(data):
     assert all(math.isfinite(x) for x in loss) and loss[-1] < loss[0], loss
 
 
+def test_fp16_loss_scale_settings_reach_deepspeed_and_overflows_are_counted(data, tmp_path):
+    """A scale too large for fp16 (2^30) overflows: those steps are skipped and counted, and the scale
+    halves until it fits; started at 2^4 nothing overflows. The settings reach DeepSpeed's config."""
+    from training.config import load_config
+    from training.engine import deepspeed_config
+
+    cfg = load_config(None, ["precision=fp16", "zero_stage=1", "fp16.initial_scale_power=14",
+                                    "fp16.loss_scale_window=50", "fp16.hysteresis=1", "fp16.min_loss_scale=0.5"])
+    assert {k: deepspeed_config(cfg, 1)["fp16"][k] for k in ("initial_scale_power", "loss_scale_window", "hysteresis",
+                                                            "min_loss_scale")} == {
+        "initial_scale_power": 14, "loss_scale_window": 50, "hysteresis": 1, "min_loss_scale": 0.5}
+    with pytest.raises(ValueError, match="initial_scale_power"):
+        load_config(None, ["fp16.initial_scale_power=40"]).validate()
+    summaries = []
+    huge = run_ok(1, base(data, 6, micro_batch_size=2, zero_stage=1, precision="fp16", **{
+        "fp16.initial_scale_power": 30, "fp16.hysteresis": 1, "checkpoint.dir": tmp_path / "huge"}),
+        launcher="python", summaries=summaries)
+    assert huge[0]["overflow"] and huge[0]["loss_scale"] == 2.0**29  # overflowed at 2^30, halved (hysteresis 1)
+    skipped = [m["overflow"] for m in huge]
+    assert huge[-1]["overflow_skipped_steps"] == sum(skipped) >= 1 and huge[-1]["loss_scale"] < 2.0**30
+    assert summaries[-1]["overflow_skipped_steps"] == sum(skipped)
+    small = run_ok(1, base(data, 6, micro_batch_size=2, zero_stage=1, precision="fp16", **{"fp16.initial_scale_power": 4}),
+                   launcher="python")
+    assert [m["loss_scale"] for m in small] == [16.0] * 6 and not any(m["overflow"] for m in small)
+
+
 def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
