@@ -207,6 +207,17 @@ class SpikeConfig:
 
 
 @dataclass
+class LoaderConfig:
+    """How batches reach the step: `num_workers` background threads make the next `prefetch_steps`
+    steps' batches while the current one runs (0: made when the step asks); on CUDA they are copied
+    into pinned memory (`pin_memory`, unset: on for CUDA), so the copy to the device overlaps compute."""
+
+    num_workers: int = 2
+    prefetch_steps: int = 2
+    pin_memory: bool | None = None
+
+
+@dataclass
 class LossScaleConfig:
     """fp16's dynamic loss scale (DeepSpeed's `fp16` block): it starts at 2**initial_scale_power, halves
     after `hysteresis` overflowing steps (each skipped), doubles after `loss_scale_window` clean ones,
@@ -273,6 +284,7 @@ class TrainConfig:
     tokenizer_model: str = ""  # the SentencePiece model, copied beside the HF export
     split: str = "train"
     data_seed: int = 0
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
     model: str = "tiny"  # a preset of training.config.PRESETS
     model_overrides: tuple[str, ...] = ()  # "field=value" applied to the preset's ModelConfig
     vocab_size: int | None = None  # default: from the data manifest
@@ -306,6 +318,8 @@ class TrainConfig:
                 "fp16 with ZeRO stage 0 is refused: DeepSpeed 0.19.8 never scales the gradients there, "
                 "so loss scaling is wrong; use zero_stage >= 1 or bf16"
             )
+        if self.loader.num_workers < 0 or self.loader.prefetch_steps < 1:
+            raise ValueError("loader: need num_workers >= 0 and prefetch_steps >= 1")
         f = self.fp16
         if not 0 <= f.initial_scale_power <= 32 or f.loss_scale_window < 1 or f.hysteresis < 1 or not f.min_loss_scale > 0:
             raise ValueError("fp16: need 0 <= initial_scale_power <= 32, loss_scale_window >= 1, hysteresis >= 1 "

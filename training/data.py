@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +152,39 @@ class PackedDataset:
         targets = rows[:, 1:].copy()
         targets[targets == self.pad_id] = IGNORE_INDEX
         return torch.from_numpy(np.ascontiguousarray(inputs)), torch.from_numpy(targets)
+
+
+class StepPrefetcher:
+    """The batches of steps `start`, `start + 1`, ... made ahead by `num_workers` background threads, at
+    most `depth` steps ahead of the one asked for, so that reading and slicing the memory map overlaps
+    the previous step's compute. `get(step)` returns that step's batches and the seconds the caller
+    waited for them. With `num_workers=0` each step's batches are made when asked for."""
+
+    def __init__(self, make, start: int, num_workers: int, depth: int = 2):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.make, self.next, self.depth = make, start, max(1, depth)
+        self.pool = ThreadPoolExecutor(num_workers, thread_name_prefix="batches") if num_workers > 0 else None
+        self.pending: dict = {}
+        if self.pool is not None:
+            for step in range(start, start + self.depth):
+                self.pending[step] = self.pool.submit(make, step)
+
+    def get(self, step: int) -> tuple[list, float]:
+        if step != self.next:
+            raise ValueError(f"batches are made in step order: asked for step {step}, the next is {self.next}")
+        started = time.perf_counter()
+        if self.pool is None:
+            batches = self.make(step)
+        else:
+            batches = self.pending.pop(step).result()
+            self.pending[step + self.depth] = self.pool.submit(self.make, step + self.depth)
+        self.next = step + 1
+        return batches, time.perf_counter() - started
+
+    def close(self) -> None:
+        if self.pool is not None:
+            for future in self.pending.values():
+                future.cancel()
+            self.pool.shutdown(wait=True)
+            self.pool = None

@@ -73,7 +73,7 @@ import torch.distributed as dist
 from training import kernels
 from training.checkpoint import CheckpointManager, random_seed, run_layout
 from training.config import SpikeConfig, TrainConfig, to_dict
-from training.data import PackedDataset
+from training.data import PackedDataset, StepPrefetcher
 
 log = logging.getLogger("training")
 
@@ -298,6 +298,9 @@ class Trainer:
         self.profile: dict | None = None
         self._last: dict = {}
         self._last_skipped_steps = 0
+        self._loader: StepPrefetcher | None = None
+        pin = self.cfg.loader.pin_memory
+        self.pin_memory = device_type == "cuda" if pin is None else bool(pin) and device_type == "cuda"
         self._install_step_guard()
         self.checkpoints = self._checkpoint_manager()
 
@@ -315,17 +318,30 @@ class Trainer:
 
     # -- data ----------------------------------------------------------------------------------
 
-    def micro_batches(self, step: int) -> list[tuple]:
-        """`(inputs, doc_ids, targets)` of each micro-batch of `step`, on the device; `doc_ids` is
-        None without document masks."""
+    def host_batches(self, step: int) -> list[tuple]:
+        """`(inputs, doc_ids, targets)` of each micro-batch of `step`, in host memory (pinned when the
+        loader pins); `doc_ids` is None without document masks. Made by the loader's threads."""
         g = self.cfg.grad_accum
-        device = self.engine.device
         out = []
         for i in range(g):
             x, y = self.dataset.get_batch(step * g + i, self.state.dp_rank, self.dims.dp, self.cfg.micro_batch_size)
-            doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id).to(device)
-            out.append((x.to(device), doc, y.to(device)))
+            doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id)
+            if self.pin_memory:
+                x, y, doc = x.pin_memory(), y.pin_memory(), doc.pin_memory() if doc is not None else None
+            out.append((x, doc, y))
         return out
+
+    def micro_batches(self, step: int) -> tuple[list[tuple], float]:
+        """The micro-batches of `step` on the device, and the seconds the step waited for them."""
+        if self._loader is None or self._loader.next != step:
+            if self._loader is not None:
+                self._loader.close()
+            loader = self.cfg.loader
+            self._loader = StepPrefetcher(self.host_batches, step, loader.num_workers, loader.prefetch_steps)
+        batches, waited = self._loader.get(step)
+        device = self.engine.device
+        move = lambda t: None if t is None else t.to(device, non_blocking=self.pin_memory)  # noqa: E731
+        return [(move(x), move(doc), move(y)) for x, doc, y in batches], waited
 
     def run_info(self) -> dict:
         """How this run computes: compilation, kernels, document masks, the profiled step's kernels
@@ -391,7 +407,7 @@ class Trainer:
             raise RuntimeError(f"injected failure before step {step} on rank {self.rank} (debug.fail_at_step)")
         self.loss_fn.step = step
         lr = float(engine.get_lr()[0])
-        batches = self.micro_batches(step)
+        batches, data_wait = self.micro_batches(step)
         profiling = self.cfg.debug.profile_step == step
         profiler = kernels.step_profiler(engine.device) if profiling else contextlib.nullcontext()
         t0 = time.perf_counter()
@@ -400,7 +416,9 @@ class Trainer:
         dt = time.perf_counter() - t0
         if profiling:
             self.profile = kernels.kernel_profile(profiler, step)
-        return self._after_step(step, lr, dt)
+        metrics = self._after_step(step, lr, dt)
+        metrics["data_wait_s"] = data_wait
+        return metrics
 
     def _run_step(self, batches: list[tuple]) -> None:
         engine = self.engine
@@ -499,6 +517,9 @@ class Trainer:
                 last_saved = self.step
         if c.dir and last_saved != self.step:
             self.save()
+        if self._loader is not None:
+            self._loader.close()
+            self._loader = None
         return reported
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-SCALARS = ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "mfu", "loss_scale", "overflow_skipped_steps")
+SCALARS = ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "data_wait_s", "mfu", "loss_scale",
+           "overflow_skipped_steps")
 NO_PEAK_FLOPS = "n/a: no peak FLOP/s known for this device; set `peak_flops`"
 
 
@@ -56,9 +57,12 @@ class RunMonitor:
         steady = [m for m in self.history if m["step"] > self.warmup_steps] or self.history
         mean = lambda name: sum(m[name] for m in steady) / len(steady) if steady else None  # noqa: E731
         mfus = [m["mfu"] for m in steady if m.get("mfu") is not None]
+        waits = [m["data_wait_s"] for m in steady if m.get("data_wait_s") is not None]
         return {
             "tokens_per_s_mean": mean("tokens_per_s"),
             "step_time_s_mean": mean("step_time_s"),
+            # What the steps waited for their batches (the loader's threads make them ahead).
+            "data_wait_s_mean": sum(waits) / len(waits) if waits else None,
             "steps_averaged": len(steady),
             "warmup_steps_left_out": len(self.history) - len(steady),
             "mfu_mean": sum(mfus) / len(mfus) if mfus else NO_PEAK_FLOPS,

@@ -58,6 +58,7 @@ class PipesReporter:
             "tokens_per_s": rounded(summary.get("tokens_per_s"), 0),
             "tokens_per_s_last_step": rounded(summary["tokens_per_s_last"], 0),
             "step_time_s_mean": rounded(summary.get("step_time_s_mean"), 4),
+            "data_wait_s_mean": rounded(summary.get("data_wait_s_mean"), 5),
             "steps_averaged": summary.get("steps_averaged"),
             "warmup_steps_left_out": summary.get("warmup_steps_left_out"),
             "mfu": summary.get("mfu"),

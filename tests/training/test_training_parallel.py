@@ -408,6 +408,16 @@ def test_fp16_loss_scale_settings_reach_deepspeed_and_overflows_are_counted(data
     assert [m["loss_scale"] for m in small] == [16.0] * 6 and not any(m["overflow"] for m in small)
 
 
+def test_batches_made_ahead_by_the_loader_train_exactly_as_batches_made_on_demand(data):
+    summaries = []
+    ahead = run_ok(1, base(data, 5, micro_batch_size=2, grad_accum=2, **{"loader.num_workers": 3, "loader.prefetch_steps": 4}),
+                   launcher="python", summaries=summaries)
+    inline = run_ok(1, base(data, 5, micro_batch_size=2, grad_accum=2, **{"loader.num_workers": 0}), launcher="python")
+    assert losses(ahead) == losses(inline)
+    assert all(m["data_wait_s"] >= 0 for m in ahead + inline)
+    assert summaries[-1]["data_wait_s_mean"] is not None
+
+
 def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
