@@ -222,27 +222,31 @@ class Case:
     model: str
     compiled: bool
     document_mask: bool = False
+    compile_mode: str = "default"  # reduce-overhead: CUDA graphs (the `cudagraphs` case)
 
     @property
     def name(self) -> str:
         mask = ("docmask" if self.document_mask else "causal") if self.kind == "engine" else ""
-        return "/".join(filter(None, (self.kind, self.model, "compiled" if self.compiled else "eager", mask)))
+        how = "cudagraphs" if self.compile_mode == "reduce-overhead" else "compiled" if self.compiled else "eager"
+        return "/".join(filter(None, (self.kind, self.model, how, mask)))
 
     @classmethod
     def parse(cls, text: str) -> "Case":
         parts = text.strip().split("/")
-        if len(parts) not in (3, 4) or parts[0] not in ("engine", "plain") or parts[2] not in ("compiled", "eager"):
-            raise ValueError(f"case {text!r} is not engine|plain/<preset>/compiled|eager[/docmask|causal]")
+        if len(parts) not in (3, 4) or parts[0] not in ("engine", "plain") or parts[2] not in ("compiled", "eager", "cudagraphs"):
+            raise ValueError(f"case {text!r} is not engine|plain/<preset>/compiled|eager|cudagraphs[/docmask|causal]")
         mask = len(parts) == 4 and parts[3] == "docmask"
-        if parts[0] == "plain" and mask:
-            raise ValueError(f"case {text!r}: the plain loop runs the causal mask only")
-        return cls(parts[0], parts[1], parts[2] == "compiled", mask)
+        if parts[0] == "plain" and (mask or parts[2] == "cudagraphs"):
+            raise ValueError(f"case {text!r}: the plain loop runs the causal mask, compiled or eager, only")
+        mode = "reduce-overhead" if parts[2] == "cudagraphs" else "default"
+        return cls(parts[0], parts[1], parts[2] != "eager", mask, mode)
 
 
 # In order of importance: a deadline drops the last ones first.
 DEFAULT_CASES = ",".join([
     "engine/350m/compiled/docmask", "plain/350m/compiled", "engine/1b/compiled/docmask",
     "engine/350m/compiled/causal", "engine/350m/eager/docmask", "plain/1b/compiled", "engine/1b/compiled/causal",
+    "engine/350m/cudagraphs/causal",
 ])  # fmt: skip
 # Seconds a case needs on one H200 (process start, compilation, the steps), to skip what cannot fit.
 NEEDS_S = {("engine", True): 110.0, ("engine", False): 60.0, ("plain", True): 90.0, ("plain", False): 35.0}
@@ -254,9 +258,13 @@ def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) 
 
     overrides = [f"data={data_dir}", f"model={case.model}", f"precision={args.precision}", "zero_stage=1",
                  f"micro_batch_size={args.micro_batch}", f"steps={args.steps}", f"compile={case.compiled}",
+                 f"compile_mode={case.compile_mode}",
                  f"document_mask={case.document_mask}", f"debug.profile_step={args.warmup}",
                  f"peak_flops={args.peak_tflops * 1e12:g}", "spike.k_sigma=0"]  # fmt: skip
     result: dict = {"case": case.name, "status": "skipped"}
+    if case.compile_mode == "reduce-overhead" and args.device == "cpu":
+        result["reason"] = "CUDA graphs need CUDA (the engine refuses compile_mode=reduce-overhead on CPU)"
+        return result
     if not module_available("deepspeed"):
         result["reason"] = f"deepspeed is not installed for {sys.executable} and no wheel of it in {WHEELS}"
         return result

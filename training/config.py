@@ -174,6 +174,7 @@ def resolve_dims(pp: int, tp: int, dp: int, world_size: int) -> ParallelDims:
 # ---------------------------------------------------------------------------------------------
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 @dataclass
@@ -297,6 +298,8 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     activation_checkpointing: bool = False
     compile: bool | None = None  # torch.compile each transformer block; None: on for CUDA, off for CPU
+    # torch.compile's mode: default | reduce-overhead (CUDA graphs: CUDA only) | max-autotune
+    compile_mode: str = "default"
     document_mask: bool = True  # attend within documents only, positions restarting per document
     kernels: KernelConfig = field(default_factory=KernelConfig)
     seed: int = 0
@@ -318,6 +321,10 @@ class TrainConfig:
                 "fp16 with ZeRO stage 0 is refused: DeepSpeed 0.19.8 never scales the gradients there, "
                 "so loss scaling is wrong; use zero_stage >= 1 or bf16"
             )
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
+        if self.compile_mode != "default" and self.compile is False:
+            raise ValueError(f"compile_mode={self.compile_mode} needs compile (it is off)")
         if self.loader.num_workers < 0 or self.loader.prefetch_steps < 1:
             raise ValueError("loader: need num_workers >= 0 and prefetch_steps >= 1")
         f = self.fp16

@@ -105,6 +105,17 @@ def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
     return ds
 
 
+def check_compile_mode(mode: str, compiled: bool, device_type: str) -> str:
+    """The compile mode, refused where it cannot do what it says: `reduce-overhead` captures CUDA graphs,
+    which exist on CUDA only."""
+    if mode != "default" and not compiled:
+        raise ValueError(f"compile_mode={mode} needs compile=true on {device_type} (compile is off there by default)")
+    if mode == "reduce-overhead" and device_type != "cuda":
+        raise ValueError(f"compile_mode=reduce-overhead captures CUDA graphs, which {device_type} has not; "
+                         "use default or max-autotune")
+    return mode
+
+
 def adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.AdamW:
     """torch's AdamW over the parameter `groups`; `kernels.fused_adamw` takes its fused kernel
     (one launch for every parameter; on CPU too). DeepSpeed wraps it for ZeRO and bf16."""
@@ -266,6 +277,7 @@ class Trainer:
         device_type = get_accelerator().device_name()
         self.kernels = kernels.resolve(cfg.kernels, device_type, cfg.document_mask)
         self.compiled = device_type == "cuda" if cfg.compile is None else cfg.compile
+        self.compile_mode = check_compile_mode(cfg.compile_mode, self.compiled, device_type)
         self.eos_id = self.dataset.manifest.get("eos_id") if cfg.document_mask else None
         if cfg.document_mask and self.eos_id is None:
             raise ValueError("document_mask needs the data manifest's eos_id; set document_mask=false")
@@ -274,7 +286,7 @@ class Trainer:
         self.loss_fn = LossFn(cfg.debug.loss_scales(), self.kernels)
         model = build_model(self.model_cfg, self.state, cfg.seed, self.loss_fn, cfg.activation_checkpointing, self.kernels)
         if self.compiled:
-            compile_blocks(model)
+            compile_blocks(model, **({} if self.compile_mode == "default" else {"mode": self.compile_mode}))
         self.ds_config = deepspeed_config(cfg, dims.dp)
         decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
@@ -346,7 +358,8 @@ class Trainer:
     def run_info(self) -> dict:
         """How this run computes: compilation, kernels, document masks, the profiled step's kernels
         and the accelerator's peak memory (the run's metadata)."""
-        info = {"compiled": self.compiled, "document_mask": self.cfg.document_mask,
+        info = {"compiled": self.compiled, "compile_mode": self.compile_mode if self.compiled else None,
+                "document_mask": self.cfg.document_mask,
                 "kernels": self.kernels.to_dict() | {"fused_adamw": self.cfg.kernels.fused_adamw}}  # fmt: skip
         if self.profile is not None:
             info["profile"] = self.profile

@@ -64,6 +64,7 @@ class PipesReporter:
             "mfu": summary.get("mfu"),
             "layout": {"raw_value": summary["layout"], "type": "json"},
             "compiled": summary.get("compiled"),
+            "compile_mode": summary.get("compile_mode"),
             "document_mask": summary.get("document_mask"),
             "kernels": {"raw_value": summary.get("kernels"), "type": "json"},
             "first_step_s": rounded(summary.get("first_step_s"), 2),

@@ -418,6 +418,29 @@ def test_batches_made_ahead_by_the_loader_train_exactly_as_batches_made_on_deman
     assert summaries[-1]["data_wait_s_mean"] is not None
 
 
+def test_compile_mode_reaches_torch_compile_and_cuda_graphs_are_refused_without_cuda(data, monkeypatch):
+    import torch
+
+    from training.config import from_preset, load_config
+    from training.engine import check_compile_mode
+    from training.model import Transformer, compile_blocks
+
+    with pytest.raises(ValueError, match="compile_mode must be one of"):
+        load_config(None, ["compile_mode=fastest"]).validate()
+    with pytest.raises(ValueError, match="needs compile"):
+        load_config(None, ["compile=false", "compile_mode=max-autotune"]).validate()
+    with pytest.raises(ValueError, match="captures CUDA graphs, which cpu has not"):
+        check_compile_mode("reduce-overhead", True, "cpu")
+    assert check_compile_mode("reduce-overhead", True, "cuda") == "reduce-overhead"
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **options: seen.append(options) or fn)
+    model = Transformer(from_preset("tiny", 64))
+    assert compile_blocks(model, mode="max-autotune") == len(seen) > 0 and seen[0] == {"mode": "max-autotune"}
+    rc, metrics, stderr = launch(1, base(data, 2, micro_batch_size=2, compile="true", compile_mode="reduce-overhead"),
+                                 launcher="python")
+    assert rc != 0 and metrics == [] and "compile_mode=reduce-overhead captures CUDA graphs" in stderr
+
+
 def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
