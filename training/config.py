@@ -207,6 +207,25 @@ class SpikeConfig:
     max_consecutive: int = 5
 
 
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+
+
+@dataclass
+class OffloadConfig:
+    """ZeRO-Offload (DeepSpeed's `offload_optimizer` and `offload_param`): the optimizer states (and
+    their step, run by DeepSpeed's CPU Adam) and, with ZeRO-3, the parameters kept in host memory or on
+    NVMe under `nvme_path`, to fit a larger model on fewer GPUs at the cost of host-device traffic."""
+
+    optimizer: str = "none"  # none | cpu | nvme; ZeRO stage 1-3
+    param: str = "none"  # none | cpu | nvme; ZeRO stage 3
+    nvme_path: str = ""
+    pin_memory: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.optimizer != "none" or self.param != "none"
+
+
 @dataclass
 class LoaderConfig:
     """How batches reach the step: `num_workers` background threads make the next `prefetch_steps`
@@ -293,6 +312,7 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 | fp16
     fp16: LossScaleConfig = field(default_factory=LossScaleConfig)  # read with precision=fp16 only
     zero_stage: int = 0
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
     micro_batch_size: int = 1
     grad_accum: int = 1
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -321,6 +341,7 @@ class TrainConfig:
                 "fp16 with ZeRO stage 0 is refused: DeepSpeed 0.19.8 never scales the gradients there, "
                 "so loss scaling is wrong; use zero_stage >= 1 or bf16"
             )
+        self._validate_offload()
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f"compile_mode must be one of {COMPILE_MODES}, got {self.compile_mode!r}")
         if self.compile_mode != "default" and self.compile is False:
@@ -372,6 +393,25 @@ class TrainConfig:
             if getattr(self.kernels, op) not in ("auto", *choices):
                 raise ValueError(f"kernels.{op}={getattr(self.kernels, op)!r}: choose one of {('auto', *choices)}")
         self.debug.loss_scales()
+
+    def _validate_offload(self) -> None:
+        o = self.offload
+        for name in ("optimizer", "param"):
+            if getattr(o, name) not in OFFLOAD_DEVICES:
+                raise ValueError(f"offload.{name} must be one of {OFFLOAD_DEVICES}, got {getattr(o, name)!r}")
+        if not o.enabled:
+            return
+        if self.parallel.pp > 1:
+            raise ValueError(
+                f"offload with pipeline parallelism (pp={self.parallel.pp}) is refused: DeepSpeed's pipeline engine "
+                "runs ZeRO stage 0 or 1 only, and offloads under ZeRO-2 and ZeRO-3; use pp=1 (tp and dp are fine)"
+            )
+        if o.optimizer != "none" and self.zero_stage < 1:
+            raise ValueError("offload.optimizer needs ZeRO stage 1, 2 or 3 (zero_stage >= 1)")
+        if o.param != "none" and self.zero_stage != 3:
+            raise ValueError(f"offload.param needs ZeRO stage 3 (it partitions the parameters), got zero_stage={self.zero_stage}")
+        if "nvme" in (o.optimizer, o.param) and not o.nvme_path:
+            raise ValueError("offload to nvme needs offload.nvme_path (a folder on the NVMe drive)")
 
     def dims(self, world_size: int) -> ParallelDims:
         return resolve_dims(self.parallel.pp, self.parallel.tp, self.parallel.dp, world_size)

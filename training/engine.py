@@ -97,6 +97,11 @@ def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
         "bf16": {"enabled": cfg.precision == "bf16"},
         "fp16": {"enabled": cfg.precision == "fp16"},
     }
+    for name, key in (("optimizer", "offload_optimizer"), ("param", "offload_param")):
+        device = getattr(cfg.offload, name)
+        if device != "none":
+            ds["zero_optimization"][key] = {"device": device, "pin_memory": cfg.offload.pin_memory,
+                                            **({"nvme_path": cfg.offload.nvme_path} if device == "nvme" else {})}
     if cfg.precision == "fp16":
         f = cfg.fp16  # loss_scale 0: dynamic
         ds["fp16"].update({"loss_scale": 0, "initial_scale_power": f.initial_scale_power,
@@ -116,10 +121,16 @@ def check_compile_mode(mode: str, compiled: bool, device_type: str) -> str:
     return mode
 
 
-def adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.AdamW:
+def adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.Optimizer:
     """torch's AdamW over the parameter `groups`; `kernels.fused_adamw` takes its fused kernel
-    (one launch for every parameter; on CPU too). DeepSpeed wraps it for ZeRO and bf16."""
+    (one launch for every parameter; on CPU too). DeepSpeed wraps it for ZeRO and bf16. With the
+    optimizer offloaded, DeepSpeed's CPU Adam (built on first use), which runs the step on the host."""
     o = cfg.optim
+    if cfg.offload.optimizer != "none":
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        return DeepSpeedCPUAdam(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
+                                adamw_mode=True)
     return torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
                              fused=cfg.kernels.fused_adamw or None)  # fmt: skip
 
