@@ -74,6 +74,7 @@ from training import kernels
 from training.checkpoint import CheckpointManager, random_seed, run_layout
 from training.config import SpikeConfig, TrainConfig, to_dict
 from training.data import PackedDataset, StepPrefetcher
+from training.forensics import SpikeForensics
 
 log = logging.getLogger("training")
 
@@ -322,6 +323,10 @@ class Trainer:
         self._last: dict = {}
         self._last_skipped_steps = 0
         self._loader: StepPrefetcher | None = None
+        self.forensics = None
+        if cfg.checkpoint.dir:  # what a spiked step trained on: <checkpoint.dir>/spikes.jsonl
+            self.forensics = SpikeForensics(cfg.checkpoint.dir, self.dataset, cfg.split, cfg.grad_accum, dims.dp,
+                                            cfg.micro_batch_size, cfg.tokenizer_model or None)
         pin = self.cfg.loader.pin_memory
         self.pin_memory = device_type == "cuda" if pin is None else bool(pin) and device_type == "cuda"
         self._install_step_guard()
@@ -468,6 +473,8 @@ class Trainer:
         self.spikes.record(last["loss"], last["reason"], step)
         if last["reason"] is not None:
             log.warning("step %d: loss spike, update skipped: %s", step, last["reason"])
+            if self.rank == 0 and self.forensics is not None:
+                self.forensics.record(step, last["reason"], last["loss"])
         self.step += 1
         self.tokens_seen += self.tokens_per_step
         tokens_per_s = self.tokens_per_step / dt

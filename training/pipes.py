@@ -70,6 +70,9 @@ class PipesReporter:
             "first_step_s": rounded(summary.get("first_step_s"), 2),
             "loss_curve": {"raw_value": curve, "type": "md"},
         }
+        if summary.get("spike_forensics"):
+            metadata["spike_forensics"] = {"raw_value": summary["spike_forensics"], "type": "path"}
+            metadata["spiked_steps"] = summary["spiked_steps"]
         for name in ("loss_scale_last", "loss_scale_min", "overflow_skipped_steps"):
             if summary.get(name) is not None:
                 metadata[name] = summary[name]

@@ -129,6 +129,12 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
     ckpt_dir = trainer.cfg.checkpoint.dir
     if not ckpt_dir:
         return summary
+    from training.forensics import SPIKES_FILE, read_spikes
+
+    spikes = read_spikes(ckpt_dir)
+    if spikes:
+        summary["spike_forensics"] = os.path.join(ckpt_dir, SPIKES_FILE)
+        summary["spiked_steps"] = len({row["step"] for row in spikes})
     tag = checkpoint.latest_tag(ckpt_dir)
     out = os.path.join(ckpt_dir, tag, "hf")
     state = checkpoint.consolidated_state_dict(ckpt_dir, tag)

@@ -82,7 +82,7 @@ def add_shards(args) -> int:
 def lineage(args) -> int:
     import polars as pl
 
-    from lm_assets.app.lineage_view import trace_sequence
+    from lm_assets.corpus.audit.lineage import trace_sequence
     from lm_assets.defs.common.resources import default_resources
 
     store = default_resources()["storage"].storage()

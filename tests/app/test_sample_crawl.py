@@ -257,7 +257,7 @@ def test_retrained_tokenizer_makes_tokenized_shards_stale(materialized, tmp_path
 
 
 def test_packed_dataset_traces_back_to_the_warc_record(materialized):
-    from lm_assets.app.lineage_view import trace_sequence
+    from lm_assets.corpus.audit.lineage import trace_sequence
     from lm_assets.corpus.ingest.readers import read_shard
     from lm_assets.corpus.tokens.tokenizer import load_tokenizer
     from lm_assets.storage.store import Storage
@@ -286,6 +286,23 @@ def test_packed_dataset_traces_back_to_the_warc_record(materialized):
         ids = sp.encode(text)
         span = ids[piece["doc_token_start"] : piece["doc_token_start"] + piece["length"]]
         assert sequence[piece["seq_offset"] : piece["seq_offset"] + piece["length"]].tolist() == span
+
+
+def test_a_spiked_steps_sequences_are_joined_to_their_documents_and_warc_records(materialized):
+    from lm_assets.corpus.audit.lineage import spike_documents, trace_sequence
+    from lm_assets.storage.store import Storage
+
+    root, _, _ = materialized
+    store = Storage(str(root))
+    spikes = [{"step": 7, "reason": "loss nan is not finite", "split": "train", "seq_index": index, "dp_rank": 0,
+               "micro_batch": 0, "degenerate": index == 5} for index in (3, 5)]
+    documents = spike_documents(store, spikes)
+    for index in (3, 5):
+        expected = trace_sequence(store, "train", index)
+        got = documents.filter(pl.col("seq_index") == index)
+        assert got.select(expected.columns).equals(expected)
+        assert set(got["step"]) == {7} and set(got["degenerate"]) == {index == 5}
+    assert documents["url"].null_count() == 0 and documents["record_index"].null_count() == 0
 
 
 @pytest.mark.slow

@@ -466,6 +466,29 @@ def test_zero3_with_the_optimizer_and_parameters_offloaded_to_the_host_trains(da
     assert losses(offloaded) == pytest.approx(losses(plain), rel=1e-3)
 
 
+def test_a_poisoned_batch_is_recorded_with_its_sequences_and_their_scan(tmp_path):
+    """Step 2's sequences are overwritten with one token repeated, and its loss made NaN: spikes.jsonl
+    names exactly that step's sequences, finds the degenerate ones, and the summary points at it."""
+    from training.data import PackedDataset
+    from training.forensics import read_spikes
+
+    data = write_packed(tmp_path / "packed")
+    dataset = PackedDataset(data, "train")
+    poisoned = [int(i) for i in dataset.batch_indices(2, 0, 1, 2)]
+    rows = np.memmap(data / "train.bin", dtype="<u2", mode="r+", shape=(len(dataset), SEQ_LEN))
+    rows[poisoned[0]] = 7
+    rows.flush()
+    summaries = []
+    metrics = run_ok(1, base(data, 4, micro_batch_size=2, **{"debug.loss_scale": "2:nan", "checkpoint.dir": tmp_path / "ckpt"}),
+                     launcher="python", summaries=summaries)
+    assert [m["skipped"] for m in metrics] == [False, False, True, False]
+    spikes = read_spikes(tmp_path / "ckpt")
+    assert [(row["step"], row["seq_index"]) for row in spikes] == [(2, i) for i in poisoned]
+    assert [row["degenerate"] for row in spikes] == [True, False]
+    assert spikes[0]["longest_run"] == SEQ_LEN and spikes[0]["longest_run_token"] == 7
+    assert summaries[-1]["spiked_steps"] == 1 and summaries[-1]["spike_forensics"].endswith("spikes.jsonl")
+
+
 def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 

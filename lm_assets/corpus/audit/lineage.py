@@ -1,7 +1,9 @@
 """From a packed training sequence back to the documents (and their URLs) it was built from.
 
 Reads what `packing.write_packed` wrote: `<split>_segments.parquet` (sorted by `seq_index`, so a
-lookup reads only the row groups that can hold it), `manifest.json` and `<split>.bin`.
+lookup reads only the row groups that can hold it), `manifest.json` and `<split>.bin`; over a storage
+root, also each document's URL and WARC record (`trace_sequence`), and the documents of the sequences
+a spiked training step trained on (`spike_documents`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+
+from lm_assets.storage.layout import PACKED_FOLDER, raw_keys
 
 TRACE_SCHEMA = {
     "doc_id": pl.String,
@@ -94,3 +98,41 @@ def locate(packed_dir: str | os.PathLike, doc_id: str, splits: Iterable[str] = (
     if not frames:
         return pl.DataFrame()
     return pl.concat(frames).sort("split", "copy", "doc_token_start")
+
+
+def documents_of(store, shards: list[str]) -> pl.DataFrame:
+    """`doc_id, url, record_index` of the raw documents of these shards (a `Storage`)."""
+    frames = [
+        store.read_parquet(raw_keys(shard)["documents"], columns=["doc_id", "url", "record_index"])
+        for shard in shards
+    ]
+    return pl.concat(frames) if frames else pl.DataFrame(schema={"doc_id": pl.String, "url": pl.String, "record_index": pl.Int64})
+
+
+def trace_sequence(store, split: str, index: int) -> pl.DataFrame:
+    """`doc_id, shard, url, record_index, seq_offset, length, doc_token_start` for sequence `index` of `split`."""
+    return trace_sequences(store, split, [index]).drop("seq_index")
+
+
+def trace_sequences(store, split: str, indices: list[int]) -> pl.DataFrame:
+    """`trace_sequence` of several sequences at once, with their `seq_index`."""
+    with store.local_dir(PACKED_FOLDER, names=["manifest.json", f"{split}_segments.parquet"]) as packed:
+        pieces = segments(packed, split, indices)
+    docs = documents_of(store, pieces["shard"].unique().sort().to_list())
+    return (
+        pieces.join(docs, on="doc_id", how="left", maintain_order="left")
+        .select("seq_index", "doc_id", "shard", "url", "record_index", "seq_offset", "length", "doc_token_start")
+    )
+
+
+def spike_documents(store, spikes: list[dict]) -> pl.DataFrame:
+    """The documents of each sequence a spiked step trained on (`training.forensics`' rows), one row per
+    piece: the step, why it spiked, the sequence and its scan, and the document's shard, URL and record."""
+    if not spikes:
+        return pl.DataFrame()
+    rows = pl.DataFrame(spikes)
+    frames = []
+    for split in rows["split"].unique(maintain_order=True).to_list():
+        wanted = rows.filter(pl.col("split") == split)["seq_index"].unique().sort().to_list()
+        frames.append(trace_sequences(store, split, wanted).with_columns(pl.lit(split).alias("split")))
+    return rows.join(pl.concat(frames), on=["split", "seq_index"], how="left", maintain_order="left")

@@ -20,6 +20,7 @@ from lm_assets.corpus.tokens.tokenizer import load_tokenizer
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices
 from lm_assets.defs.common.environment import from_environment
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions
+from lm_assets.defs.common.reporting import markdown_table
 from lm_assets.defs.common.resources import S3ClientResource, StorageResource
 from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
@@ -249,7 +250,31 @@ def training_run_and_checkpoint(
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [checkpoint_key(config.run_name, tag) for tag in tags]
     add_new_partitions(context.instance, checkpoint_partitions, keys)
-    yield from (with_curves(result) for result in results)
+    yield from (with_spike_documents(with_curves(result), store, run_dir) for result in results)
+
+
+def with_spike_documents(result, store, run_dir: Path):
+    """training_run's result with the documents of every spiked step's sequences (the file the run
+    reported as `spike_forensics`) joined through lineage to their shards, URLs and WARC records: a table
+    beside the checkpoints, `spike_documents.parquet`, its path and first rows in the metadata."""
+    import json
+
+    from lm_assets.corpus.audit.lineage import spike_documents
+
+    reported = result.metadata.get("spike_forensics") if isinstance(result, dg.MaterializeResult) else None
+    if reported is None or not Path(reported.value).exists():
+        return result
+    spikes = [json.loads(line) for line in Path(reported.value).read_text().splitlines() if line]
+    documents = spike_documents(store, spikes)
+    path = run_dir / "spike_documents.parquet"
+    documents.write_parquet(path)
+    shown = documents.select("step", "reason", "seq_index", "degenerate", "doc_id", "url", "shard", "record_index")
+    return dg.MaterializeResult(
+        asset_key=result.asset_key,
+        metadata={**result.metadata, "spike_documents": dg.MetadataValue.path(str(path)),
+                  "spike_documents_preview": markdown_table(shown.head(20))},
+        check_results=result.check_results, data_version=result.data_version, tags=result.tags,
+    )
 
 
 def with_curves(result):
