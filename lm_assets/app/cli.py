@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 WORKSPACE_FILE = "workspace.yaml"
 
@@ -145,7 +146,6 @@ def postgres_home(args) -> int:
     """Start (or stop) the local PostgreSQL server of a Dagster home and write its dagster.yaml: the
     production instance on this machine. Prints the environment as `export` lines, for a shell's eval."""
     import shlex
-    from pathlib import Path
 
     from lm_assets.app import postgres
 
@@ -155,6 +155,36 @@ def postgres_home(args) -> int:
         return 0
     for key, value in postgres.prepare_home(home).items():
         print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+def plan_training(args) -> int:
+    """Rank the parallel layouts for a model on a cluster by their estimated memory per GPU
+    (training/planner.py), print them and the recommended one with its reason; `--write` saves it as
+    `training_run`'s config."""
+    import json
+
+    from training import planner
+
+    shape = planner.ModelShape(params=args.params, layers=args.layers, hidden=args.hidden,
+                               heads=args.heads or max(1, args.hidden // 128), vocab=args.vocab)
+    estimates = planner.plan(shape, args.gpus, args.gpu_memory, args.seq, args.micro_batch, args.grad_accum,
+                             args.gpus_per_node, mixed=args.precision != "fp32")
+    fitting = [e for e in estimates if e.fits]
+    print(f"{len(fitting)} of {len(estimates)} layouts fit {args.gpu_memory:g} GiB per GPU; the cheapest {args.top}:")
+    print(f"{'layout':64} {'states':>7} {'activ.':>7} {'total':>7}  GiB per GPU")
+    for e in (fitting or estimates)[: args.top]:
+        print(f"{e.layout.describe():64} {e.model_states_gib:7.1f} {e.activations_gib:7.1f} {e.total_gib:7.1f}"
+              + ("" if e.fits else "  does not fit"))
+    if not fitting:
+        print(f"no layout fits: the smallest needs {min(e.total_gib for e in estimates):.1f} GiB per GPU", file=sys.stderr)
+        return 2
+    best = fitting[0]
+    print(f"\nrecommended: {best.layout.describe()}\n  {planner.reason(best, args.gpus_per_node)}")
+    if args.write:
+        config = {"ops": {"training": {"config": planner.training_run_config(best, args.micro_batch, args.grad_accum)}}}
+        Path(args.write).write_text(json.dumps(config, indent=2) + "\n")
+        print(f"written as training_run's run config: {args.write}")
     return 0
 
 
@@ -191,6 +221,23 @@ def main(argv: list[str] | None = None) -> int:
                    "<FILE stem>.annotated.jsonl beside FILE)")  # fmt: skip
     p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.set_defaults(func=label)
+    p = sub.add_parser("plan-training", help="rank the parallel layouts (dp, tp, pp, ZeRO, offload, activation "
+                       "checkpointing) for a model on a cluster by estimated memory per GPU")  # fmt: skip
+    p.add_argument("--params", type=float, required=True, help="parameters, e.g. 7e9")
+    p.add_argument("--layers", type=int, required=True)
+    p.add_argument("--hidden", type=int, required=True)
+    p.add_argument("--heads", type=int, help="attention heads (default: hidden / 128)")
+    p.add_argument("--vocab", type=int, default=32_000)
+    p.add_argument("--seq", type=int, required=True, help="sequence length in tokens")
+    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--gpu-memory", type=float, required=True, help="GiB per GPU")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--grad-accum", type=int, default=8)
+    p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--top", type=int, default=10, help="layouts listed")
+    p.add_argument("--write", metavar="FILE", help="write the recommended layout as training_run's run config (JSON)")
+    p.set_defaults(func=plan_training)
     p = sub.add_parser("postgres-home", help="start the local PostgreSQL server of a Dagster home (the production "
                        "instance on this machine) and print its environment; --stop stops it")  # fmt: skip
     p.add_argument("home", help="the Dagster home: dagster.yaml is written there, the server's data in pgdata/")

@@ -322,6 +322,8 @@ def test_training_on_the_packed_sample_crawl(materialized):
     meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("training")}
     assert meta["training_run"]["steps"].value == 12
     assert meta["training_run"]["final_loss"].value < 8.0  # ln(3000) = 8.0 at the start
+    assert "dp=1 tp=1 pp=2 ZeRO-0" in meta["training_run"]["training_plan"].value  # the planner's estimate of it
+    assert meta["training_run"]["data_wait_s_mean"].value is not None
     assert meta["checkpoint"]["tags"].value == ["step_00000006", "step_00000012"]
     assert instance.get_dynamic_partitions(checkpoint_partitions.name) == ["main-step_00000006", "main-step_00000012"]
     hf = Path(meta["checkpoint"]["hf_export"].value)

@@ -250,7 +250,39 @@ def training_run_and_checkpoint(
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [checkpoint_key(config.run_name, tag) for tag in tags]
     add_new_partitions(context.instance, checkpoint_partitions, keys)
-    yield from (with_spike_documents(with_curves(result), store, run_dir) for result in results)
+    plan = training_plan(config, train_config)
+    for result in results:
+        result = with_spike_documents(with_curves(result), store, run_dir)
+        if isinstance(result, dg.MaterializeResult) and result.asset_key == dg.AssetKey("training_run"):
+            result = dg.MaterializeResult(asset_key=result.asset_key, metadata={**result.metadata, "training_plan": plan},
+                                          check_results=result.check_results, data_version=result.data_version,
+                                          tags=result.tags)  # fmt: skip
+        yield result
+
+
+def training_plan(config: TrainingRunConfig, train_config: dict) -> dg.MetadataValue:
+    """What training/planner.py estimates this run's layout needs per GPU (`lm-assets plan-training` ranks
+    the others)."""
+    from training.config import apply_overrides, from_preset
+    from training.model import num_params
+    from training.planner import Layout, ModelShape, estimate
+
+    model = apply_overrides(from_preset(config.model, train_config["vocab_size"]), train_config["model_overrides"])
+    shape = ModelShape(params=num_params(model), layers=model.n_layers, hidden=model.dim, heads=model.n_heads,
+                       vocab=model.vocab_size)
+    overrides = set(config.overrides)
+    layout = Layout(config.dp, config.tp, config.pp, config.zero_stage,
+                    offload_optimizer="offload.optimizer=cpu" in overrides, offload_param="offload.param=cpu" in overrides,
+                    activation_checkpointing="activation_checkpointing=true" in overrides)
+    seq = model.max_seq_len
+    found = estimate(shape, layout, seq, config.micro_batch_size, config.grad_accum, float("inf"),
+                     mixed=config.precision != "fp32")
+    return dg.MetadataValue.md(
+        f"| layout | parameters | model states | activations | total per GPU |\n|---|---|---|---|---|\n"
+        f"| {layout.describe()} | {shape.params / 1e6:,.1f} M | {found.model_states_gib:.3f} GiB | "
+        f"{found.activations_gib:.3f} GiB | {found.total_gib:.3f} GiB |\n\n"
+        "Estimated by `training/planner.py` at the model's context length; `lm-assets plan-training` ranks every layout."
+    )
 
 
 def with_spike_documents(result, store, run_dir: Path):
