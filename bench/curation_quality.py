@@ -47,6 +47,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -140,7 +142,7 @@ def trained_classifier(train: list[tuple[Path, Path]], storage_root: Path, floor
     """Train the quality classifier on the (crawl, labels) pairs in `train`, as the pipeline does, in a
     storage of its own; copy it into `storage_root` as the current one. Its training figures.
 
-    Every crawl's shards are linked into one landing folder as `<crawl folder>-<shard>`, so that shards
+    Every crawl's shards are hard-linked (else copied) into one landing folder as `<crawl folder>-<shard>`, so that shards
     of two crawls keep apart; every labels file goes under `labels/`."""
     from dedup_quality import pipeline_definitions
 
@@ -153,7 +155,10 @@ def trained_classifier(train: list[tuple[Path, Path]], storage_root: Path, floor
             training.write_bytes(f"labels/{n:02d}-{labels.stem}.jsonl", labels.read_bytes())
             for path in find_shards(crawl):
                 shards.append(f"{crawl.name}-{path.name}")
-                (landing / shards[-1]).symlink_to(path.resolve())
+                try:  # a hard link: the landing root refuses symlinks that lead out of it
+                    os.link(path, landing / shards[-1])
+                except OSError:
+                    shutil.copyfile(path, landing / shards[-1])
         instance = dg.DagsterInstance.ephemeral(settings={"python_logs": {"python_log_level": "WARNING"}})
         instance.add_dynamic_partitions("shards", shards)
         definitions = pipeline_definitions(Path(training.root), landing, DedupSettings())
