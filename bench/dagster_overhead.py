@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchlib.paths import REPO, out_dir
+from benchlib.paths import REPO, write_report
 
 SAMPLE_CRAWL = REPO / "data" / "sample-crawl"
 SHARD = "crawl-00000.warc.gz"
@@ -548,10 +548,7 @@ def main() -> int:
             report["asset_backfills"] = asset_backfills(work, [int(n) for n in args.registered.split(",")])
             report["multi_shard_run"] = multi_shard_run(work, args.run_job, args.run_shards)
             print_multi_shard(report["multi_shard_run"])
-    out = out_dir("dagster_overhead.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report))
+    write_report("dagster_overhead.json", report)
     return 0
 
 

@@ -19,7 +19,6 @@ it checks nothing. The last line is a JSON object, also written to `$OUT/reliabi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -31,7 +30,8 @@ import time
 import uuid
 from pathlib import Path
 
-from benchlib.paths import REPO, out_dir
+from benchlib.faults import KILLED_AT, POINTS
+from benchlib.paths import REPO, write_report
 
 ARTICLE = "<p>" + "The harbour pilots guide every ship through the narrow channel at dawn. " * 20 + "</p>"
 
@@ -112,30 +112,6 @@ def recovery(files: list[Path]) -> list[dict]:
     return rows
 
 
-KILLED_AT = textwrap.dedent("""
-    import os, signal, sys
-    from pathlib import Path
-    import lm_assets.storage.store as store
-
-    def die(*args):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    point = sys.argv[2]
-    if point == "mid_write":
-        write = Path.write_bytes
-        Path.write_bytes = lambda self, data: die() if self.name == "b.json" else write(self, data)
-    elif point == "before_exchange":
-        store.exchange_folders = die
-    elif point == "after_exchange":
-        exchange = store.exchange_folders
-        store.exchange_folders = lambda a, b: (exchange(a, b), die())
-    elif point == "between_renames":
-        store.exchange_folders = lambda a, b: False
-        rename = os.rename
-        os.rename = lambda a, b: (rename(a, b), die() if str(b).endswith(".retired") else None)
-    store.Storage(sys.argv[1]).publish("stage/s1", {"a.json": b"new", "b.json": b"new"})
-""")
-POINTS = ("mid_write", "before_exchange", "after_exchange", "between_renames")
 
 
 def killed_publishes(work: Path, kills: int) -> dict:
@@ -248,10 +224,7 @@ def main() -> int:
             report["killed_run"] = killed_run_slot(work / "slot", args.slot_timeout)
             print(f"\na run whose worker was SIGKILLed was failed by the daemon (run_worker_sensor) after "
                   f"{report['killed_run']['seconds_to_failure']} s")
-    out = out_dir("reliability.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report))
+    write_report("reliability.json", report)
     return 0
 
 

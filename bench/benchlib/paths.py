@@ -24,6 +24,15 @@ def out_dir(*parts: str) -> Path:
     return root.absolute().joinpath(*parts)
 
 
+def write_report(name: str, report: dict) -> Path:
+    """The bench's figures as JSON in `out_dir(name)`, and as the last line printed."""
+    out = out_dir(name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report))
+    return out
+
+
 def smoke_crawl() -> Path:
     """The crawl of `--smoke` runs, built offline in `out_dir("smoke-crawl")`: the test slice's pages as
     the one shard of a crawl folder, with a `truth.json` that lists no duplicates."""

@@ -8,6 +8,7 @@ from pathlib import Path
 import boto3
 import polars as pl
 import pytest
+from benchlib.faults import KILLED_AT, POINTS
 
 from lm_assets.storage.store import Storage, split_s3_url
 
@@ -122,36 +123,11 @@ def test_a_partition_killed_mid_write_keeps_its_earlier_files_together(tmp_path)
     assert len(staged) == 1 and (staged[0] / "documents.parquet").exists()
 
 
-KILLED_AT = textwrap.dedent("""
-    import os, signal, sys
-    from pathlib import Path
-    import lm_assets.storage.store as store
-
-    def die(*args):
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    point = sys.argv[2]
-    if point == "mid_write":
-        write = Path.write_bytes
-        Path.write_bytes = lambda self, data: die() if self.name == "b.json" else write(self, data)
-    elif point == "before_exchange":
-        store.exchange_folders = die
-    elif point == "after_exchange":
-        exchange = store.exchange_folders
-        store.exchange_folders = lambda a, b: (exchange(a, b), die())
-    elif point == "between_renames":  # where no exchange exists: the folder renamed away, then the kill
-        store.exchange_folders = lambda a, b: False
-        rename = os.rename
-        os.rename = lambda a, b: (rename(a, b), die() if str(b).endswith(".retired") else None)
-    store.Storage(sys.argv[1]).publish("stage/s1", {"a.json": b"new", "b.json": b"new"})
-""")
-
-
 def hidden(root: Path) -> list[str]:
     return sorted(p.name for p in root.rglob("*") if p.name.startswith("."))
 
 
-@pytest.mark.parametrize("point", ["mid_write", "before_exchange", "after_exchange", "between_renames"])
+@pytest.mark.parametrize("point", POINTS)
 def test_a_publish_killed_at_any_point_leaves_a_whole_set_and_the_next_one_sweeps(tmp_path, monkeypatch, point):
     import lm_assets.storage.store as store_module
 
