@@ -20,6 +20,11 @@ cycle-walking back into range (expected < 4 rounds per index): a bijection compu
 a batch costs O(batch) time and no per-epoch memory, and it is integer arithmetic that no library
 upgrade can change.
 
+Curriculum. When the packer scored the train split's sequences (`manifest["curriculum"]`, a
+`train_difficulty.bin` of little-endian float32 per sequence), epoch 0 follows `curriculum_order`
+instead: a seeded `fraction` of the sequences easiest first, then the rest in the seeded permutation;
+later epochs are plain permutations. It is still a function of the step alone, so resuming is exact.
+
 Inputs and targets. A row of `seq_len` tokens gives `inputs = row[:-1]` and `targets = row[1:]`
 (`seq_len - 1` positions; packing with `seq_len = context + 1` gives full-context rows). Targets
 equal to `pad_id` are replaced by -100 (`ignore_index` of `torch.nn.functional.cross_entropy`).
@@ -76,10 +81,24 @@ def permute(indices: np.ndarray, n: int, seed: int) -> np.ndarray:
     return out.astype(np.int64)
 
 
+def curriculum_order(difficulty: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """The first epoch's order under an easy-to-hard curriculum: a seeded draw of `fraction` of the
+    sequences, easiest first (ties in seeded order), then every other sequence in the seeded permutation.
+    Each sequence appears once, and the order is a function of (difficulty, fraction, seed) alone."""
+    n = len(difficulty)
+    drawn = permute(np.arange(n), n, seed)  # the seeded permutation of epoch 0
+    k = int(round(fraction * n))
+    head = drawn[:k]
+    head = head[np.lexsort((np.arange(k), np.asarray(difficulty)[head]))]  # stable: ties keep the seeded order
+    return np.concatenate([head, drawn[k:]]).astype(np.int64)
+
+
 def batch_indices(
-    n_sequences: int, seed: int, step: int, dp_rank: int, dp_size: int, micro_batch_size: int
+    n_sequences: int, seed: int, step: int, dp_rank: int, dp_size: int, micro_batch_size: int,
+    first_epoch: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Sequence indices of rank `dp_rank`'s micro-batch at `step` (see the module docstring)."""
+    """Sequence indices of rank `dp_rank`'s micro-batch at `step` (see the module docstring); with
+    `first_epoch` (`curriculum_order`), epoch 0 follows it instead of the seeded permutation."""
     if n_sequences <= 0:
         raise ValueError("no sequences to draw from")
     if not 0 <= dp_rank < dp_size:
@@ -93,7 +112,8 @@ def batch_indices(
     out = np.empty(micro_batch_size, dtype=np.int64)
     for epoch in np.unique(epochs).tolist():
         m = epochs == epoch
-        out[m] = permute(within[m], n_sequences, seed + epoch)
+        out[m] = first_epoch[within[m]] if epoch == 0 and first_epoch is not None else permute(
+            within[m], n_sequences, seed + epoch)
     return out
 
 
@@ -126,6 +146,15 @@ class PackedDataset:
             if n
             else np.zeros((0, self.seq_len), dtype=self.dtype)
         )
+        # An easy-to-hard curriculum the packer scored this split for (train only): the first epoch's order.
+        self.curriculum = self.manifest.get("curriculum") if split == "train" else None
+        self.first_epoch = None
+        if self.curriculum and n:
+            scores = self.path / self.manifest["files"][split]["difficulty"]
+            difficulty = np.fromfile(scores, dtype="<f4")
+            if difficulty.shape != (n,):
+                raise ValueError(f"{scores} holds {difficulty.size} scores for {n} sequences")
+            self.first_epoch = curriculum_order(difficulty, float(self.curriculum["fraction"]), seed)
 
     def __len__(self) -> int:
         return self.data.shape[0]
@@ -138,7 +167,7 @@ class PackedDataset:
         return len(self) // (dp_size * micro_batch_size)
 
     def batch_indices(self, step: int, dp_rank: int, dp_size: int, micro_batch_size: int) -> np.ndarray:
-        return batch_indices(len(self), self.seed, step, dp_rank, dp_size, micro_batch_size)
+        return batch_indices(len(self), self.seed, step, dp_rank, dp_size, micro_batch_size, self.first_epoch)
 
     def get_batch(
         self, step: int, dp_rank: int, dp_size: int, micro_batch_size: int

@@ -66,6 +66,7 @@ from training.primitives import splitmix64, temp_beside
 
 FORMAT = "lm-assets-packed/1"
 SPLITS = ("train", "val")
+CURRICULA = ("none", "length", "quality")
 STRATEGIES = ("concat", "bfd")
 SEGMENT_SCHEMA = {
     "seq_index": pl.Int64,
@@ -109,6 +110,8 @@ class PackingConfig:
     pad_id: int = 0
     mixture: Mapping[str, float] = field(default_factory=dict)
     drop_last: bool = True
+    curriculum: str = "none"  # none | length | quality: the train split's sequences scored for an easy-to-hard start
+    curriculum_fraction: float = 0.25  # share of the first epoch's positions the curriculum orders
 
     def __post_init__(self):
         if self.seq_len < 2:
@@ -119,6 +122,10 @@ class PackingConfig:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
         if self.eos_id < 0 or self.pad_id < 0:
             raise ValueError("eos_id and pad_id must be non-negative token ids")
+        if self.curriculum not in CURRICULA:
+            raise ValueError(f"curriculum must be one of {CURRICULA}, got {self.curriculum!r}")
+        if not 0.0 < self.curriculum_fraction <= 1.0:
+            raise ValueError(f"curriculum_fraction must be in (0, 1], got {self.curriculum_fraction}")
         for key, weight in self.mixture.items():
             kind, sep, value = key.partition(":")
             if not sep or kind not in ("source", "lang") or not value:
@@ -484,6 +491,8 @@ def _doc_table(shards: list[ShardTokens]) -> pl.DataFrame:
             pl.lit(shard.name, dtype=pl.String).alias("shard"),
             (pl.col("source").cast(pl.String) if "source" in d.columns else pl.lit(shard.name)).alias("source"),
             (pl.col("lang").cast(pl.String) if "lang" in d.columns else pl.lit(None, dtype=pl.String)).alias("lang"),
+            (pl.col("quality_score").cast(pl.Float64) if "quality_score" in d.columns
+             else pl.lit(None, dtype=pl.Float64)).alias("quality_score"),
             pl.col("offset").cast(pl.Int64),
             pl.col("length").cast(pl.Int64),
             pl.lit(i, dtype=pl.Int64).alias("shard_idx"),
@@ -509,6 +518,7 @@ _DOC_SCHEMA = {
     "shard": pl.String,
     "source": pl.String,
     "lang": pl.String,
+    "quality_score": pl.Float64,
     "offset": pl.Int64,
     "length": pl.Int64,
     "shard_idx": pl.Int64,
@@ -671,7 +681,30 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
         "efficiency": (total_tokens - pad_tokens) / total_tokens if total_tokens else 1.0,
         "truncated_share": truncated / n_units if n_units else 0.0,
     }
+    if cfg.curriculum != "none":
+        manifest["curriculum"] = {"schedule": "easy_to_hard", "score": cfg.curriculum, "fraction": cfg.curriculum_fraction,
+                                  "harder_is": CURRICULUM_MEANING[cfg.curriculum]}  # fmt: skip
     return PackedResult(config=cfg, shards=list(shards), docs=docs, dtype=dtype, layouts=layouts, manifest=manifest)
+
+
+# What a curriculum's difficulty score measures, per sequence: the token-weighted mean over the pieces in it.
+CURRICULUM_MEANING = {
+    "length": "longer documents (the full length, in tokens, of each document a piece comes from)",
+    "quality": "lower quality (1 - the quality classifier's score; unscored documents count 0.5)",
+}
+
+
+def sequence_difficulty(result: "PackedResult", split: str = "train") -> np.ndarray:
+    """Each sequence's curriculum score (float32; higher: harder), as `CURRICULUM_MEANING` defines it."""
+    lay = result.layouts[split]
+    if result.config.curriculum == "length":
+        per_doc = result.docs["length"].to_numpy().astype(np.float64)
+    else:
+        per_doc = 1.0 - result.docs["quality_score"].fill_null(0.5).to_numpy().astype(np.float64)
+    weights = lay.length.astype(np.float64)
+    total = np.bincount(lay.seq_index, weights=weights, minlength=lay.n_seq)
+    score = np.bincount(lay.seq_index, weights=weights * per_doc[lay.doc_row], minlength=lay.n_seq)
+    return np.divide(score, total, out=np.zeros(lay.n_seq), where=total > 0).astype("<f4")
 
 
 # -- write ------------------------------------------------------------------------------------
@@ -706,6 +739,12 @@ def write_packed(result: PackedResult, out_dir: str | os.PathLike, rows_per_chun
                 "shape": [n_seq, result.config.seq_len],
                 "bytes": n_seq * result.config.seq_len * result.dtype.itemsize,
             }
+            if split == "train" and "curriculum" in manifest:
+                scores_path = out / f"{split}_difficulty.bin"
+                tmp_scores = temp_beside(scores_path)
+                staged.append((tmp_scores, scores_path))
+                sequence_difficulty(result, split).tofile(tmp_scores)
+                manifest["files"][split]["difficulty"] = scores_path.name
         manifest_path = out / "manifest.json"
         tmp_manifest = temp_beside(manifest_path)
         tmp_manifest.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

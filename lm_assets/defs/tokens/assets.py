@@ -12,6 +12,7 @@ import polars as pl
 from pydantic import Field, model_validator
 
 from lm_assets.corpus.tokens.packing import (
+    CURRICULA,
     STRATEGIES,
     PackedResult,
     PackingConfig,
@@ -216,6 +217,7 @@ def tokenized_with_current_tokenizer(context: dg.AssetCheckExecutionContext, sto
 PACKED_FILES = ("train.bin", "val.bin", "train_segments.parquet", "val_segments.parquet", "manifest.json")
 PACKING_DEFAULTS = PackingConfig()
 PackingStrategy = choices("PackingStrategy", STRATEGIES)
+PackingCurriculum = choices("PackingCurriculum", CURRICULA)
 
 
 class PackedDatasetConfig(dg.Config):
@@ -236,6 +238,15 @@ class PackedDatasetConfig(dg.Config):
     seed: int = Field(
         default=PACKING_DEFAULTS.seed,
         description="drives the mixture's draws, the document order and the sequence shuffle; never the split",
+    )
+    curriculum: PackingCurriculum = Field(
+        default=PACKING_DEFAULTS.curriculum,
+        description="none: the first epoch is a plain shuffle; length or quality: training starts easy-to-hard, "
+        "shorter documents or higher-quality ones first, over curriculum_fraction of the first epoch",
+    )
+    curriculum_fraction: float = Field(
+        default=PACKING_DEFAULTS.curriculum_fraction,
+        description="share of the first epoch's sequences the curriculum orders easiest first; the rest are shuffled",
     )
     mixture: dict[str, float] = Field(
         default=dict(PACKING_DEFAULTS.mixture),
@@ -264,6 +275,25 @@ def sequence_preview(result: PackedResult, decode) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"Sequence {index}: {count} in {result.config.seq_len} tokens\n\n{fenced(text)}")
 
 
+def curriculum_view(packed: Path, data_seed: int = 0) -> dg.MetadataValue:
+    """The curriculum as training reads it (`training.data`, the default data seed): the mean difficulty of
+    the first epoch's positions in ten bins, easiest first within the curriculum's share, then shuffled."""
+    import numpy as np
+
+    from training.data import PackedDataset
+
+    dataset = PackedDataset(packed, "train", seed=data_seed)
+    difficulty = np.fromfile(packed / "train_difficulty.bin", dtype="<f4")
+    scores = difficulty[dataset.first_epoch]
+    bins = np.array_split(np.arange(len(scores)), min(10, len(scores)))
+    frame = pl.DataFrame({
+        "positions": [f"{b[0]}-{b[-1]}" for b in bins],
+        "mean_difficulty": [round(float(scores[b].mean()), 4) for b in bins],
+        "in_curriculum": [bool(b[0] < round(dataset.curriculum["fraction"] * len(scores))) for b in bins],
+    })
+    return markdown_table(frame)
+
+
 def tokenized_shards(instance: dg.DagsterInstance, store) -> list[str]:
     return shards_with(instance, store, lambda s: tokenized_keys(s)["sidecar"])
 
@@ -274,7 +304,8 @@ def load_shard_tokens(store, shard: str, files: contextlib.ExitStack) -> ShardTo
     names = {name: Path(key).name for name, key in keys.items()}
     folder = files.enter_context(store.local_dir(stage_folder("tokenized", shard), names=list(names.values())))
     paths = {name: folder / file_name for name, file_name in names.items()}
-    documents = store.read_parquet(stage_keys("decontaminated", shard)["documents"], columns=["doc_id", "source", "lang"])
+    documents = store.read_parquet(stage_keys("decontaminated", shard)["documents"],
+                                   columns=["doc_id", "source", "lang", "quality_score"])
     return ShardTokens.from_files(shard, paths["tokens"], paths["index"], paths["sidecar"], documents)
 
 
@@ -312,8 +343,10 @@ def packed_dataset(
         sequence_shown = sequence_preview(result, sp.decode)
         train_docs = set(result.segments("train")["doc_id"].unique().to_list())
         val_docs = set(result.segments("val")["doc_id"].unique().to_list())
-        for name in PACKED_FILES:  # the manifest last: its presence means the rest is complete
+        scored = ["train_difficulty.bin"] if "curriculum" in manifest else []
+        for name in [*PACKED_FILES[:-1], *scored, PACKED_FILES[-1]]:  # the manifest last: its presence means the rest is complete
             store.write_bytes(packed_key(name), (out / name).read_bytes())
+        curriculum = curriculum_view(out) if scored else None
     seconds = time.perf_counter() - started
     shares = pl.DataFrame(
         [
@@ -336,6 +369,8 @@ def packed_dataset(
             "train_sequence": sequence_shown,
             "tokenizer_hash": info["tokenizer_hash"],
             "tokens_per_second": round(sum(manifest["splits"][s]["tokens"] for s in ("train", "val")) / seconds) if seconds else 0,
+            **({"curriculum": dg.MetadataValue.json(manifest["curriculum"]), "curriculum_by_position": curriculum}
+               if curriculum is not None else {}),
         },
         check_results=[
             dg.AssetCheckResult(

@@ -385,3 +385,45 @@ def test_an_index_tiles_its_token_file_or_not():
     gap = index.with_columns(pl.Series("offset", [0, 4, 4]))
     assert not index_tiles_tokens(gap, documents=3, token_count=5)
     assert index_tiles_tokens(index.head(0), documents=0, token_count=0)
+
+
+def test_a_curriculum_scores_each_sequence_and_training_starts_easy_to_hard(tmp_path):
+    """Scored by the quality of their documents: the packer writes each train sequence's difficulty, and
+    the trainer's first epoch takes a seeded quarter of the sequences easiest first, then the rest
+    shuffled, each once; the order is fixed by the seed, and with no curriculum nothing changes."""
+    from training.data import PackedDataset, batch_indices
+
+    rng = np.random.default_rng(3)
+    shard = make_shard("web", 400, rng, min_len=5, max_len=30)
+    shard = ShardTokens(shard.name, shard.tokens, shard.docs.with_columns(
+        pl.Series("quality_score", rng.random(400))), shard.tokenizer_hash, shard.version)
+    cfg = PackingConfig(seq_len=64, strategy="bfd", val_fraction=0.0, curriculum="quality", curriculum_fraction=0.25)
+    result = pack([shard], cfg)
+    manifest = write_packed(result, tmp_path / "scored")
+    assert manifest["curriculum"]["score"] == "quality" and manifest["files"]["train"]["difficulty"] == "train_difficulty.bin"
+    difficulty = np.fromfile(tmp_path / "scored" / "train_difficulty.bin", dtype="<f4")
+    segments = result.segments("train").join(shard.docs.select("doc_id", "quality_score"), on="doc_id")
+    expected = segments.group_by("seq_index").agg(
+        (1 - (pl.col("quality_score") * pl.col("length")).sum() / pl.col("length").sum()).alias("d")).sort("seq_index")
+    assert np.allclose(difficulty, expected["d"].to_numpy(), atol=1e-6)
+
+    dataset = PackedDataset(tmp_path / "scored", "train", seed=5)
+    n, head = len(dataset), round(0.25 * len(dataset))
+    order = np.concatenate([dataset.batch_indices(step, 0, 1, 1) for step in range(n)])
+    assert sorted(order.tolist()) == list(range(n))  # every sequence once in the first epoch
+    assert np.all(np.diff(difficulty[order[:head]]) >= 0)  # the curriculum's share: easiest first
+    assert difficulty[order[:head]].mean() < difficulty[order[head:]].mean()
+    again = PackedDataset(tmp_path / "scored", "train", seed=5)
+    assert np.array_equal(order, np.concatenate([again.batch_indices(s, 0, 1, 1) for s in range(n)]))  # resume is exact
+    other = PackedDataset(tmp_path / "scored", "train", seed=6)
+    assert not np.array_equal(order[:head], np.concatenate([other.batch_indices(s, 0, 1, 1) for s in range(head)]))
+    assert np.array_equal(dataset.batch_indices(n + 3, 0, 1, 1), batch_indices(n, 5, n + 3, 0, 1, 1))  # epoch 1: plain
+
+    from lm_assets.defs.tokens.assets import curriculum_view
+
+    shown = curriculum_view(tmp_path / "scored").value  # packed_dataset's metadata: difficulty by position
+    assert shown.count("| true ") + shown.count("| True ") >= 2 and "mean_difficulty" in shown
+
+    plain = write_packed(pack([shard], PackingConfig(seq_len=64, strategy="bfd", val_fraction=0.0)), tmp_path / "plain")
+    assert "curriculum" not in plain and not (tmp_path / "plain" / "train_difficulty.bin").exists()
+    assert PackedDataset(tmp_path / "plain", "train", seed=5).first_epoch is None
