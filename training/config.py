@@ -306,6 +306,7 @@ class TrainConfig:
     data_seed: int = 0
     loader: LoaderConfig = field(default_factory=LoaderConfig)
     model: str = "tiny"  # a preset of training.config.PRESETS
+    init_from: str = ""  # a Hugging Face Llama folder: its architecture and weights replace the preset's
     model_overrides: tuple[str, ...] = ()  # "field=value" applied to the preset's ModelConfig
     vocab_size: int | None = None  # default: from the data manifest
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
@@ -365,6 +366,8 @@ class TrainConfig:
             )
         if world_size is not None:
             self.dims(world_size)
+        if self.init_from and not (Path(self.init_from) / "config.json").exists():
+            raise ValueError(f"init_from {self.init_from!r} holds no config.json (a Hugging Face Llama folder)")
         if self.model not in PRESETS:
             raise ValueError(f"unknown model preset {self.model!r}; choose from {sorted(PRESETS)}")
         for name in ("micro_batch_size", "grad_accum", "steps"):

@@ -72,7 +72,7 @@ import torch.distributed as dist
 
 from training import kernels
 from training.checkpoint import CheckpointManager, random_seed, run_layout
-from training.config import SpikeConfig, TrainConfig, to_dict
+from training.config import SpikeConfig, TrainConfig, apply_overrides, to_dict
 from training.data import PackedDataset, StepPrefetcher
 from training.forensics import SpikeForensics
 
@@ -279,7 +279,15 @@ class Trainer:
         vocab = cfg.vocab_size or _dataset_vocab_size(self.dataset.manifest)
         if vocab is None:
             raise ValueError("vocab_size is not in the data manifest; set vocab_size=")
-        self.model_cfg = cfg.model_config(vocab)
+        if cfg.init_from:  # continued pretraining: the checkpoint's architecture, not the preset's
+            from training.hf_init import model_config as hf_model_config
+
+            self.model_cfg = apply_overrides(hf_model_config(cfg.init_from), cfg.model_overrides)
+            if self.model_cfg.vocab_size != vocab:
+                raise ValueError(f"init_from {cfg.init_from} has a vocabulary of {self.model_cfg.vocab_size} pieces, the "
+                                 f"data {vocab}: tokenize the corpus with its tokenizer")  # fmt: skip
+        else:
+            self.model_cfg = cfg.model_config(vocab)
         self.tokens_per_row = self.dataset.seq_len - 1
         if self.tokens_per_row > self.model_cfg.max_seq_len:
             raise ValueError(
@@ -297,6 +305,13 @@ class Trainer:
         self.state = setup_parallel(dims)
         self.loss_fn = LossFn(cfg.debug.loss_scales(), self.kernels)
         model = build_model(self.model_cfg, self.state, cfg.seed, self.loss_fn, cfg.activation_checkpointing, self.kernels)
+        if cfg.init_from:
+            from training import hf_init
+
+            loaded = hf_init.load_into(model, hf_init.weights(cfg.init_from), self.model_cfg, dims.pp > 1, dims.tp,
+                                       self.state.tp_rank)
+            if self.rank == 0:
+                log.info("initialized %d parameter tensors from %s", loaded, cfg.init_from)
         if self.compiled:
             compile_blocks(model, **({} if self.compile_mode == "default" else {"mode": self.compile_mode}))
         self.ds_config = deepspeed_config(cfg, dims.dp)

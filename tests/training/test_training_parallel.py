@@ -489,6 +489,61 @@ def test_a_poisoned_batch_is_recorded_with_its_sequences_and_their_scan(tmp_path
     assert summaries[-1]["spiked_steps"] == 1 and summaries[-1]["spike_forensics"].endswith("spikes.jsonl")
 
 
+def tiny_hf_llama(folder: Path, vocab: int = VOCAB) -> Path:
+    """A randomly initialized LlamaForCausalLM saved as a Hugging Face folder: no download."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(11)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0, rms_norm_eps=1e-5,
+                         tie_word_embeddings=False, attention_bias=False)  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    return folder
+
+
+def test_weights_from_a_hugging_face_llama_give_its_logits():
+    import tempfile
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from training.hf_init import load_into, model_config, weights
+    from training.model import Transformer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = tiny_hf_llama(Path(tmp) / "llama")
+        cfg = model_config(folder)
+        assert (cfg.dim, cfg.n_layers, cfg.n_heads, cfg.n_kv_heads, cfg.ffn_hidden) == (64, 2, 4, 2, 96)
+        ours = Transformer(cfg, seed=0)
+        assert load_into(ours, weights(folder), cfg, pipeline=False, tp=1, tp_rank=0) == len(list(ours.parameters()))
+        theirs = LlamaForCausalLM.from_pretrained(folder).eval()
+        prompt = torch.tensor([[5, 17, 42, 99, 7, 250, 3, 8]])
+        with torch.no_grad():
+            assert torch.allclose(ours(prompt), theirs(prompt).logits, atol=1e-5)
+
+
+def test_a_run_continues_from_a_hugging_face_llama_on_two_tensor_parallel_ranks(data, tmp_path):
+    """The first step's loss is the checkpoint's own on that batch: every rank loaded its slice."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from training.data import PackedDataset
+
+    folder = tiny_hf_llama(tmp_path / "llama")
+    settings = {"init_from": folder, "parallel.tp": 2, "document_mask": "false", "model_overrides": "max_seq_len=64"}
+    metrics = run_ok(2, base(data, 2, micro_batch_size=2, **settings))
+    x, y = PackedDataset(data, "train").get_batch(0, 0, 1, 2)
+    with torch.no_grad():
+        logits = LlamaForCausalLM.from_pretrained(folder).eval()(x).logits
+    expected = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+    assert metrics[0]["loss"] == pytest.approx(float(expected), rel=1e-4)
+    from training.config import load_config
+
+    with pytest.raises(ValueError, match="no config.json"):
+        load_config(None, ["init_from=/no/such/folder"]).validate()
+
+
 def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
