@@ -6,6 +6,7 @@ a backfill, the evaluation sensor, run monitoring and run_worker_sensor, all on 
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,8 +24,10 @@ PROSE = ("The harbour pilots guide each ship through the narrow channel at dawn,
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
-    with server(tmp_path_factory.mktemp("postgres")) as running:
+def postgres():
+    # Not under pytest's own temporary root: it is private to root (0700), and pytest resets it so, while
+    # the server runs as a user of its own when the tests run as root.
+    with tempfile.TemporaryDirectory(prefix="lm-assets-postgres-") as folder, server(Path(folder)) as running:
         yield running
 
 
