@@ -223,30 +223,33 @@ class Case:
     compiled: bool
     document_mask: bool = False
     compile_mode: str = "default"  # reduce-overhead: CUDA graphs (the `cudagraphs` case)
+    offload: bool = False  # ZeRO-2 with the optimizer on the host, stepped by DeepSpeed's CPU Adam
 
     @property
     def name(self) -> str:
         mask = ("docmask" if self.document_mask else "causal") if self.kind == "engine" else ""
         how = "cudagraphs" if self.compile_mode == "reduce-overhead" else "compiled" if self.compiled else "eager"
-        return "/".join(filter(None, (self.kind, self.model, how, mask)))
+        return "/".join(filter(None, (self.kind, self.model, how, mask, "offload" if self.offload else "")))
 
     @classmethod
     def parse(cls, text: str) -> "Case":
         parts = text.strip().split("/")
+        offload = parts[-1] == "offload"
+        parts = parts[:-1] if offload else parts
         if len(parts) not in (3, 4) or parts[0] not in ("engine", "plain") or parts[2] not in ("compiled", "eager", "cudagraphs"):
-            raise ValueError(f"case {text!r} is not engine|plain/<preset>/compiled|eager|cudagraphs[/docmask|causal]")
+            raise ValueError(f"case {text!r} is not engine|plain/<preset>/compiled|eager|cudagraphs[/docmask|causal][/offload]")
         mask = len(parts) == 4 and parts[3] == "docmask"
-        if parts[0] == "plain" and (mask or parts[2] == "cudagraphs"):
+        if parts[0] == "plain" and (mask or parts[2] == "cudagraphs" or offload):
             raise ValueError(f"case {text!r}: the plain loop runs the causal mask, compiled or eager, only")
         mode = "reduce-overhead" if parts[2] == "cudagraphs" else "default"
-        return cls(parts[0], parts[1], parts[2] != "eager", mask, mode)
+        return cls(parts[0], parts[1], parts[2] != "eager", mask, mode, offload)
 
 
 # In order of importance: a deadline drops the last ones first.
 DEFAULT_CASES = ",".join([
     "engine/350m/compiled/docmask", "plain/350m/compiled", "engine/1b/compiled/docmask",
     "engine/350m/compiled/causal", "engine/350m/eager/docmask", "plain/1b/compiled", "engine/1b/compiled/causal",
-    "engine/350m/cudagraphs/causal",
+    "engine/350m/cudagraphs/causal", "engine/1b/compiled/causal/offload",
 ])  # fmt: skip
 # Seconds a case needs on one H200 (process start, compilation, the steps), to skip what cannot fit.
 NEEDS_S = {("engine", True): 110.0, ("engine", False): 60.0, ("plain", True): 90.0, ("plain", False): 35.0}
@@ -256,7 +259,8 @@ def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) 
     """`python -m training.train` in a subprocess; its step lines and summary parsed."""
     from training.config import TrainConfig
 
-    overrides = [f"data={data_dir}", f"model={case.model}", f"precision={args.precision}", "zero_stage=1",
+    zero = ["zero_stage=2", "offload.optimizer=cpu"] if case.offload else ["zero_stage=1"]
+    overrides = [f"data={data_dir}", f"model={case.model}", f"precision={args.precision}", *zero,
                  f"micro_batch_size={args.micro_batch}", f"steps={args.steps}", f"compile={case.compiled}",
                  f"compile_mode={case.compile_mode}",
                  f"document_mask={case.document_mask}", f"debug.profile_step={args.warmup}",
