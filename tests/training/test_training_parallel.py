@@ -554,3 +554,19 @@ def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
     assert CPU_Accelerator().create_op_builder(SHARED_MEMORY_COMM) is not None
     assert accelerator.create_op_builder("CPUAdamBuilder") is not None
     assert accelerator.is_fp16_supported() and accelerator.device_name() == "cpu"
+
+
+def test_the_readme_lists_every_training_option():
+    import dataclasses
+
+    from training.config import TrainConfig
+
+    readme = (ROOT / "README.md").read_text()
+
+    def leaves(obj, prefix=""):
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            yield from leaves(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value) else [prefix + f.name]
+
+    missing = [name for name in leaves(TrainConfig()) if f"`{name}`" not in readme]
+    assert not missing, f"README's training options table lacks {missing}"
