@@ -33,6 +33,8 @@ from pathlib import Path
 from benchlib.faults import KILLED_AT, POINTS
 from benchlib.paths import REPO, write_report
 
+sys.path.insert(0, str(REPO))  # tests.support: the WARC builder the reader tests use
+
 ARTICLE = "<p>" + "The harbour pilots guide every ship through the narrow channel at dawn. " * 20 + "</p>"
 
 
@@ -41,8 +43,7 @@ def page(title: str) -> str:
 
 
 def warc(records: int, gzipped: bool) -> tuple[bytes, list[int]]:
-    sys.path.insert(0, str(REPO))
-    from tests.support.warc_builder import WarcBuilder
+    from tests.support.warc_builder import WarcBuilder  # warcio's writer, with each record's offset
 
     builder = WarcBuilder(gzip=gzipped)
     for i in range(records):

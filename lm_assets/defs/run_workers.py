@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dagster as dg
 import psutil
-from dagster._core.launcher import DefaultRunLauncher
 
 WORKER_CHECK_INTERVAL_S = 60
 
@@ -54,7 +53,7 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
 @dg.sensor(minimum_interval_seconds=WORKER_CHECK_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING)
 def run_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Fails the started runs whose worker process died, within a minute, however they were started."""
-    if not isinstance(context.instance.run_launcher, DefaultRunLauncher):
+    if not isinstance(context.instance.run_launcher, dg.DefaultRunLauncher):
         return dg.SkipReason(f"{type(context.instance.run_launcher).__name__} checks its run workers (run monitoring)")
     failed = fail_dead_runs(context.instance)
     for run_id in failed:

@@ -300,14 +300,12 @@ def replace_folder(staging: Path, target: Path, retired: Path, prefix: str) -> N
         if target.exists():
             os.rename(target, retired)
         os.rename(staging, target)
-    except (FileNotFoundError, FileExistsError) as exc:
+    except OSError as exc:
+        # The folder vanished under the first rename, or another set took its place before the second.
+        if exc.errno not in (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY):
+            raise
         raise RuntimeError(f"another run is publishing {prefix} at the same time ({exc.strerror}): "
                            "rerun this one when it has finished") from exc
-    except OSError as exc:
-        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            raise RuntimeError(f"another run is publishing {prefix} at the same time ({exc.strerror}): "
-                               "rerun this one when it has finished") from exc
-        raise
 
 
 @functools.lru_cache(maxsize=1)

@@ -254,26 +254,32 @@ def training_run_and_checkpoint(
     for result in results:
         result = with_spike_documents(with_curves(result), store, run_dir)
         if isinstance(result, dg.MaterializeResult) and result.asset_key == dg.AssetKey("training_run"):
-            result = dg.MaterializeResult(asset_key=result.asset_key, metadata={**result.metadata, "training_plan": plan},
-                                          check_results=result.check_results, data_version=result.data_version,
-                                          tags=result.tags)  # fmt: skip
+            result = with_metadata(result, {"training_plan": plan})
         yield result
+
+
+def with_metadata(result: dg.MaterializeResult, extra: dict) -> dg.MaterializeResult:
+    """`result` with `extra` metadata added, everything else as it was."""
+    return dg.MaterializeResult(
+        asset_key=result.asset_key, metadata={**result.metadata, **extra},
+        check_results=result.check_results, data_version=result.data_version, tags=result.tags,
+    )
 
 
 def training_plan(config: TrainingRunConfig, train_config: dict) -> dg.MetadataValue:
     """What training/planner.py estimates this run's layout needs per GPU (`lm-assets plan-training` ranks
     the others)."""
-    from training.config import apply_overrides, from_preset
+    from training.config import apply_overrides, from_preset, load_config
     from training.model import num_params
     from training.planner import Layout, ModelShape, estimate
 
     model = apply_overrides(from_preset(config.model, train_config["vocab_size"]), train_config["model_overrides"])
     shape = ModelShape(params=num_params(model), layers=model.n_layers, hidden=model.dim, heads=model.n_heads,
                        vocab=model.vocab_size)
-    overrides = set(config.overrides)
+    extra = load_config(None, config.overrides)  # the settings the overrides reach: offload, recomputation
     layout = Layout(config.dp, config.tp, config.pp, config.zero_stage,
-                    offload_optimizer="offload.optimizer=cpu" in overrides, offload_param="offload.param=cpu" in overrides,
-                    activation_checkpointing="activation_checkpointing=true" in overrides)
+                    offload_optimizer=extra.offload.optimizer != "none", offload_param=extra.offload.param != "none",
+                    activation_checkpointing=extra.activation_checkpointing)
     seq = model.max_seq_len
     found = estimate(shape, layout, seq, config.micro_batch_size, config.grad_accum, float("inf"),
                      mixed=config.precision != "fp32")
@@ -301,12 +307,8 @@ def with_spike_documents(result, store, run_dir: Path):
     path = run_dir / "spike_documents.parquet"
     documents.write_parquet(path)
     shown = documents.select("step", "reason", "seq_index", "degenerate", "doc_id", "url", "shard", "record_index")
-    return dg.MaterializeResult(
-        asset_key=result.asset_key,
-        metadata={**result.metadata, "spike_documents": dg.MetadataValue.path(str(path)),
-                  "spike_documents_preview": markdown_table(shown.head(20))},
-        check_results=result.check_results, data_version=result.data_version, tags=result.tags,
-    )
+    return with_metadata(result, {"spike_documents": dg.MetadataValue.path(str(path)),
+                                  "spike_documents_preview": markdown_table(shown.head(20))})
 
 
 def with_curves(result):
@@ -317,7 +319,4 @@ def with_curves(result):
         return result
     data = base64.b64encode(Path(path.value).read_bytes()).decode()
     curves = dg.MetadataValue.md(f"![loss and learning rate](data:image/png;base64,{data})")
-    return dg.MaterializeResult(
-        asset_key=result.asset_key, metadata={**result.metadata, "curves": curves},
-        check_results=result.check_results, data_version=result.data_version, tags=result.tags,
-    )
+    return with_metadata(result, {"curves": curves})
