@@ -64,6 +64,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -281,11 +282,12 @@ class Trainer:
             raise ValueError("vocab_size is not in the data manifest; set vocab_size=")
         if cfg.init_from:  # continued pretraining: the checkpoint's architecture, not the preset's
             from training.hf_init import model_config as hf_model_config
+            from training.hf_init import model_vocabulary
 
             self.model_cfg = apply_overrides(hf_model_config(cfg.init_from), cfg.model_overrides)
-            if self.model_cfg.vocab_size != vocab:
-                raise ValueError(f"init_from {cfg.init_from} has a vocabulary of {self.model_cfg.vocab_size} pieces, the "
-                                 f"data {vocab}: tokenize the corpus with its tokenizer")  # fmt: skip
+            checkpoint_vocab = self.model_cfg.vocab_size
+            self.model_cfg = replace(self.model_cfg, vocab_size=model_vocabulary(cfg.init_from, vocab, cfg.tokenizer_model))
+            self.vocab_added = self.model_cfg.vocab_size - checkpoint_vocab
         else:
             self.model_cfg = cfg.model_config(vocab)
         self.tokens_per_row = self.dataset.seq_len - 1
@@ -308,10 +310,11 @@ class Trainer:
         if cfg.init_from:
             from training import hf_init
 
-            loaded = hf_init.load_into(model, hf_init.weights(cfg.init_from), self.model_cfg, dims.pp > 1, dims.tp,
-                                       self.state.tp_rank)
+            state = hf_init.extend_vocabulary(hf_init.weights(cfg.init_from), self.model_cfg.vocab_size)
+            loaded = hf_init.load_into(model, state, self.model_cfg, dims.pp > 1, dims.tp, self.state.tp_rank)
             if self.rank == 0:
-                log.info("initialized %d parameter tensors from %s", loaded, cfg.init_from)
+                log.info("initialized %d parameter tensors from %s, %d vocabulary rows added (mean of the rest)",
+                         loaded, cfg.init_from, self.vocab_added)  # fmt: skip
         if self.compiled:
             compile_blocks(model, **({} if self.compile_mode == "default" else {"mode": self.compile_mode}))
         self.ds_config = deepspeed_config(cfg, dims.dp)
@@ -394,6 +397,9 @@ class Trainer:
                 "kernels": self.kernels.to_dict() | {"fused_adamw": self.cfg.kernels.fused_adamw}}  # fmt: skip
         if self.profile is not None:
             info["profile"] = self.profile
+        if self.cfg.init_from:
+            info["init_from"] = {"folder": self.cfg.init_from, "vocab_size": self.model_cfg.vocab_size,
+                                 "vocab_rows_added": self.vocab_added, "added_rows_init": "mean of the checkpoint's rows"}  # fmt: skip
         if self.engine.device.type == "cuda":
             info["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(self.engine.device) / 2**30, 2)
         return info

@@ -189,21 +189,25 @@ def export_hf(
     out_dir: str | os.PathLike,
     tokenizer_model_path: str | os.PathLike | None = None,
     dtype: torch.dtype | str | None = None,
-    bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID,
-    pad_id: int = PAD_ID,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
 ) -> Path:
     """Write a `LlamaForCausalLM` checkpoint (and tokenizer, if given) to `out_dir`; returns it.
 
     `dtype` casts the weights (e.g. `torch.bfloat16`); by default they keep theirs, and
-    `torch_dtype` in the config records what was written.
+    `torch_dtype` in the config records what was written. The special ids default to the
+    tokenizer's (`tokenizer_special_ids`), else to the project's own (BOS 2, EOS 3, PAD 0).
     """
     from safetensors.torch import save
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if tokenizer_model_path is not None:
-        export_tokenizer(tokenizer_model_path, out, cfg.vocab_size, cfg.max_seq_len, bos_id, eos_id, pad_id)
+        bos_id, eos_id, pad_id = export_tokenizer(tokenizer_model_path, out, cfg.vocab_size, cfg.max_seq_len,
+                                                  bos_id, eos_id, pad_id)  # fmt: skip
+    bos_id, eos_id, pad_id = (BOS_ID if bos_id is None else bos_id, EOS_ID if eos_id is None else eos_id,
+                              PAD_ID if pad_id is None else pad_id)  # fmt: skip
     weights = hf_state_dict(model_or_state_dict, cfg, dtype)
     written = {t.dtype for t in weights.values()}
     weights_dtype = written.pop() if len(written) == 1 else torch.float32
@@ -383,12 +387,13 @@ def export_tokenizer(
     out_dir: str | os.PathLike,
     vocab_size: int | None = None,
     model_max_length: int | None = None,
-    bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID,
-    pad_id: int = PAD_ID,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
     verify_texts: Iterable[str] = PROBE_TEXTS,
-) -> None:
-    """Write `tokenizer.model`, `tokenizer.json`, `tokenizer_config.json` and `special_tokens_map.json`."""
+) -> tuple[int, int, int]:
+    """Write `tokenizer.model`, `tokenizer.json`, `tokenizer_config.json` and `special_tokens_map.json`;
+    returns the (bos, eos, pad) ids written. Ids given must be the tokenizer's own."""
     import sentencepiece as spm
 
     out = Path(out_dir)
@@ -398,16 +403,17 @@ def export_tokenizer(
     n = sp.get_piece_size()
     if vocab_size is not None and n > vocab_size:
         raise ValueError(f"the tokenizer has {n} pieces but the model's vocab_size is {vocab_size}")
-    ids = {"bos": sp.bos_id(), "eos": sp.eos_id(), "pad": sp.pad_id()}
-    if (ids["bos"], ids["eos"], ids["pad"]) != (bos_id, eos_id, pad_id):
+    ids = tokenizer_special_ids(sp)
+    asked = {"bos": bos_id, "eos": eos_id, "pad": pad_id}
+    if any(v is not None and v != ids[k] for k, v in asked.items()):
         raise ValueError(f"tokenizer special ids {ids} differ from bos/eos/pad {bos_id}/{eos_id}/{pad_id}")
     hf, spec = build_hf_tokenizer(model)
-    verify_tokenizer(hf, sp, verify_texts)
+    verify_tokenizer(hf, sp, probe_texts(verify_texts, spec))
     special = {
-        "bos_token": sp.id_to_piece(sp.bos_id()),
-        "eos_token": sp.id_to_piece(sp.eos_id()),
+        "bos_token": sp.id_to_piece(ids["bos"]),
+        "eos_token": sp.id_to_piece(ids["eos"]),
         "unk_token": sp.id_to_piece(sp.unk_id()),
-        "pad_token": sp.id_to_piece(sp.pad_id()),
+        "pad_token": sp.id_to_piece(ids["pad"]),
     }
     config = {
         "tokenizer_class": "LlamaTokenizer",
@@ -426,6 +432,26 @@ def export_tokenizer(
     _atomic_write(out / "tokenizer.json", hf.to_str(pretty=True).encode())
     _atomic_write(out / "special_tokens_map.json", _json(special))
     _atomic_write(out / "tokenizer_config.json", _json(config))
+    return ids["bos"], ids["eos"], ids["pad"]
+
+
+def tokenizer_special_ids(sp) -> dict[str, int]:
+    """BOS, EOS and PAD of a SentencePiece processor; without a pad piece (Llama's tokenizer) the
+    unk piece pads, as the corpus pipeline pads with it."""
+    pad = sp.pad_id() if sp.pad_id() >= 0 else sp.unk_id()
+    return {"bos": sp.bos_id(), "eos": sp.eos_id(), "pad": pad}
+
+
+def probe_texts(texts: Iterable[str], spec: dict) -> list[str]:
+    """The texts to verify an export on. User-defined pieces are probed inside a text. With a dummy
+    prefix, a text that begins with whitespace or with a user-defined piece is left out: SentencePiece
+    puts "▁" in front of it, Hugging Face's Metaspace (as in transformers' own Llama tokenizers) does
+    not, so the ids there differ by that one leading token; everywhere else they agree."""
+    user = [piece for piece, kind in spec["pieces"] if kind == _USER_DEFINED and not piece.isspace()]
+    probes = [*texts, *(f"a {piece} b{piece}c" for piece in user)]
+    if not spec["add_dummy_prefix"]:
+        return probes
+    return [t for t in probes if not (t[:1].isspace() or any(t.startswith(piece) for piece in user))]
 
 
 __all__ = [
@@ -433,10 +459,12 @@ __all__ = [
     "build_hf_tokenizer",
     "export_hf",
     "export_tokenizer",
+    "probe_texts",
     "hf_config",
     "hf_name",
     "hf_state_dict",
     "native_state_dict",
     "read_sentencepiece",
+    "tokenizer_special_ids",
     "verify_tokenizer",
 ]

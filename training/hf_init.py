@@ -7,6 +7,18 @@ activations, RoPE scaling); `weights` reads `model.safetensors` (or the shards i
 model (a `Transformer`, or a pipeline stage) from the full tensors, cut along its tensor-parallel
 dimension. A checkpoint of the run itself, when one exists, still takes precedence: resuming replaces
 these weights.
+
+Vocabulary. The data must be tokenized with the checkpoint's own tokenizer (the tokenizer asset's
+`adopt_from`), else token ids mean other pieces than the embeddings learned. `model_vocabulary`
+checks it: when the run's `tokenizer_model` and the checkpoint's `tokenizer.model` are both at hand,
+the run's pieces must start with the checkpoint's, id for id; without them the vocabulary sizes must
+be equal. A tokenizer extended with domain pieces (ids past the checkpoint's last) grows the model:
+`extend_vocabulary` gives each new row of the embedding and of the output head the mean of the
+checkpoint's rows. A new piece then starts as an average input, and its logit equals the mean
+logit, so its probability starts near the average piece's instead of at an arbitrary value that a
+random row would give, which can dominate the softmax (Hewitt, "Initializing new word embeddings
+for pretrained language models", 2021; transformers' `resize_token_embeddings` also starts from
+the mean). A checkpoint whose table is larger than its tokenizer (padded for speed) keeps its size.
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ from pathlib import Path
 import torch
 
 from training.config import ModelConfig
-from training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict
+from training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict, read_sentencepiece
 from training.reshard import logical_name, tp_shard
 
 
@@ -45,6 +57,41 @@ def model_config(folder: str | os.PathLike, max_seq_len: int | None = None) -> M
         rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10_000.0))),
         norm_eps=float(hf.get("rms_norm_eps", 1e-5)), tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
     )
+
+
+def model_vocabulary(folder: str | os.PathLike, data_vocab: int, tokenizer_model: str | os.PathLike | None = None) -> int:
+    """The vocabulary size of a model continued from `folder` on data of `data_vocab` ids; raises
+    `ValueError` when the data's tokenizer is not the checkpoint's (see the module docstring)."""
+    checkpoint_vocab = json.loads((Path(folder) / CONFIG_NAME).read_text())["vocab_size"]
+    theirs_path = Path(folder) / "tokenizer.model"
+    if tokenizer_model and Path(tokenizer_model).exists() and theirs_path.exists():
+        theirs = [piece for piece, _ in read_sentencepiece(theirs_path.read_bytes())["pieces"]]
+        ours = [piece for piece, _ in read_sentencepiece(Path(tokenizer_model).read_bytes())["pieces"]]
+        differ = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), None)
+        if differ is not None or len(ours) < len(theirs):
+            where = f"id {differ} is {theirs[differ]!r} there, {ours[differ]!r} here" if differ is not None else (
+                f"it has {len(theirs)} pieces, the run's {len(ours)}")
+            raise ValueError(f"the data's tokenizer is not the one of init_from {folder} ({where}): materialize the "
+                             "tokenizer with adopt_from set to that folder and tokenize the corpus again")  # fmt: skip
+        return max(checkpoint_vocab, data_vocab)
+    if data_vocab != checkpoint_vocab:
+        raise ValueError(f"init_from {folder} has a vocabulary of {checkpoint_vocab} pieces, the data {data_vocab}: "
+                         "tokenize the corpus with its tokenizer (an extended one needs tokenizer_model set and the "
+                         "checkpoint's tokenizer.model, to check it)")  # fmt: skip
+    return checkpoint_vocab
+
+
+def extend_vocabulary(state: dict[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """`state` with the embedding and output head grown to `vocab_size` rows, each new row the mean
+    of the existing ones (the module docstring says why)."""
+    out = dict(state)
+    for name in ("embed.weight", "head.output.weight"):
+        if name not in out or out[name].shape[0] >= vocab_size:
+            continue
+        table = out[name]
+        mean = table.float().mean(dim=0, keepdim=True).to(table.dtype)
+        out[name] = torch.cat([table, mean.expand(vocab_size - table.shape[0], -1)])
+    return out
 
 
 def weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:

@@ -76,6 +76,8 @@ class PipesReporter:
         for name in ("loss_scale_last", "loss_scale_min", "overflow_skipped_steps"):
             if summary.get(name) is not None:
                 metadata[name] = summary[name]
+        if summary.get("init_from"):
+            metadata["init_from"] = {"raw_value": summary["init_from"], "type": "json"}
         if summary.get("peak_memory_gib") is not None:
             metadata["peak_memory_gib"] = summary["peak_memory_gib"]
         if summary.get("profile"):

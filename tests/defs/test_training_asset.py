@@ -1,5 +1,6 @@
 """The training assets: DeepSpeed under torchrun through Dagster Pipes, checkpoints as partitions, resume."""
 
+import json
 import re
 from pathlib import Path
 
@@ -125,3 +126,49 @@ def test_a_failing_rank_fails_the_asset_with_its_error(packed_storage):
     # Every rank refuses the config; whichever exits first takes the others down, so any may be the one reported.
     assert re.search(r"training failed on rank_0000[01]: ValueError: ZeRO stage 2 with pipeline parallelism \(pp=2\) is refused", message)
 
+
+
+def test_continued_pretraining_from_a_hugging_face_llama_with_its_tokenizer_extended(tmp_path):
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    from lm_assets.corpus.tokens.tokenizer import load_tokenizer
+    from lm_assets.defs.tokens.assets import packed_dataset, tokenized_shard, tokenizer
+    from tests.support.tiny_llama import llama_style_tokenizer, tiny_hf_llama
+
+    base = llama_style_tokenizer(SENTENCES)
+    n = load_tokenizer(base).get_piece_size()
+    folder = tiny_hf_llama(tmp_path / "llama", n, base)
+    root = tmp_path / "storage"
+    Storage(str(root)).write_parquet("decontaminated/s0/documents.parquet", pl.DataFrame({
+        "doc_id": [f"d{i}" for i in range(len(SENTENCES) * 2)], "text": [s + " The mill stands." for s in SENTENCES * 2],
+        "lang": ["en", "zh"] * len(SENTENCES), "source": ["web"] * (len(SENTENCES) * 2),
+        "quality_score": [0.9] * (len(SENTENCES) * 2),
+    }))  # fmt: skip
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["s0"])
+    storage = StorageResource(root=str(root), s3=s3_resource_from_env())
+    adopted = dg.materialize([tokenizer], instance=instance, resources={"storage": storage}, run_config={
+        "ops": {"tokenizer": {"config": {"adopt_from": str(folder), "extra_pieces": ["millstone", "磨坊", "baker"]}}}})
+    meta = adopted.asset_materializations_for_node("tokenizer")[0].metadata
+    added = meta["added_pieces"].value
+    assert meta["vocab_size"].value == n + len(added) and "millstone" in added and meta["base_vocab_size"].value == n
+    assert adopted.get_asset_check_evaluations()[0].passed  # decode(encode(x)) == x with Llama's dummy prefix too
+    assert dg.materialize([tokenized_shard], instance=instance, resources={"storage": storage}, partition_key="s0").success
+    packed = dg.materialize([packed_dataset], instance=instance, resources={"storage": storage},
+                            run_config={"ops": {"packed_dataset": {"config": {"seq_len": 33, "val_fraction": 0.1}}}})  # fmt: skip
+    assert packed.success
+    manifest = json.loads((root / "packed" / "manifest.json").read_text())
+    assert (manifest["eos_id"], manifest["pad_id"]) == (2, 0)  # the adopted tokenizer's, not the project's 3 and 0
+
+    resources = {"storage": storage, "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
+                 "pipes_subprocess_client": dg.PipesSubprocessClient()}  # fmt: skip
+    config = {"ops": {"training": {"config": {"steps": 2, "micro_batch_size": 2, "warmup_steps": 1, "lr": 1e-3,
+                                              "overrides": [f"init_from={folder}"]}}}}  # fmt: skip
+    trained = dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=config)
+    by_key = {m.asset_key.path[-1]: m.metadata for m in trained.asset_materializations_for_node("training")}
+    assert by_key["training_run"]["init_from"].value["vocab_rows_added"] == len(added)
+    hf_dir = by_key["checkpoint"]["hf_export"].value
+    model = LlamaForCausalLM.from_pretrained(hf_dir)
+    assert model.config.vocab_size == n + len(added) and model.config.hidden_size == 64
+    ids = AutoTokenizer.from_pretrained(hf_dir)("the millstone turns")["input_ids"]
+    assert n + added.index("millstone") in ids

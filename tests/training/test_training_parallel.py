@@ -490,16 +490,9 @@ def test_a_poisoned_batch_is_recorded_with_its_sequences_and_their_scan(tmp_path
 
 
 def tiny_hf_llama(folder: Path, vocab: int = VOCAB) -> Path:
-    """A randomly initialized LlamaForCausalLM saved as a Hugging Face folder: no download."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from tests.support.tiny_llama import tiny_hf_llama as build
 
-    torch.manual_seed(11)
-    config = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-                         num_key_value_heads=2, max_position_embeddings=64, rope_theta=10000.0, rms_norm_eps=1e-5,
-                         tie_word_embeddings=False, attention_bias=False)  # fmt: skip
-    LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
-    return folder
+    return build(folder, vocab)
 
 
 def test_weights_from_a_hugging_face_llama_give_its_logits():

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -414,6 +415,113 @@ def tokenizer_hash(path_or_bytes: str | Path | bytes) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# A checkpoint's tokenizer, adopted and extended
+# ---------------------------------------------------------------------------------------------
+
+_PIECES_FIELD = 1  # ModelProto.pieces: repeated SentencePiece {piece = 1, score = 2, type = 3}
+_USER_DEFINED = 4
+
+
+def special_ids(sp: spm.SentencePieceProcessor) -> dict[str, int]:
+    """The ids the pipeline writes: EOS between documents, PAD in padding. A tokenizer without a pad
+    piece (Llama's) pads with its unk piece, which byte fallback never emits, so padding never
+    collides with a token the model must learn; a tokenizer without EOS cannot separate documents."""
+    from training.export import tokenizer_special_ids
+
+    ids = tokenizer_special_ids(sp)
+    if ids["eos"] < 0:
+        raise ValueError("the tokenizer has no EOS piece, which the pipeline puts between documents")
+    if ids["pad"] < 0:
+        raise ValueError("the tokenizer has neither a pad nor an unk piece to pad sequences with")
+    return {**ids, "unk": sp.unk_id()}
+
+
+def add_pieces(model: bytes, pieces: Sequence[str]) -> tuple[bytes, list[str], list[str]]:
+    """`model` with each of `pieces` appended as a user-defined piece (always one token, never split),
+    and which were added and which the vocabulary already held. Appended pieces take the ids after
+    the last one, so every existing id keeps its meaning."""
+    sp = load_tokenizer(model)
+    have = {sp.id_to_piece(i) for i in range(sp.get_piece_size())}
+    added, present, extra = [], [], bytearray()
+    for piece in pieces:
+        if not piece or any(c.isspace() for c in piece) or "\u2581" in piece:
+            raise ValueError(f"a vocabulary piece must be non-empty and hold no whitespace: {piece!r}")
+        if piece in have:
+            present.append(piece)
+            continue
+        have.add(piece)
+        added.append(piece)
+        text = piece.encode("utf-8")
+        body = b"\x0a" + _write_varint(len(text)) + text + b"\x15\x00\x00\x00\x00" + b"\x18" + _write_varint(_USER_DEFINED)
+        extra += _write_varint(_PIECES_FIELD << 3 | 2) + _write_varint(len(body)) + body
+    return model + bytes(extra), added, present
+
+
+@dataclass(frozen=True)
+class AdoptedTokenizer:
+    """A Hugging Face checkpoint's SentencePiece model, taken as the corpus tokenizer, with `added`
+    pieces appended (ids `base_vocab_size` onwards)."""
+
+    model: bytes
+    source: str
+    base_hash: str
+    base_vocab_size: int
+    added: tuple[str, ...]
+    already_present: tuple[str, ...]
+
+    @property
+    def hash(self) -> str:
+        return tokenizer_hash(self.model)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.base_vocab_size + len(self.added)
+
+    def processor(self) -> spm.SentencePieceProcessor:
+        return load_tokenizer(self.model)
+
+    def metadata(self) -> dict:
+        return {
+            "tokenizer_hash": self.hash,
+            "vocab_size": self.vocab_size,
+            "model_bytes": len(self.model),
+            "adopted_from": self.source,
+            "base_hash": self.base_hash,
+            "base_vocab_size": self.base_vocab_size,
+            "added_pieces": list(self.added),
+            "special_ids": special_ids(self.processor()),
+        }
+
+
+def adopt_tokenizer(folder: str | Path, extra_pieces: Sequence[str] = ()) -> AdoptedTokenizer:
+    """The tokenizer of the Hugging Face checkpoint in `folder` (its SentencePiece `tokenizer.model`),
+    extended by `extra_pieces`. Refuses what the pipeline could not tokenize with or export again."""
+    from training.export import build_hf_tokenizer
+
+    folder = Path(folder)
+    path = folder / MODEL_FILENAME
+    if not path.exists():
+        held = "only tokenizer.json (a Hugging Face tokenizers file)" if (folder / "tokenizer.json").exists() else "no tokenizer"
+        raise ValueError(f"{folder} holds {held}: adopting takes the SentencePiece {MODEL_FILENAME} that Llama 1/2, "
+                         "Mistral and similar checkpoints ship")  # fmt: skip
+    base = path.read_bytes()
+    try:
+        sp = load_tokenizer(base)
+    except RuntimeError as err:
+        raise ValueError(f"{path} is not a SentencePiece model: {err}") from err
+    special_ids(sp)
+    model, added, present = add_pieces(base, extra_pieces)
+    build_hf_tokenizer(model)  # the export must be able to write it back as a HF tokenizer
+    config = folder / "config.json"
+    if config.exists():
+        model_vocab = json.loads(config.read_text()).get("vocab_size")
+        if model_vocab is not None and model_vocab < sp.get_piece_size():
+            raise ValueError(f"{folder}: the tokenizer has {sp.get_piece_size()} pieces, the model only {model_vocab}")
+    return AdoptedTokenizer(model=model, source=str(folder), base_hash=tokenizer_hash(base),
+                            base_vocab_size=sp.get_piece_size(), added=tuple(added), already_present=tuple(present))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

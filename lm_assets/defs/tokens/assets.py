@@ -5,6 +5,7 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
@@ -23,9 +24,13 @@ from lm_assets.corpus.tokens.packing import (
 )
 from lm_assets.corpus.tokens.tokenize import index_tiles_tokens, is_stale, tokenize_shard
 from lm_assets.corpus.tokens.tokenizer import (
+    AdoptedTokenizer,
     TokenizerConfig,
+    TrainedTokenizer,
     VocabSizeError,
+    adopt_tokenizer,
     load_tokenizer,
+    special_ids,
     sample_documents,
     tokenizer_report,
     train_tokenizer,
@@ -75,6 +80,17 @@ class TokenizerTrainingConfig(dg.Config):
         default=TOKENIZER_DEFAULTS.num_threads,
         description="SentencePiece training threads (default: this machine's CPUs); the model does not depend on it",
     )
+    adopt_from: str = Field(
+        default="",
+        description="a Hugging Face checkpoint folder whose SentencePiece tokenizer.model is taken instead of "
+        "training one, so the tokens match the model that training_run's init_from continues; the settings above "
+        "then do not apply",
+    )
+    extra_pieces: list[str] = Field(
+        default=[],
+        description="domain terms that are always one token: appended after an adopted tokenizer's last id (the "
+        "model's embeddings and output head grow to match), or trained in as user-defined pieces",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -92,7 +108,8 @@ class TokenizerTrainingConfig(dg.Config):
         dg.AssetCheckSpec("no_unk", asset="tokenizer", blocking=True, description="No <unk> on the sample."),
     ],
     description="A SentencePiece BPE model (byte fallback, split digits, CJK character coverage, lossless "
-    "identity normalization) trained on a seeded sample drawn across all shards.",
+    "identity normalization) trained on a seeded sample drawn across all shards; or a Hugging Face checkpoint's "
+    "own tokenizer (adopt_from), optionally extended with domain pieces, for continued pretraining.",
 )
 def tokenizer(
     context: dg.AssetExecutionContext, config: TokenizerTrainingConfig, storage: StorageResource
@@ -102,30 +119,31 @@ def tokenizer(
     if not shards:
         raise dg.Failure("no decontaminated shards yet: materialize decontaminated_shard first")
     frames = [store.read_parquet(stage_keys("decontaminated", s)["documents"], columns=["doc_id", "text", "lang"]) for s in shards]
-    cfg = to_dataclass(TokenizerConfig, config)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            trained = train_tokenizer(sample_documents(frames, cfg), cfg, tmp)
-        except VocabSizeError as exc:
-            raise dg.Failure(str(exc)) from exc
+    made = adopted_tokenizer(config) if config.adopt_from else trained_tokenizer(config, frames)
     seconds = time.perf_counter() - started
-    store.write_bytes(TOKENIZER_KEYS["model"], trained.model)
-    store.write_bytes(TOKENIZER_KEYS["info"], json.dumps(trained.metadata(), indent=1).encode())
+    store.write_bytes(TOKENIZER_KEYS["model"], made.model)
+    store.write_bytes(TOKENIZER_KEYS["info"], json.dumps(made.metadata(), indent=1).encode())
     check_docs = check_sample(pl.concat(frames))
-    report = tokenizer_report(trained.processor(), check_docs["text"].to_list(), check_docs["lang"].to_list())
+    report = tokenizer_report(made.processor(), check_docs["text"].to_list(), check_docs["lang"].to_list())
+    if config.adopt_from:
+        origin = {"adopted_from": dg.MetadataValue.path(made.source), "base_tokenizer_hash": made.base_hash,
+                  "base_vocab_size": made.base_vocab_size, "added_pieces": dg.MetadataValue.json(list(made.added)),
+                  "pieces_already_in_vocabulary": dg.MetadataValue.json(list(made.already_present))}  # fmt: skip
+    else:
+        origin = {"sample_docs": made.sample_docs, "sample_chars": made.sample_chars}
     return dg.MaterializeResult(
         metadata={
             "path": dg.MetadataValue.path(store.uri(TOKENIZER_KEYS["model"])),
-            "tokenizer_hash": trained.hash,
-            "vocab_size": trained.vocab_size,
-            "sample_docs": trained.sample_docs,
-            "sample_chars": trained.sample_chars,
+            "tokenizer_hash": made.hash,
+            "vocab_size": made.vocab_size,
+            **origin,
             "shards": len(shards),
             "fertility_en_tokens_per_word": round(report["fertility"].get("en", 0.0), 3),
             "fertility_zh_tokens_per_char": round(report["fertility"].get("zh", 0.0), 3),
             "byte_fallback_share": round(report["byte_fallback_share"], 5),
-            "normalization": "identity (lossless; text is NFC from extraction); newline is its own piece",
+            **({} if config.adopt_from else {
+                "normalization": "identity (lossless; text is NFC from extraction); newline is its own piece"}),
             "seconds": round(seconds, 2),
         },
         check_results=[
@@ -137,6 +155,24 @@ def tokenizer(
             dg.AssetCheckResult(check_name="no_unk", passed=report["unk_count"] == 0, metadata={"unk": report["unk_count"]}),
         ],
     )
+
+
+def trained_tokenizer(config: TokenizerTrainingConfig, frames: list[pl.DataFrame]) -> TrainedTokenizer:
+    cfg = to_dataclass(TokenizerConfig, config, exclude=("adopt_from", "extra_pieces"))
+    if config.extra_pieces:
+        cfg = replace(cfg, user_defined_symbols=(*cfg.user_defined_symbols, *config.extra_pieces))
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            return train_tokenizer(sample_documents(frames, cfg), cfg, tmp)
+        except VocabSizeError as exc:
+            raise dg.Failure(str(exc)) from exc
+
+
+def adopted_tokenizer(config: TokenizerTrainingConfig) -> AdoptedTokenizer:
+    try:
+        return adopt_tokenizer(config.adopt_from, config.extra_pieces)
+    except (OSError, ValueError) as exc:
+        raise dg.Failure(f"cannot adopt the tokenizer of {config.adopt_from}: {exc}") from exc
 
 
 def check_sample(docs: pl.DataFrame) -> pl.DataFrame:
@@ -329,7 +365,8 @@ def packed_dataset(
     shards = tokenized_shards(context.instance, store)
     if not shards:
         raise dg.Failure("no tokenized shards yet: materialize tokenized_shard first")
-    cfg = to_dataclass(PackingConfig, config)
+    ids = special_ids(sp)
+    cfg = replace(to_dataclass(PackingConfig, config), eos_id=ids["eos"], pad_id=ids["pad"])
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as files:
         inputs = [load_shard_tokens(store, s, files) for s in shards]

@@ -309,3 +309,57 @@ def test_stale_detection(sp, trained, crawl_docs, tmp_path):
     assert is_stale(written.sidecar, "0" * 64)
     assert is_stale(None, trained.hash)
     assert is_stale({**written.sidecar, "format_version": 0}, trained.hash)
+
+
+# -- a checkpoint's tokenizer, adopted and extended ------------------------------------------------
+
+
+def test_pieces_are_appended_after_the_last_id_and_keep_every_existing_id():
+    from lm_assets.corpus.tokens.tokenizer import add_pieces
+    from tests.support.tiny_llama import llama_style_tokenizer
+
+    base = llama_style_tokenizer()
+    old = load_tokenizer(base)
+    n = old.get_piece_size()
+    assert "磨坊" in {old.id_to_piece(i) for i in range(n)}
+    model, added, present = add_pieces(base, ["Kubernetes", "磨坊", "deepspeed", "Kubernetes"])
+    assert added == ["Kubernetes", "deepspeed"] and present == ["磨坊", "Kubernetes"]  # a repeat is not added twice
+    sp = load_tokenizer(model)
+    assert sp.get_piece_size() == n + 2
+    assert [sp.id_to_piece(i) for i in range(n)] == [old.id_to_piece(i) for i in range(n)]
+    ids = sp.encode("deploy Kubernetes with deepspeed by the 老磨坊")
+    assert n in ids and n + 1 in ids  # each added piece is one token of its own
+    assert sp.decode(ids) == "deploy Kubernetes with deepspeed by the 老磨坊"
+    for bad in ("two words", "", "tab\tbed", "▁lead"):
+        with pytest.raises(ValueError, match="whitespace"):
+            add_pieces(base, [bad])
+
+
+def test_adopting_takes_the_checkpoints_sentencepiece_model_and_its_special_ids(tmp_path):
+    from lm_assets.corpus.tokens.tokenizer import adopt_tokenizer, special_ids
+    from tests.support.tiny_llama import llama_style_tokenizer
+
+    base = llama_style_tokenizer()
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "tokenizer.model").write_bytes(base)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": load_tokenizer(base).get_piece_size()}))
+    adopted = adopt_tokenizer(folder, ["Kubernetes"])
+    assert adopted.base_hash == hashlib.sha256(base).hexdigest() != adopted.hash
+    assert adopted.vocab_size == load_tokenizer(base).get_piece_size() + 1
+    # Llama's tokenizer has no pad piece: padding takes unk (0), which byte fallback never emits.
+    assert special_ids(adopted.processor()) == {"bos": 1, "eos": 2, "pad": 0, "unk": 0}
+    assert adopted.metadata()["added_pieces"] == ["Kubernetes"]
+    assert adopt_tokenizer(folder, ["Kubernetes"]).model == adopted.model  # deterministic
+
+    (folder / "tokenizer.model").unlink()
+    (folder / "tokenizer.json").write_text("{}")
+    with pytest.raises(ValueError, match="only tokenizer.json"):
+        adopt_tokenizer(folder)
+    (folder / "tokenizer.model").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="not a SentencePiece model"):
+        adopt_tokenizer(folder)
+    (folder / "tokenizer.model").write_bytes(base)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 10}))
+    with pytest.raises(ValueError, match="the model only 10"):
+        adopt_tokenizer(folder)
