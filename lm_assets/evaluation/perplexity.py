@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 import sentencepiece as spm
@@ -102,4 +103,32 @@ def packed_perplexity(
     }
 
 
-__all__ = ["packed_perplexity", "token_byte_lengths"]
+@torch.inference_mode()
+def sequence_losses(
+    em: EvalModel, rows: Callable[[int, int], np.ndarray], n: int, pad_id: int, *, batch_size: int = 8
+) -> np.ndarray:
+    """Each row's mean loss under `em` (nats per scored target, float32; rows scored as in training,
+    as `packed_perplexity` scores them; a row with no scored target gets 0). `rows(lo, hi)` gives rows
+    `[lo, hi)` of `seq_len` tokens, e.g. `PackedResult.sequences` for a split: a reference model's
+    difficulty score for a perplexity curriculum."""
+    out = np.zeros(n, dtype=np.float32)
+    for lo in range(0, n, batch_size):
+        batch = torch.from_numpy(np.asarray(rows(lo, min(n, lo + batch_size)), dtype=np.int64))
+        if batch.shape[1] - 1 > em.max_length:
+            raise ValueError(f"rows of {batch.shape[1]} tokens need max_length >= {batch.shape[1] - 1}, the model "
+                             f"has {em.max_length}")  # fmt: skip
+        inputs, targets = batch[:, :-1], batch[:, 1:]
+        keep = targets != pad_id
+        hidden = hidden_states(em.model, inputs.to(em.device))[keep.to(em.device)]
+        wanted, row_of = targets[keep], keep.nonzero()[:, 0]
+        nll = torch.zeros(len(batch), dtype=torch.float64)
+        for s in range(0, wanted.numel(), HEAD_CHUNK):
+            logits = em.model.head(hidden[s : s + HEAD_CHUNK])
+            loss = F.cross_entropy(logits.float(), wanted[s : s + HEAD_CHUNK].to(logits.device), reduction="none")
+            nll.index_add_(0, row_of[s : s + HEAD_CHUNK], loss.double().cpu())
+        counts = keep.sum(dim=1)
+        out[lo : lo + len(batch)] = torch.where(counts > 0, nll / counts.clamp(min=1), 0.0).numpy()
+    return out
+
+
+__all__ = ["packed_perplexity", "sequence_losses", "token_byte_lengths"]

@@ -172,3 +172,37 @@ def test_continued_pretraining_from_a_hugging_face_llama_with_its_tokenizer_exte
     assert model.config.vocab_size == n + len(added) and model.config.hidden_size == 64
     ids = AutoTokenizer.from_pretrained(hf_dir)("the millstone turns")["input_ids"]
     assert n + added.index("millstone") in ids
+    assert by_key["training_run"]["final_loss"].value > 0
+
+    # The exported checkpoint as the reference model of a perplexity curriculum: its loss on each training
+    # sequence is the sequence's difficulty, and the first epoch starts with the ones it finds easiest.
+    from lm_assets.corpus.tokens.packing import PackingConfig as Packing
+    from lm_assets.evaluation.checkpoint import load_model
+    from lm_assets.evaluation.perplexity import sequence_losses
+    from training.data import PackedDataset
+
+    def pack_with(reference, **kw):
+        settings = {"seq_len": 33, "val_fraction": 0.1, "curriculum": "perplexity", "curriculum_reference": str(reference)}
+        return dg.materialize([packed_dataset], instance=instance, resources={"storage": storage}, raise_on_error=False,
+                              run_config={"ops": {"packed_dataset": {"config": settings | kw}}})  # fmt: skip
+
+    scored = pack_with(hf_dir)
+    assert scored.success
+    manifest = json.loads((root / "packed" / "manifest.json").read_text())
+    assert manifest["curriculum"]["score"] == "perplexity" and manifest["curriculum"]["reference"] == str(hf_dir)
+    assert manifest["curriculum"]["reference_device"] == "cpu" and len(manifest["curriculum"]["reference_weights_sha256"]) == 64
+    difficulty = np.fromfile(root / "packed" / "train_difficulty.bin", dtype="<f4")
+    rows = np.memmap(root / "packed" / "train.bin", dtype=manifest["dtype"], mode="r").reshape(-1, 33)
+    expected = sequence_losses(load_model(hf_dir), lambda lo, hi: rows[lo:hi], len(rows), manifest["pad_id"])
+    assert len(difficulty) == len(rows) and np.allclose(difficulty, expected) and difficulty.std() > 0
+    from lm_assets.evaluation.perplexity import packed_perplexity
+
+    whole = packed_perplexity(load_model(hf_dir), root / "packed", "train")  # the token-weighted mean of the row losses
+    counts = (rows[:, 1:] != manifest["pad_id"]).sum(axis=1)
+    assert (difficulty * counts).sum() / counts.sum() == pytest.approx(whole["nll_per_token"], rel=1e-5)
+    dataset = PackedDataset(root / "packed", "train")
+    head = round(Packing().curriculum_fraction * len(dataset))
+    assert np.all(np.diff(difficulty[dataset.first_epoch[:head]]) >= 0)
+    refused = pack_with(folder)  # the original checkpoint lacks the added pieces
+    assert not refused.success and "another tokenizer than the corpus" in str(refused.all_events)
+    assert "go together" in str(pack_with("", curriculum="perplexity").all_events)

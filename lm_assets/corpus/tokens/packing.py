@@ -66,7 +66,7 @@ from training.primitives import splitmix64, temp_beside
 
 FORMAT = "lm-assets-packed/1"
 SPLITS = ("train", "val")
-CURRICULA = ("none", "length", "quality")
+CURRICULA = ("none", "length", "quality", "perplexity")
 STRATEGIES = ("concat", "bfd")
 SEGMENT_SCHEMA = {
     "seq_index": pl.Int64,
@@ -110,7 +110,7 @@ class PackingConfig:
     pad_id: int = 0
     mixture: Mapping[str, float] = field(default_factory=dict)
     drop_last: bool = True
-    curriculum: str = "none"  # none | length | quality: the train split's sequences scored for an easy-to-hard start
+    curriculum: str = "none"  # none | length | quality | perplexity: the train split's sequences scored for an easy-to-hard start
     curriculum_fraction: float = 0.25  # share of the first epoch's positions the curriculum orders
 
     def __post_init__(self):
@@ -691,12 +691,16 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
 CURRICULUM_MEANING = {
     "length": "longer documents (the full length, in tokens, of each document a piece comes from)",
     "quality": "lower quality (1 - the quality classifier's score; unscored documents count 0.5)",
+    "perplexity": "a higher loss of the reference model on the sequence (nats per scored token)",
 }
 
 
 def sequence_difficulty(result: "PackedResult", split: str = "train") -> np.ndarray:
-    """Each sequence's curriculum score (float32; higher: harder), as `CURRICULUM_MEANING` defines it."""
+    """Each sequence's curriculum score (float32; higher: harder), as `CURRICULUM_MEANING` defines it.
+    A reference model's loss is not the packer's to compute: `write_packed` takes it as `difficulty`."""
     lay = result.layouts[split]
+    if result.config.curriculum == "perplexity":
+        raise ValueError("the perplexity curriculum's scores come from a reference model: give write_packed difficulty=")
     if result.config.curriculum == "length":
         per_doc = result.docs["length"].to_numpy().astype(np.float64)
     else:
@@ -710,8 +714,17 @@ def sequence_difficulty(result: "PackedResult", split: str = "train") -> np.ndar
 # -- write ------------------------------------------------------------------------------------
 
 
-def write_packed(result: PackedResult, out_dir: str | os.PathLike, rows_per_chunk: int | None = None) -> dict:
-    """Write `<split>.bin`, `<split>_segments.parquet` and `manifest.json` into `out_dir`.
+def write_packed(
+    result: PackedResult,
+    out_dir: str | os.PathLike,
+    rows_per_chunk: int | None = None,
+    difficulty: np.ndarray | None = None,
+    curriculum_info: Mapping | None = None,
+) -> dict:
+    """Write `<split>.bin`, `<split>_segments.parquet` and `manifest.json` into `out_dir`; with a
+    curriculum, `train_difficulty.bin` too: `difficulty` when given (one score per train sequence,
+    e.g. a reference model's loss), else `sequence_difficulty`. `curriculum_info` is added to the
+    manifest's `curriculum` record (what scored it).
 
     Each file is written under a temporary name and renamed into place. An existing
     `manifest.json` is removed first and the new one renamed in last, so a reader that finds a
@@ -721,6 +734,10 @@ def write_packed(result: PackedResult, out_dir: str | os.PathLike, rows_per_chun
     out.mkdir(parents=True, exist_ok=True)
     manifest = json.loads(json.dumps(result.manifest))
     manifest["files"] = {}
+    if difficulty is not None and len(difficulty) != result.num_sequences("train"):
+        raise ValueError(f"{len(difficulty)} difficulty scores for {result.num_sequences('train')} train sequences")
+    if curriculum_info and "curriculum" in manifest:
+        manifest["curriculum"] |= dict(curriculum_info)
     staged: list[tuple[Path, Path]] = []
     try:
         for split in SPLITS:
@@ -743,7 +760,8 @@ def write_packed(result: PackedResult, out_dir: str | os.PathLike, rows_per_chun
                 scores_path = out / f"{split}_difficulty.bin"
                 tmp_scores = temp_beside(scores_path)
                 staged.append((tmp_scores, scores_path))
-                sequence_difficulty(result, split).tofile(tmp_scores)
+                scores = sequence_difficulty(result, split) if difficulty is None else np.asarray(difficulty, dtype="<f4")
+                scores.tofile(tmp_scores)
                 manifest["files"][split]["difficulty"] = scores_path.name
         manifest_path = out / "manifest.json"
         tmp_manifest = temp_beside(manifest_path)

@@ -277,8 +277,15 @@ class PackedDatasetConfig(dg.Config):
     )
     curriculum: PackingCurriculum = Field(
         default=PACKING_DEFAULTS.curriculum,
-        description="none: the first epoch is a plain shuffle; length or quality: training starts easy-to-hard, "
-        "shorter documents or higher-quality ones first, over curriculum_fraction of the first epoch",
+        description="none: the first epoch is a plain shuffle; length, quality or perplexity: training starts "
+        "easy-to-hard, shorter documents, higher-quality ones or those a reference model finds easiest first, over "
+        "curriculum_fraction of the first epoch",
+    )
+    curriculum_reference: str = Field(
+        default="",
+        description="with curriculum perplexity: a Hugging Face Llama folder with this tokenizer (an earlier run's "
+        "checkpoints/<run>/step_N/hf export, say) whose loss on each training sequence is its difficulty; it scores "
+        "every training sequence once, on CUDA when there is one",
     )
     curriculum_fraction: float = Field(
         default=PACKING_DEFAULTS.curriculum_fraction,
@@ -294,6 +301,37 @@ class PackedDatasetConfig(dg.Config):
     @classmethod
     def _environment_defaults(cls, data):
         return fill_from_environment(data, {"seq_len": ("LM_ASSETS_SEQ_LEN", PACKING_DEFAULTS.seq_len)})
+
+
+def reference_difficulty(context, folder: str, sp, result: PackedResult):
+    """A reference model's loss on each training sequence, and what scored it (for the manifest)."""
+    import hashlib
+
+    import torch
+
+    from lm_assets.evaluation.checkpoint import load_model
+    from lm_assets.evaluation.perplexity import sequence_losses
+
+    started = time.perf_counter()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        em = load_model(folder, device=device)
+    except (OSError, ValueError) as exc:
+        raise dg.Failure(f"cannot load the curriculum reference {folder}: {exc}") from exc
+    theirs, ours = em.tokenizer, sp.get_piece_size()
+    if theirs.get_piece_size() < ours or any(theirs.id_to_piece(i) != sp.id_to_piece(i) for i in range(ours)):
+        raise dg.Failure(f"the curriculum reference {folder} has another tokenizer than the corpus: it cannot read "
+                         "these tokens")  # fmt: skip
+    n = result.num_sequences("train")
+    scores = sequence_losses(em, lambda lo, hi: result.sequences("train", lo, hi), n, result.config.pad_id)
+    digest = hashlib.sha256()
+    with open(Path(folder) / "model.safetensors", "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    seconds = time.perf_counter() - started
+    context.log.info(f"curriculum reference {folder} scored {n} sequences on {device} in {seconds:.1f} s")
+    return scores, {"reference": folder, "reference_weights_sha256": digest.hexdigest(), "reference_device": device,
+                    "reference_seconds": round(seconds, 2)}  # fmt: skip
 
 
 def sequence_preview(result: PackedResult, decode) -> dg.MetadataValue:
@@ -366,7 +404,10 @@ def packed_dataset(
     if not shards:
         raise dg.Failure("no tokenized shards yet: materialize tokenized_shard first")
     ids = special_ids(sp)
-    cfg = replace(to_dataclass(PackingConfig, config), eos_id=ids["eos"], pad_id=ids["pad"])
+    cfg = replace(to_dataclass(PackingConfig, config, exclude=("curriculum_reference",)), eos_id=ids["eos"], pad_id=ids["pad"])
+    if (cfg.curriculum == "perplexity") != bool(config.curriculum_reference):
+        raise dg.Failure("curriculum perplexity and curriculum_reference go together: the reference model scores "
+                         "the sequences")  # fmt: skip
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as files:
         inputs = [load_shard_tokens(store, s, files) for s in shards]
@@ -376,7 +417,9 @@ def packed_dataset(
             raise dg.Failure(f"tokenized with another tokenizer, re-materialize tokenized_shard for: {', '.join(stale)}")
         result = pack(inputs, cfg)
         out = Path(tmp) / "packed"
-        manifest = write_packed(result, out)
+        difficulty, scored_by = reference_difficulty(context, config.curriculum_reference, sp, result) if (
+            cfg.curriculum == "perplexity") else (None, None)
+        manifest = write_packed(result, out, difficulty=difficulty, curriculum_info=scored_by)
         sequence_shown = sequence_preview(result, sp.decode)
         train_docs = set(result.segments("train")["doc_id"].unique().to_list())
         val_docs = set(result.segments("val")["doc_id"].unique().to_list())
