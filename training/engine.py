@@ -84,9 +84,12 @@ log = logging.getLogger("training")
 # ---------------------------------------------------------------------------------------------
 
 
-def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
+def deepspeed_config(cfg: TrainConfig, dp: int, hidden: int | None = None) -> dict:
     """The DeepSpeed JSON for `cfg` at data-parallel size `dp` (the optimizer, `adamw`, and the
-    scheduler are ours, not in it)."""
+    scheduler are ours, not in it). With ZeRO-3 and the model's `hidden` size, its buckets scale with
+    the model as Hugging Face's `auto` values do (hidden² elements to reduce, 0.9 hidden² to prefetch,
+    parameters under 10 hidden kept whole): DeepSpeed's defaults (5e8 and 5e7 elements) cost 2 GiB
+    of fp32 buffer per rank whatever the model's size."""
     o = cfg.optim
     ds: dict[str, Any] = {
         "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
@@ -99,6 +102,10 @@ def deepspeed_config(cfg: TrainConfig, dp: int) -> dict:
         "bf16": {"enabled": cfg.precision == "bf16"},
         "fp16": {"enabled": cfg.precision == "fp16"},
     }
+    if cfg.zero_stage == 3 and hidden:
+        ds["zero_optimization"].update({"reduce_bucket_size": hidden * hidden,
+                                        "stage3_prefetch_bucket_size": int(0.9 * hidden * hidden),
+                                        "stage3_param_persistence_threshold": 10 * hidden})  # fmt: skip
     for name, key in (("optimizer", "offload_optimizer"), ("param", "offload_param")):
         device = getattr(cfg.offload, name)
         if device != "none":
@@ -239,6 +246,23 @@ def _no_update(engine):
             del sched.step
 
 
+def live_tensor_bytes() -> int:
+    """Bytes of the distinct tensor storages alive in this process. Between steps that is the model
+    states (weights, gradients, optimizer states, ZeRO's partitions and buffers): what
+    `training.planner` estimates, measured on any device."""
+    import gc
+
+    storages: dict[int, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, torch.Tensor) and not obj.is_meta:
+                storage = obj.untyped_storage()
+                storages[storage.data_ptr()] = max(storages.get(storage.data_ptr(), 0), storage.nbytes())
+        except (RuntimeError, ReferenceError):  # a tensor without storage (sparse, a freed weak proxy)
+            continue
+    return sum(storages.values())
+
+
 def _dataset_vocab_size(manifest: dict) -> int | None:
     if "vocab_size" in manifest:
         return int(manifest["vocab_size"])
@@ -317,7 +341,7 @@ class Trainer:
                          loaded, cfg.init_from, self.vocab_added)  # fmt: skip
         if self.compiled:
             compile_blocks(model, **({} if self.compile_mode == "default" else {"mode": self.compile_mode}))
-        self.ds_config = deepspeed_config(cfg, dims.dp)
+        self.ds_config = deepspeed_config(cfg, dims.dp, self.model_cfg.dim)
         decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
         groups = [g for g in ({"params": decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
@@ -402,6 +426,8 @@ class Trainer:
                                  "vocab_rows_added": self.vocab_added, "added_rows_init": "mean of the checkpoint's rows"}  # fmt: skip
         if self.engine.device.type == "cuda":
             info["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(self.engine.device) / 2**30, 2)
+        if self.model_state_bytes is not None:
+            info["model_state_bytes"] = self.model_state_bytes
         return info
 
     @property
@@ -412,6 +438,7 @@ class Trainer:
 
     def _install_step_guard(self) -> None:
         engine = self.engine
+        self.model_state_bytes = None  # measured once, before an optimizer step that has states to update
         original = engine._take_model_step
 
         def guarded(lr_kwargs=None):
@@ -421,6 +448,8 @@ class Trainer:
                 loss = self._pending_loss
             reason = self.spikes.check(loss)
             norm = self._plain_grad_norm()
+            if self.model_state_bytes is None and engine.global_steps >= 1:  # the optimizer's states exist
+                self.model_state_bytes = live_tensor_bytes()
             if reason is None:
                 original(lr_kwargs)
             else:

@@ -76,6 +76,8 @@ class PipesReporter:
         for name in ("loss_scale_last", "loss_scale_min", "overflow_skipped_steps"):
             if summary.get(name) is not None:
                 metadata[name] = summary[name]
+        if summary.get("model_state_bytes") is not None:
+            metadata["model_states_measured_mib"] = rounded(summary["model_state_bytes"] / 2**20, 2)
         if summary.get("init_from"):
             metadata["init_from"] = {"raw_value": summary["init_from"], "type": "json"}
         if summary.get("peak_memory_gib") is not None:

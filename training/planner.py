@@ -9,7 +9,9 @@ the output head on the last):
   everything (18 / dp, plus one gathered layer in fp32), as DeepSpeed's own estimators count them
   (`estimate_zero2_model_states_mem_needs`, `estimate_zero3_model_states_mem_needs`); offloading the
   optimizer leaves the 16-bit weights on the GPU (ZeRO-3: one gathered layer, and with the parameters
-  offloaded too, only that). fp32 training: 4 + 4 + 8 bytes.
+  offloaded too, only that). fp32 training: 4-byte weights and gradients, and two moments (8) that
+  ZeRO-0 keeps on the weights themselves; with ZeRO 1-3 DeepSpeed's optimizer also keeps an fp32
+  copy of its partition (4 more, divided by dp), as measured on CPU runs (`tests/training/test_planner.py`).
 - activations of one micro-batch and layer: `s * b * h * (10 + 24 / tp)` bytes (Korthikanti et al.,
   2022, with attention that keeps no score matrix: SDPA, flash); with activation checkpointing a
   layer keeps only its 16-bit input (`2 * s * b * h`) and one layer is recomputed at a time. The first
@@ -85,8 +87,8 @@ class Estimate:
 
 def model_state_bytes_per_param(zero_stage: int, dp: int, mixed: bool, offload_optimizer: bool, offload_param: bool) -> float:
     """Bytes a GPU holds per parameter of its model-parallel share (the gathered ZeRO-3 layer apart)."""
-    if not mixed:  # fp32 weights, gradients and two moments
-        weights, grads, optimizer = 4.0, 4.0, 8.0
+    if not mixed:  # fp32 weights, gradients and two moments (ZeRO 1-3: and the partition's fp32 copy)
+        weights, grads, optimizer = 4.0, 4.0, 8.0 if zero_stage == 0 else 12.0
         if offload_optimizer:
             optimizer = 0.0
         if zero_stage >= 3:

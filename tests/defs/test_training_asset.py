@@ -81,6 +81,8 @@ def test_training_through_pipes_then_resume(packed_storage):
     assert run["kernels"].value == {"rms_norm": "torch", "rope": "eager", "swiglu": "eager", "cross_entropy": "eager",
                                     "attention": "sdpa", "fused_adamw": True}  # fmt: skip
     assert run["first_step_s"].value > 0 and "peak_memory_gib" not in run
+    measured = run["model_states_measured_mib"].value  # rank 0's tensors before an optimizer step, beside the estimate
+    assert 0 < measured < 50 and f"| {measured / 1024:.3f} GiB |" in run["training_plan"].value
     png = Path(run["curves_png"].value)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "data:image/png;base64," in run["curves"].value
     losses = tensorboard_scalars(run["tensorboard_logdir"].value, "train/loss")

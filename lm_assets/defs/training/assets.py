@@ -250,10 +250,11 @@ def training_run_and_checkpoint(
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [checkpoint_key(config.run_name, tag) for tag in tags]
     add_new_partitions(context.instance, checkpoint_partitions, keys)
-    plan = training_plan(config, train_config)
     for result in results:
         result = with_spike_documents(with_curves(result), store, run_dir)
         if isinstance(result, dg.MaterializeResult) and result.asset_key == dg.AssetKey("training_run"):
+            measured = result.metadata.get("model_states_measured_mib")
+            plan = training_plan(config, train_config, getattr(measured, "value", measured))
             result = with_metadata(result, {"training_plan": plan})
         yield result
 
@@ -266,28 +267,35 @@ def with_metadata(result: dg.MaterializeResult, extra: dict) -> dg.MaterializeRe
     )
 
 
-def training_plan(config: TrainingRunConfig, train_config: dict) -> dg.MetadataValue:
+def training_plan(config: TrainingRunConfig, train_config: dict, measured_mib: float | None = None) -> dg.MetadataValue:
     """What training/planner.py estimates this run's layout needs per GPU (`lm-assets plan-training` ranks
-    the others)."""
+    the others), beside the model states rank 0 held when the run measured them."""
     from training.config import apply_overrides, from_preset, load_config
     from training.model import num_params
     from training.planner import Layout, ModelShape, estimate
 
-    model = apply_overrides(from_preset(config.model, train_config["vocab_size"]), train_config["model_overrides"])
+    extra = load_config(None, config.overrides)  # the settings the overrides reach: offload, recomputation
+    if extra.init_from:
+        from training.hf_init import model_config
+
+        model = apply_overrides(model_config(extra.init_from), train_config["model_overrides"])
+    else:
+        model = apply_overrides(from_preset(config.model, train_config["vocab_size"]), train_config["model_overrides"])
     shape = ModelShape(params=num_params(model), layers=model.n_layers, hidden=model.dim, heads=model.n_heads,
                        vocab=model.vocab_size)
-    extra = load_config(None, config.overrides)  # the settings the overrides reach: offload, recomputation
     layout = Layout(config.dp, config.tp, config.pp, config.zero_stage,
                     offload_optimizer=extra.offload.optimizer != "none", offload_param=extra.offload.param != "none",
                     activation_checkpointing=extra.activation_checkpointing)
     seq = model.max_seq_len
     found = estimate(shape, layout, seq, config.micro_batch_size, config.grad_accum, float("inf"),
                      mixed=config.precision != "fp32")
+    measured = "—" if measured_mib is None else f"{measured_mib / 1024:.3f} GiB"
     return dg.MetadataValue.md(
-        f"| layout | parameters | model states | activations | total per GPU |\n|---|---|---|---|---|\n"
-        f"| {layout.describe()} | {shape.params / 1e6:,.1f} M | {found.model_states_gib:.3f} GiB | "
+        f"| layout | parameters | model states | measured | activations | total per GPU |\n|---|---|---|---|---|---|\n"
+        f"| {layout.describe()} | {shape.params / 1e6:,.1f} M | {found.model_states_gib:.3f} GiB | {measured} | "
         f"{found.activations_gib:.3f} GiB | {found.total_gib:.3f} GiB |\n\n"
-        "Estimated by `training/planner.py` at the model's context length; `lm-assets plan-training` ranks every layout."
+        "Estimated by `training/planner.py` at the model's context length (model states at the optimizer step's "
+        "peak); measured: the tensors rank 0 held before an optimizer step. `lm-assets plan-training` ranks every layout."
     )
 
 
