@@ -23,6 +23,10 @@ layout `training.data.PackedDataset` reads. Then each case, in order (a case is
   `training/kernels.py` resolves ("auto": liger-kernel when installed, FlexAttention block masks
   for documents, FlashAttention through SDPA for the causal mask). Its step lines and final
   summary (kernels, compile, peak memory, the profiled step's kernel names) are parsed.
+- `.../offload`: ZeRO-2 with the optimizer on the host (DeepSpeed's CPU Adam); `.../curriculum`:
+  the same rows with a seeded random difficulty each and an easy-to-hard curriculum over the first
+  quarter of the epoch (`benchlib.training.with_curriculum`), so the step reads its rows out of
+  order: its step time and `data_wait_s_mean` against the case without it show what ordering costs.
 - `plain/...`: the same `training.model.Transformer` in a plain-torch bf16 loop (`PlainLoop`):
   fp32 master weights in a fused AdamW, the same lr schedule and clipping, each block compiled on
   its own (when compiled) and the head fused with the loss, under
@@ -58,7 +62,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchlib.training import PlainLoop, write_synthetic_packed
+from benchlib.training import PlainLoop, with_curriculum, write_synthetic_packed
 
 START = time.monotonic()
 REPO = Path(__file__).resolve().parent.parent
@@ -224,32 +228,36 @@ class Case:
     document_mask: bool = False
     compile_mode: str = "default"  # reduce-overhead: CUDA graphs (the `cudagraphs` case)
     offload: bool = False  # ZeRO-2 with the optimizer on the host, stepped by DeepSpeed's CPU Adam
+    curriculum: bool = False  # the first epoch read in an easy-to-hard order (random rows: what it costs)
 
     @property
     def name(self) -> str:
         mask = ("docmask" if self.document_mask else "causal") if self.kind == "engine" else ""
         how = "cudagraphs" if self.compile_mode == "reduce-overhead" else "compiled" if self.compiled else "eager"
-        return "/".join(filter(None, (self.kind, self.model, how, mask, "offload" if self.offload else "")))
+        flags = ("offload" if self.offload else "", "curriculum" if self.curriculum else "")
+        return "/".join(filter(None, (self.kind, self.model, how, mask, *flags)))
 
     @classmethod
     def parse(cls, text: str) -> "Case":
         parts = text.strip().split("/")
-        offload = parts[-1] == "offload"
-        parts = parts[:-1] if offload else parts
+        flags = set()
+        while parts and parts[-1] in ("offload", "curriculum"):
+            flags.add(parts.pop())
         if len(parts) not in (3, 4) or parts[0] not in ("engine", "plain") or parts[2] not in ("compiled", "eager", "cudagraphs"):
-            raise ValueError(f"case {text!r} is not engine|plain/<preset>/compiled|eager|cudagraphs[/docmask|causal][/offload]")
+            raise ValueError(f"case {text!r} is not engine|plain/<preset>/compiled|eager|cudagraphs[/docmask|causal]"
+                             "[/offload][/curriculum]")  # fmt: skip
         mask = len(parts) == 4 and parts[3] == "docmask"
-        if parts[0] == "plain" and (mask or parts[2] == "cudagraphs" or offload):
+        if parts[0] == "plain" and (mask or parts[2] == "cudagraphs" or flags):
             raise ValueError(f"case {text!r}: the plain loop runs the causal mask, compiled or eager, only")
         mode = "reduce-overhead" if parts[2] == "cudagraphs" else "default"
-        return cls(parts[0], parts[1], parts[2] != "eager", mask, mode, offload)
+        return cls(parts[0], parts[1], parts[2] != "eager", mask, mode, "offload" in flags, "curriculum" in flags)
 
 
 # In order of importance: a deadline drops the last ones first.
 DEFAULT_CASES = ",".join([
     "engine/350m/compiled/docmask", "plain/350m/compiled", "engine/1b/compiled/docmask",
     "engine/350m/compiled/causal", "engine/350m/eager/docmask", "plain/1b/compiled", "engine/1b/compiled/causal",
-    "engine/350m/cudagraphs/causal", "engine/1b/compiled/causal/offload",
+    "engine/350m/cudagraphs/causal", "engine/1b/compiled/causal/offload", "engine/350m/compiled/docmask/curriculum",
 ])  # fmt: skip
 # Seconds a case needs on one H200 (process start, compilation, the steps), to skip what cannot fit.
 NEEDS_S = {("engine", True): 110.0, ("engine", False): 60.0, ("plain", True): 90.0, ("plain", False): 35.0}
@@ -260,6 +268,9 @@ def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) 
     from training.config import TrainConfig
 
     zero = ["zero_stage=2", "offload.optimizer=cpu"] if case.offload else ["zero_stage=1"]
+    if case.curriculum:
+        ordered = data_dir.parent / "curriculum"
+        data_dir = ordered if ordered.exists() else with_curriculum(data_dir, ordered)
     overrides = [f"data={data_dir}", f"model={case.model}", f"precision={args.precision}", *zero,
                  f"micro_batch_size={args.micro_batch}", f"steps={args.steps}", f"compile={case.compiled}",
                  f"compile_mode={case.compile_mode}",
@@ -319,7 +330,7 @@ def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) 
     result.update(summarize(times, tokens_per_step, args.warmup, model_cfg, args.seq_len - 1,
                             args.peak_tflops * 1e12))  # fmt: skip
     result["loss_first_last"] = [steps[0]["loss"], steps[-1]["loss"]]
-    for key in ("compiled", "document_mask", "kernels", "peak_memory_gib", "profile"):
+    for key in ("compiled", "document_mask", "kernels", "peak_memory_gib", "data_wait_s_mean", "profile"):
         if key in summary:
             result[key] = summary[key]
     say(f"    {result['status']}: {len(steps)} steps in {result['wall_s']} s (process start to exit), "
@@ -398,7 +409,7 @@ def guarded(fn, *a, **k) -> dict:
 
 
 def print_table(results: dict[str, dict]) -> None:
-    header = (f"{'case':<30} {'status':<9} {'steps':>5} {'step ms':>9} {'tokens/s':>10} {'MFU':>7} "
+    header = (f"{'case':<40} {'status':<9} {'steps':>5} {'step ms':>9} {'tokens/s':>10} {'MFU':>7} "
               f"{'peak GiB':>8} {'of plain':>8}")  # fmt: skip
     say(header)
     say("-" * len(header))
@@ -408,7 +419,7 @@ def print_table(results: dict[str, dict]) -> None:
         share = f"{r['tokens_per_s'] / ceiling:.2f}" if ok and ceiling else ""
         memory = r.get("peak_memory_gib")
         say(
-            f"{name:<30} {r['status']:<9} {r.get('steps', 0):>5} {(r['step_ms'] if ok else 0):>9.1f} "
+            f"{name:<40} {r['status']:<9} {r.get('steps', 0):>5} {(r['step_ms'] if ok else 0):>9.1f} "
             f"{(r['tokens_per_s'] if ok else 0):>10,.0f} {(r['mfu'] * 100 if ok else 0):>6.1f}% "
             f"{(f'{memory:.1f}' if memory is not None else '-'):>8} {share:>8}"
         )
@@ -444,7 +455,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.dry_run:
         args.steps, args.warmup, args.micro_batch, args.seq_len, args.deadline_s = 3, 1, 2, 129, 0
         args.vocab, args.mean_doc_tokens = min(args.vocab, 512), 20
-        tiny = {Case(c.kind, "tiny", c.compiled, c.document_mask) for c in args.case_list}
+        tiny = {Case(c.kind, "tiny", c.compiled, c.document_mask, curriculum=c.curriculum) for c in args.case_list}
         args.case_list = sorted(tiny, key=lambda c: c.name)
     return args
 

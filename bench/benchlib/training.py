@@ -118,3 +118,22 @@ class PlainLoop:
             with torch.no_grad():
                 torch._foreach_copy_([p.data for p in self.params], self.master)
         return loss.detach()
+
+
+def with_curriculum(packed: str | os.PathLike, out_dir: str | os.PathLike, fraction: float = 0.25, seed: int = 0) -> Path:
+    """`packed` (its rows linked, not copied) with a seeded random difficulty per train sequence and
+    an easy-to-hard curriculum over `fraction` of the first epoch, as `packed_dataset` writes one, so
+    training's first epoch reads the rows in the curriculum's order."""
+    import numpy as np
+
+    src, out = Path(packed), Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((src / "manifest.json").read_text())
+    n = manifest["splits"]["train"]["sequences"]
+    (out / "train.bin").symlink_to((src / "train.bin").resolve())
+    np.random.default_rng(seed).random(n, dtype=np.float32).astype("<f4").tofile(out / "train_difficulty.bin")
+    manifest["files"]["train"]["difficulty"] = "train_difficulty.bin"
+    manifest["curriculum"] = {"schedule": "easy_to_hard", "score": "synthetic", "fraction": fraction,
+                              "harder_is": "a seeded random score"}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return out
