@@ -5,7 +5,15 @@ import json
 
 import pytest
 
-from training.planner import Layout, ModelShape, estimate, layouts, model_state_bytes_per_param, plan, training_run_config
+from training.planner import (
+    Layout,
+    ModelShape,
+    estimate,
+    layouts,
+    model_state_bytes_per_param,
+    plan,
+    training_run_config,
+)
 
 GIB = 2**30
 SEVEN_B = ModelShape(params=7e9, layers=32, hidden=4096, heads=32)

@@ -141,8 +141,18 @@ class TokenizerConfig:
         }
 
 
+class _TokenizerFile:
+    """What a tokenizer the pipeline writes has, trained or adopted: its model bytes, hash and size."""
+
+    def processor(self) -> spm.SentencePieceProcessor:
+        return load_tokenizer(self.model)
+
+    def _metadata(self, **rest) -> dict:
+        return {"tokenizer_hash": self.hash, "vocab_size": self.vocab_size, "model_bytes": len(self.model), **rest}
+
+
 @dataclass(frozen=True)
-class TrainedTokenizer:
+class TrainedTokenizer(_TokenizerFile):
     """A trained model: its file, bytes, real vocabulary size, hash, and what it was trained on."""
 
     path: Path
@@ -154,19 +164,11 @@ class TrainedTokenizer:
     sample_lines: int
     sample_chars: int
 
-    def processor(self) -> spm.SentencePieceProcessor:
-        return load_tokenizer(self.model)
-
     def metadata(self) -> dict:
-        return {
-            "tokenizer_hash": self.hash,
-            "vocab_size": self.vocab_size,
-            "model_bytes": len(self.model),
-            "sample_docs": self.sample_docs,
-            "sample_lines": self.sample_lines,
-            "sample_chars": self.sample_chars,
-            "config": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.config).items()},
-        }
+        return self._metadata(
+            sample_docs=self.sample_docs, sample_lines=self.sample_lines, sample_chars=self.sample_chars,
+            config={k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self.config).items()},
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -461,7 +463,7 @@ def add_pieces(model: bytes, pieces: Sequence[str]) -> tuple[bytes, list[str], l
 
 
 @dataclass(frozen=True)
-class AdoptedTokenizer:
+class AdoptedTokenizer(_TokenizerFile):
     """A Hugging Face checkpoint's SentencePiece model, taken as the corpus tokenizer, with `added`
     pieces appended (ids `base_vocab_size` onwards)."""
 
@@ -480,20 +482,9 @@ class AdoptedTokenizer:
     def vocab_size(self) -> int:
         return self.base_vocab_size + len(self.added)
 
-    def processor(self) -> spm.SentencePieceProcessor:
-        return load_tokenizer(self.model)
-
     def metadata(self) -> dict:
-        return {
-            "tokenizer_hash": self.hash,
-            "vocab_size": self.vocab_size,
-            "model_bytes": len(self.model),
-            "adopted_from": self.source,
-            "base_hash": self.base_hash,
-            "base_vocab_size": self.base_vocab_size,
-            "added_pieces": list(self.added),
-            "special_ids": special_ids(self.processor()),
-        }
+        return self._metadata(adopted_from=self.source, base_hash=self.base_hash, base_vocab_size=self.base_vocab_size,
+                              added_pieces=list(self.added), special_ids=special_ids(self.processor()))
 
 
 def adopt_tokenizer(folder: str | Path, extra_pieces: Sequence[str] = ()) -> AdoptedTokenizer:

@@ -30,8 +30,8 @@ from lm_assets.corpus.tokens.tokenizer import (
     VocabSizeError,
     adopt_tokenizer,
     load_tokenizer,
-    special_ids,
     sample_documents,
+    special_ids,
     tokenizer_report,
     train_tokenizer,
 )
