@@ -76,6 +76,7 @@ run "$PY" bench/tokens.py --smoke
 run "$PY" bench/toxicity_speed.py --smoke
 run "$PY" bench/extraction_quality.py --smoke
 run "$PY" bench/eval_agreement.py --smoke
+run "$PY" bench/humaneval_agreement.py --smoke
 run "$PY" bench/train_cpu.py --smoke
 run env PYTHON="$PY" bash bench/train_gpu.sh --dry-run
 run "$PY" bench/dev_set/make_test_slice.py --smoke

