@@ -38,6 +38,7 @@ DEMO_RUN_CONFIG = {
                                 "warmup_steps": 4}},
         # A few MMLU subjects keep the demo quick; the asset's default is all 57.
         "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
+        "continuation_scores": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
     }
 }
 

@@ -111,6 +111,11 @@ def question_results_key(checkpoint: str, benchmark: str) -> str:
     return f"evaluation/{checkpoint}/{benchmark}_questions.parquet"
 
 
+def continuations_key(checkpoint: str) -> str:
+    """Held-out documents' true and generated continuations, with their scores, for a checkpoint."""
+    return f"evaluation/{checkpoint}/continuations.parquet"
+
+
 def samples_key(checkpoint: str) -> str:
     """The prompts, greedy and sampled continuations a checkpoint (its `checkpoints` partition key) wrote."""
     return f"evaluation/{checkpoint}/samples.parquet"

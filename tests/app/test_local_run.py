@@ -24,7 +24,8 @@ def test_the_whole_graph_in_topological_order():
         ("evaluation_job", "every checkpoint"),
     ]
     assert steps[0][2] == "raw_shard → extracted_shard"
-    assert steps[-1][2] == "ceval_score, checkpoint_samples, humaneval_score, mmlu_score, perplexity"
+    assert steps[-1][2] == ("ceval_score, checkpoint_samples, continuation_scores, humaneval_score, mmlu_score, perplexity, "
+                            "position_perplexity")
     # Every asset of the graph is materialized by exactly one of the runs' jobs.
     covered = [key for job in {job.name: job for job, _, _ in steps}.values() for key in job.asset_layer.executable_asset_keys]
     assert sorted(covered) == sorted(defs.resolve_asset_graph().get_all_asset_keys())

@@ -21,6 +21,7 @@ from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_envir
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import checkpoint_check_spec, latest_metadata, markdown_table
 from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.curation.assets import ToxicityRulesConfig
 from lm_assets.defs.evaluation.jobs import evaluation_job
 from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings
@@ -30,9 +31,13 @@ from lm_assets.storage.layout import (
     PACKED_FOLDER,
     TOKENIZER_KEYS,
     checkpoint_run_folder,
+    continuations_key,
+    packed_key,
     parse_checkpoint_key,
     question_results_key,
     samples_key,
+    stage_keys,
+    tokenized_keys,
 )
 
 DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
@@ -308,11 +313,59 @@ class HumanEvalConfig(EvaluationDeviceConfig):
     workers: int | None = Field(default=None, description="test runs at a time; unset: this machine's CPUs")
 
 
+class ValidationDocumentsConfig(EvaluationDeviceConfig):
+    min_tokens: int = Field(default=512, description="documents of the val split at least this many tokens long")
+    max_documents: int = Field(default=32, description="at most this many of them, the longest first")
+
+
+class PositionPerplexityConfig(ValidationDocumentsConfig):
+    pass
+
+
+class ContinuationScoresConfig(ValidationDocumentsConfig):
+    min_tokens: int = Field(default=192, description="documents of the val split at least this many tokens long")
+    prompt_tokens: int = Field(default=128, description="the document's first tokens the model continues")
+    new_tokens: int = Field(default=64, description="tokens the model writes, scored against the document's next ones")
+    toxicity: ToxicityRulesConfig = Field(
+        default_factory=ToxicityRulesConfig, description="how the continuations are scored for toxicity, as curated_shard "
+        "scores documents (English model or lexicon, Chinese flagged words)",
+    )
+
+
+def validation_docs(store, config: ValidationDocumentsConfig):
+    """The val split's long documents, whole, from their tokenized shards (`long_text.validation_documents`)."""
+    from lm_assets.corpus.tokens.packing import ShardTokens
+    from lm_assets.evaluation.long_text import validation_documents
+
+    segments = pl.read_parquet(store.local_path(packed_key("val_segments.parquet")))
+    shards = sorted(set(segments["shard"]))
+    langs = dict(pl.concat([store.read_parquet(stage_keys("decontaminated", s)["documents"], columns=["doc_id", "lang"])
+                            for s in shards]).iter_rows()) if shards else {}  # fmt: skip
+
+    def tokens_of(shard: str):
+        keys = {name: store.local_path(key) for name, key in tokenized_keys(shard).items()}
+        shard_tokens = ShardTokens.from_files(shard, keys["tokens"], keys["index"], keys["sidecar"])
+        return shard_tokens.tokens, shard_tokens.docs
+
+    return validation_documents(segments, tokens_of, langs, config.min_tokens, config.max_documents)
+
+
+def held_out_documents_and_model(context, storage: StorageResource, config: ValidationDocumentsConfig):
+    """The storage, the val split's long documents, the checkpoint's model and what it runs on."""
+    store = storage.storage()
+    docs = validation_docs(store, config)
+    return (store, docs, *load_checkpoint_model(store, context.partition_key, config))
+
+
 EVAL_DEPS = ["checkpoint"]
 
 
-@dg.asset(
-    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+def evaluation_asset(**kwargs):
+    """An asset of the evaluation group, one partition per checkpoint."""
+    return dg.asset(partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS, **kwargs)
+
+
+@evaluation_asset(
     description="Token perplexity and bits per byte of the checkpoint on packed_dataset's val split.",
 )
 def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, storage: StorageResource) -> dg.MaterializeResult:
@@ -332,8 +385,7 @@ def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, stor
     })
 
 
-@dg.asset(
-    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+@evaluation_asset(
     check_specs=benchmark_check_specs("mmlu_score"),
     description="MMLU accuracy (acc, acc_norm) per subject, per category and overall, 5-shot from dev as "
     "lm-evaluation-harness's `mmlu` task.",
@@ -352,8 +404,7 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
     return benchmark_result(context, store, em, ran_on, result, expected)
 
 
-@dg.asset(
-    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+@evaluation_asset(
     check_specs=benchmark_check_specs("ceval_score"),
     description="C-Eval accuracy on the val split, 5-shot from dev as lm-evaluation-harness's `ceval-valid` task.",
 )
@@ -383,8 +434,7 @@ def samples_table(samples: pl.DataFrame) -> dg.MetadataValue:
     ), max_rows=100)
 
 
-@dg.asset(
-    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+@evaluation_asset(
     description="Greedy and sampled continuations of fixed English and Chinese prompts: what the checkpoint writes.",
 )
 def checkpoint_samples(
@@ -423,8 +473,7 @@ def checkpoint_samples(
     })
 
 
-@dg.asset(
-    partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"pytorch"}, deps=EVAL_DEPS,
+@evaluation_asset(
     check_specs=[checkpoint_check_spec("sandboxed", "humaneval_score",
                                        "Warns when the test runs could not get network and mount namespaces, so "
                                        "only the audit hook and resource limits contained them.")],
@@ -480,6 +529,68 @@ def humaneval_score(context: dg.AssetExecutionContext, config: HumanEvalConfig, 
     )
 
 
+@evaluation_asset(
+    description="Perplexity by position (0-256, 256-1k, 1k-4k, 4k+ tokens into a document, up to the model's "
+    "context) on the val split's long documents read whole: whether the model uses its context.",
+)
+def position_perplexity(
+    context: dg.AssetExecutionContext, config: PositionPerplexityConfig, storage: StorageResource
+) -> dg.MaterializeResult:
+    from lm_assets.evaluation.long_text import position_perplexity as score  # torch: imported when the asset runs
+
+    store, docs, em, ran_on = held_out_documents_and_model(context, storage, config)
+    buckets = score(em, docs)
+    table = pl.DataFrame([{"positions": name, "tokens": b["tokens"], "perplexity": round(b["perplexity"], 2)}
+                          for name, b in buckets.items()])  # fmt: skip
+    return dg.MaterializeResult(metadata={
+        **{f"perplexity_{name}": dg.MetadataValue.float(b["perplexity"]) for name, b in buckets.items() if b["tokens"]},
+        "by_position": markdown_table(table),
+        "documents": len(docs),
+        "context": dg.MetadataValue.text(f"{em.max_length} tokens; documents of at least {config.min_tokens}"),
+        **{k: dg.MetadataValue.text(v) for k, v in ran_on.items()},
+    })
+
+
+@evaluation_asset(
+    description="The val split's documents continued from their first part and scored against the true "
+    "continuation (ROUGE-L F1, BLEU, per language), and the share of continuations the toxicity filters flag.",
+)
+def continuation_scores(
+    context: dg.AssetExecutionContext, config: ContinuationScoresConfig, storage: StorageResource
+) -> dg.MaterializeResult:
+    from lm_assets.corpus.curation.toxicity import ToxicityConfig, score_toxicity
+    from lm_assets.evaluation.long_text import continuation_scores as score  # torch: imported when the asset runs
+
+    store, docs, em, ran_on = held_out_documents_and_model(context, storage, config)
+    result = score(em, docs, config.prompt_tokens, config.new_tokens)
+    rows = pl.DataFrame(result["rows"], schema_overrides={"lang": pl.String}) if result["rows"] else pl.DataFrame()
+    toxicity = {}
+    if rows.height:
+        checked = score_toxicity(rows.select(pl.col("doc_id"), pl.col("continuation").alias("text"), "lang"),
+                                 to_dataclass(ToxicityConfig, config.toxicity))  # fmt: skip
+        flagged = set(checked.dropped["doc_id"].to_list()) if checked.dropped.height else set()
+        rows = rows.with_columns(pl.col("doc_id").is_in(list(flagged)).alias("toxic"))
+        toxicity = {"toxic_share": dg.MetadataValue.float(len(flagged) / rows.height),
+                    "toxicity_scored_by": dg.MetadataValue.text(f"{checked.stats['model']}; Chinese: {checked.stats['zh_lexicon']}")}  # fmt: skip
+    key = continuations_key(context.partition_key)
+    store.write_parquet(key, rows)
+    by_lang = result["by_lang"]
+    return dg.MaterializeResult(metadata={
+        **{f"rouge_l_{lang}": dg.MetadataValue.float(v["rouge_l_f1"]) for lang, v in by_lang.items()},
+        **{f"bleu_{lang}": dg.MetadataValue.float(v["bleu"]) for lang, v in by_lang.items()},
+        **toxicity,
+        "documents": result["documents"],
+        "by_language": markdown_table(pl.DataFrame([{"lang": lang, "documents": v["documents"],
+                                                     "rouge_l_f1": round(v["rouge_l_f1"], 4), "bleu": round(v["bleu"], 2)}
+                                                    for lang, v in by_lang.items()])) if by_lang else "_no documents_",
+        "continuations": markdown_table(rows.select("lang", pl.col("prompt").str.slice(-60), pl.col("reference").str.slice(0, 80),
+                                                    pl.col("continuation").str.slice(0, 80)).head(8)) if rows.height else "_none_",
+        "decoding": dg.MetadataValue.text(f"greedy, {config.new_tokens} tokens after the first {config.prompt_tokens}"),
+        "results": dg.MetadataValue.path(store.uri(key)),
+        **{k: dg.MetadataValue.text(v) for k, v in ran_on.items()},
+    })
+
+
 def benchmark_result(
     context: dg.AssetExecutionContext, store, em, ran_on: dict, result: dict, expected: int
 ) -> dg.MaterializeResult:
@@ -503,7 +614,8 @@ def expected_questions(path: str, benchmark: str, split: str, subjects: list[str
     return int(counts.clip(upper_bound=limit).sum() if limit is not None else counts.sum())
 
 
-EVALUATION_ASSETS = (perplexity, mmlu_score, ceval_score, humaneval_score, checkpoint_samples)
+EVALUATION_ASSETS = (perplexity, position_perplexity, mmlu_score, ceval_score, humaneval_score, continuation_scores,
+                     checkpoint_samples)
 
 
 

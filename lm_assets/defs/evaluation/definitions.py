@@ -6,9 +6,11 @@ from lm_assets.defs.evaluation.assets import (
     ceval_score,
     checkpoint_evaluation_sensor,
     checkpoint_samples,
+    continuation_scores,
     humaneval_score,
     mmlu_score,
     perplexity,
+    position_perplexity,
 )
 from lm_assets.defs.evaluation.jobs import JOBS
 
@@ -16,10 +18,11 @@ EVALUATION_VERSION = source_version(evaluation)
 
 defs = dg.Definitions(
     assets=catalogued(
-        [perplexity, mmlu_score, ceval_score, humaneval_score, checkpoint_samples],
+        [perplexity, position_perplexity, mmlu_score, ceval_score, humaneval_score, continuation_scores, checkpoint_samples],
         EVALUATION_TEAM,
         {"perplexity": EVALUATION_VERSION, "mmlu_score": EVALUATION_VERSION, "ceval_score": EVALUATION_VERSION,
-         "humaneval_score": EVALUATION_VERSION, "checkpoint_samples": EVALUATION_VERSION},
+         "humaneval_score": EVALUATION_VERSION, "checkpoint_samples": EVALUATION_VERSION,
+         "position_perplexity": EVALUATION_VERSION, "continuation_scores": EVALUATION_VERSION},
     ),
     jobs=JOBS,
     sensors=[checkpoint_evaluation_sensor],

@@ -2,11 +2,12 @@
 
 from lm_assets.defs.common.jobs import stage_job
 
-EVALUATION_ASSET_NAMES = ("perplexity", "mmlu_score", "ceval_score", "humaneval_score", "checkpoint_samples")
+EVALUATION_ASSET_NAMES = ("perplexity", "position_perplexity", "mmlu_score", "ceval_score", "humaneval_score",
+                          "continuation_scores", "checkpoint_samples")
 
 evaluation_job = stage_job(
     "evaluation_job", "evaluation", EVALUATION_ASSET_NAMES,
-    "Perplexity, MMLU, C-Eval, HumanEval and sample continuations for one checkpoint.",
+    "Perplexity (overall and by position), MMLU, C-Eval, HumanEval, scored continuations and samples for one checkpoint.",
 )
 
 JOBS = [evaluation_job]
