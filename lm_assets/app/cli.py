@@ -142,6 +142,30 @@ def label(args) -> int:
         return 2
 
 
+def rate(args) -> int:
+    """A rating sheet of a checkpoint's samples: one line per prompt and decoding, to rate 1-5 by hand."""
+    from lm_assets.defs.common.resources import default_resources
+    from lm_assets.evaluation.ratings import rating_sheet, write_sheet
+    from lm_assets.storage.keys import UnsafeKeyError, check_name
+    from lm_assets.storage.layout import RATINGS_FOLDER, samples_key
+
+    try:
+        checkpoint = check_name(args.checkpoint, "checkpoint")
+        store = default_resources()["storage"].storage()
+        if not store.exists(samples_key(checkpoint)):
+            raise ValueError(f"checkpoint {checkpoint!r} has no samples in {store.root} (no {samples_key(checkpoint)}): "
+                             "materialize checkpoint_samples for that partition first")  # fmt: skip
+        lines = rating_sheet(checkpoint, store.read_parquet(samples_key(checkpoint)))
+        out = args.out or f"ratings-{checkpoint}.jsonl"
+        write_sheet(out, lines, force=args.force)
+    except (ValueError, OSError, UnsafeKeyError) as exc:
+        print(f"lm-assets rate: {exc}", file=sys.stderr)
+        return 2
+    print(f"{len(lines)} samples of {checkpoint} -> {out}: set each line's rating (1-5) and note, then put the file "
+          f"under {store.uri(RATINGS_FOLDER)}/ and materialize human_ratings")
+    return 0
+
+
 def postgres_home(args) -> int:
     """Start (or stop) the local PostgreSQL server of a Dagster home and write its dagster.yaml: the
     production instance on this machine. Prints the environment as `export` lines, for a shell's eval."""
@@ -238,6 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=10, help="layouts listed")
     p.add_argument("--write", metavar="FILE", help="write the recommended layout as training_run's run config (JSON)")
     p.set_defaults(func=plan_training)
+    p = sub.add_parser("rate", help="a sheet of a checkpoint's samples to rate by hand (1-5 and a note) for human_ratings")
+    p.add_argument("--checkpoint", required=True, help="a checkpoints partition, e.g. main-step_00000040")
+    p.add_argument("--out", help="output JSONL (default: ratings-<checkpoint>.jsonl here)")
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+    p.set_defaults(func=rate)
     p = sub.add_parser("postgres-home", help="start the local PostgreSQL server of a Dagster home (the production "
                        "instance on this machine) and print its environment; --stop stops it")  # fmt: skip
     p.add_argument("home", help="the Dagster home: dagster.yaml is written there, the server's data in pgdata/")

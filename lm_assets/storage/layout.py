@@ -90,6 +90,7 @@ def packed_key(name: str) -> str:
 
 
 LABELS_FOLDER = "labels"
+RATINGS_FOLDER = "ratings"  # rating sheets people filled in (`lm-assets rate`), read by human_ratings
 QUALITY_LABELS_FOLDER = "quality/labels"
 LABEL_KEYS = {t: f"{QUALITY_LABELS_FOLDER}/{t}.parquet" for t in ("examples", "unmatched", "rejected")} | {
     "summary": f"{QUALITY_LABELS_FOLDER}/summary.json"

@@ -21,10 +21,10 @@ def test_the_whole_graph_in_topological_order():
         ("curated_shard_job", "a"), ("curated_shard_job", "b"), ("dedup_edges_job", "every dedup_bands"), ("dedup_job", None),
         ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None),
         ("tokenized_shard_job", "a"), ("tokenized_shard_job", "b"), ("packing_job", None), ("training_job", None),
-        ("evaluation_job", "every checkpoint"),
+        ("evaluation_job", "every checkpoint"), ("human_ratings_job", None),
     ]
     assert steps[0][2] == "raw_shard → extracted_shard"
-    assert steps[-1][2] == ("ceval_score, checkpoint_samples, continuation_scores, humaneval_score, mmlu_score, perplexity, "
+    assert steps[-2][2] == ("ceval_score, checkpoint_samples, continuation_scores, humaneval_score, mmlu_score, perplexity, "
                             "position_perplexity")
     # Every asset of the graph is materialized by exactly one of the runs' jobs.
     covered = [key for job in {job.name: job for job, _, _ in steps}.values() for key in job.asset_layer.executable_asset_keys]

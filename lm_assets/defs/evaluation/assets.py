@@ -29,6 +29,7 @@ from lm_assets.evaluation.stats import question_blind_chance
 from lm_assets.storage.keys import UnsafeKeyError
 from lm_assets.storage.layout import (
     PACKED_FOLDER,
+    RATINGS_FOLDER,
     TOKENIZER_KEYS,
     checkpoint_run_folder,
     continuations_key,
@@ -589,6 +590,63 @@ def continuation_scores(
         "results": dg.MetadataValue.path(store.uri(key)),
         **{k: dg.MetadataValue.text(v) for k, v in ran_on.items()},
     })
+
+
+# What each automatic score is, as human_ratings compares ratings with it: (asset, metadata key) -> meaning.
+RATED_AGAINST = {
+    ("perplexity", "perplexity"): "perplexity on val (lower is better)",
+    ("mmlu_score", "acc"): "MMLU acc",
+    ("continuation_scores", "rouge_l_en"): "ROUGE-L F1 of English continuations",
+    ("continuation_scores", "rouge_l_zh"): "ROUGE-L F1 of Chinese continuations",
+    ("humaneval_score", "pass@1"): "HumanEval pass@1",
+}
+
+
+@dg.asset(
+    group_name="evaluation", deps=["checkpoint_samples"],
+    description="Ratings people gave checkpoints' samples (1-5 and a note, from `lm-assets rate` sheets under "
+    "ratings/), per checkpoint, and their agreement with the automatic scores across checkpoints.",
+)
+def human_ratings(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    from lm_assets.evaluation.ratings import agreement, per_checkpoint, rating_sheet, read_ratings
+
+    store = storage.storage()
+    checkpoints = [c for c in context.instance.get_dynamic_partitions(checkpoint_partitions.name) if store.exists(samples_key(c))]
+    known = {line["sample_id"] for c in checkpoints for line in rating_sheet(c, store.read_parquet(samples_key(c)))}
+    files = sorted(k for k in store.list(RATINGS_FOLDER) if k.endswith(".jsonl")) if store.exists(RATINGS_FOLDER) else []
+    ratings, problems = read_ratings(((k, store.read_bytes(k)) for k in files), known)
+    where = f"{store.uri(RATINGS_FOLDER)}/"
+    if ratings.filter(pl.col("rating").is_not_null()).height == 0:
+        return dg.MaterializeResult(metadata={
+            "rated_samples": 0, "files": len(files), "problems": len(problems),
+            "status": dg.MetadataValue.md(
+                f"No ratings yet{' (the files hold no rated line)' if files else ''}: write a sheet with "
+                f"`lm-assets rate --checkpoint <checkpoint>`, fill in each line's `rating` (1-5) and `note`, and put "
+                f"it under `{where}`. No agreement is computed without ratings."),
+            **({"problem_lines": markdown_table(pl.DataFrame(problems))} if problems else {}),
+        })  # fmt: skip
+    table = per_checkpoint(ratings)
+    for (asset, key), _ in RATED_AGAINST.items():
+        values = []
+        for checkpoint in table["checkpoint"]:
+            meta = latest_metadata(context.instance, dg.AssetKey(asset), checkpoint) or {}
+            values.append(float(meta[key].value) if key in meta and meta[key].value is not None else None)
+        table = table.with_columns(pl.Series(f"{asset}.{key}", values, dtype=pl.Float64))
+    found = agreement(table, {f"{a}.{k}": meaning for (a, k), meaning in RATED_AGAINST.items()})
+    rated = ratings.filter(pl.col("rating").is_not_null())
+    return dg.MaterializeResult(metadata={
+        "rated_samples": rated.height,
+        "mean_rating": dg.MetadataValue.float(float(rated["rating"].mean())),
+        "files": len(files),
+        "problems": len(problems),
+        "by_checkpoint": markdown_table(table.with_columns(pl.col("mean_rating").round(3))),
+        "agreement": markdown_table(pl.DataFrame([{"score": v["score"], "checkpoints": v["checkpoints"],
+                                                    "rated samples": v["rated_samples"],
+                                                    "spearman": "—" if v["spearman"] is None else f"{v['spearman']:.3f}",
+                                                    "pearson": "—" if v["pearson"] is None else f"{v['pearson']:.3f}",
+                                                    "why none": v.get("why_none", "")} for v in found.values()])),
+        **({"problem_lines": markdown_table(pl.DataFrame(problems))} if problems else {}),
+    })  # fmt: skip
 
 
 def benchmark_result(

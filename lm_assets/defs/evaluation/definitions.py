@@ -7,6 +7,7 @@ from lm_assets.defs.evaluation.assets import (
     checkpoint_evaluation_sensor,
     checkpoint_samples,
     continuation_scores,
+    human_ratings,
     humaneval_score,
     mmlu_score,
     perplexity,
@@ -18,11 +19,13 @@ EVALUATION_VERSION = source_version(evaluation)
 
 defs = dg.Definitions(
     assets=catalogued(
-        [perplexity, position_perplexity, mmlu_score, ceval_score, humaneval_score, continuation_scores, checkpoint_samples],
+        [perplexity, position_perplexity, mmlu_score, ceval_score, humaneval_score, continuation_scores, checkpoint_samples,
+         human_ratings],
         EVALUATION_TEAM,
         {"perplexity": EVALUATION_VERSION, "mmlu_score": EVALUATION_VERSION, "ceval_score": EVALUATION_VERSION,
          "humaneval_score": EVALUATION_VERSION, "checkpoint_samples": EVALUATION_VERSION,
-         "position_perplexity": EVALUATION_VERSION, "continuation_scores": EVALUATION_VERSION},
+         "position_perplexity": EVALUATION_VERSION, "continuation_scores": EVALUATION_VERSION,
+         "human_ratings": EVALUATION_VERSION},
     ),
     jobs=JOBS,
     sensors=[checkpoint_evaluation_sensor],

@@ -10,4 +10,9 @@ evaluation_job = stage_job(
     "Perplexity (overall and by position), MMLU, C-Eval, HumanEval, scored continuations and samples for one checkpoint.",
 )
 
-JOBS = [evaluation_job]
+human_ratings_job = stage_job(
+    "human_ratings_job", "evaluation", ("human_ratings",),
+    "People's ratings of checkpoints' samples joined back, and their agreement with the automatic scores.",
+)
+
+JOBS = [evaluation_job, human_ratings_job]

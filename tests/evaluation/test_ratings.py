@@ -1,0 +1,90 @@
+"""People against metrics: rating sheets, ratings read back with their problems, agreement with the scores."""
+
+import json
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from lm_assets.evaluation.ratings import agreement, per_checkpoint, rating_sheet, read_ratings
+
+SAMPLES = pl.DataFrame({"prompt": ["The capital of France is", "中国的首都是"], "greedy": [" Paris", "北京"],
+                        "sampled": [" a city", "北京市"]})  # fmt: skip
+
+
+def sheet_bytes(lines):
+    return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode()
+
+
+def test_a_sheet_has_a_line_per_prompt_and_decoding_and_bad_lines_are_reported():
+    lines = rating_sheet("main-step_1", SAMPLES)
+    assert [line["sample_id"] for line in lines] == ["main-step_1/0/greedy", "main-step_1/0/sampled", "main-step_1/1/greedy",
+                                                     "main-step_1/1/sampled"]  # fmt: skip
+    assert lines[3]["text"] == "北京市" and lines[0]["rating"] is None
+    rated = [dict(lines[0], rating=4, note="fine"), dict(lines[1], rating=6), dict(lines[2], rating=True), lines[3],
+             {"sample_id": "other-step_9/0/greedy", "rating": 3}]  # fmt: skip
+    data = sheet_bytes(rated) + b"not json\n\n"
+    ratings, problems = read_ratings([("ratings/a.jsonl", data)], known={line["sample_id"] for line in lines})
+    assert ratings.select("sample_id", "rating").rows() == [("main-step_1/0/greedy", 4), ("main-step_1/1/sampled", None)]
+    assert [(p["line"], p["reason"].split(" ")[0]) for p in problems] == [(2, "rating"), (3, "rating"), (5, "sample_id"), (6, "not")]
+    assert per_checkpoint(ratings).row(0, named=True) == {"checkpoint": "main-step_1", "mean_rating": 4.0, "rated": 1, "unrated": 1}
+
+
+def test_agreement_needs_three_checkpoints_and_a_score_that_varies():
+    from scipy.stats import spearmanr
+
+    table = pl.DataFrame({"checkpoint": ["a", "b", "c", "d"], "mean_rating": [1.5, 2.0, 3.5, 4.0], "rated": [4, 4, 2, 2],
+                          "ppl": [90.0, 60.0, 40.0, 45.0], "flat": [0.25] * 4, "few": [0.1, 0.2, None, None]})  # fmt: skip
+    found = agreement(table, {"ppl": "perplexity", "flat": "acc", "few": "rouge"})
+    assert found["ppl"]["spearman"] == pytest.approx(spearmanr([1.5, 2.0, 3.5, 4.0], [90, 60, 40, 45]).statistic)
+    assert found["ppl"]["checkpoints"] == 4 and found["ppl"]["rated_samples"] == 12
+    assert found["flat"]["spearman"] is None and found["flat"]["why_none"] == "constant across the checkpoints"
+    assert found["few"]["spearman"] is None and "2 checkpoints have both" in found["few"]["why_none"]
+
+
+def test_human_ratings_joins_the_ratings_and_says_when_there_are_none(tmp_path, monkeypatch):
+    from lm_assets.app.cli import main
+    from lm_assets.defs.common.partitions import checkpoint_partitions
+    from lm_assets.defs.common.resources import STORAGE_ROOT_VARIABLE, StorageResource, s3_resource_from_env
+    from lm_assets.defs.evaluation.assets import human_ratings
+    from lm_assets.storage.layout import samples_key
+    from lm_assets.storage.store import Storage
+
+    root = tmp_path / "storage"
+    store = Storage(str(root))
+    checkpoints = [f"main-step_0000000{i}" for i in (2, 4, 6)]
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(checkpoint_partitions.name, checkpoints)
+    for checkpoint, ppl, acc in zip(checkpoints, (900.0, 500.0, 300.0), (0.25, 0.25, 0.25)):
+        store.write_parquet(samples_key(checkpoint), SAMPLES)
+        instance.report_runless_asset_event(dg.AssetMaterialization("perplexity", partition=checkpoint, metadata={"perplexity": ppl}))
+        instance.report_runless_asset_event(dg.AssetMaterialization("mmlu_score", partition=checkpoint, metadata={"acc": acc}))
+    resources = {"storage": StorageResource(root=str(root), s3=s3_resource_from_env())}
+
+    def metadata():
+        result = dg.materialize([human_ratings], instance=instance, resources=resources)
+        return result.get_asset_materialization_events()[0].materialization.metadata
+
+    empty = metadata()
+    assert empty["rated_samples"].value == 0 and "No ratings yet" in empty["status"].value and "mean_rating" not in empty
+
+    monkeypatch.setenv(STORAGE_ROOT_VARIABLE, str(root))
+    sheets = []
+    for checkpoint in checkpoints:
+        out = tmp_path / f"{checkpoint}.jsonl"
+        assert main(["rate", "--checkpoint", checkpoint, "--out", str(out)]) == 0
+        assert main(["rate", "--checkpoint", checkpoint, "--out", str(out)]) == 2  # never overwrites a sheet
+        sheets.append([json.loads(line) for line in out.read_text().splitlines()])
+    assert main(["rate", "--checkpoint", "main-step_00000099"]) == 2
+    for i, (checkpoint, lines) in enumerate(zip(checkpoints, sheets)):
+        for line in lines:
+            line["rating"] = 2 + i  # later checkpoints rated higher
+        store.write_bytes(f"ratings/{checkpoint}.jsonl", sheet_bytes(lines))
+    store.write_bytes("ratings/typo.jsonl", sheet_bytes([{"sample_id": "main-step_00000002/7/greedy", "rating": 5}]))
+    meta = metadata()
+    assert meta["rated_samples"].value == 12 and meta["mean_rating"].value == pytest.approx(3.0)
+    assert meta["problems"].value == 1 and "names no sample" in meta["problem_lines"].value
+    shown = meta["agreement"].value
+    assert "| perplexity on val (lower is better) | 3 | 12 | -1.000 | " in shown  # ratings rise as perplexity falls
+    assert "| MMLU acc | 3 | 12 | — | — | constant across the checkpoints |" in shown
+    assert "| HumanEval pass@1 | 0 | 0 | — | — | 0 checkpoints have both" in shown
