@@ -11,6 +11,7 @@ from lm_assets.defs.dedup import definitions as dedup_domain
 from lm_assets.defs.evaluation import definitions as evaluation_domain
 from lm_assets.defs.ingest import definitions as ingest_domain
 from lm_assets.defs.quality import definitions as quality_domain
+from lm_assets.defs.sft import definitions as sft_domain
 from lm_assets.defs.common.resources import default_resources
 from lm_assets.defs.tokens import definitions as tokens_domain
 from lm_assets.defs.training import definitions as training_domain
@@ -23,6 +24,7 @@ defs = dg.Definitions.merge(
     decontam_domain.defs,
     tokens_domain.defs,
     training_domain.defs,
+    sft_domain.defs,
     evaluation_domain.defs,
     automation.defs,
     run_workers.defs,

@@ -307,6 +307,8 @@ class TrainConfig:
     loader: LoaderConfig = field(default_factory=LoaderConfig)
     model: str = "tiny"  # a preset of training.config.PRESETS
     init_from: str = ""  # a Hugging Face Llama folder: its architecture and weights replace the preset's
+    run_asset: str = "training_run"  # the Dagster assets rank 0 reports the run and its checkpoints as, through Pipes
+    checkpoint_asset: str = "checkpoint"
     model_overrides: tuple[str, ...] = ()  # "field=value" applied to the preset's ModelConfig
     vocab_size: int | None = None  # default: from the data manifest
     parallel: ParallelConfig = field(default_factory=ParallelConfig)

@@ -28,6 +28,8 @@ later epochs are plain permutations. It is still a function of the step alone, s
 Inputs and targets. A row of `seq_len` tokens gives `inputs = row[:-1]` and `targets = row[1:]`
 (`seq_len - 1` positions; packing with `seq_len = context + 1` gives full-context rows). Targets
 equal to `pad_id` are replaced by -100 (`ignore_index` of `torch.nn.functional.cross_entropy`).
+Fine-tuning data (`files.<split>.loss_mask`: a `<split>_mask.bin` of one uint8 per token) scores only
+the targets whose mask is 1, the assistant's tokens; the rest become -100 too.
 The packer writes an EOS after every document; with `document_mask` the trainer derives each
 row's document ids from those (`training.kernels.document_ids`) and attention stays within
 documents.
@@ -146,6 +148,14 @@ class PackedDataset:
             if n
             else np.zeros((0, self.seq_len), dtype=self.dtype)
         )
+        # Fine-tuning data says which tokens are scored: a uint8 0/1 per token, 1 where the loss counts.
+        mask_name = self.manifest.get("files", {}).get(split, {}).get("loss_mask")
+        self.loss_mask = None
+        if mask_name:
+            mask_file = self.path / mask_name
+            if mask_file.stat().st_size != n * self.seq_len:
+                raise ValueError(f"{mask_file} has {mask_file.stat().st_size} bytes; the manifest implies {n * self.seq_len}")
+            self.loss_mask = np.memmap(mask_file, dtype=np.uint8, mode="r", shape=(n, self.seq_len)) if n else None
         # An easy-to-hard curriculum the packer scored this split for (train only): the first epoch's order.
         self.curriculum = self.manifest.get("curriculum") if split == "train" else None
         self.first_epoch = None
@@ -180,6 +190,10 @@ class PackedDataset:
         inputs = rows[:, :-1]
         targets = rows[:, 1:].copy()
         targets[targets == self.pad_id] = IGNORE_INDEX
+        if self.loss_mask is not None:
+            scored = np.empty((len(idx), self.seq_len), dtype=np.uint8)
+            scored[order] = self.loss_mask[idx[order]]
+            targets[scored[:, 1:] == 0] = IGNORE_INDEX
         return torch.from_numpy(np.ascontiguousarray(inputs)), torch.from_numpy(targets)
 
 

@@ -52,6 +52,7 @@ from training.primitives import atomic_path, read_varint
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+CHAT_TEMPLATE_NAME = "chat_template.jinja"  # beside tokenizer.model: the export's `chat_template`
 BOS_ID, EOS_ID, PAD_ID = 2, 3, 0
 
 _LAYER = re.compile(r"layers\.(\d+)\.(.+)")
@@ -393,7 +394,9 @@ def export_tokenizer(
     verify_texts: Iterable[str] = PROBE_TEXTS,
 ) -> tuple[int, int, int]:
     """Write `tokenizer.model`, `tokenizer.json`, `tokenizer_config.json` and `special_tokens_map.json`;
-    returns the (bos, eos, pad) ids written. Ids given must be the tokenizer's own."""
+    returns the (bos, eos, pad) ids written. Ids given must be the tokenizer's own. A
+    `chat_template.jinja` beside the model file becomes the config's `chat_template`, so that
+    `tokenizer.apply_chat_template` renders the format the model was fine-tuned on."""
     import sentencepiece as spm
 
     out = Path(out_dir)
@@ -428,6 +431,9 @@ def export_tokenizer(
     }
     if model_max_length is not None:
         config["model_max_length"] = model_max_length
+    template = Path(tokenizer_model_path).with_name(CHAT_TEMPLATE_NAME)  # a fine-tuning tokenizer's chat format
+    if template.exists():
+        config["chat_template"] = template.read_text()
     _atomic_copy(Path(tokenizer_model_path), out / "tokenizer.model")
     _atomic_write(out / "tokenizer.json", hf.to_str(pretty=True).encode())
     _atomic_write(out / "special_tokens_map.json", _json(special))

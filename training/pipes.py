@@ -91,9 +91,9 @@ class PipesReporter:
             # Only the path: a message of tens of KB can reach Dagster's file reader half written.
             # The asset embeds the picture itself (lm_assets/defs/training/assets.py).
             metadata["curves_png"] = {"raw_value": summary["curves_png"], "type": "path"}
-        self.pipes.report_asset_materialization(asset_key="training_run", metadata=metadata)
+        self.pipes.report_asset_materialization(asset_key=summary.get("run_asset", "training_run"), metadata=metadata)
         self.pipes.report_asset_materialization(
-            asset_key="checkpoint",
+            asset_key=summary.get("checkpoint_asset", "checkpoint"),
             metadata={
                 "checkpoint_dir": {"raw_value": summary["checkpoint_dir"], "type": "path"},
                 "tag": summary["tag"],

@@ -114,6 +114,7 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
         "final_loss": trainer.last_metrics.get("loss"),
         "tokens_per_s_last": trainer.last_metrics.get("tokens_per_s"),
         "layout": {"pp": trainer.dims.pp, "tp": trainer.dims.tp, "dp": trainer.dims.dp, "world_size": trainer.world},
+        "run_asset": trainer.cfg.run_asset, "checkpoint_asset": trainer.cfg.checkpoint_asset,
         **trainer.run_info(),
         "checkpoint_dir": None, "tag": None, "tags": [], "hf_export": None, "tensorboard": None, "curves_png": None,
     }

@@ -21,7 +21,9 @@ import polars as pl
 
 from lm_assets.app.local_run import DEMO_RUN_CONFIG, LaunchedRuns, run_shard_graph, shard_files
 from lm_assets.defs.common.environment import project_path
+from lm_assets.defs.common.reporting import latest_metadata
 from lm_assets.defs.common.resources import default_resources
+from lm_assets.evaluation.samples import SAMPLE_PROMPTS
 from lm_assets.storage.accounting import reason_counts
 from lm_assets.storage.layout import (
     CLUSTERS_KEY,
@@ -31,6 +33,7 @@ from lm_assets.storage.layout import (
     PACKED_MANIFEST,
     quarantine_key,
     raw_keys,
+    samples_key,
     stage_keys,
     tokenized_keys,
 )
@@ -205,16 +208,28 @@ def main() -> int:
         print(f"Curves:           {run_meta['curves_png'].value}; "
               f".venv/bin/tensorboard --logdir {run_meta['tensorboard_logdir'].value}")
     print(f"HF export:        {ckpt_meta['hf_export'].value}  (transformers.LlamaForCausalLM.from_pretrained)")
-    scores = {k: instance.get_latest_materialization_event(dg.AssetKey(k)).asset_materialization.metadata
+    pretrained = next(k for k in reversed(instance.get_dynamic_partitions("checkpoints")) if k.startswith("main-"))
+    scores = {k: latest_metadata(instance, dg.AssetKey(k), pretrained)
               for k in ("perplexity", "mmlu_score", "ceval_score", "humaneval_score")}
     print(
-        f"Scores of {instance.get_dynamic_partitions('checkpoints')[-1]}: perplexity {scores['perplexity']['perplexity'].value:.1f} "
+        f"Scores of {pretrained}: perplexity {scores['perplexity']['perplexity'].value:.1f} "
         f"({scores['perplexity']['bits_per_byte'].value:.3f} bits/byte); "
         f"MMLU acc {scores['mmlu_score']['acc'].value:.3f} on {scores['mmlu_score']['questions'].value} questions "
         f"(chance band {scores['mmlu_score']['chance_band'].value}); "
         f"C-Eval sample acc {scores['ceval_score']['acc'].value:.3f} on {scores['ceval_score']['questions'].value}; "
         f"HumanEval pass@1 {scores['humaneval_score']['pass@1'].value:.3f} on {scores['humaneval_score']['subset'].value}, "
         "run in the sandbox"
+    )
+    instructions = instance.get_latest_materialization_event(dg.AssetKey("instruction_data")).asset_materialization.metadata
+    sft = instance.get_latest_materialization_event(dg.AssetKey("sft_run")).asset_materialization.metadata
+    sft_checkpoint = instance.get_latest_materialization_event(dg.AssetKey("sft_checkpoint")).asset_materialization.metadata
+    tuned = next(k for k in reversed(instance.get_dynamic_partitions("checkpoints")) if k.startswith("sft-"))
+    sample = store.read_parquet(samples_key(tuned))["greedy"][0]
+    print(
+        f"Fine-tuning:      {instructions['examples'].value} instruction examples (shipped, English and Chinese), "
+        f"{sft['steps'].value} steps from {pretrained}, loss on the answers {sft['final_loss'].value:.3f}; {tuned} exported "
+        f"with its chat template: {sft_checkpoint['hf_export'].value}; asked \"{SAMPLE_PROMPTS[0]}\" it answers "
+        f"{sample.strip()[:60]!r}"
     )
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.uri(CLUSTERS_KEY)}, {store.uri('tokenizer')}/, {store.uri(PACKED_FOLDER)}/")

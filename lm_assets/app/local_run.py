@@ -39,6 +39,9 @@ DEMO_RUN_CONFIG = {
         # A few MMLU subjects keep the demo quick; the asset's default is all 57.
         "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
         "continuation_scores": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
+        # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
+        "sft_dataset": {"config": {"seq_len": 257}},
+        "sft": {"config": {"steps": 40, "lr": 3e-3, "micro_batch_size": 4, "warmup_steps": 4}},
     }
 }
 
@@ -90,15 +93,17 @@ QUALITY_ASSETS = ("quality_labels", "quality_classifier")
 
 def topological_assets(graph, keys: set) -> list:
     """`keys` in an order where every asset comes after the assets it depends on; among those ready, one
-    with the partitions of the asset before it comes first (so that one job can run them together), then
-    the first by name."""
+    made by the same op as the asset before it comes first, then one with its partitions (so that one job
+    can run them together), then the first by name."""
     order, placed = [], set()
     defined = sorted(keys)
     while len(order) < len(defined):
         ready = [key for key in defined if key not in placed and graph.get(key).parent_keys & keys <= placed]
         previous = graph.get(order[-1]).partitions_def if order else None
         same = [key for key in ready if order and graph.get(key).partitions_def == previous]
-        key = (same or ready)[0]
+        # The other assets of the same multi-asset first: one op makes them, so one run must.
+        siblings = [key for key in same if graph.get(key).assets_def is graph.get(order[-1]).assets_def]
+        key = (siblings or same or ready)[0]
         order.append(key)
         placed.add(key)
     return order

@@ -46,6 +46,20 @@ class EvalModel:
     model: Transformer
     tokenizer: spm.SentencePieceProcessor
     path: Path | None = None
+    chat_template: str | None = None  # a fine-tuned checkpoint's (tokenizer_config.json): prompts are chat turns
+
+    def chat_prompt(self, text: str) -> str:
+        """`text` as a user turn followed by the assistant's opening, as the chat template renders it."""
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        template = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(self.chat_template)
+        return template.render(messages=[{"role": "user", "content": text}], add_generation_prompt=True)
+
+    @property
+    def stop_id(self) -> int:
+        """Where a continuation ends: a chat model's end-of-turn piece, else EOS."""
+        end = self.tokenizer.piece_to_id("<|end|>") if self.chat_template else self.tokenizer.unk_id()
+        return end if end != self.tokenizer.unk_id() else self.tokenizer.eos_id()
 
     @property
     def cfg(self) -> ModelConfig:
@@ -146,7 +160,9 @@ def load_model(
     tokenizer = spm.SentencePieceProcessor(model_file=str(path / TOKENIZER_NAME))
     if tokenizer.get_piece_size() > cfg.vocab_size:
         raise ValueError(f"tokenizer has {tokenizer.get_piece_size()} pieces, the model {cfg.vocab_size}")
-    return EvalModel(model=model, tokenizer=tokenizer, path=path)
+    settings = path / "tokenizer_config.json"
+    chat = json.loads(settings.read_text()).get("chat_template") if settings.exists() else None
+    return EvalModel(model=model, tokenizer=tokenizer, path=path, chat_template=chat)
 
 
 def ensure_hf_export(checkpoint_dir: str | Path, tag: str, tokenizer_model: str | Path) -> Path:

@@ -3,7 +3,9 @@
     result = sample_continuations(em)                  # SAMPLE_PROMPTS, SampleSettings()
     result["samples"][0]["greedy"]                     # the text after "The capital of France is"
 
-Prompts are encoded without BOS, as in training and in the benchmarks. Both decodings run as one
+Prompts are encoded without BOS, as in training and in the benchmarks; a fine-tuned checkpoint's
+(one whose export has a chat template) are user turns in that template, and its continuations end at
+its end-of-turn piece. Both decodings run as one
 left-padded batch each (`generate`); the sampled one draws from one generator seeded with
 `settings.seed`, so the same checkpoint, prompts and settings give the same text on the same device.
 A continuation's text is the decoded prompt-and-continuation with the decoded prompt removed, so a
@@ -61,8 +63,8 @@ def sample_continuations(
     from lm_assets.evaluation.generation import generate
 
     started = time.perf_counter()
-    prompt_ids = [em.encode(p) for p in prompts]
-    common = {"max_new_tokens": settings.max_new_tokens, "eos_id": em.tokenizer.eos_id(),
+    prompt_ids = [em.encode(em.chat_prompt(p) if em.chat_template else p) for p in prompts]
+    common = {"max_new_tokens": settings.max_new_tokens, "eos_id": em.stop_id,
               "pad_id": max(em.tokenizer.pad_id(), 0)}  # fmt: skip
     greedy = generate(em.model, prompt_ids, **common)
     sampled = generate(em.model, prompt_ids, do_sample=True, temperature=settings.temperature, top_k=settings.top_k,

@@ -89,6 +89,9 @@ def packed_key(name: str) -> str:
     return f"{PACKED_FOLDER}/{name}"
 
 
+INSTRUCTIONS_FOLDER = "instructions"  # in the landing location: a team's instruction files (JSONL, Parquet)
+INSTRUCTION_KEYS = {"examples": "instructions/examples.parquet", "dropped": "instructions/dropped.parquet"}
+SFT_KEYS = {"tokenizer": "sft/tokenizer.model", "chat_template": "sft/chat_template.jinja", "packed": "sft/packed"}
 LABELS_FOLDER = "labels"
 RATINGS_FOLDER = "ratings"  # rating sheets people filled in (`lm-assets rate`), read by human_ratings
 QUALITY_LABELS_FOLDER = "quality/labels"

@@ -16,6 +16,7 @@ MAX_RUNTIME_S = {
     "tokens": 6 * HOUR,
     "training": 7 * 24 * HOUR,
     "evaluation": 6 * HOUR,
+    "sft": 6 * HOUR,
 }
 
 

@@ -59,8 +59,11 @@ def hf_export(store, partition_key: str) -> Path:
     from lm_assets.evaluation.checkpoint import ensure_hf_export  # torch: imported when the asset runs
 
     ckpt_dir, tag = checkpoint_dir(store, partition_key)
+    # The tokenizer the run trained with (a fine-tuning run's has the chat markers and template).
+    settings = ckpt_dir / "train_config.json"
+    tokenizer = json.loads(settings.read_text()).get("tokenizer_model") if settings.exists() else None
     try:
-        return ensure_hf_export(ckpt_dir, tag, store.local_path(TOKENIZER_KEYS["model"]))
+        return ensure_hf_export(ckpt_dir, tag, tokenizer or store.local_path(TOKENIZER_KEYS["model"]))
     except FileNotFoundError as exc:
         raise dg.Failure(f"checkpoint {partition_key} not found under {ckpt_dir}") from exc
 
@@ -358,7 +361,7 @@ def held_out_documents_and_model(context, storage: StorageResource, config: Vali
     return (store, docs, *load_checkpoint_model(store, context.partition_key, config))
 
 
-EVAL_DEPS = ["checkpoint"]
+EVAL_DEPS = ["checkpoint", "sft_checkpoint"]  # pretraining and fine-tuning checkpoints are partitions alike
 
 
 def evaluation_asset(**kwargs):

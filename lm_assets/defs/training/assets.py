@@ -175,16 +175,18 @@ def rank_errors(folder: Path) -> str:
     return ("training failed on " + "; ".join(lines)) if lines else ""
 
 
-def local_paths(store, run_name: str) -> dict[str, str]:
+def local_paths(store, run_name: str, data_key: str = PACKED_FOLDER, tokenizer_key: str = TOKENIZER_KEYS["model"],
+                **more_keys: str) -> dict[str, str]:  # fmt: skip
     try:
         check_name(run_name, "run name")
     except UnsafeKeyError as exc:
         raise dg.Failure(description=str(exc)) from exc
     try:
         return {
-            "data": str(store.local_path(PACKED_FOLDER)),
+            "data": str(store.local_path(data_key)),
             "checkpoints": str(store.local_path(checkpoint_run_folder(run_name))),
-            "tokenizer": str(store.local_path(TOKENIZER_KEYS["model"])),
+            "tokenizer": str(store.local_path(tokenizer_key)),
+            **{name: str(store.local_path(key)) for name, key in more_keys.items()},
         }
     except ValueError as exc:
         raise dg.Failure(
@@ -211,26 +213,46 @@ def training_run_and_checkpoint(
     training_launcher: TrainingLauncher,
     pipes_subprocess_client: dg.PipesSubprocessClient,
 ):
+    yield from launch_training(context, config, storage, training_launcher, pipes_subprocess_client)
+
+
+def launch_training(
+    context: dg.AssetExecutionContext,
+    config: TrainingRunConfig,
+    storage: StorageResource,
+    training_launcher: TrainingLauncher,
+    pipes_subprocess_client: dg.PipesSubprocessClient,
+    data_key: str = PACKED_FOLDER,
+    tokenizer_key: str = TOKENIZER_KEYS["model"],
+    path_settings: dict[str, str] | None = None,
+    settings: dict | None = None,
+):
+    """Run training/ on the packed data at `data_key` with the tokenizer at `tokenizer_key`, locally or on
+    Kubernetes, and yield what it reports through Pipes. `path_settings` are TrainConfig fields whose values
+    are storage keys (e.g. `init_from`), resolved where the run reads them; `settings` are set as given."""
     store = storage.storage()
     backend = training_launcher.backend_name()
     if backend not in ("local", "kubernetes"):
         raise dg.Failure(f"unknown training backend {backend!r}: use local or kubernetes")
-    paths = local_paths(store, config.run_name)
+    path_settings = path_settings or {}
+    paths = local_paths(store, config.run_name, data_key, tokenizer_key, **path_settings)
     if not Path(paths["data"], "manifest.json").exists():
-        raise dg.Failure("no packed dataset yet: materialize packed_dataset first")
+        raise dg.Failure(f"no packed data at {paths['data']} yet: materialize what writes it first")
     run_dir = Path(paths["checkpoints"])
     run_dir.mkdir(parents=True, exist_ok=True)
     config_path = run_dir / "train_config.json"
     seq_len = json.loads(Path(paths["data"], "manifest.json").read_text())["seq_len"]
     vocab_size = load_tokenizer(Path(paths["tokenizer"]).read_bytes()).get_piece_size()
-    train_config = config.train_config(paths["data"], str(run_dir), paths["tokenizer"], seq_len) | {"vocab_size": vocab_size}
+    train_config = (config.train_config(paths["data"], str(run_dir), paths["tokenizer"], seq_len) | {"vocab_size": vocab_size}
+                    | {name: paths[name] for name in path_settings} | (settings or {}))  # fmt: skip
     config_path.write_text(json.dumps(train_config, indent=2))
     if backend == "kubernetes":
         cluster = training_launcher.cluster
         on_cluster = train_config | {
-            "data": f"{cluster.data_mount}/packed",
-            "tokenizer_model": f"{cluster.data_mount}/{TOKENIZER_KEYS['model']}",
+            "data": f"{cluster.data_mount}/{data_key}",
+            "tokenizer_model": f"{cluster.data_mount}/{tokenizer_key}",
             "checkpoint": train_config["checkpoint"] | {"dir": f"{cluster.data_mount}/{checkpoint_run_folder(config.run_name)}"},
+            **{name: f"{cluster.data_mount}/{key}" for name, key in path_settings.items()},
         }
         name = f"lm-assets-{config.run_name}-{context.run_id[:8]}"
         results = training_launcher.kubernetes_client().run(context, name, on_cluster, cluster)
@@ -250,9 +272,10 @@ def training_run_and_checkpoint(
     tags = [p.name for p in sorted(run_dir.iterdir()) if (p / "layout.json").exists()]
     keys = [checkpoint_key(config.run_name, tag) for tag in tags]
     add_new_partitions(context.instance, checkpoint_partitions, keys)
+    run_asset = train_config.get("run_asset", "training_run")
     for result in results:
         result = with_spike_documents(with_curves(result), store, run_dir)
-        if isinstance(result, dg.MaterializeResult) and result.asset_key == dg.AssetKey("training_run"):
+        if isinstance(result, dg.MaterializeResult) and result.asset_key == dg.AssetKey(run_asset):
             measured = result.metadata.get("model_states_measured_mib")
             plan = training_plan(config, train_config, getattr(measured, "value", measured))
             result = with_metadata(result, {"training_plan": plan})
@@ -275,10 +298,11 @@ def training_plan(config: TrainingRunConfig, train_config: dict, measured_mib: f
     from training.planner import Layout, ModelShape, estimate
 
     extra = load_config(None, config.overrides)  # the settings the overrides reach: offload, recomputation
-    if extra.init_from:
+    init_from = extra.init_from or train_config.get("init_from")
+    if init_from:
         from training.hf_init import model_config
 
-        model = apply_overrides(model_config(extra.init_from), train_config["model_overrides"])
+        model = apply_overrides(model_config(init_from), train_config["model_overrides"])
     else:
         model = apply_overrides(from_preset(config.model, train_config["vocab_size"]), train_config["model_overrides"])
     shape = ModelShape(params=num_params(model), layers=model.n_layers, hidden=model.dim, heads=model.n_heads,

@@ -1,0 +1,217 @@
+"""Supervised fine-tuning as assets: instruction examples, and the fine-tuning dataset made from them."""
+
+import time
+
+import dagster as dg
+import polars as pl
+from pydantic import Field, model_validator
+
+from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment, project_path
+from lm_assets.defs.common.partitions import checkpoint_partitions
+from lm_assets.defs.common.reporting import fenced, markdown_table
+from lm_assets.defs.common.resources import LandingResource, StorageResource
+from lm_assets.defs.decontam.assets import DECONTAM_DEFAULTS, contamination_index
+from lm_assets.defs.training.assets import TrainingLauncher, TrainingRunConfig, launch_training
+from lm_assets.storage.layout import INSTRUCTION_KEYS, INSTRUCTIONS_FOLDER, SFT_KEYS, TOKENIZER_KEYS
+
+SHIPPED_INSTRUCTIONS = "data/instructions/sample.jsonl"
+
+
+class InstructionDataConfig(dg.Config):
+    include_shipped: bool = Field(
+        default=True, description=f"also the instruction set the project ships ({SHIPPED_INSTRUCTIONS}: 36 examples, "
+        "English and Chinese)",
+    )
+    mmlu_path: str | None = Field(
+        default=None, description="MMLU's zip, whose questions no example may share n-grams with; unset: "
+        "$LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip; empty: not checked",
+    )
+    ceval_paths: list[str] = Field(default=[], description="C-Eval zips or folders checked the same way")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(data, {"mmlu_path": ("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)},
+                                     paths=("mmlu_path", "ceval_paths"))  # fmt: skip
+
+
+@dg.asset(
+    group_name="sft", kinds={"polars"},
+    description="Chat examples (system, user, assistant; multi-turn) from the landing location's instructions/ "
+    "folder (JSONL or Parquet) and the shipped set: validated, exact duplicates and examples sharing n-grams with "
+    "the benchmarks dropped, every other row quarantined with its file, line and reason.",
+)
+def instruction_data(
+    context: dg.AssetExecutionContext, config: InstructionDataConfig, storage: StorageResource, landing: LandingResource
+) -> dg.MaterializeResult:
+    from lm_assets.corpus.decontam.contamination import find_contamination
+    from lm_assets.sft.instructions import DROPPED_SCHEMA, read_examples
+
+    store, incoming = storage.storage(), landing.storage()
+    files = []
+    if config.include_shipped:
+        with open(project_path(SHIPPED_INSTRUCTIONS), "rb") as f:
+            files.append((SHIPPED_INSTRUCTIONS, f.read()))
+    theirs = [k for k in incoming.list(INSTRUCTIONS_FOLDER) if k.endswith((".jsonl", ".parquet"))] if incoming.exists(
+        INSTRUCTIONS_FOLDER) else []  # fmt: skip
+    files += [(incoming.uri(k), incoming.read_bytes(k)) for k in sorted(theirs)]
+    if not files:
+        raise dg.Failure(f"no instruction files: put JSONL or Parquet files under {incoming.uri(INSTRUCTIONS_FOLDER)}/ "
+                         "or set include_shipped")  # fmt: skip
+    examples, dropped = read_examples(files)
+    paths = [p for p in (config.mmlu_path, *config.ceval_paths) if p]
+    benchmarks = "none"
+    if paths and examples.height:
+        index = contamination_index(config.mmlu_path or None, tuple(config.ceval_paths), DECONTAM_DEFAULTS)
+        result = find_contamination(examples.rename({"example_id": "doc_id"}), index)
+        contaminated = result.dropped.rename({"doc_id": "example_id"})
+        lost = examples.join(contaminated, on="example_id").select(
+            "file", "line", "example_id", "reason").cast(DROPPED_SCHEMA)  # fmt: skip
+        dropped = pl.concat([dropped, lost])
+        examples = examples.join(contaminated.select("example_id"), on="example_id", how="anti")
+        benchmarks = ", ".join(index.benchmarks)
+    store.write_parquet(INSTRUCTION_KEYS["examples"], examples)
+    store.write_parquet(INSTRUCTION_KEYS["dropped"], dropped)
+    reasons = dropped.group_by("reason").len().sort("reason")
+    return dg.MaterializeResult(metadata={
+        "examples": examples.height,
+        "rows_read": examples.height + dropped.height,
+        "dropped": dropped.height,
+        "files": len(files),
+        "by_language": dg.MetadataValue.json(dict(examples.group_by("lang").len().sort("lang").iter_rows())),
+        "dropped_by_reason": markdown_table(reasons) if dropped.height else "_none_",
+        "checked_against": benchmarks,
+        "path": dg.MetadataValue.path(store.uri(INSTRUCTION_KEYS["examples"])),
+    })
+
+
+class SftDatasetConfig(dg.Config):
+    seq_len: int = Field(default=1025, description="tokens per packed row; an example must fit whole, with its EOS")
+    val_fraction: float = Field(default=0.1, description="share of examples (by a hash of their id) held out for val")
+
+
+def masked_view(sp, ids, mask) -> str:
+    """An example as the loss sees it: scored tokens between ⟦ and ⟧."""
+    out, inside = [], False
+    for token, scored in zip(ids.tolist(), mask.tolist()):
+        if scored and not inside:
+            out.append("⟦")
+        if not scored and inside:
+            out.append("⟧")
+        inside = bool(scored)
+        out.append(sp.decode([token]) if not sp.is_control(token) else sp.id_to_piece(token))
+    return "".join(out) + ("⟧" if inside else "")
+
+
+@dg.asset(
+    group_name="sft", kinds={"sentencepiece", "numpy"}, deps=[instruction_data, "tokenizer"],
+    description="The instruction examples in the chat format, tokenized by the corpus tokenizer with the chat markers "
+    "appended, the loss masked to the assistant's tokens, packed whole into rows with EOS between examples (the "
+    "trainer's document masks keep them apart); the tokenizer and its chat template, for the export.",
+)
+def sft_dataset(context: dg.AssetExecutionContext, config: SftDatasetConfig, storage: StorageResource) -> dg.MaterializeResult:
+    from lm_assets.corpus.tokens.tokenizer import load_tokenizer, special_ids, tokenizer_hash
+    from lm_assets.sft.chat import CHAT_TEMPLATE, chat_tokenizer, encode_example
+    from lm_assets.sft.packing import pack_examples, write_sft_packed
+
+    store = storage.storage()
+    if not store.exists(TOKENIZER_KEYS["model"]) or not store.exists(INSTRUCTION_KEYS["examples"]):
+        raise dg.Failure("materialize tokenizer and instruction_data first")
+    started = time.perf_counter()
+    model, added = chat_tokenizer(store.read_bytes(TOKENIZER_KEYS["model"]))
+    sp = load_tokenizer(model)
+    ids = special_ids(sp)
+    examples = store.read_parquet(INSTRUCTION_KEYS["examples"])
+    encoded = [(eid, *encode_example(sp, messages)) for eid, messages in zip(examples["example_id"], examples["messages"])]
+    packed, too_long = pack_examples(encoded, config.seq_len, ids["eos"], ids["pad"], config.val_fraction)
+    store.write_bytes(SFT_KEYS["tokenizer"], model)
+    store.write_bytes(SFT_KEYS["chat_template"], CHAT_TEMPLATE.encode())
+    folder = store.local_path(SFT_KEYS["packed"])
+    manifest = write_sft_packed(packed, folder, sp.get_piece_size(), ids["eos"], ids["pad"], {
+        "tokenizer_hash": tokenizer_hash(model), "base_tokenizer_hash": tokenizer_hash(store.read_bytes(TOKENIZER_KEYS["model"])),
+        "chat_pieces_added": added, "too_long": too_long, "seq_len": config.seq_len})  # fmt: skip
+    first = next((e for e in encoded if e[0] not in too_long), None)
+    splits = manifest["splits"]
+    return dg.MaterializeResult(metadata={
+        "examples": dg.MetadataValue.json({s: v["examples"] for s, v in splits.items()}),
+        "too_long": len(too_long),
+        "train_sequences": splits["train"]["sequences"],
+        "scored_share": dg.MetadataValue.float(round(sum(v["scored_tokens"] for v in splits.values())
+                                                     / max(1, sum(v["tokens"] for v in splits.values())), 4)),
+        "vocab_size": sp.get_piece_size(),
+        "chat_pieces_added": dg.MetadataValue.json(added),
+        "chat_template": dg.MetadataValue.md(fenced(CHAT_TEMPLATE)),
+        "example_as_scored": dg.MetadataValue.md(fenced(masked_view(sp, first[1], first[2]))) if first else "_none_",
+        "path": dg.MetadataValue.path(str(folder)),
+        "seconds": dg.MetadataValue.text(f"{time.perf_counter() - started:.2f}"),
+    })
+
+
+class SftRunConfig(TrainingRunConfig):
+    """Fine-tuning: training_run's knobs, starting from a pretraining checkpoint."""
+
+    run_name: str = Field(
+        default="sft", description="the fine-tuning run's name: its checkpoints go under checkpoints/<run_name>/ and "
+        "their partitions are <run_name>-step_<n>, evaluated as every checkpoint is",
+    )
+    base_checkpoint: str = Field(
+        default="", description="the checkpoints partition to start from (e.g. main-step_00000040); empty: the latest "
+        "one of run base_run",
+    )
+    base_run: str = Field(default="main", description="with base_checkpoint empty: the run whose latest checkpoint is taken")
+    steps: int = Field(default=30, description="optimizer steps the run ends at")
+    lr: float = Field(default=1e-4, description="peak learning rate, after warmup, decayed by a cosine to a tenth of it")
+    warmup_steps: int = Field(default=3, description="steps of linear warmup to lr")
+    save_every: int = Field(default=0, description="a checkpoint every this many steps, and one at the end; 0: only at the end")
+
+    def train_config(self, data: str, checkpoint_dir: str, tokenizer_model: str, seq_len: int) -> dict:
+        # The base checkpoint's architecture and context, unless max_seq_len says otherwise.
+        base = super().train_config(data, checkpoint_dir, tokenizer_model, seq_len)
+        return base | {"model_overrides": [f"max_seq_len={self.max_seq_len}"] if self.max_seq_len else []}
+
+
+def base_checkpoint(context: dg.AssetExecutionContext, store, config: SftRunConfig) -> tuple[str, str]:
+    """The storage key of the HF export of the checkpoint fine-tuning starts from (made now if missing), and
+    the checkpoint's partition key."""
+    from lm_assets.defs.evaluation.assets import hf_export
+
+    known = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
+    chosen = config.base_checkpoint or next((k for k in reversed(known) if k.startswith(f"{config.base_run}-step_")), "")
+    if chosen not in known:
+        raise dg.Failure(f"no checkpoint {chosen or 'of run ' + config.base_run!r} to fine-tune: train first, or set "
+                         f"base_checkpoint to one of {known[-5:]}")  # fmt: skip
+    if chosen.startswith(f"{config.run_name}-"):
+        raise dg.Failure(f"base_checkpoint {chosen} is one of this fine-tuning run's own")
+    folder = hf_export(store, chosen)
+    return str(folder.relative_to(store.local_path(""))), chosen
+
+
+@dg.multi_asset(
+    name="sft",  # the op, and the key of its run config: `ops: {sft: {config: ...}}`
+    specs=[
+        dg.AssetSpec("sft_run", deps=[sft_dataset, "checkpoint"], group_name="sft", kinds={"deepspeed", "pytorch"},
+                     description="Supervised fine-tuning of a pretraining checkpoint on sft_dataset: the same training "
+                     "program, engine, parallel layouts and Pipes as training_run, the loss on assistant tokens only, "
+                     "the chat markers added to the vocabulary (mean-initialized rows)."),
+        dg.AssetSpec("sft_checkpoint", deps=[sft_dataset, "checkpoint"], group_name="sft", kinds={"deepspeed", "safetensors"},
+                     description="The fine-tuning run's checkpoints, each a `checkpoints` partition evaluated like any "
+                     "other, the latest exported for HF with the chat template (tokenizer.apply_chat_template)."),
+    ],
+)
+def sft_run_and_checkpoint(
+    context: dg.AssetExecutionContext,
+    config: SftRunConfig,
+    storage: StorageResource,
+    training_launcher: TrainingLauncher,
+    pipes_subprocess_client: dg.PipesSubprocessClient,
+):
+    store = storage.storage()
+    if not store.exists(SFT_KEYS["tokenizer"]):
+        raise dg.Failure("no sft_dataset yet: materialize it first")
+    base_key, chosen = base_checkpoint(context, store, config)
+    context.log.info(f"fine-tuning from {chosen} ({base_key})")
+    yield from launch_training(
+        context, config, storage, training_launcher, pipes_subprocess_client, data_key=SFT_KEYS["packed"],
+        tokenizer_key=SFT_KEYS["tokenizer"], path_settings={"init_from": base_key},
+        settings={"run_asset": "sft_run", "checkpoint_asset": "sft_checkpoint"},
+    )

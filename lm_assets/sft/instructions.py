@@ -1,0 +1,94 @@
+"""Instruction examples: chat messages read from JSONL or Parquet, validated, deduplicated.
+
+An example is `{"messages": [{"role": ..., "content": ...}, ...]}` (other keys are kept as `lang` when
+given). It is valid when:
+- every message has a role of `system`, `user` or `assistant` and non-empty string content;
+- a system message, if any, comes first and only once;
+- then user and assistant alternate, starting with the user and ending with the assistant.
+
+Every row is accounted for: the valid ones become examples (`example_id`: a hash of the messages),
+the others a quarantine record with their file, line and reason. Exact duplicates (the same messages
+after trimming whitespace) keep their first occurrence; the others are dropped as `duplicate`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Iterable
+
+import polars as pl
+
+ROLES = ("system", "user", "assistant")
+EXAMPLE_SCHEMA = {"example_id": pl.String, "file": pl.String, "line": pl.Int64, "lang": pl.String,
+                  "messages": pl.String, "text": pl.String}  # fmt: skip
+DROPPED_SCHEMA = {"file": pl.String, "line": pl.Int64, "example_id": pl.String, "reason": pl.String}
+
+
+def problem(messages) -> str | None:
+    """Why `messages` is not a valid chat example, or None."""
+    if not isinstance(messages, list) or not messages:
+        return "messages_not_a_list"
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            return "unknown_role"
+        if not isinstance(m.get("content"), str) or not m["content"].strip():
+            return "empty_content"
+    roles = [m["role"] for m in messages]
+    if "system" in roles[1:]:
+        return "system_not_first"
+    turns = roles[1:] if roles[0] == "system" else roles
+    if not turns or any(r != ("user" if i % 2 == 0 else "assistant") for i, r in enumerate(turns)):
+        return "turns_do_not_alternate"
+    if turns[-1] != "assistant":
+        return "no_final_answer"
+    return None
+
+
+def example_id(messages: list[dict]) -> str:
+    canonical = json.dumps([[m["role"], m["content"].strip()] for m in messages], ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def rows_of(name: str, data: bytes) -> Iterable[tuple[int, object]]:
+    """(line or row number, record) of a JSONL or Parquet file; a line that is not JSON gives its error."""
+    if name.endswith(".parquet"):
+        for i, row in enumerate(pl.read_parquet(io.BytesIO(data)).iter_rows(named=True), 1):
+            messages = row.get("messages")
+            yield i, {**row, "messages": json.loads(messages) if isinstance(messages, str) else messages}
+        return
+    for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        if line.strip():
+            try:
+                yield i, json.loads(line)
+            except json.JSONDecodeError as exc:
+                yield i, ValueError(f"not_json: {exc.msg}")
+
+
+def read_examples(files: Iterable[tuple[str, bytes]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The valid, first-seen examples of `(name, bytes)` files, and a record of every other row."""
+    kept, dropped, seen = [], [], set()
+    for name, data in files:
+        for line, record in rows_of(name, data):
+            if isinstance(record, ValueError):
+                dropped.append({"file": name, "line": line, "example_id": None, "reason": "not_json"})
+                continue
+            messages = record.get("messages") if isinstance(record, dict) else None
+            why = problem(messages)
+            if why:
+                dropped.append({"file": name, "line": line, "example_id": None, "reason": why})
+                continue
+            messages = [{"role": m["role"], "content": m["content"]} for m in messages]
+            eid = example_id(messages)
+            if eid in seen:
+                dropped.append({"file": name, "line": line, "example_id": eid, "reason": "duplicate"})
+                continue
+            seen.add(eid)
+            kept.append({"example_id": eid, "file": name, "line": line, "lang": str(record.get("lang") or ""),
+                         "messages": json.dumps(messages, ensure_ascii=False),
+                         "text": "\n".join(m["content"] for m in messages)})  # fmt: skip
+    return pl.DataFrame(kept, schema=EXAMPLE_SCHEMA), pl.DataFrame(dropped, schema=DROPPED_SCHEMA)
+
+
+__all__ = ["DROPPED_SCHEMA", "EXAMPLE_SCHEMA", "ROLES", "example_id", "problem", "read_examples", "rows_of"]

@@ -1,0 +1,96 @@
+"""Fine-tuning examples packed whole into fixed-length rows, with a loss mask beside the tokens.
+
+Each example is followed by EOS, so the trainer's document masks (`document_mask`) keep examples from
+attending to each other and restart positions at each one. Rows are filled best-fit decreasing (the
+longest example first, into the fullest row it fits) and padded with PAD; EOS and PAD are never
+scored. An example longer than a row (`seq_len - 1` tokens and its EOS) cannot be packed whole and
+is returned as too long rather than cut. Examples go to train or val by a hash of their id, whatever
+the seed, as the corpus packer splits documents.
+
+The output is the packed layout `training.data.PackedDataset` reads: `<split>.bin` tokens,
+`<split>_mask.bin` (one uint8 per token, 1 where the loss counts), `<split>_examples.parquet` (where
+each example went) and `manifest.json`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+SPLITS = ("train", "val")
+
+
+def split_of(example_id: str, val_fraction: float) -> str:
+    unit = int(hashlib.sha256(example_id.encode()).hexdigest()[:16], 16) / 2**64
+    return "val" if unit < val_fraction else "train"
+
+
+def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Indices of `lengths` grouped into bins of `capacity`, best-fit decreasing (ties: earlier first)."""
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        fits = [b for b in range(len(bins)) if room[b] >= lengths[i]]
+        if fits:
+            b = min(fits, key=lambda b: (room[b], b))
+        else:
+            bins.append([])
+            room.append(capacity)
+            b = len(bins) - 1
+        bins[b].append(i)
+        room[b] -= lengths[i]
+    return bins
+
+
+def pack_examples(examples: list[tuple[str, np.ndarray, np.ndarray]], seq_len: int, eos_id: int, pad_id: int,
+                  val_fraction: float = 0.1) -> tuple[dict, list[str]]:  # fmt: skip
+    """`{split: (tokens [n, seq_len], mask [n, seq_len], placement frame)}` and the too-long example ids."""
+    too_long = [eid for eid, ids, _ in examples if len(ids) + 1 > seq_len]
+    out = {}
+    for split in SPLITS:
+        mine = [e for e in examples if len(e[1]) + 1 <= seq_len and split_of(e[0], val_fraction) == split]
+        bins = best_fit([len(ids) + 1 for _, ids, _ in mine], seq_len)
+        tokens = np.full((len(bins), seq_len), pad_id, dtype=np.int64)
+        mask = np.zeros((len(bins), seq_len), dtype=np.uint8)
+        placed = []
+        for row, members in enumerate(bins):
+            at = 0
+            for i in members:
+                eid, ids, scored = mine[i]
+                tokens[row, at : at + len(ids)] = ids
+                mask[row, at : at + len(ids)] = scored
+                tokens[row, at + len(ids)] = eos_id
+                placed.append({"example_id": eid, "seq_index": row, "seq_offset": at, "length": len(ids)})
+                at += len(ids) + 1
+        out[split] = (tokens, mask, pl.DataFrame(placed, schema={"example_id": pl.String, "seq_index": pl.Int64,
+                                                                 "seq_offset": pl.Int64, "length": pl.Int64}))  # fmt: skip
+    return out, too_long
+
+
+def write_sft_packed(packed: dict, out_dir: str | Path, vocab_size: int, eos_id: int, pad_id: int, extra: dict) -> dict:
+    """The packed layout (see the module docstring); returns the manifest, written last."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dtype = np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
+    manifest = {"format": "lm-assets-sft/1", "dtype": dtype.name, "byte_order": "little", "vocab_size": vocab_size,
+                "eos_id": eos_id, "pad_id": pad_id, "splits": {}, "files": {}, **extra}  # fmt: skip
+    seq_len = None
+    for split, (tokens, mask, placed) in packed.items():
+        seq_len = tokens.shape[1]
+        tokens.astype(dtype).tofile(out / f"{split}.bin")
+        mask.astype(np.uint8).tofile(out / f"{split}_mask.bin")
+        placed.write_parquet(out / f"{split}_examples.parquet")
+        manifest["splits"][split] = {"sequences": int(tokens.shape[0]), "examples": placed.height,
+                                     "tokens": int((tokens != pad_id).sum()), "scored_tokens": int(mask.sum())}  # fmt: skip
+        manifest["files"][split] = {"bin": f"{split}.bin", "loss_mask": f"{split}_mask.bin",
+                                    "examples": f"{split}_examples.parquet"}  # fmt: skip
+    manifest["seq_len"] = seq_len
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+__all__ = ["SPLITS", "best_fit", "pack_examples", "split_of", "write_sft_packed"]
