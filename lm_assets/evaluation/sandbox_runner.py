@@ -8,7 +8,9 @@ in a session of its own. Its first stdin line is the settings (JSON), the rest t
    made read-only except the folder, so the program can write nowhere else. `isolation` in the
    result says whether this happened or why not.
 2. Resource limits: CPU seconds, address space, file size, open files, no core files; processes
-   (`RLIMIT_NPROC`) where the user is not root, for whom the kernel does not apply it.
+   (`RLIMIT_NPROC`) where the user is not root, for whom the kernel does not apply it; and a
+   seccomp filter (x86_64, aarch64) that refuses every syscall starting a process or a program
+   (fork, vfork, clone without CLONE_THREAD, clone3, execve), for root too.
 3. An audit hook (PEP 578), which Python code cannot remove, refuses: new processes (fork, exec,
    spawn, system, subprocess), signals to other processes, sockets, ctypes, changing the
    environment, reading files outside the folder and the Python installation, and writing,
@@ -71,6 +73,45 @@ def isolate(folder: str) -> str:
     return "namespaces: no network, read-only outside the folder" + (f" ({len(failed)} mounts left as they were)" if failed else "")
 
 
+# seccomp: no new processes, for root too (whom RLIMIT_NPROC does not bind). Per architecture: its audit
+# id, the syscalls that start a process or a program, and clone, allowed only for a thread (CLONE_THREAD).
+SYSCALLS = {
+    "x86_64": (0xC000003E, (57, 58, 59, 322), 56),  # fork, vfork, execve, execveat; clone
+    "aarch64": (0xC00000B7, (221, 281), 220),  # execve, execveat; clone
+}
+CLONE3 = 435  # the same number on both; answered ENOSYS, so that threads fall back to clone
+CLONE_THREAD = 0x00010000
+
+
+def no_new_processes() -> str:
+    """A seccomp filter refusing (EPERM) every syscall that makes a process or runs a program, threads
+    left alone; what happened."""
+    import platform
+    import struct
+
+    machine = platform.machine()
+    if machine not in SYSCALLS:
+        return f"processes: RLIMIT_NPROC only (no seccomp filter for {machine})"
+    arch, refused, clone = SYSCALLS[machine]
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    returns = {"allow": 0x7FFF0000, "deny": 0x00050000 | 1, "nosys": 0x00050000 | 38}  # ALLOW, ERRNO EPERM, ERRNO ENOSYS
+    program = [(ld, 0, 0, 4), (jeq, 0, "allow", arch), (ld, 0, 0, 0), (jeq, "nosys", 0, CLONE3)]
+    program += [(jeq, "deny", 0, nr) for nr in refused]
+    program += [(jeq, 0, "allow", clone), (ld, 0, 0, 16), (jset, "allow", "deny", CLONE_THREAD)]
+    at = {name: len(program) + i for i, name in enumerate(returns)}
+    program += [(ret, 0, 0, value) for value in returns.values()]
+    code = b""
+    for i, (op, jt, jf, k) in enumerate(program):
+        jt, jf = (at[j] - i - 1 if isinstance(j, str) else j for j in (jt, jf))
+        code += struct.pack("HBBI", op, jt, jf, k)
+    filters = ctypes.create_string_buffer(code)
+    prog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(filters))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.c_char_p(prog), 0, 0) != 0:  # NO_NEW_PRIVS; SECCOMP filter
+        return f"processes: RLIMIT_NPROC only (seccomp refused: {os.strerror(ctypes.get_errno())})"
+    return "processes: none (seccomp)"
+
+
 def limit(settings: dict) -> None:
     mib = 1 << 20
     resource.setrlimit(resource.RLIMIT_CPU, (settings["cpu_s"], settings["cpu_s"] + 1))
@@ -117,6 +158,7 @@ def main() -> None:
     folder = os.path.realpath(os.getcwd())
     isolation = isolate(folder) if settings.get("isolate", True) else "none: not asked for"
     limit(settings)
+    isolation += "; " + no_new_processes()
     if settings.get("audit_guard", True):
         guard(folder)
     os.write(result_fd, (json.dumps({"isolation": isolation}) + "\n").encode())

@@ -121,4 +121,5 @@ def test_humaneval_score_of_a_checkpoint(tmp_path):
     assert rows.height == 4 * 3 and set(rows["task_id"]) == {p["task_id"] for p in problems}
     assert rows["status"].is_in(["failed", "timeout", "killed"]).all()
     check = result.get_asset_check_evaluations()[0]
-    assert check.check_name == "sandboxed" and check.passed == meta["sandbox"].value.split("; ")[-1].startswith("namespaces")
+    isolation = meta["sandbox"].value.split("; ", 1)[1]
+    assert check.check_name == "sandboxed" and check.passed == (isolation.startswith("namespaces") and "processes: none" in isolation)

@@ -85,3 +85,15 @@ def test_without_the_audit_hook_the_namespaces_still_hold():
     network = run("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)", bare)
     assert network.status == "failed" and "unreachable" in network.error.lower()
     assert run("open('here.txt', 'w').write('x')", bare).passed
+
+
+def test_without_the_audit_hook_the_kernel_still_refuses_new_processes():
+    bare = Limits(timeout_s=5, cpu_s=3, memory_mb=512, audit_guard=False)
+    probe = run("pass", bare)
+    if "processes: none (seccomp)" not in probe.isolation:
+        pytest.skip(f"no seccomp filter here: {probe.isolation}")
+    for program in ("import os\nos.fork()", "import subprocess\nsubprocess.run(['true'])", "import os\nos.execv('/bin/true', ['true'])"):
+        outcome = run(program, bare)
+        assert (outcome.status, outcome.error) == ("failed", "PermissionError: [Errno 1] Operation not permitted"), program
+    threads = "import threading\nr = []\nt = threading.Thread(target=lambda: r.append(1))\nt.start()\nt.join()\nassert r == [1]"
+    assert run(threads, bare).passed  # threads are not processes

