@@ -141,3 +141,16 @@ def test_fine_tuning_a_checkpoint_teaches_it_the_format(tmp_path):
         out = generate(em.model, [prompt], 64, eos_id=em.stop_id)
     assert out.stopped_at_eos == [True] and out.tokens[0][-1] == em.tokenizer.piece_to_id(END)  # it answers, then ends its turn
     assert not any(em.tokenizer.id_to_piece(t) in MARKERS.values() for t in out.tokens[0])
+
+    # The evaluation assets take the fine-tuned checkpoint as any other; its samples are asked as chat turns.
+    from lm_assets.defs.evaluation.assets import checkpoint_samples
+    from lm_assets.evaluation.samples import SAMPLE_PROMPTS
+    from lm_assets.storage.layout import samples_key
+
+    tuned = checkpoint_key("sft", "step_00000060")
+    assert dg.materialize([checkpoint_samples], partition_key=tuned, instance=instance, resources={"storage": storage},
+                          run_config={"ops": {"checkpoint_samples": {"config": {"max_new_tokens": 16, "device": "cpu"}}}}).success
+    samples = store.read_parquet(samples_key(tuned))
+    asked = [em.encode(em.chat_prompt(p)) for p in SAMPLE_PROMPTS]
+    assert em.tokenizer.decode(asked[0]) == f"<|user|>\n{SAMPLE_PROMPTS[0]}<|end|>\n<|assistant|>\n"
+    assert samples["greedy_ids"].to_list() == generate(em.model, asked, 16, eos_id=em.stop_id).tokens
