@@ -13,7 +13,9 @@ from lm_assets.defs.curation.jobs import shard_curation_job
 from lm_assets.defs.ingest.assets import RawShardConfig
 
 
-@dg.sensor(job=shard_curation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+@dg.sensor(job=shard_curation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED,
+           description="Adds a shards partition for each new file at the top of the landing location and runs "
+           "curation for them, SHARDS_PER_RUN shards a run; says which files it skips and why.")
 def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource) -> dg.SensorResult:
     """Adds one `shards` partition per new file at the top of the landing location and runs them,
     `SHARDS_PER_RUN` shards a run, as a backfill would; says which files it skips and why."""
@@ -73,7 +75,9 @@ def stale_shards(
     return stale
 
 
-@dg.schedule(job=shard_curation_job, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.STOPPED)
+@dg.schedule(job=shard_curation_job, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.STOPPED,
+             description="Every night at 02:00, re-runs curation for the shards whose stages last ran with another "
+             "config (or never ran), or that an older quality classifier scored.")
 def nightly_curation_refresh(context: dg.ScheduleEvaluationContext, storage: StorageResource):
     """Re-runs curation for every shard whose stages last ran with a different config (or never ran), or
     that an older quality classifier scored."""

@@ -50,7 +50,8 @@ def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
     return failed
 
 
-@dg.sensor(minimum_interval_seconds=WORKER_CHECK_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(minimum_interval_seconds=WORKER_CHECK_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Fails the started runs whose worker process died, within a minute, however they were started.")
 def run_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     """Fails the started runs whose worker process died, within a minute, however they were started."""
     if not isinstance(context.instance.run_launcher, dg.DefaultRunLauncher):

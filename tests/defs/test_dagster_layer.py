@@ -109,7 +109,8 @@ def test_materialize_one_shard_locally(tmp_path):
     assert (raw_mat.metadata["records_in"].value, raw_mat.metadata["quarantined"].value) == (6, 1)
     # Every rule's cost, as numbers that plot across runs, and the pages it dropped, to read.
     assert mat.metadata["dropped/quality:gopher_quality:min_doc_words"].value == 1
-    assert mat.metadata["dropped/quality:prose:min_prose_share"].value == 0
+    assert "dropped/quality:prose:min_prose_share" not in mat.metadata  # a rule that dropped nothing is named, not zero
+    assert "quality:prose:min_prose_share" in mat.metadata["rules_that_dropped_nothing"].value
     assert mat.metadata["quality_preset"].value == "lm_assets"
     examples = mat.metadata["drop_examples"].value
     assert "https://en.example/stub" in examples and "Click here to win a prize today" in examples

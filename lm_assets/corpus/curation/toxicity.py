@@ -35,10 +35,14 @@ class ToxicityModelError(RuntimeError):
     pass
 
 
+# Detoxify's release models (detoxify.detoxify.MODEL_URLS).
+DETOXIFY_MODELS = ("original", "unbiased", "multilingual", "original-small", "unbiased-small")
+
+
 @dataclass(frozen=True)
 class ToxicityConfig:
     backend: str = "detoxify"
-    detoxify_model_type: str = "original"
+    detoxify_model_type: str = "original"  # one of DETOXIFY_MODELS
     detoxify_checkpoint: str | None = None
     detoxify_hf_config_path: str | None = None
     device: str = "auto"  # cuda when torch sees a GPU, else cpu

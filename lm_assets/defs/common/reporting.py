@@ -110,13 +110,16 @@ def drop_metadata(*tables: pl.DataFrame) -> dict:
 
 
 def drop_audit_metadata(dropped: pl.DataFrame, docs: pl.DataFrame, known_reasons: list[str] = ()) -> dict:
-    """A few dropped documents per reason (the score that dropped them, URL, opening text), and per reason a numeric count under
-    `dropped/<stage:reason>` (0 for known reasons that dropped nothing), so each rule's cost plots
-    across runs."""
+    """A few dropped documents per reason (the score that dropped them, URL, opening text), and per reason
+    that dropped something a numeric count under `dropped/<stage:reason>`, so each rule's cost plots
+    across runs; the rules that dropped nothing are named in one line, not listed as zeros."""
     examples = drop_examples(dropped, docs)
+    totals = reason_totals(dropped, known_reasons)
+    idle = sorted(key for key, n in totals.items() if n == 0)
     return {
         "drop_examples": markdown_table(examples, max_rows=max(examples.height, 1)),
-        **{f"dropped/{key}": n for key, n in reason_totals(dropped, known_reasons).items()},
+        **{f"dropped/{key}": n for key, n in totals.items() if n},
+        **({"rules_that_dropped_nothing": dg.MetadataValue.text(", ".join(idle))} if idle else {}),
     }
 
 

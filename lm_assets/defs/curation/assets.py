@@ -15,7 +15,7 @@ from lm_assets.corpus.curation.pii import find_pii
 from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, curate_batches
 from lm_assets.corpus.curation.policy import POLICIES
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
-from lm_assets.corpus.curation.toxicity import BACKENDS, ToxicityConfig
+from lm_assets.corpus.curation.toxicity import BACKENDS, DETOXIFY_MODELS, ToxicityConfig
 from lm_assets.corpus.quality.classifier import QualityClassifier
 from lm_assets.corpus.quality.registry import (
     classifier_description,
@@ -129,6 +129,7 @@ LANGID_DEFAULTS = CURATION_DEFAULTS.langid
 TOXICITY_DEFAULTS = ToxicityConfig()
 CurationStep = choices("CurationStep", STEPS)
 ToxicityBackend = choices("ToxicityBackend", BACKENDS)
+DetoxifyModel = choices("DetoxifyModel", DETOXIFY_MODELS)
 QualityPreset = choices("QualityPreset", PRESETS)
 QualityPolicy = choices("QualityPolicy", POLICIES)
 
@@ -140,7 +141,7 @@ class ToxicityRulesConfig(dg.Config):
         default=None,
         description=f"detoxify or profanity_check; unset: $LM_ASSETS_TOXICITY_BACKEND, else {TOXICITY_DEFAULTS.backend}",
     )
-    detoxify_model_type: str = Field(
+    detoxify_model_type: DetoxifyModel = Field(
         default=TOXICITY_DEFAULTS.detoxify_model_type,
         description="Detoxify's release model (original, unbiased, multilingual), downloaded unless "
         "detoxify_checkpoint is set",
@@ -400,7 +401,7 @@ def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
         schema={"doc_id": pl.String, "score": pl.Float64, "rules": pl.String, "classifier": pl.String},
     ).join(extracted.select("doc_id", "url", pl.col("text").str.slice(0, 160)), on="doc_id", how="left")
     return {
-        "classifier_threshold": stats["threshold"],
+        "classifier_threshold": round(stats["threshold"], 4),  # the exact value is in the classifier's file
         "rules_drop_classifier_keeps": stats["rules_drop_classifier_keeps"],
         "classifier_drops_rules_keep": stats["classifier_drops_rules_keep"],
         "disagreements": markdown_table(examples.select("url", "score", "rules", "classifier", "text")),

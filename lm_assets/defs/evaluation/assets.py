@@ -680,7 +680,9 @@ EVALUATION_ASSETS = (perplexity, position_perplexity, mmlu_score, ceval_score, h
 
 
 
-@dg.sensor(job=evaluation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
+@dg.sensor(job=evaluation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED,
+           description="Requests, for every checkpoint partition (pretraining and fine-tuning), the evaluation assets "
+           "it has not been materialized for.")
 def checkpoint_evaluation_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     """Requests, for every checkpoint partition, the evaluation assets it has not been materialized for.
 
