@@ -12,6 +12,7 @@ wherever the launching side said: a file or stdout for a local subprocess, or S3
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from contextlib import contextmanager
@@ -70,6 +71,7 @@ class PipesReporter:
             "first_step_s": rounded(summary.get("first_step_s"), 2),
             "loss_curve": {"raw_value": curve, "type": "md"},
         }
+        metadata |= loss_story(self.losses)
         if summary.get("spike_forensics"):
             metadata["spike_forensics"] = {"raw_value": summary["spike_forensics"], "type": "path"}
             metadata["spiked_steps"] = summary["spiked_steps"]
@@ -102,6 +104,23 @@ class PipesReporter:
                 "step": summary["step"],
             },
         )
+
+
+def loss_story(losses: list[tuple[int, float]]) -> dict:
+    """The lowest loss and its step, and whether the last fifth of the steps averaged more than the fifth
+    before it (said in words, with both means)."""
+    finite = [(step, loss) for step, loss in losses if loss is not None and math.isfinite(loss)]
+    if not finite:
+        return {}
+    step, low = min(finite, key=lambda item: (item[1], item[0]))
+    out = {"min_loss": rounded(low, 4), "min_loss_step": step}
+    fifth = len(finite) // 5
+    if fifth >= 1:
+        last = sum(loss for _, loss in finite[-fifth:]) / fifth
+        before = sum(loss for _, loss in finite[-2 * fifth : -fifth]) / fifth
+        out["loss_rose_at_end"] = (f"yes: the last {fifth} steps averaged {last:.4f}, the {fifth} before them "
+                                   f"{before:.4f}" if last > before else "no")  # fmt: skip
+    return out
 
 
 def loss_curve(losses: list[tuple[int, float]], width: int = 60) -> str:

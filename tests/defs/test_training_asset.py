@@ -75,7 +75,8 @@ def test_training_through_pipes_then_resume(packed_storage):
     run = by_key["training_run"]
     assert run["warmup_steps_left_out"].value == 4 and run["steps_averaged"].value == 2  # warmup_steps 4 of 6
     assert run["tokens_per_s"].value > 0 and run["step_time_s_mean"].value > 0
-    assert run["mfu"].value == "n/a: no peak FLOP/s known for this device; set `peak_flops`"
+    assert run["mfu"].value.startswith("n/a: no peak FLOP/s known for this device; set `peak_flops` in training_run's config")
+    assert "H200 989e12" in run["mfu"].value
     # How it computed: CPU defaults (no compile, document masks, torch's norm, dense-masked SDPA).
     assert run["compiled"].value is False and run["document_mask"].value is True
     assert run["kernels"].value == {"rms_norm": "torch", "rope": "eager", "swiglu": "eager", "cross_entropy": "eager",
@@ -88,6 +89,11 @@ def test_training_through_pipes_then_resume(packed_storage):
     losses = tensorboard_scalars(run["tensorboard_logdir"].value, "train/loss")
     assert [step for step, _ in losses] == [1, 2, 3, 4, 5, 6] and all(np.isfinite([v for _, v in losses]))
     assert abs(losses[-1][1] - run["final_loss"].value) <= 5e-5  # metadata holds four decimals
+    low_step, low = min(losses, key=lambda item: (item[1], item[0]))
+    assert run["min_loss_step"].value == low_step and abs(run["min_loss"].value - low) <= 5e-5
+    last, before = np.mean([v for _, v in losses[-1:]]), np.mean([v for _, v in losses[-2:-1]])  # 6 steps: fifths of 1
+    assert run["loss_rose_at_end"].value == ("no" if last <= before else run["loss_rose_at_end"].value)
+    assert run["loss_rose_at_end"].value.startswith("yes: the last 1 steps") == (last > before)
 
     hf_dir = by_key["checkpoint"]["hf_export"].value
     from transformers import AutoTokenizer, LlamaForCausalLM

@@ -140,17 +140,21 @@ def score_metadata(result: dict) -> dict:
         "acc": dg.MetadataValue.float(round(overall["acc"], 4)),
         "acc_stderr": dg.MetadataValue.float(round(overall["acc_stderr"], 4)),
         "acc_norm": dg.MetadataValue.float(round(overall["acc_norm"], 4)),
-        "questions": overall["n"],
+        # The chance band as two series, so the Plots tab draws it beside acc; what does not change across
+        # checkpoints is text, so that Plots shows only what does.
+        "chance_low": dg.MetadataValue.float(round(overall["chance_low"], 4)),
+        "chance_high": dg.MetadataValue.float(round(overall["chance_high"], 4)),
         "chance_band": f"{overall['chance_low']:.4f}–{overall['chance_high']:.4f}",
-        "num_fewshot": result["num_fewshot"],
+        "questions": dg.MetadataValue.text(str(overall["n"])),
+        "num_fewshot": dg.MetadataValue.text(str(result["num_fewshot"])),
         "split": result["split"],
-        "truncated_prompts": result["truncated"],
-        "max_length": result["max_length"],
+        "truncated_prompts": dg.MetadataValue.text(str(result["truncated"])),
+        "max_length": dg.MetadataValue.text(str(result["max_length"])),
         **{f"{result['benchmark']}/{name}": dg.MetadataValue.float(round(acc, 4))
            for name, acc in per_group_accuracy(result).items()},
         "by_category": markdown_table(categories, max_rows=50),
         "by_subject": markdown_table(subjects, max_rows=100),
-        "seconds": round(result["seconds"], 2),
+        "seconds": dg.MetadataValue.text(f"{result['seconds']:.2f}"),
     }
 
 
@@ -384,8 +388,8 @@ def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, stor
         "perplexity": dg.MetadataValue.float(result["perplexity"]),
         "bits_per_byte": dg.MetadataValue.float(result["bits_per_byte"]),
         "nll_per_token": dg.MetadataValue.float(result["nll_per_token"]),
-        "tokens": result["tokens"], "sequences": result["sequences"], "split": result["split"],
-        "seconds": round(result["seconds"], 2),
+        "tokens": dg.MetadataValue.text(str(result["tokens"])), "sequences": dg.MetadataValue.text(str(result["sequences"])),
+        "split": result["split"], "seconds": dg.MetadataValue.text(f"{result['seconds']:.2f}"),
     })
 
 
