@@ -88,3 +88,15 @@ def test_evaluation_runs_where_configured_and_auto_means_cuda_bf16_or_cpu_fp32()
     assert resolve_device("cuda:1", "auto") == ("cuda:1", "bfloat16")
     with pytest.raises(dg.Failure, match="unknown dtype 'fp8'"):
         resolve_device("cpu", "fp8")
+
+
+def test_category_names_are_the_same_across_benchmarks():
+    from lm_assets.defs.evaluation.assets import group_key, per_group_accuracy
+
+    ceval = {"categories": {"STEM": {"acc": 0.3}, "Social Science": {"acc": 0.4}, "Humanities": {"acc": 0.2}, "Other": {"acc": 0.1}},
+             "subjects": {"computer_network": {"acc": 0.3}}}  # fmt: skip
+    mmlu = {"categories": {"stem": {"acc": 0.3}, "social_sciences": {"acc": 0.4}, "humanities": {"acc": 0.2}, "other": {"acc": 0.1}},
+            "subjects": {"virology": {"acc": 0.3}}}  # fmt: skip
+    names = lambda result: set(per_group_accuracy(result)) - set(result["subjects"])  # noqa: E731
+    assert names(ceval) == names(mmlu) == {"stem", "social_sciences", "humanities", "other"}
+    assert group_key("Social Science") == group_key("social_sciences")

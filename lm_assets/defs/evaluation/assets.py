@@ -8,6 +8,7 @@ UI plots their history across checkpoints.
 
 import json
 import math
+import re
 from pathlib import Path
 
 import dagster as dg
@@ -120,8 +121,15 @@ def trend_table(instance: dg.DagsterInstance, asset: str, current: str, result: 
     return markdown_table(table, max_rows=120)
 
 
+def group_key(name: str) -> str:
+    """A category's metadata name, the same across benchmarks: C-Eval's "Social Science" and MMLU's
+    "social_sciences" both become `social_sciences`, "STEM" `stem`."""
+    key = re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_")
+    return {"social_science": "social_sciences"}.get(key, key)
+
+
 def per_group_accuracy(result: dict) -> dict[str, float]:
-    return {**{name: e["acc"] for name, e in result["categories"].items()},
+    return {**{group_key(name): e["acc"] for name, e in result["categories"].items()},
             **{name: e["acc"] for name, e in result["subjects"].items()}}
 
 
