@@ -9,11 +9,14 @@ its end-of-turn piece. Both decodings run as one
 left-padded batch each (`generate`); the sampled one draws from one generator seeded with
 `settings.seed`, so the same checkpoint, prompts and settings give the same text on the same device.
 A continuation's text is the decoded prompt-and-continuation with the decoded prompt removed, so a
-word split across the boundary reads as it would in the whole text.
+word split across the boundary reads as it would in the whole text. Bytes the model wrote that form no
+UTF-8 character (a lone byte piece, say) are shown as `⟨0x91⟩`, never as a bare "\ufffd" that would
+look like a bug of the page.
 """
 
 from __future__ import annotations
 
+import codecs
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -45,12 +48,38 @@ class SampleSettings:
     seed: int = 0
 
 
+def _show_invalid_bytes(error: UnicodeDecodeError) -> tuple[str, int]:
+    return "".join(f"⟨0x{b:02X}⟩" for b in error.object[error.start : error.end]), error.end
+
+
+codecs.register_error("lm_assets_show_bytes", _show_invalid_bytes)
+
+
+def shown_text(sp, ids: list[int]) -> str:
+    """`ids` decoded over their whole byte sequence, as SentencePiece decodes them, except that bytes
+    the model wrote that form no UTF-8 character read `⟨0x91⟩` instead of a bare "\ufffd"."""
+    text = sp.decode(ids)
+    if "\ufffd" not in text:
+        return text
+    parts = []
+    for i in ids:
+        if sp.is_control(i):
+            continue
+        piece = sp.id_to_piece(i)
+        parts.append(bytes([int(piece[3:5], 16)]) if sp.is_byte(i) else
+                     sp.decode([i]).encode() if sp.is_unknown(i) else piece.replace("\u2581", " ").encode())  # fmt: skip
+    raw = b"".join(parts)
+    if raw.startswith(b" ") and not text.startswith(" "):  # a dummy-prefix tokenizer drops its leading space
+        raw = raw[1:]
+    return raw.decode("utf-8", errors="lm_assets_show_bytes")
+
+
 def continuation_texts(em: EvalModel, prompt_ids: list[list[int]], generation: Generation) -> list[str]:
     texts = []
     for ids, length, tokens in zip(prompt_ids, generation.prompt_lengths, generation.tokens):
         seen = ids[len(ids) - length:]
-        prompt, whole = em.tokenizer.decode(seen), em.tokenizer.decode(seen + tokens)
-        texts.append(whole[len(prompt):] if whole.startswith(prompt) else em.tokenizer.decode(tokens))
+        prompt, whole = shown_text(em.tokenizer, seen), shown_text(em.tokenizer, seen + tokens)
+        texts.append(whole[len(prompt):] if whole.startswith(prompt) else shown_text(em.tokenizer, tokens))
     return texts
 
 
@@ -92,4 +121,4 @@ def sample_continuations(
     }
 
 
-__all__ = ["SAMPLE_PROMPTS", "SampleSettings", "continuation_texts", "sample_continuations"]
+__all__ = ["SAMPLE_PROMPTS", "SampleSettings", "continuation_texts", "sample_continuations", "shown_text"]

@@ -66,8 +66,11 @@ def test_samples_of_a_checkpoint_show_in_its_metadata_and_file(storage_root):
     sampled = generate(em.model, prompt_ids, 12, do_sample=True, temperature=0.8, top_p=0.95, seed=5,
                        eos_id=em.tokenizer.eos_id())  # fmt: skip
     assert samples["sampled_ids"].to_list() == sampled.tokens
+    from lm_assets.evaluation.samples import shown_text
+
     for prompt, ids, text in zip(prompt_ids, greedy.tokens, samples["greedy"]):
-        assert em.tokenizer.decode(prompt) + text == em.tokenizer.decode(prompt + ids)
+        assert shown_text(em.tokenizer, prompt) + text == shown_text(em.tokenizer, prompt + ids)
+        assert "\ufffd" not in text or "\ufffd" in em.tokenizer.decode(prompt)  # stray bytes show as ⟨0x..⟩
 
     table = meta["samples"].value
     assert table.splitlines()[:2] == ["| prompt | greedy | sampled |", "|---|---|---|"]
@@ -130,3 +133,16 @@ def test_the_sensor_requests_only_the_evaluation_a_checkpoint_lacks(storage_root
     )
     assert [e.asset_key for e in result.get_asset_materialization_events()] == [dg.AssetKey("checkpoint_samples")]
     assert [r.partition_key for r in requests()] == ["main-step_00000008"]
+
+
+def test_bytes_that_form_no_character_are_shown_as_bytes(tmp_path):
+    from lm_assets.evaluation.samples import shown_text
+
+    sp = train_tokenizer(SENTENCES, TokenizerConfig(vocab_size=400, num_threads=1), tmp_path).processor()
+    ids = sp.encode("The capital")
+    lone = sp.piece_to_id("<0x91>")
+    char = [sp.piece_to_id(f"<0x{b:02X}>") for b in "会".encode()]
+    assert sp.decode(ids + [lone] + char) == "The capital\ufffd会"  # what the model wrote: one stray byte, then a character
+    assert shown_text(sp, ids + [lone] + char) == "The capital⟨0x91⟩会"
+    assert shown_text(sp, ids + char) == sp.decode(ids + char) == "The capital会"  # whole characters stay as they are
+    assert shown_text(sp, sp.encode("a \ufffd in the text")) == "a \ufffd in the text"  # a real U+FFFD is not a byte

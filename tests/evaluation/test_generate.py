@@ -146,6 +146,7 @@ def test_generation_imports_no_dagster():
 
 def test_sample_continuations_decode_what_generate_made(exported):
     from lm_assets.evaluation import SAMPLE_PROMPTS, SampleSettings, sample_continuations
+    from lm_assets.evaluation.samples import shown_text
 
     em = load_model(exported)
     settings = SampleSettings(max_new_tokens=10, temperature=0.9, top_p=0.9, seed=1)
@@ -160,7 +161,7 @@ def test_sample_continuations_decode_what_generate_made(exported):
     for row, ids in zip(rows, prompt_ids):
         assert row["prompt_tokens"] == len(ids) and row["prompt_truncated"] is False
         for kind in ("greedy", "sampled"):
-            assert em.tokenizer.decode(ids) + row[kind] == em.tokenizer.decode(ids + row[f"{kind}_ids"])
+            assert shown_text(em.tokenizer, ids) + row[kind] == shown_text(em.tokenizer, ids + row[f"{kind}_ids"])
             ended_at_eos = row[f"{kind}_ids"][-1:] == [em.tokenizer.eos_id()]
             assert row[f"{kind}_stop"] == ("eos" if ended_at_eos else "length")
     assert result["settings"] == {"max_new_tokens": 10, "temperature": 0.9, "top_p": 0.9, "top_k": None, "seed": 1}
