@@ -148,6 +148,23 @@ def describe_layout(layout: dict, ds_config: dict) -> str:
     return f"pp={layout['pp']} tp={layout['tp']} dp={layout['dp']} (ZeRO-{stage}, {precision})"
 
 
+def describe_checkpoints(ckpt_dir: str | os.PathLike, tags: list[str]) -> list[dict]:
+    """Each complete checkpoint's step, the train (and validation) loss of its step, its size on disk
+    and its layout, from the files saved with it."""
+    out = []
+    for tag in tags:
+        path = Path(ckpt_dir) / tag
+        metrics = json.loads((path / "metrics.json").read_text()) if (path / "metrics.json").exists() else {}
+        layout = json.loads((path / "layout.json").read_text())
+        ds_config = json.loads((path / "ds_config.json").read_text()) if (path / "ds_config.json").exists() else {}
+        size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and "hf" not in f.relative_to(path).parts)
+        out.append({
+            "tag": tag, "step": metrics.get("step"), "train_loss": metrics.get("loss"), "val_loss": metrics.get("val_loss"),
+            "bytes": size, "layout": describe_layout(layout, ds_config) if ds_config else None,
+        })  # fmt: skip
+    return out
+
+
 def _seed_from(text: str) -> None:
     """Seed Python's, NumPy's and torch's RNGs from `text`."""
     random_seed(int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") & ((1 << 63) - 1))

@@ -256,6 +256,17 @@ class CheckpointConfig:
     resume: bool = True  # continue from the latest checkpoint in dir, if any
 
 
+@dataclass
+class ValidationConfig:
+    """The loss on the packed data's `split` (the packer's held-out documents), over `batches`
+    micro-batches per data-parallel rank, at every checkpoint and at the last step; `every` > 0 also
+    every that many steps; `batches=0` turns it off."""
+
+    split: str = "val"
+    batches: int = 8
+    every: int = 0
+
+
 KERNEL_CHOICES = {
     "rms_norm": ("eager", "torch", "liger"),
     "rope": ("eager", "liger"),
@@ -328,6 +339,7 @@ class TrainConfig:
     seed: int = 0
     steps: int = 100
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     peak_flops: float | None = None  # peak FLOP/s of one device, for MFU
     log_every: int = 10  # a progress line every this many steps (training/monitor.py)
     spike: SpikeConfig = field(default_factory=SpikeConfig)

@@ -263,6 +263,18 @@ def live_tensor_bytes() -> int:
     return sum(storages.values())
 
 
+def validation_dataset(cfg: TrainConfig) -> PackedDataset | None:
+    """The split validation losses are measured on; None when the packed data has none (or too few
+    sequences for one micro-batch on every data-parallel rank, found later) or validation is off."""
+    if cfg.validation.batches <= 0 or cfg.validation.split == cfg.split:
+        return None
+    try:
+        dataset = PackedDataset(cfg.data, cfg.validation.split, seed=cfg.data_seed)
+    except KeyError:
+        return None
+    return dataset if len(dataset) else None
+
+
 def _dataset_vocab_size(manifest: dict) -> int | None:
     if "vocab_size" in manifest:
         return int(manifest["vocab_size"])
@@ -301,6 +313,7 @@ class Trainer:
 
         random_seed(cfg.seed)
         self.dataset = PackedDataset(cfg.data, cfg.split, seed=cfg.data_seed)
+        self.val_dataset = validation_dataset(cfg)
         vocab = cfg.vocab_size or _dataset_vocab_size(self.dataset.manifest)
         if vocab is None:
             raise ValueError("vocab_size is not in the data manifest; set vocab_size=")
@@ -360,6 +373,7 @@ class Trainer:
         self.tokens_seen = 0
         self.started_at = 0
         self.last_metrics: dict = {}
+        self.val_losses: list[tuple[int, float]] = []
         self._pending_loss: float | None = None
         self.profile: dict | None = None
         self._last: dict = {}
@@ -567,6 +581,48 @@ class Trainer:
         self.tokens_seen = int(state["tokens"])
         self.spikes.load_state_dict(state["spikes"])
 
+    # -- validation ----------------------------------------------------------------------------
+
+    def validating(self, saving: bool) -> bool:
+        """Whether the step just completed gets a validation loss: a checkpoint's, the last, every `every`."""
+        v = self.cfg.validation
+        if self.val_dataset is None or self.validation_batches() == 0:
+            return False
+        return saving or self.step == self.cfg.steps or bool(v.every and self.step % v.every == 0)
+
+    def validation_batches(self) -> int:
+        per_batch = self.dims.dp * self.cfg.micro_batch_size
+        return min(self.cfg.validation.batches, len(self.val_dataset) // per_batch)
+
+    @torch.no_grad()
+    def validation_loss(self) -> float:
+        """Mean loss over the first micro-batches of the validation split (the same ones every time), on
+        every rank; the engine is back in training mode after."""
+        n = self.validation_batches()
+        batches = []
+        for i in range(n):
+            x, y = self.val_dataset.get_batch(i, self.state.dp_rank, self.dims.dp, self.cfg.micro_batch_size)
+            doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id)
+            device = self.engine.device
+            batches.append((x.to(device), None if doc is None else doc.to(device), y.to(device)))
+        scaled_step, self.loss_fn.step = self.loss_fn.step, None  # injected loss spikes are for training steps
+        try:
+            if self.pipeline:
+                loss = self.engine.eval_batch(
+                    iter(((x, doc) if doc is not None else x, y) for x, doc, y in batches), num_micro_batches=n
+                )
+                value = float(loss)
+            else:
+                self.engine.eval()
+                losses = torch.stack([self.loss_fn(self.engine(x, doc), y).float() for x, doc, y in batches]).mean()
+                dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
+                dist.all_reduce(losses, group=dp_group)
+                value = float(losses) / self.dims.dp
+        finally:
+            self.engine.train()
+            self.loss_fn.step = scaled_step
+        return value
+
     def save(self) -> None:
         self.checkpoints.save(self.step, self.trainer_state(), self.last_metrics)
 
@@ -589,11 +645,15 @@ class Trainer:
         last_saved = self.step if (c.dir and c.resume) else None
         while self.step < self.cfg.steps:
             metrics = self.train_step()
+            saving = bool(c.dir and c.save_every and self.step % c.save_every == 0)
+            if self.validating(saving):
+                metrics["val_loss"] = self.validation_loss()
+                self.val_losses.append((self.step, metrics["val_loss"]))
             self.last_metrics = metrics
             if self.rank == 0:
                 self.report(metrics)
                 reported.append(metrics)
-            if c.dir and c.save_every and self.step % c.save_every == 0:
+            if saving:
                 self.save()
                 last_saved = self.step
         if c.dir and last_saved != self.step:

@@ -5,12 +5,14 @@ steps, averages over the run, and a PNG of the loss and learning-rate curves.
 `loss`, `lr`, `grad_norm`, `tokens_per_s`, `step_time_s`, `mfu`, and with fp16 `loss_scale` and
 `overflow_skipped_steps`); `summary()` gives the run's
 averages with the warm-up steps left out (they carry compilation and allocator warm-up, not the
-steady pace), and `plot(path)` writes the curves. Event files go to `folder` (TensorBoard's
+steady pace), `plot(path)` writes the curves (with the validation losses of the steps that have one)
+and `write_steps(path)` every step's metrics as JSON lines. Event files go to `folder` (TensorBoard's
 `SummaryWriter`, read with `tensorboard --logdir <folder>`); without a folder nothing is written.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -42,6 +44,8 @@ class RunMonitor:
             for name in SCALARS:
                 if metrics.get(name) is not None:
                     self._writer.add_scalar(f"train/{name}", metrics[name], metrics["step"])
+        if self._writer is not None and metrics.get("val_loss") is not None:
+            self._writer.add_scalar("val/loss", metrics["val_loss"], metrics["step"])
         step = metrics["step"]
         if step % self.log_every == 0 or step == self.total_steps or len(self.history) == 1:
             self.print_line(self.progress_line(metrics))
@@ -50,7 +54,8 @@ class RunMonitor:
         step, done = metrics["step"], len(self.history)
         elapsed = time.perf_counter() - self._started
         eta = elapsed / done * (self.total_steps - step) if done else 0.0
-        return (f"step {step}/{self.total_steps}  loss {metrics['loss']:.4f}  "
+        val = f"  val_loss {metrics['val_loss']:.4f}" if metrics.get("val_loss") is not None else ""
+        return (f"step {step}/{self.total_steps}  loss {metrics['loss']:.4f}{val}  "
                 f"tokens/s {metrics['tokens_per_s']:,.0f}  eta {eta:.0f} s")
 
     def summary(self) -> dict:
@@ -91,7 +96,12 @@ class RunMonitor:
 
         steps = [m["step"] for m in self.history]
         figure, (loss_axes, lr_axes) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
-        loss_axes.plot(steps, [m["loss"] for m in self.history], color="tab:blue")
+        loss_axes.plot(steps, [m["loss"] for m in self.history], color="tab:blue", label="train")
+        validated = [m for m in self.history if m.get("val_loss") is not None]
+        if validated:
+            loss_axes.plot([m["step"] for m in validated], [m["val_loss"] for m in validated], "o-",
+                           color="tab:red", label="validation")
+            loss_axes.legend()
         loss_axes.set_ylabel("loss")
         loss_axes.grid(alpha=0.3)
         lr_axes.plot(steps, [m["lr"] for m in self.history], color="tab:orange")
@@ -103,6 +113,13 @@ class RunMonitor:
         path.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(path, dpi=100)
         plt.close(figure)
+        return path
+
+    def write_steps(self, path: str | Path) -> Path:
+        """Every step's metrics as JSON lines (what the curves are drawn from)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(m) + "\n" for m in self.history))
         return path
 
     def close(self) -> None:

@@ -72,6 +72,12 @@ class PipesReporter:
             "loss_curve": {"raw_value": curve, "type": "md"},
         }
         metadata |= loss_story(self.losses)
+        if summary.get("val_losses"):
+            step, loss = summary["val_losses"][-1]
+            metadata["val_loss"] = rounded(loss, 4)
+            metadata["val_loss_step"] = step
+        if summary.get("checkpoints"):
+            metadata["checkpoints"] = {"raw_value": checkpoint_table(summary["checkpoints"]), "type": "md"}
         if summary.get("spike_forensics"):
             metadata["spike_forensics"] = {"raw_value": summary["spike_forensics"], "type": "path"}
             metadata["spiked_steps"] = summary["spiked_steps"]
@@ -89,21 +95,54 @@ class PipesReporter:
         if summary.get("tensorboard"):
             metadata["tensorboard_logdir"] = {"raw_value": summary["tensorboard"], "type": "path"}
             metadata["tensorboard"] = {"raw_value": f"`tensorboard --logdir {summary['tensorboard']}`", "type": "md"}
+        if summary.get("steps_jsonl"):
+            metadata["steps_jsonl"] = {"raw_value": summary["steps_jsonl"], "type": "path"}
         if summary.get("curves_png"):
             # Only the path: a message of tens of KB can reach Dagster's file reader half written.
             # The asset embeds the picture itself (lm_assets/defs/training/assets.py).
             metadata["curves_png"] = {"raw_value": summary["curves_png"], "type": "path"}
         self.pipes.report_asset_materialization(asset_key=summary.get("run_asset", "training_run"), metadata=metadata)
         self.pipes.report_asset_materialization(
-            asset_key=summary.get("checkpoint_asset", "checkpoint"),
-            metadata={
-                "checkpoint_dir": {"raw_value": summary["checkpoint_dir"], "type": "path"},
-                "tag": summary["tag"],
-                "tags": {"raw_value": summary["tags"], "type": "json"},
-                "hf_export": {"raw_value": summary["hf_export"], "type": "path"},
-                "step": summary["step"],
-            },
+            asset_key=summary.get("checkpoint_asset", "checkpoint"), metadata=checkpoint_metadata(summary)
         )
+
+
+def checkpoint_metadata(summary: dict) -> dict:
+    """The checkpoint asset's metadata: the latest checkpoint's step, losses, size and layout, where it
+    and its HF export are, and every checkpoint of the run in a table."""
+    latest = next((c for c in summary.get("checkpoints", []) if c["tag"] == summary["tag"]), {})
+    metadata = {
+        "step": summary["step"],
+        "train_loss": rounded(latest.get("train_loss"), 4),
+        "val_loss": rounded(latest.get("val_loss"), 4),
+        "parameters": summary.get("parameters"),
+        "checkpoint_bytes": latest.get("bytes"),
+        "checkpoint_size": human_bytes(latest["bytes"]) if latest.get("bytes") is not None else None,
+        "layout": latest.get("layout"),
+        "tag": summary["tag"],
+        "hf_export": {"raw_value": summary["hf_export"], "type": "path"},
+        "checkpoint_dir": {"raw_value": summary["checkpoint_dir"], "type": "path"},
+        "tags": {"raw_value": summary["tags"], "type": "json"},
+    }
+    if summary.get("checkpoints"):
+        metadata["checkpoints"] = {"raw_value": checkpoint_table(summary["checkpoints"]), "type": "md"}
+    return {name: value for name, value in metadata.items() if value is not None}
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def checkpoint_table(checkpoints: list[dict]) -> str:
+    """| tag | step | train loss | val loss | size | as markdown."""
+    cell = lambda v: "–" if v is None else f"{v:.4f}"  # noqa: E731
+    rows = [f"| {c['tag']} | {c['step']} | {cell(c['train_loss'])} | {cell(c['val_loss'])} | {human_bytes(c['bytes'])} |"
+            for c in checkpoints]  # fmt: skip
+    return "| checkpoint | step | train loss | val loss | size |\n|---|---|---|---|---|\n" + "\n".join(rows)
 
 
 def loss_story(losses: list[tuple[int, float]]) -> dict:

@@ -127,6 +127,8 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
             summary["tensorboard"] = str(monitor.folder)
             png = monitor.plot(monitor.folder.parent / "curves.png")
             summary["curves_png"] = str(png) if png else None
+            summary["steps_jsonl"] = str(monitor.write_steps(monitor.folder.parent / "steps.jsonl"))
+    summary["val_losses"] = [[step, loss] for step, loss in trainer.val_losses]
     ckpt_dir = trainer.cfg.checkpoint.dir
     if not ckpt_dir:
         return summary
@@ -141,7 +143,9 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
     state = checkpoint.consolidated_state_dict(ckpt_dir, tag)
     export_hf(state, checkpoint.model_config(ckpt_dir, tag), out, tokenizer_model_path=trainer.cfg.tokenizer_model or None)
     tags = sorted(p.name for p in Path(ckpt_dir).iterdir() if (p / "layout.json").exists())
-    return summary | {"checkpoint_dir": ckpt_dir, "tag": tag, "tags": tags, "hf_export": out}
+    return summary | {"checkpoint_dir": ckpt_dir, "tag": tag, "tags": tags, "hf_export": out,
+                      "checkpoints": checkpoint.describe_checkpoints(ckpt_dir, tags),
+                      "parameters": sum(t.numel() for t in state.values())}
 
 
 def _record_error(rank: str, err: BaseException) -> None:

@@ -198,6 +198,8 @@ def main() -> int:
     resumed = run_meta["resumed_from_step"].value
     final_loss = run_meta["final_loss"].value
     loss_text = f"final loss {final_loss:.3f}, " if final_loss is not None else ""
+    if "min_loss" in run_meta:
+        loss_text = f"final loss {final_loss:.3f} (lowest {run_meta['min_loss'].value:.3f} at step {run_meta['min_loss_step'].value}), "
     speed = (f"{tokens_per_s:,.0f} tokens/s after warm-up" if tokens_per_s is not None
              else f"no step left to run: resumed from the checkpoint of step {resumed}")  # fmt: skip
     print(
@@ -208,7 +210,16 @@ def main() -> int:
         print(f"Curves:           {run_meta['curves_png'].value}; "
               f".venv/bin/tensorboard --logdir {run_meta['tensorboard_logdir'].value}")
     print(f"HF export:        {ckpt_meta['hf_export'].value}  (transformers.LlamaForCausalLM.from_pretrained)")
-    pretrained = next(k for k in reversed(instance.get_dynamic_partitions("checkpoints")) if k.startswith("main-"))
+    pretraining = [k for k in instance.get_dynamic_partitions("checkpoints") if k.startswith("main-")]
+    pretrained = pretraining[-1]
+    trend = []
+    for key in pretraining:
+        perplexity = latest_metadata(instance, dg.AssetKey("perplexity"), key)
+        if perplexity is not None:
+            trend.append(f"{key.rsplit('_', 1)[-1].lstrip('0')} {perplexity['perplexity'].value:,.0f}")
+    if ckpt_meta.get("checkpoints") is not None:
+        vals = [line.split("|")[4].strip() for line in ckpt_meta["checkpoints"].value.splitlines()[2:]]
+        print(f"By checkpoint:    validation loss {' → '.join(vals)}; perplexity at step {', '.join(trend)}")
     scores = {k: latest_metadata(instance, dg.AssetKey(k), pretrained)
               for k in ("perplexity", "mmlu_score", "ceval_score", "humaneval_score")}
     print(

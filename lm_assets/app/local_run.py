@@ -32,8 +32,9 @@ DEMO_RUN_CONFIG = {
         "packed_dataset": {"config": {"seq_len": 257, "val_fraction": 0.05}},
         # The tiny model as a 2-stage pipeline: two CPU processes on gloo, one per core. Its context holds
         # 5-shot prompts whole (C-Eval's reach 1,200 tokens), so evaluation sees the examples.
-        # A higher lr with a short warmup, so that 40 steps visibly learn.
-        "training": {"config": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 20,
+        # A higher lr with a short warmup, so that 40 steps visibly learn; a checkpoint (validation loss and
+        # every evaluation) each 10 steps, so that the scores' trend across checkpoints shows.
+        "training": {"config": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 10,
                                 "max_seq_len": 2048, "zero_stage": 1, "micro_batch_size": 4, "lr": 3e-3,
                                 "warmup_steps": 4}},
         # A few MMLU subjects keep the demo quick; the asset's default is all 57.

@@ -85,7 +85,24 @@ def test_training_through_pipes_then_resume(packed_storage):
     measured = run["model_states_measured_mib"].value  # rank 0's tensors before an optimizer step, beside the estimate
     assert 0 < measured < 50 and f"| {measured / 1024:.3f} GiB |" in run["training_plan"].value
     png = Path(run["curves_png"].value)
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "data:image/png;base64," in run["curves"].value
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "data:image/png;base64," in run["curves_detail"].value
+    # The curves drawn in place on the overview: an SVG image short enough for the UI to render inline.
+    curves = run["curves"].value
+    assert curves.startswith("![train loss, validation loss and learning rate](data:image/svg+xml,") and len(curves) < 1000
+    # A validation loss at each checkpoint (steps 3 and 6), on the packed val split, in the curves too.
+    vals = tensorboard_scalars(run["tensorboard_logdir"].value, "val/loss")
+    assert [step for step, _ in vals] == [3, 6] and all(np.isfinite([v for _, v in vals]))
+    assert abs(run["val_loss"].value - vals[-1][1]) <= 5e-5 and run["val_loss_step"].value == 6
+    assert f"val loss {vals[-1][1]:.3f} at step 6" in curves
+    steps = [json.loads(line) for line in Path(run["steps_jsonl"].value).read_text().splitlines()]
+    assert [m["step"] for m in steps] == [1, 2, 3, 4, 5, 6] and "val_loss" in steps[2] and "val_loss" not in steps[3]
+    # The checkpoint: its step, losses, size, parameters, layout and export, and every checkpoint in a table.
+    ckpt = by_key["checkpoint"]
+    assert ckpt["step"].value == 6 and abs(ckpt["val_loss"].value - vals[-1][1]) <= 5e-5
+    assert abs(ckpt["train_loss"].value - run["final_loss"].value) <= 1e-4
+    assert ckpt["layout"].value == "pp=2 tp=1 dp=1 (ZeRO-1, fp32)" and ckpt["checkpoint_bytes"].value > ckpt["parameters"].value * 4
+    table = ckpt["checkpoints"].value.splitlines()
+    assert table[0] == "| checkpoint | step | train loss | val loss | size |" and len(table) == 4
     losses = tensorboard_scalars(run["tensorboard_logdir"].value, "train/loss")
     assert [step for step, _ in losses] == [1, 2, 3, 4, 5, 6] and all(np.isfinite([v for _, v in losses]))
     assert abs(losses[-1][1] - run["final_loss"].value) <= 5e-5  # metadata holds four decimals
@@ -94,6 +111,7 @@ def test_training_through_pipes_then_resume(packed_storage):
     last, before = np.mean([v for _, v in losses[-1:]]), np.mean([v for _, v in losses[-2:-1]])  # 6 steps: fifths of 1
     assert run["loss_rose_at_end"].value == ("no" if last <= before else run["loss_rose_at_end"].value)
     assert run["loss_rose_at_end"].value.startswith("yes: the last 1 steps") == (last > before)
+    assert table[2].startswith(f"| step_00000003 | 3 | {losses[2][1]:.4f} | {vals[0][1]:.4f} | ")
 
     hf_dir = by_key["checkpoint"]["hf_export"].value
     from transformers import AutoTokenizer, LlamaForCausalLM

@@ -33,6 +33,10 @@ def choices(name: str, values: Iterable[str]) -> type[enum.StrEnum]:
     return enum.StrEnum(name, [(value, value) for value in values])
 
 
+# A torch device: auto takes CUDA when torch sees a GPU; cuda is the first GPU CUDA_VISIBLE_DEVICES leaves.
+Device = choices("Device", ("auto", "cpu", "cuda"))
+
+
 def to_dataclass(cls: type[T], config: BaseModel | Mapping[str, Any], exclude: Iterable[str] = ()) -> T:
     """`cls` made from the fields of `config` (a Dagster config or its `model_dump()`), minus those in
     `exclude` (the ones the asset uses itself). A mapping or Dagster config given for a dataclass-typed

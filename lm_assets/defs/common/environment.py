@@ -50,6 +50,16 @@ def from_environment(value: Any, variable: str, fallback: Any = None) -> Any:
     return os.environ.get(variable) or fallback
 
 
+def unset_means(variable: str, fallback: Any) -> str:
+    """For a field's description: what it takes when left unset, and what that is in the environment the
+    definitions loaded in, so the Launchpad shows what a run started now would use."""
+    if variable not in VARIABLES:
+        raise KeyError(f"{variable} is not one of the environment variables the code location reads: {sorted(VARIABLES)}")
+    value = os.environ.get(variable)
+    here = f"{value} (from ${variable})" if value else f"{fallback} (${variable} is not set)"
+    return f"unset: ${variable}, else {fallback}; here: {here}"
+
+
 def project_dir() -> Path:
     return Path(from_environment(None, "LM_ASSETS_PROJECT_DIR", PACKAGE_PROJECT_DIR))
 

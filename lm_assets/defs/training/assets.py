@@ -16,11 +16,12 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from lm_assets.charts import inline_line_chart
 from lm_assets.corpus.tokens.tokenizer import load_tokenizer
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices
-from lm_assets.defs.common.environment import from_environment
+from lm_assets.defs.common.environment import from_environment, unset_means
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions
-from lm_assets.defs.common.reporting import markdown_table
+from lm_assets.defs.common.reporting import markdown_table, significant
 from lm_assets.defs.common.resources import S3ClientResource, StorageResource
 from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
@@ -35,6 +36,7 @@ ModelPreset = choices("ModelPreset", MODEL_PRESETS)
 Precision = choices("Precision", PRECISIONS)
 TrainingBackend = choices("TrainingBackend", ("local", "kubernetes"))
 LocalLauncher = choices("LocalLauncher", ("torchrun", "deepspeed"))
+LocalDevice = choices("LocalDevice", ("cpu", "auto"))
 
 
 class TrainingRunConfig(dg.Config):
@@ -70,7 +72,14 @@ class TrainingRunConfig(dg.Config):
     )
     seed: int = Field(default=TRAIN_DEFAULTS.seed, description="seeds the model's initialization (the data order has its own, data_seed)")
     peak_flops: float | None = Field(
-        default=TRAIN_DEFAULTS.peak_flops, description="peak FLOP/s of one device, to report MFU; unset: no MFU"
+        default=TRAIN_DEFAULTS.peak_flops,
+        description="peak FLOP/s of one device, to report MFU, e.g. 989e12 for an H100 SXM or H200, 312e12 for an "
+        "A100 (dense bf16); unset: no MFU",
+    )
+    val_batches: int = Field(
+        default=TRAIN_DEFAULTS.validation.batches,
+        description="micro-batches per data-parallel rank of the packed val split whose mean loss is the validation "
+        "loss, measured at every checkpoint and the last step; 0: none",
     )
     max_seq_len: int | None = Field(
         default=None,
@@ -111,6 +120,7 @@ class TrainingRunConfig(dg.Config):
             "compile": self.compile,
             "document_mask": self.document_mask,
             "checkpoint": {"dir": checkpoint_dir, "save_every": self.save_every, "resume": True},
+            "validation": {"batches": self.val_batches},
             **({"peak_flops": self.peak_flops} if self.peak_flops else {}),
         }
 
@@ -123,15 +133,15 @@ class TrainingLauncher(dg.ConfigurableResource):
     model_config = ENUM_FIELDS_AS_VALUES
 
     backend: TrainingBackend | None = Field(
-        default=None, description="local or kubernetes; unset: $LM_ASSETS_TRAINING_BACKEND, else local"
+        default=None, description="local or kubernetes; " + unset_means("LM_ASSETS_TRAINING_BACKEND", "local")
     )
     local_launcher: LocalLauncher = Field(
         default="torchrun", description="the local backend's launcher: torchrun or deepspeed"
     )
-    device: str = Field(
+    device: LocalDevice = Field(
         default="cpu",
-        description="the local backend's accelerator: cpu (CPU processes on gloo); any other value lets DeepSpeed "
-        "detect one",
+        description="the local backend's accelerator: cpu (CPU processes on gloo) or auto (DeepSpeed detects the "
+        "accelerator: CUDA GPUs, one per rank)",
     )
     cluster: ClusterSpec = Field(default=ClusterSpec(), description="the Kubernetes cluster of the kubernetes backend")
     pipes_bucket: str | None = Field(
@@ -344,11 +354,36 @@ def with_spike_documents(result, store, run_dir: Path):
 
 
 def with_curves(result):
-    """training_run's result with its loss and lr curves shown inline (a data URI in markdown), read from
-    the PNG the run wrote, so the UI shows them without another tool."""
-    path = result.metadata.get("curves_png") if isinstance(result, dg.MaterializeResult) else None
-    if path is None or not Path(path.value).exists():
+    """training_run's result with its curves shown: `curves`, a small SVG of the train loss, the
+    validation losses (dots) and the lr (grey, on its own scale), drawn in place on the overview from the
+    run's `steps.jsonl`; `curves_detail`, the run's PNG with axes."""
+    if not isinstance(result, dg.MaterializeResult):
         return result
-    data = base64.b64encode(Path(path.value).read_bytes()).decode()
-    curves = dg.MetadataValue.md(f"![loss and learning rate](data:image/png;base64,{data})")
-    return with_metadata(result, {"curves": curves})
+    extra = {}
+    steps = result.metadata.get("steps_jsonl")
+    if steps is not None and Path(steps.value).exists():
+        history = [json.loads(line) for line in Path(steps.value).read_text().splitlines() if line]
+        extra["curves"] = dg.MetadataValue.md(curves_markdown(history))
+    png = result.metadata.get("curves_png")
+    if png is not None and Path(png.value).exists():
+        data = base64.b64encode(Path(png.value).read_bytes()).decode()
+        extra["curves_detail"] = dg.MetadataValue.md(f"![loss and learning rate](data:image/png;base64,{data})")
+    return with_metadata(result, extra) if extra else result
+
+
+def curves_markdown(history: list[dict]) -> str:
+    """The inline chart of a run's steps and its caption: first and last loss, the lowest and its step,
+    the last validation loss, the lr's range."""
+    losses = [(m["step"], m["loss"]) for m in history if m.get("loss") is not None]
+    vals = [(m["step"], m["val_loss"]) for m in history if m.get("val_loss") is not None]
+    lrs = [(m["step"], m["lr"]) for m in history if m.get("lr") is not None]
+    if not losses:
+        return "_no steps in this run_"
+    low_step, low = min(losses, key=lambda item: item[1])
+    caption = f"loss {losses[0][1]:.3f} → {losses[-1][1]:.3f}, lowest {low:.3f} at step {low_step}"
+    if vals:
+        caption += f" · val loss {vals[-1][1]:.3f} at step {vals[-1][0]} (dots)"
+    if lrs:
+        caption += f" · lr {significant(max(v for _, v in lrs))} peak, {significant(lrs[-1][1])} at the end (grey)"
+    return inline_line_chart("train loss, validation loss and learning rate", caption, [(losses, "blue")],
+                             [(vals, "red")] if vals else [], (lrs, "grey") if lrs else None)  # fmt: skip
