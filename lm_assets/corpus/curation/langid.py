@@ -109,6 +109,14 @@ def identify(texts: list[str], config: LangIdConfig) -> tuple[list[str], list[fl
     return langs, scores, shares
 
 
+def allowed_shares(docs: pl.DataFrame, allowed: tuple[str, ...]) -> pl.Series:
+    """Each document's share in the allowed languages together, from its `lang_shares`: what `min_score` bounds."""
+    share = pl.element().struct.field("share")
+    return docs.select(
+        pl.col("lang_shares").list.eval(share.filter(pl.element().struct.field("lang").is_in(list(allowed)))).list.sum()
+    ).to_series()
+
+
 def identify_languages(docs: pl.DataFrame, config: LangIdConfig | None = None) -> StageResult:
     """Keep a document when the allowed languages together hold at least `min_score` of it, so a page
     half in Chinese and half in English stays in an en+zh corpus. Its `lang` is then its largest allowed

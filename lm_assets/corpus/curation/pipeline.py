@@ -11,7 +11,17 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from lm_assets.corpus.curation import langid, policy, rules, toxicity
-from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages
+from lm_assets.corpus.curation.histograms import (
+    DROPPED,
+    KEPT,
+    LANG_SCORE,
+    QUALITY_SCORE,
+    Histogram,
+    add_signals,
+    quality_histograms,
+    score_histogram,
+)
+from lm_assets.corpus.curation.langid import LangIdConfig, allowed_shares, identify_languages
 from lm_assets.corpus.curation.pii import redact_frame
 from lm_assets.corpus.curation.policy import (
     DEFAULT_QUALITY_POLICY,
@@ -70,11 +80,15 @@ def curate(docs: pl.DataFrame, config: CurationConfig | None = None) -> StageRes
     return curate_batches([docs], config)
 
 
-def curate_batches(batches: Iterable[pl.DataFrame], config: CurationConfig | None = None) -> StageResult:
+def curate_batches(batches: Iterable[pl.DataFrame], config: CurationConfig | None = None,
+                   histograms: dict[str, Histogram] | None = None) -> StageResult:  # fmt: skip
     """`curate` over a shard's documents given in batches, in order: every step judges a document on its
     own, so the kept table is the one of all documents at once, and the dropped table is too (each step's
-    drops in document order, step after step). Stats are summed over the batches."""
+    drops in document order, step after step). Stats are summed over the batches. A `histograms` dict is
+    filled with the binned scores the steps decide on (see `step_histograms`)."""
     config, steps = planned_steps(config or CurationConfig())
+    if histograms is not None:
+        histograms.update(step_histograms(config, steps))
     kept, dropped, stats = [], {name: [] for name in steps}, []
     for batch in batches:
         docs, batch_stats = batch, {}
@@ -87,7 +101,10 @@ def curate_batches(batches: Iterable[pl.DataFrame], config: CurationConfig | Non
                 "seconds": round(time.perf_counter() - started, 3),
                 **result.stats,
             }
-            dropped[name].append(result.dropped)
+            if histograms is not None:
+                record(histograms, name, result, config)
+            drop_columns = [c for c in SCORED_DROPPED_SCHEMA if c in result.dropped.columns]
+            dropped[name].append(result.dropped.select(drop_columns))
             docs = result.kept
         if "quality_score" not in docs.columns:
             docs = docs.with_columns(pl.lit(None, dtype=pl.Float64).alias("quality_score"))
@@ -120,6 +137,46 @@ def planned_steps(config: CurationConfig) -> tuple[CurationConfig, list[str]]:
     if config.uses_classifier:
         steps.insert(steps.index("quality") + 1, "classifier")
     return config, steps
+
+
+def step_histograms(config: CurationConfig, steps: list[str]) -> dict[str, Histogram]:
+    """Empty histograms of what the planned steps decide on: language ID's share of the allowed languages
+    (kept or dropped by language ID), each quality signal a threshold rule reads and the classifier's P(KEEP)
+    (kept or dropped by the quality decision: the rules, the classifier or both)."""
+    planned = []
+    if "langid" in steps:
+        low, allowed = config.langid.min_score, ", ".join(config.langid.allowed)
+        planned.append(score_histogram(LANG_SCORE, f"langid: min_score {low:g} (share in {allowed})", [low]))
+    if "quality" in steps:
+        planned += quality_histograms(config.quality)
+    if "classifier" in steps:
+        if config.policy == "rules":
+            rule, marks = "classifier: scores only (policy rules)", []
+        elif config.threshold is not None:
+            rule, marks = f"classifier: below_threshold {config.threshold:g}", [config.threshold]
+        else:
+            cuts = config.classifier.thresholds
+            rule = "classifier: below_threshold " + ", ".join(
+                f"{'others' if lang == policy.ANY else lang} {cut:.3g}" for lang, cut in cuts.items()
+            )
+            marks = list(cuts.values())
+        planned.append(score_histogram(QUALITY_SCORE, rule, marks))
+    return {histogram.signal: histogram for histogram in planned}
+
+
+def record(histograms: dict[str, Histogram], step: str, result: StageResult, config: CurationConfig) -> None:
+    """Count what `step` kept and dropped of one batch. The quality decision is the quality step's, or with a
+    classifier the classifier step's (the quality step then only drops on the hard rules)."""
+    if step == "langid":
+        histograms[LANG_SCORE].add(allowed_shares(result.kept, config.langid.allowed), KEPT)
+        histograms[LANG_SCORE].add(result.dropped["score"], DROPPED)
+    if step in ("quality", "classifier"):
+        if step == "classifier" or not config.uses_classifier:
+            add_signals(histograms, result.kept, KEPT)
+        add_signals(histograms, result.dropped, DROPPED)
+    if step == "classifier":
+        histograms[QUALITY_SCORE].add(result.kept["quality_score"], KEPT)
+        histograms[QUALITY_SCORE].add(result.dropped["quality_score"], DROPPED)
 
 
 # Example lists a step's stats cut to their usual length however many batches ran (the classifier's are

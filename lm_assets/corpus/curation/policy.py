@@ -78,8 +78,10 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
     kept = tagged.filter(pl.col("_stage").is_null()).drop(
         "_stage", "_reason", "_threshold", "rules_reason", "rules_score", strict=False
     )
+    # Dropped rows also carry the signals judged (`q_*`, `quality_score`), for the curation's histograms.
     dropped = tagged.filter(pl.col("_stage").is_not_null()).select(
-        "doc_id", pl.col("_stage").alias("stage"), pl.col("_reason").alias("reason"), score.alias("score")
+        "doc_id", pl.col("_stage").alias("stage"), pl.col("_reason").alias("reason"), score.alias("score"),
+        pl.col("^q_.*$"), "quality_score",
     ).cast(SCORED_DROPPED_SCHEMA)
     stats = {"policy": policy, "classifier": classifier.hash if classifier is not None else "none"}
     if classifier is not None:

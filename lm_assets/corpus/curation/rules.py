@@ -861,15 +861,21 @@ _RULES_BY_FAMILY = {
 }
 
 
-def rule_reasons(cfg: QualityConfig | None = None) -> list[str]:
-    """Every reason string the enabled rules can produce, in the order they are checked."""
+def enabled_rules(cfg: QualityConfig | None = None) -> list[tuple[str, str, Any]]:
+    """The enabled rules in the order they are checked: reason (`family:rule`), the signal column it reads,
+    its threshold (True for a rule that reads a flag)."""
     cfg = cfg or QualityConfig()
     return [
-        f"{family}:{name}"
+        (f"{family}:{name}", signal, threshold)
         for family in cfg.families
-        for name, threshold, _, _ in _RULES_BY_FAMILY[family](cfg)
+        for name, threshold, signal, _ in _RULES_BY_FAMILY[family](cfg)
         if threshold is not None
     ]
+
+
+def rule_reasons(cfg: QualityConfig | None = None) -> list[str]:
+    """Every reason string the enabled rules can produce, in the order they are checked."""
+    return [reason for reason, _, _ in enabled_rules(cfg)]
 
 
 # The rules that still decide when a trained classifier judges quality: only a minimum length.
@@ -902,7 +908,7 @@ def reasons_from_signals(
 
 def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defer: bool = False) -> StageResult:
     """Score `df` (columns `doc_id`, `text`, `lang`), drop failing documents and keep their signals.
-    Each drop's `score` is the value of the signal that failed its rule.
+    Each drop's `score` is the value of the signal that failed its rule, and its `q_*` signals follow it.
 
     With C4 line filtering on, kept documents carry the text C4 leaves behind. With `defer`, only the
     HARD_RULES drop here; every kept document carries the rules' verdict in `rules_reason` (and the
@@ -925,6 +931,9 @@ def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defe
 
     result = split_by_reason(scored, "_quality_reason", stage=STAGE, score="_quality_score")
     result.kept = result.kept.drop("_quality_reason", "_quality_score", *added)
+    # The dropped documents' signals too, for the curation's histograms (curate_batches keeps only the drop).
+    dropped_signals = scored.filter(pl.col("_quality_reason").is_not_null()).select(pl.col("^q_.*$"))
+    result.dropped = pl.concat([result.dropped, dropped_signals], how="horizontal")
     result.stats = _stats(df.height, result, cfg)
     return result
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import dagster as dg
 import polars as pl
 
+from lm_assets.corpus.columns import column_description
 from lm_assets.corpus.stage import StageResult
 from lm_assets.defs.common.partitions import shard_keys
 from lm_assets.defs.common.reporting import (
@@ -42,8 +43,10 @@ CURATED_SCHEMA = {
 
 
 def table_schema(frame: pl.DataFrame) -> dg.TableSchema:
-    """The frame's columns and polars types, for Dagster's standard `dagster/column_schema`."""
-    return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in frame.schema.items()])
+    """The frame's columns, polars types and descriptions, for Dagster's standard `dagster/column_schema`."""
+    return dg.TableSchema(columns=[
+        dg.TableColumn(name, str(dtype), description=column_description(name)) for name, dtype in frame.schema.items()
+    ])
 
 
 def each_shard(context: dg.AssetExecutionContext, materialize: Callable[[str], dg.MaterializeResult]) -> Iterator:

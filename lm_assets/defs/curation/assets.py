@@ -1,6 +1,7 @@
 """extracted_shard and curated_shard: main text out of HTML, then language ID, quality, toxicity and PII."""
 
 
+import base64
 import dataclasses
 import json
 import time
@@ -10,7 +11,18 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
+from lm_assets.charts import fits_inline, histogram_svg, inline_image
+from lm_assets.corpus.curation import rules
 from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, extract_batches
+from lm_assets.corpus.curation.histograms import (
+    LANG_SCORE,
+    QUALITY_SCORE,
+    Histogram,
+    figure_png,
+    from_json,
+    summed,
+    to_json,
+)
 from lm_assets.corpus.curation.pii import find_pii
 from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, curate_batches
 from lm_assets.corpus.curation.policy import POLICIES
@@ -23,8 +35,8 @@ from lm_assets.corpus.quality.registry import (
     current_classifier,
     current_classifier_hash,
 )
-from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
-from lm_assets.defs.common.environment import fill_from_environment
+from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
+from lm_assets.defs.common.environment import fill_from_environment, unset_means
 from lm_assets.defs.common.partitions import shard_asset, shard_partitions
 from lm_assets.defs.common.reporting import (
     config_hash,
@@ -40,6 +52,7 @@ from lm_assets.storage.accounting import drop_example_ids
 from lm_assets.storage.layout import (
     effective_config_key,
     raw_keys,
+    stage_folder,
     stage_keys,
 )
 
@@ -139,7 +152,7 @@ class ToxicityRulesConfig(dg.Config):
 
     backend: ToxicityBackend | None = Field(
         default=None,
-        description=f"detoxify or profanity_check; unset: $LM_ASSETS_TOXICITY_BACKEND, else {TOXICITY_DEFAULTS.backend}",
+        description="detoxify or profanity_check; " + unset_means("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
     )
     detoxify_model_type: DetoxifyModel = Field(
         default=TOXICITY_DEFAULTS.detoxify_model_type,
@@ -148,17 +161,18 @@ class ToxicityRulesConfig(dg.Config):
     )
     detoxify_checkpoint: str | None = Field(
         default=None,
-        description="a local Detoxify .ckpt file, for offline use; unset: $LM_ASSETS_DETOXIFY_CHECKPOINT, else the "
-        "release model's download",
+        description="a local Detoxify .ckpt file, for offline use; "
+        + unset_means("LM_ASSETS_DETOXIFY_CHECKPOINT", "the release model's download"),
     )
     detoxify_hf_config_path: str | None = Field(
         default=None,
         description="a folder with the model's config.json and tokenizer files, for offline use; "
-        "unset: $LM_ASSETS_DETOXIFY_HF_CONFIG, else from the Hugging Face Hub",
+        + unset_means("LM_ASSETS_DETOXIFY_HF_CONFIG", "from the Hugging Face Hub"),
     )
-    device: str = Field(
+    device: Device = Field(
         default=TOXICITY_DEFAULTS.device,
-        description="torch device Detoxify runs on: auto (cuda when torch sees a GPU, else cpu), cpu, cuda, cuda:1, ...",
+        description="torch device Detoxify runs on: auto (cuda when torch sees a GPU, else cpu), cpu or cuda (the "
+        "first GPU CUDA_VISIBLE_DEVICES leaves)",
     )
     prescreen_threshold: float | None = Field(
         default=TOXICITY_DEFAULTS.prescreen_threshold,
@@ -235,11 +249,12 @@ class CuratedShardConfig(dg.Config):
         default=None,
         description="who decides quality: rules (the preset), classifier (the current quality_classifier, or the "
         "shipped one without labels of your own, after language ID and a minimum length) or both (either drops); "
-        f"unset: $LM_ASSETS_QUALITY_POLICY, else {CURATION_DEFAULTS.policy}",
+        + unset_means("LM_ASSETS_QUALITY_POLICY", CURATION_DEFAULTS.policy),
     )
     classifier_threshold: float | None = Field(default=None, description="P(KEEP) below which the classifier drops, "
                                                "in every language; unset: each language's threshold chosen when it "
-                                               "was trained")
+                                               "was trained, listed in quality_classifier's metadata and in each "
+                                               "curated_shard's classifier_threshold")
     # A factory, so that the backend's environment default is read when a run starts, not at import.
     toxicity: ToxicityRulesConfig = Field(
         default_factory=ToxicityRulesConfig, description="the toxicity step: line scores and the document drop rule"
@@ -327,10 +342,11 @@ def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageRes
     except (OSError, ValueError) as exc:
         raise dg.Failure(description=f"cannot load the quality classifier: {exc}") from exc
     curation_config = config.curation_config(classifier)
+    histograms: dict[str, Histogram] = {}
     try:
         # A few thousand documents at a time: the steps' working columns stay those of one batch.
         batches = RowCount(store.iter_parquet(extracted_key, CURATION_BATCH_ROWS))
-        result = curate_batches(batches, curation_config)
+        result = curate_batches(batches, curation_config, histograms)
     except (RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
     received = batches.rows
@@ -346,9 +362,11 @@ def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageRes
         [{"step": s, "docs_in": v["docs_in"], "docs_out": v["docs_out"], "seconds": v["seconds"]} for s, v in step_stats.items()]
     )
     pii_totals = step_stats.get("pii", {}).get("redacted", {})
+    png = figure_png(histograms, f"curated_shard {shard}: {FIGURE_LEGEND}")
     return CURATED_STAGE.close(
         store, shard, received, result, facts={"language_share_bounds": config.language_share_bounds},
-        extra={"curation.json": json.dumps(record).encode(), "effective_config.json": json.dumps(effective, indent=1).encode()},
+        extra={"curation.json": json.dumps(record).encode(), "effective_config.json": json.dumps(effective, indent=1).encode(),
+               HISTOGRAMS_PNG: png, HISTOGRAMS_JSON: json.dumps(to_json(histograms)).encode()},
         metadata={
             **drop_audit_metadata(
                 result.dropped, extracted, [f"quality:{reason}" for reason in rule_reasons(curation_config.quality)]
@@ -365,12 +383,59 @@ def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageRes
             "zh_toxicity_lexicon": step_stats.get("toxicity", {}).get("zh_lexicon", "not run"),
             "pii_redacted": dg.MetadataValue.json(pii_totals),
             "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
+            **inline_histograms(histograms, result.dropped),
+            **figure_metadata(png, store.uri(f"{stage_folder('curated', shard)}/{HISTOGRAMS_PNG}")),
             **document_previews(docs, ["doc_id", "url", "lang", "lang_score", "quality_score", "tox_max", "text"]),
             "effective_config": dg.MetadataValue.json(without_word_lists(effective)),
             "effective_config_path": dg.MetadataValue.path(store.uri(effective_config_key(shard))),
             "config_hash": config_hash(config),
         },
     )
+
+
+HISTOGRAMS_PNG, HISTOGRAMS_JSON = "quality_histograms.png", "quality_histograms.json"
+FIGURE_LEGEND = "kept (green) and dropped (red) documents by score, thresholds dashed"
+
+
+def inline_histograms(histograms: dict[str, Histogram], dropped: pl.DataFrame) -> dict:
+    """`hist/<signal>`: an inline chart of kept and dropped documents per signal whose rule dropped something
+    on this shard, and for language ID and the classifier."""
+    by_rule = dict(dropped.filter(pl.col("stage") == rules.STAGE)["reason"].value_counts().rows())
+    entries = {}
+    for signal, histogram in histograms.items():
+        dropped_by_rule = sum(by_rule.get(reason, 0) for reason in histogram.reasons)
+        if signal not in (LANG_SCORE, QUALITY_SCORE) and not dropped_by_rule:
+            continue
+        caption = f"{histogram.rule} · kept {sum(histogram.kept):,} · dropped {sum(histogram.dropped):,}"
+        if histogram.reasons:
+            caption += f" ({dropped_by_rule:,} by its rule{'s' if len(histogram.reasons) > 1 else ''})"
+        entries[f"hist/{signal}"] = dg.MetadataValue.md(inline_histogram(histogram, caption))
+    return entries
+
+
+def inline_histogram(histogram: Histogram, caption: str) -> str:
+    """The histogram drawn bin by bin (so count bins read as a log scale), its neighbouring bins merged until
+    the markdown fits the UI's inline limit."""
+    bins = len(histogram.kept)
+    for merge in (1, 2, 3, 4, 5, 8, 10):
+        edges = [min(i * merge, bins) / merge for i in range(-(-bins // merge) + 1)]
+        kept, dropped = ([sum(counts[i:i + merge]) for i in range(0, bins, merge)]
+                         for counts in (histogram.kept, histogram.dropped))  # fmt: skip
+        # A run of bins alike in both counts is one step.
+        starts = [i for i in range(len(kept)) if i == 0 or (kept[i], dropped[i]) != (kept[i - 1], dropped[i - 1])]
+        edges = [edges[i] for i in starts] + [edges[-1]]
+        groups = [([kept[i] for i in starts], "green"), ([dropped[i] for i in starts], "red")]
+        marks = [histogram.position(mark) / merge for mark in histogram.marks]
+        markdown = inline_image(histogram_svg(edges, groups, marks), histogram.signal, caption)
+        if fits_inline(markdown):
+            break
+    return markdown
+
+
+def figure_metadata(png: bytes, uri: str) -> dict:
+    """The whole figure, embedded (the UI shows it behind "Show Markdown"), and the path of its file."""
+    image = f"![{FIGURE_LEGEND}](data:image/png;base64,{base64.b64encode(png).decode()})"
+    return {"quality_histograms": dg.MetadataValue.md(image), "quality_histograms_png": dg.MetadataValue.path(uri)}
 
 
 def without_word_lists(effective: dict) -> dict:
@@ -406,6 +471,43 @@ def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
         "classifier_drops_rules_keep": stats["classifier_drops_rules_keep"],
         "disagreements": markdown_table(examples.select("url", "score", "rules", "classifier", "text")),
     }
+
+
+CURATION_SUMMARY_FOLDER = "curation_summary"
+
+
+@dg.asset(
+    group_name="curation",
+    deps=[curated_shard],
+    kinds={"polars", "matplotlib"},
+    description="The quality dashboard over every curated shard: each quality signal's histogram of kept and "
+    "dropped documents with its thresholds, language ID's and the classifier's too, summed over the shards, "
+    "and the drops by rule.",
+)
+def curation_summary(context: dg.AssetExecutionContext, storage: StorageResource) -> dg.MaterializeResult:
+    store = storage.storage()
+    shards = [shard for shard in context.instance.get_dynamic_partitions(shard_partitions.name)
+              if store.exists(f"{stage_folder('curated', shard)}/{HISTOGRAMS_JSON}")]  # fmt: skip
+    if not shards:
+        raise dg.Failure("no curated shard has histograms yet: materialize curated_shard first")
+    total, left_out = summed([from_json(json.loads(store.read_bytes(f"{stage_folder('curated', shard)}/{HISTOGRAMS_JSON}")))
+                              for shard in shards])  # fmt: skip
+    dropped = pl.concat([store.read_parquet(stage_keys("curated", shard)["dropped"], columns=["stage", "reason"])
+                         for shard in shards])  # fmt: skip
+    png = figure_png(total, f"{len(shards)} curated shards: {FIGURE_LEGEND}")
+    key = f"{CURATION_SUMMARY_FOLDER}/{HISTOGRAMS_PNG}"
+    store.write_bytes(key, png)
+    store.write_bytes(f"{CURATION_SUMMARY_FOLDER}/{HISTOGRAMS_JSON}", json.dumps(to_json(total)).encode())
+    return dg.MaterializeResult(metadata={
+        "shards": len(shards),
+        "documents": sum(sum(h.kept) + sum(h.dropped) for h in total.values() if h.signal == LANG_SCORE),
+        **({"histograms_left_out": dg.MetadataValue.text(f"{left_out} shard histograms binned under other thresholds")}
+           if left_out else {}),  # fmt: skip
+        "drop_reasons": markdown_table(dropped.group_by("stage", "reason").len("docs").sort("docs", descending=True),
+                                       max_rows=40),  # fmt: skip
+        **inline_histograms(total, dropped),
+        **figure_metadata(png, store.uri(key)),
+    })
 
 
 @dg.asset_check(

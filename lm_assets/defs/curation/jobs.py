@@ -15,4 +15,9 @@ curated_shard_job = stage_job(
     "Curate one extracted shard (with the current quality classifier) and sketch it for dedup.",
 )
 
-JOBS = [shard_curation_job, shard_ingest_job, curated_shard_job]
+curation_summary_job = stage_job(
+    "curation_summary_job", "curation", ("curation_summary",),
+    "Sum every curated shard's quality histograms and drops into the quality dashboard.",
+)
+
+JOBS = [shard_curation_job, shard_ingest_job, curated_shard_job, curation_summary_job]

@@ -1,0 +1,198 @@
+"""Histograms of the scores curation decides on, kept and dropped documents apart.
+
+One histogram per quality signal that an enabled rule compares to a threshold, one for language ID
+(the share of a document in the allowed languages, which `min_score` bounds) and one for the quality
+classifier's P(KEEP). Their bins are fixed by the config alone (a signal's natural range and its rule's
+thresholds), never by the data, so the counts of shards curated alike add up; counts are taken batch
+by batch, so memory stays that of the bins. A value outside the bins counts in the nearest end bin.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import math
+import textwrap
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import polars as pl
+
+from lm_assets.corpus.curation.rules import QualityConfig, enabled_rules
+
+LANG_SCORE, QUALITY_SCORE = "lang_score", "quality_score"
+KEPT, DROPPED = "kept", "dropped"
+COUNT_SIGNALS = {"q_word_count", "q_stop_words", "q_c4_sentences", "q_sentences"}
+LENGTH_SIGNALS = {"q_mean_word_length"}
+# Signals whose rules skip CJK documents, whose words are single characters.
+NOT_FOR_CJK = {"q_mean_word_length"}
+SHARE_BINS, LENGTH_BINS, SCORE_BINS = 30, 40, 40
+# Count bins run 0, 1, 2, 3, 5, 7.5, 10, 20, 30, 50, 75, 100, ...
+COUNT_STEPS = (1, 2, 3, 5, 7.5)
+
+
+@dataclass
+class Histogram:
+    """A score's binned counts over `edges`, of kept and of dropped documents; `marks` are the thresholds,
+    `rule` names the rules (or the filter) that compare the score to them, `reasons` are those rules' drop
+    reasons (quality rules only)."""
+
+    signal: str
+    rule: str
+    edges: list[float]
+    marks: list[float]
+    reasons: list[str] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    dropped: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        bins = len(self.edges) - 1
+        self.kept = self.kept or [0] * bins
+        self.dropped = self.dropped or [0] * bins
+
+    def add(self, values: pl.Series | None, group: str) -> None:
+        """Count `values` (nulls and NaNs skipped) in `group`, KEPT or DROPPED."""
+        if values is None or values.len() == 0:
+            return
+        numbers = values.cast(pl.Float64).fill_nan(None).drop_nulls().to_numpy()
+        clipped = np.clip(numbers, self.edges[0], self.edges[-1])
+        counts = np.histogram(clipped, bins=self.edges)[0]
+        setattr(self, group, [int(a + b) for a, b in zip(getattr(self, group), counts)])
+
+    def position(self, value: float) -> float:
+        """Where `value` falls in bin units: 2.5 is halfway through the third bin."""
+        edges = self.edges
+        if value <= edges[0]:
+            return 0.0
+        if value >= edges[-1]:
+            return float(len(edges) - 1)
+        i = int(np.searchsorted(edges, value, side="right")) - 1
+        return i + (value - edges[i]) / (edges[i + 1] - edges[i])
+
+
+def linear_edges(top: float, bins: int) -> list[float]:
+    return [float(round(x, 12)) for x in np.linspace(0.0, top or 1.0, bins + 1)]
+
+
+def count_edges(thresholds: list[float]) -> list[float]:
+    """0, then the 1-2-3-5-7.5 series up to ten times the largest threshold."""
+    edges = [0.0]
+    for edge in (step * 10**decade for decade in itertools.count() for step in COUNT_STEPS):
+        edges.append(float(edge))
+        if edge >= 10 * max(thresholds):
+            return edges
+
+
+def edges_for(signal: str, thresholds: list[float]) -> list[float]:
+    if signal in COUNT_SIGNALS:
+        return count_edges(thresholds)
+    if signal in LENGTH_SIGNALS:
+        return linear_edges(2 * max(thresholds), LENGTH_BINS)
+    # A small threshold gets a close view (to three times it), the others the whole range.
+    top = 3 * max(thresholds)
+    return linear_edges(top if top <= 0.5 else 1.0, SHARE_BINS)
+
+
+def number(value: float) -> str:
+    return f"{value:,.0f}" if value >= 1000 else f"{value:g}"
+
+
+def quality_histograms(cfg: QualityConfig) -> list[Histogram]:
+    """One empty histogram per signal that an enabled threshold rule reads (flag rules have none to draw)."""
+    by_signal: dict[str, list[tuple[str, float]]] = {}
+    for reason, signal, threshold in enabled_rules(cfg):
+        if not isinstance(threshold, bool):
+            by_signal.setdefault(signal, []).append((reason, threshold))
+    return [
+        Histogram(signal, rules_text(rules), edges_for(signal, [t for _, t in rules]),
+                  sorted({float(t) for _, t in rules}), [reason for reason, _ in rules])
+        for signal, rules in by_signal.items()
+    ]  # fmt: skip
+
+
+def rules_text(rules: list[tuple[str, float]]) -> str:
+    """`gopher_quality: min_doc_words 50, max_doc_words 100,000`: a signal's rules are of one family."""
+    family = rules[0][0].split(":")[0]
+    return f"{family}: " + ", ".join(f"{reason.split(':', 1)[1]} {number(t)}" for reason, t in rules)
+
+
+def score_histogram(signal: str, rule: str, marks: list[float]) -> Histogram:
+    """A score between 0 and 1 (language ID, the classifier)."""
+    return Histogram(signal, rule, linear_edges(1.0, SCORE_BINS), sorted(set(marks)))
+
+
+def add_signals(histograms: dict[str, Histogram], frame: pl.DataFrame, group: str) -> None:
+    """Count each quality signal of `frame`'s documents (those of `NOT_FOR_CJK` without the CJK ones)."""
+    for signal, histogram in histograms.items():
+        if signal in (LANG_SCORE, QUALITY_SCORE) or signal not in frame.columns:
+            continue
+        values = frame[signal]
+        if signal in NOT_FOR_CJK and "q_cjk" in frame.columns:
+            values = values.filter(~frame["q_cjk"].fill_null(False))
+        histogram.add(values, group)
+
+
+# Stored beside a shard's tables as JSON: {signal: Histogram's fields}.
+
+
+def to_json(histograms: dict[str, Histogram]) -> dict:
+    return {signal: asdict(histogram) for signal, histogram in histograms.items()}
+
+
+def from_json(stored: dict) -> dict[str, Histogram]:
+    return {signal: Histogram(**fields) for signal, fields in stored.items()}
+
+
+def summed(shards: list[dict[str, Histogram]]) -> tuple[dict[str, Histogram], int]:
+    """The shards' histograms added up, signal by signal; a shard's histogram binned otherwise than the
+    first one of its signal (curated under other thresholds) is left out. Also how many were left out."""
+    total: dict[str, Histogram] = {}
+    left_out = 0
+    for histograms in shards:
+        for signal, histogram in histograms.items():
+            into = total.get(signal)
+            if into is None:
+                total[signal] = Histogram(**asdict(histogram))
+            elif into.edges != histogram.edges:
+                left_out += 1
+            else:
+                into.kept = [a + b for a, b in zip(into.kept, histogram.kept)]
+                into.dropped = [a + b for a, b in zip(into.dropped, histogram.dropped)]
+                into.marks = sorted(set(into.marks) | set(histogram.marks))
+    return total, left_out
+
+
+def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int = 5, dpi: int = 72) -> bytes:
+    """One panel per histogram in a grid: kept and dropped documents as steps, the thresholds as vertical
+    lines, each titled with its signal and its rule; count signals on a logarithmic x axis."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from PIL import Image
+
+    rows = max(1, math.ceil(len(histograms) / columns))
+    figure = Figure(figsize=(3.4 * columns, 2.5 * rows), dpi=dpi, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    for ax, histogram in zip(axes, histograms.values()):
+        edges = np.array(histogram.edges)
+        for group, color in ((KEPT, "#1e8e3e"), (DROPPED, "#d93025")):
+            counts = getattr(histogram, group)
+            ax.stairs(counts, edges, fill=True, alpha=0.35, color=color, label=f"{group} {sum(counts):,}")
+        for mark in histogram.marks:
+            ax.axvline(mark, color="black", linestyle="--", linewidth=1)
+        if histogram.signal in COUNT_SIGNALS:
+            ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(edges[0], edges[-1])
+        ax.set_title(f"{histogram.signal}\n{textwrap.fill(histogram.rule, 48)}", fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.legend(fontsize=6, frameon=False)
+    for ax in axes[len(histograms):]:
+        ax.set_axis_off()
+    figure.suptitle(f"{title}\n(values beyond an axis count in its end bin)".strip(), fontsize=9)
+    drawn = io.BytesIO()
+    figure.savefig(drawn, format="png")
+    # 256 colours draw these plots as well as millions, in a third of the bytes.
+    out = io.BytesIO()
+    Image.open(drawn).convert("RGB").quantize(256).save(out, format="PNG", optimize=True)
+    return out.getvalue()
+

@@ -1,0 +1,120 @@
+"""curated_shard's quality histograms: inline charts under the UI's limit, the whole figure as a PNG beside
+the shard's tables and in its metadata, the binned counts as JSON beside them; every column described."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from lm_assets.charts import INLINE_LIMIT, WIDTH
+from lm_assets.corpus.curation.histograms import (
+    LANG_SCORE,
+    QUALITY_SCORE,
+    Histogram,
+    count_edges,
+    from_json,
+    linear_edges,
+)
+from lm_assets.defs.common.resources import LandingResource, StorageResource
+from lm_assets.defs.curation.assets import curated_shard, curation_summary, extracted_shard, inline_histogram
+from lm_assets.defs.ingest.assets import raw_shard
+from tests.support.dedup_crawl import SAMPLE_CRAWL
+
+SHARD = "crawl-00000.warc.gz"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+CURATED_CONFIG = {"toxicity": {"backend": "profanity_check"}, "quality_policy": "both"}
+RUN_CONFIG = {"ops": {"curated_shard": {"config": CURATED_CONFIG}}}
+
+
+def test_curated_shard_shows_its_histograms_inline_and_whole_beside_its_tables(tmp_path):
+    landing, storage = tmp_path / "landing", tmp_path / "storage"
+    landing.mkdir()
+    shutil.copy(SAMPLE_CRAWL / SHARD, landing / SHARD)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", [SHARD])
+    result = dg.materialize(
+        [raw_shard, extracted_shard, curated_shard], partition_key=SHARD, instance=instance, run_config=RUN_CONFIG,
+        resources={"storage": StorageResource(root=str(storage)), "landing": LandingResource(root=str(landing))},
+    )
+    assert result.success
+    metadata = result.asset_materializations_for_node("curated_shard")[0].metadata
+    folder = storage / "curated" / SHARD
+    stored = from_json(json.loads((folder / "quality_histograms.json").read_text()))
+    dropped = pl.read_parquet(folder / "dropped.parquet")
+
+    # One inline chart per signal whose rule dropped something here, and for language ID and the classifier.
+    inline = {key.removeprefix("hist/"): value.value for key, value in metadata.items() if key.startswith("hist/")}
+    fired = set(dropped.filter(pl.col("stage") == "quality")["reason"])
+    assert set(inline) == {LANG_SCORE, QUALITY_SCORE} | {s for s, h in stored.items() if fired & set(h.reasons)}
+    assert "q_word_count" in inline and len(inline) >= 4
+    for signal, markdown in inline.items():
+        assert markdown.startswith(f"![{signal}](data:image/svg+xml,") and len(markdown) <= INLINE_LIMIT < 1000
+        caption = markdown.split("\n\n")[1]
+        kept, dropped_count = sum(stored[signal].kept), sum(stored[signal].dropped)
+        assert f"kept {kept:,} · dropped {dropped_count:,}" in caption and "\n" not in caption
+    assert inline[QUALITY_SCORE].split("\n\n")[1].startswith("classifier: below_threshold")
+    # The binned counts are those of the documents each step kept and dropped.
+    assert sum(stored[LANG_SCORE].dropped) == dropped.filter(pl.col("stage") == "langid").height
+    quality_drops = dropped.filter(pl.col("stage").is_in(["quality", "classifier"])).height
+    assert sum(stored["q_word_count"].dropped) == quality_drops
+
+    # The whole figure: a PNG beside the tables, its path, and embedded.
+    png = (folder / "quality_histograms.png").read_bytes()
+    assert png.startswith(PNG_MAGIC) and len(png) > 10_000
+    assert Path(metadata["quality_histograms_png"].value) == folder / "quality_histograms.png"
+    image = metadata["quality_histograms"].value
+    embedded = re.fullmatch(r"!\[[^\]]+\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", image)
+    assert embedded and base64.b64decode(embedded.group(1)) == png
+
+    # Every column of the stored table has a description.
+    columns = metadata["dagster/column_schema"].value.columns
+    assert [c.name for c in columns] == pl.read_parquet(folder / "documents.parquet").columns
+    assert all(c.description and c.description.strip() for c in columns), [c.name for c in columns if not c.description]
+
+
+def test_the_summary_sums_every_curated_shard(tmp_path):
+    landing, storage = tmp_path / "landing", tmp_path / "storage"
+    landing.mkdir()
+    shards = ["crawl-00000.warc.gz", "crawl-00001.warc.gz"]
+    for shard in shards:
+        shutil.copy(SAMPLE_CRAWL / shard, landing / shard)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", shards)
+    resources = {"storage": StorageResource(root=str(storage)), "landing": LandingResource(root=str(landing))}
+    for shard in shards:
+        assert dg.materialize([raw_shard, extracted_shard, curated_shard], partition_key=shard, instance=instance,
+                              run_config=RUN_CONFIG, resources=resources).success  # fmt: skip
+    result = dg.materialize([curation_summary], instance=instance, resources=resources,
+                            selection=[curation_summary])  # fmt: skip
+    assert result.success
+    metadata = result.asset_materializations_for_node("curation_summary")[0].metadata
+    per_shard = [from_json(json.loads((storage / "curated" / s / "quality_histograms.json").read_text())) for s in shards]
+    total = from_json(json.loads((storage / "curation_summary" / "quality_histograms.json").read_text()))
+    for signal, histogram in total.items():
+        assert histogram.kept == [sum(c) for c in zip(*(h[signal].kept for h in per_shard))]
+        assert histogram.dropped == [sum(c) for c in zip(*(h[signal].dropped for h in per_shard))]
+    extracted = sum(pl.read_parquet(storage / "extracted" / s / "documents.parquet").height for s in shards)
+    assert metadata["shards"].value == 2 and metadata["documents"].value == extracted
+    assert (storage / "curation_summary" / "quality_histograms.png").read_bytes().startswith(PNG_MAGIC)
+    inline = [key for key in metadata if key.startswith("hist/")]
+    assert {f"hist/{LANG_SCORE}", f"hist/{QUALITY_SCORE}", "hist/q_word_count"} <= set(inline)
+    assert all(len(metadata[key].value) <= INLINE_LIMIT for key in inline)
+    drops = pl.concat([pl.read_parquet(storage / "curated" / s / "dropped.parquet") for s in shards])
+    assert f"| langid | {drops.filter(pl.col('stage') == 'langid')['reason'].mode()[0]} |" in metadata["drop_reasons"].value
+
+
+def test_the_threshold_is_drawn_where_it_falls_on_the_axis():
+    share = Histogram("q_hash_word_ratio", "gopher_quality: hash_word_ratio 0.1", linear_edges(0.3, 30), [0.1],
+                      kept=[(7 * i) % 13 for i in range(30)], dropped=[(5 * i) % 11 for i in range(30)])  # fmt: skip
+    counts = Histogram("q_word_count", "gopher_quality: min_doc_words 50", count_edges([10]), [50.0],
+                       kept=[0] * 9 + [4, 9], dropped=[3, 1, 0, 0, 2, 5, 8, 1, 1, 0, 0])  # fmt: skip
+    # Drawn bin by bin: 0.1 is the 10th edge of 30, 50 the 9th of 11.
+    for histogram, x in ((share, round(10 / 30 * WIDTH)), (counts, round(9 / 11 * WIDTH))):
+        markdown = inline_histogram(histogram, "caption")
+        assert f"%3Cpath%20d='M{x},0V64'" in markdown and len(markdown) < 1000
