@@ -175,3 +175,32 @@ def _hash_units(code_points: np.ndarray, in_unit: np.ndarray, starts_unit: np.nd
     offset = np.arange(len(chars)) - np.repeat(first_char, unit_length)
     totals = np.add.reduceat(fmix64(chars ^ (offset.astype(np.uint64) * np.uint64(_GOLDEN))), first_char)
     return fmix64(totals ^ (unit_length.astype(np.uint64) * np.uint64(_MIX2)))
+
+
+WRAP_MARK = "↪ "
+
+
+def display_width(char: str) -> int:
+    """Columns a character takes in a monospace font: two for wide (CJK) characters, else one."""
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def hard_wrapped(text: str, width: int = 100) -> str:
+    """`text` with every line wider than `width` columns broken, at the last space that fits when there is
+    one (CJK text breaks between characters); each continuation starts with `↪ `, so the line breaks of
+    the text itself stay told apart from the wrapping."""
+    out = []
+    for line in text.split("\n"):
+        while sum(display_width(c) for c in line) > width:
+            used, cut = 0, len(line)
+            for i, char in enumerate(line):
+                used += display_width(char)
+                if used > width:
+                    cut = i
+                    break
+            space = line.rfind(" ", 0, cut + 1)
+            cut = space + 1 if space > width // 2 else max(cut, 1)
+            out.append(line[:cut].rstrip(" ") if space > width // 2 else line[:cut])
+            line = WRAP_MARK + line[cut:]
+        out.append(line)
+    return "\n".join(out)

@@ -3,13 +3,16 @@
     pip install playwright            # any environment; the system Chromium is used, nothing is downloaded
     python scripts/ui_screenshots.py OUT_DIR [--port 3123] [--chromium /usr/bin/chromium]
 
-Starts `make ui` on the port, captures the pages below (the training run, the evaluation trend across
-checkpoints, a shard's checks per partition, the readable previews), then stops it.
+Starts `make ui` on the port (on the instance in $DAGSTER_HOME), captures the pages below (the training
+run, the evaluation trend across checkpoints, a shard's checks and quality histograms per partition, the
+readable previews), writes what each page shows to `report.json` (its images, and how many rendered),
+then stops it. `--only training_run,curated_shard_partition` takes some of the pages.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -25,6 +28,8 @@ from playwright.sync_api import sync_playwright
 PAGES = [
     ("training_run", "/assets/training_run", []),
     ("training_run_curves", "/assets/training_run", ["[Show Markdown]"]),
+    ("checkpoint", "/assets/checkpoint", []),
+    ("perplexity_plots", "/assets/perplexity", ["Plots"]),
     ("mmlu_score", "/assets/mmlu_score", []),
     ("mmlu_score_plots", "/assets/mmlu_score", ["Plots"]),
     ("mmlu_score_events", "/assets/mmlu_score?view=events", []),
@@ -51,12 +56,14 @@ def wait_for(url: str, seconds: int = 180) -> None:
     raise TimeoutError(f"{url} did not answer in {seconds} s")
 
 
-def capture(out: Path, port: int, chromium: str) -> None:
+def capture(out: Path, port: int, chromium: str, pages: list[tuple] = PAGES) -> dict:
+    """Screenshots of `pages` under `out`, and what each shows (`page_report`), also in `out/report.json`."""
+    report = {}
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
         # The UI scrolls inside its own panes, so a tall window shows a whole page.
         page = browser.new_page(viewport={"width": 1600, "height": 4000})
-        for name, path, clicks in PAGES:
+        for name, path, clicks in pages:
             page.goto(f"http://127.0.0.1:{port}{path}")
             page.wait_for_load_state("networkidle")
             skip = page.get_by_role("button", name="Skip")
@@ -71,8 +78,26 @@ def capture(out: Path, port: int, chromium: str) -> None:
                 page.wait_for_load_state("networkidle")
             page.wait_for_timeout(1500)
             page.screenshot(path=str(out / f"{name}.png"), full_page=True)
-            print(out / f"{name}.png", "<-", path, *clicks)
+            report[name] = page_report(page)
+            print(out / f"{name}.png", "<-", path, *clicks, report[name])
         browser.close()
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def page_report(page) -> dict:
+    """What the page shows: its title text's presence, and its images, each rendered or not (an `<img>`
+    whose picture decoded has a non-zero natural size)."""
+    images = page.evaluate(
+        "() => Array.from(document.images).map(i => ({alt: i.alt, complete: i.complete, "
+        "width: i.naturalWidth, height: i.naturalHeight}))"
+    )
+    return {
+        "images": len(images),
+        "rendered": sum(1 for i in images if i["complete"] and i["width"] > 0 and i["height"] > 0),
+        "alts": sorted({i["alt"] for i in images if i["alt"]}),
+        "error": page.get_by_text("Unexpected GraphQL error").count() > 0,
+    }
 
 
 def main() -> None:
@@ -80,14 +105,19 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--port", type=int, default=3123)
     parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    parser.add_argument("--only", default="", help="comma-separated page names (default: all)")
     args = parser.parse_args()
+    only = set(filter(None, args.only.split(",")))
+    pages = [p for p in PAGES if not only or p[0] in only]
+    if only - {p[0] for p in PAGES}:
+        parser.error(f"unknown pages: {sorted(only - {p[0] for p in PAGES})}")
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "ui.log", "w") as log:
         ui = subprocess.Popen(["make", "ui"], env={**os.environ, "PORT": str(args.port)}, stdout=log, stderr=log,
-                              start_new_session=True)
+                              start_new_session=True, cwd=Path(__file__).resolve().parents[1])
         try:
             wait_for(f"http://127.0.0.1:{args.port}/server_info")
-            capture(args.out, args.port, args.chromium)
+            capture(args.out, args.port, args.chromium, pages)
         finally:
             stop_group(ui.pid)
 

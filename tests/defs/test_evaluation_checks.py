@@ -4,7 +4,7 @@ import math
 
 import dagster as dg
 
-from lm_assets.defs.evaluation.assets import expected_questions, score_checks
+from lm_assets.defs.evaluation.assets import benchmark_selection, score_checks
 from lm_assets.evaluation.stats import question_blind_chance
 
 
@@ -47,10 +47,15 @@ def test_untrained_model_above_chance_warns():
     assert trained["chance_while_untrained"] is True
 
 
-def test_expected_questions_counts_the_files():
-    assert expected_questions("data/eval/mmlu.zip", "mmlu", "test", [], None) == 14042
-    assert expected_questions("data/eval/mmlu.zip", "mmlu", "test", ["abstract_algebra"], None) == 100
-    assert expected_questions("data/eval/mmlu.zip", "mmlu", "test", ["abstract_algebra", "world_religions"], 20) == 40
+def test_the_selection_counts_the_files_and_says_which_subset_ran():
+    assert benchmark_selection("data/eval/mmlu.zip", "mmlu", "test", [], None) == (14042, "all 57 subjects, test split")
+    assert benchmark_selection("data/eval/mmlu.zip", "mmlu", "test", ["abstract_algebra"], None)[0] == 100
+    expected, subset = benchmark_selection("data/eval/mmlu.zip", "mmlu", "test", ["world_religions", "abstract_algebra"], 20)
+    assert expected == 40
+    assert subset == "2 of 57 subjects (abstract_algebra, world_religions), at most 20 questions each, test split"
+    _, subset = benchmark_selection("data/eval/ceval-sample", "ceval", "val", [], None)
+    assert "of the shipped C-Eval-format sample (original questions, not C-Eval), val split" in subset
+
 
 
 def test_a_random_model_scores_at_chance_on_the_full_mmlu_test_set(tmp_path):

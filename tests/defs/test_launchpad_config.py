@@ -260,3 +260,27 @@ def test_quality_rules_from_a_run_config_reach_the_quality_config():
     quality = seen["quality"]
     assert (quality.min_doc_words, quality.min_sentences, quality.families) == (10, None, ("gopher_quality", "prose"))
     assert field_choices(probe, "quality_rules", "families") == list(FAMILIES)
+
+
+def test_an_environment_default_says_what_it_is_where_the_definitions_loaded(monkeypatch):
+    from lm_assets.defs.common.environment import unset_means
+
+    monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
+    assert unset_means("LM_ASSETS_QUALITY_POLICY", "classifier") == (
+        "unset: $LM_ASSETS_QUALITY_POLICY, else classifier; here: classifier ($LM_ASSETS_QUALITY_POLICY is not set)")
+    monkeypatch.setenv("LM_ASSETS_QUALITY_POLICY", "rules")
+    assert unset_means("LM_ASSETS_QUALITY_POLICY", "classifier").endswith("here: rules (from $LM_ASSETS_QUALITY_POLICY)")
+    with pytest.raises(KeyError):
+        unset_means("LM_ASSETS_NOT_READ", "x")
+
+
+def test_the_launchpad_shows_the_effective_environment_defaults():
+    from lm_assets.defs.curation.assets import CuratedShardConfig, ToxicityRulesConfig
+    from lm_assets.defs.evaluation.assets import CevalScoreConfig
+    from lm_assets.defs.tokens.assets import PackedDatasetConfig, TokenizerTrainingConfig
+    from lm_assets.defs.training.assets import TrainingLauncher
+
+    for cls, name in [(CuratedShardConfig, "quality_policy"), (ToxicityRulesConfig, "backend"),
+                      (ToxicityRulesConfig, "detoxify_checkpoint"), (TokenizerTrainingConfig, "vocab_size"),
+                      (PackedDatasetConfig, "seq_len"), (CevalScoreConfig, "ceval_path"), (TrainingLauncher, "backend")]:
+        assert "; here: " in cls.model_fields[name].description, (cls.__name__, name)

@@ -8,10 +8,13 @@ from lm_assets.defs.common.reporting import (
     FULL_TEXT_DOCS,
     PREVIEW_CHARS,
     PREVIEW_DOCS,
+    WRAP_COLUMNS,
     document_previews,
     fenced,
+    short_names,
     significant,
 )
+from lm_assets.text import hard_wrapped
 
 
 def test_floats_read_at_three_significant_digits():
@@ -32,9 +35,24 @@ def test_previews_show_three_documents_whole_and_ten_openings():
     assert len(table) == 2 + PREVIEW_DOCS and "| d9 | 0.333 |" in table[-1]
     assert all(len(line) < PREVIEW_CHARS + 40 for line in table) and " ↵  ↵ Second paragraph" in table[2]
     full = meta["full_text"].value
+    # Long lines are hard-wrapped to the dialog's width, each continuation marked, so the text reads whole.
+    assert max(len(line) for line in full.splitlines()) <= WRAP_COLUMNS
     for i in range(FULL_TEXT_DOCS):
-        assert paragraphs.format(i=i) in full
+        assert paragraphs.format(i=i) in full.replace("\n↪ ", " ")
     assert "document 3." not in full
+
+
+def test_hard_wrapping_breaks_at_spaces_and_between_cjk_characters():
+    english = "alpha " * 30 + "omega"
+    wrapped = hard_wrapped(english, 40).splitlines()
+    assert all(len(line) <= 40 for line in wrapped) and all(line.startswith("↪ alpha") for line in wrapped[1:-1])
+    assert wrapped[0] == "alpha " * 5 + "alpha" and wrapped[-1] == "↪ omega"
+    assert "\n".join(wrapped).replace("\n↪ ", " ") == english
+    chinese = "数据集" * 30
+    wrapped = hard_wrapped(chinese, 40).splitlines()
+    assert [len(line) for line in wrapped[:2]] == [20, 21]  # 20 wide characters; the mark, a space and 19
+    assert "\n".join(wrapped).replace("\n↪ ", "") == chinese
+    assert hard_wrapped("short\n\nlines stay", 40) == "short\n\nlines stay"
 
 
 def test_a_fence_outlasts_the_tildes_inside():
@@ -91,3 +109,10 @@ def test_each_document_stage_has_one_name_for_asset_folder_and_drops(tmp_path):
     with pytest.raises(ValueError, match=r"deduplicated_shard dropped documents under \['dedup'\]"):
         DEDUPLICATED_STAGE.close(store, "s0", 1, StageResult(kept, stray), {})
     assert not list(tmp_path.rglob("*.parquet"))
+
+
+def test_drop_counts_go_by_their_rule_unless_two_rules_share_a_name():
+    names = short_names(["quality:gopher_quality:min_doc_words", "quality:c4:min_sentences", "langid:min_score",
+                         "toxicity:min_score"])
+    assert names == {"quality:gopher_quality:min_doc_words": "min_doc_words", "quality:c4:min_sentences": "min_sentences",
+                     "langid:min_score": "langid:min_score", "toxicity:min_score": "toxicity:min_score"}

@@ -74,7 +74,10 @@ def test_samples_of_a_checkpoint_show_in_its_metadata_and_file(storage_root):
 
     table = meta["samples"].value
     assert table.splitlines()[:2] == ["| prompt | greedy | sampled |", "|---|---|---|"]
-    assert len(table.splitlines()) == 2 + len(SAMPLE_PROMPTS)
+    rows, *note = table.split("\n\n")
+    assert len(rows.splitlines()) == 2 + len(SAMPLE_PROMPTS)
+    # An untrained model writes stray bytes, and the page says what they are.
+    assert note == (["_⟨0x91⟩ and the like: a byte the model wrote that forms no UTF-8 character_"] if "⟨0x" in rows else [])
     assert all(prompt in table for prompt in SAMPLE_PROMPTS)
     expected = {"max_new_tokens": 12, "temperature": 0.8, "top_p": 0.95, "seed": 5, "device": "cpu",
                 "dtype": "float32", "prompts": 6, "max_seq_len": 64, "truncated_prompts": 0}  # fmt: skip
@@ -95,6 +98,11 @@ def test_the_table_marks_cut_prompts_and_continuations_that_ended_at_eos():
         "| …a long prompt |  [EOS] | x |",
         "| 中国的首都是 | 北京\\|上海 ↵  | y [EOS] |",
     ]
+    odd = samples.with_columns(pl.Series("sampled", ["x", "buffer.⟨0x91⟩会"])).head(2)
+    lines = samples_table(odd).value.splitlines()
+    assert lines[3] == "| 中国的首都是 | 北京\\|上海 ↵  | buffer.⟨0x91⟩会 [EOS] |"
+    assert lines[-1] == "_⟨0x91⟩ and the like: a byte the model wrote that forms no UTF-8 character_"
+    assert "UTF-8" not in samples_table(samples).value
 
 
 def test_settings_the_model_cannot_run_fail_with_the_reason(storage_root):

@@ -14,6 +14,7 @@ import polars as pl
 
 from lm_assets.defs.common.partitions import checkpoint_partitions, shard_partitions
 from lm_assets.storage.accounting import drop_examples, reason_counts, reason_totals
+from lm_assets.text import hard_wrapped
 
 HISTOGRAM_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
 # Previews: this many documents by their opening characters, and the first few in full.
@@ -98,11 +99,16 @@ def full_text(docs: pl.DataFrame, columns: list[str]) -> dg.MetadataValue:
     return dg.MetadataValue.md("\n\n".join(blocks))
 
 
-def fenced(text: str) -> str:
-    """`text` as a fenced block, its fence longer than any run of tildes inside it."""
+WRAP_COLUMNS = 96  # what the UI's markdown dialog shows of a monospace line without scrolling
+
+
+def fenced(text: str, wrap: bool = True) -> str:
+    """`text` as a fenced block, its fence longer than any run of tildes inside it; with `wrap`, lines
+    wider than the dialog are hard-wrapped, each continuation marked `↪` (`text.hard_wrapped`)."""
     longest = max((len(run) for run in re.findall("~+", text)), default=0)
     fence = "~" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
+    body = hard_wrapped(text, WRAP_COLUMNS) if wrap else text
+    return f"{fence}text\n{body}\n{fence}"
 
 
 def drop_metadata(*tables: pl.DataFrame) -> dict:
@@ -111,16 +117,24 @@ def drop_metadata(*tables: pl.DataFrame) -> dict:
 
 def drop_audit_metadata(dropped: pl.DataFrame, docs: pl.DataFrame, known_reasons: list[str] = ()) -> dict:
     """A few dropped documents per reason (the score that dropped them, URL, opening text), and per reason
-    that dropped something a numeric count under `dropped/<stage:reason>`, so each rule's cost plots
+    that dropped something a numeric count under `dropped/<rule>` (`short_names`), so each rule's cost plots
     across runs; the rules that dropped nothing are named in one line, not listed as zeros."""
     examples = drop_examples(dropped, docs)
     totals = reason_totals(dropped, known_reasons)
     idle = sorted(key for key, n in totals.items() if n == 0)
+    names = short_names(list(totals))
     return {
         "drop_examples": markdown_table(examples, max_rows=max(examples.height, 1)),
-        **{f"dropped/{key}": n for key, n in totals.items() if n},
+        **{f"dropped/{names[key]}": n for key, n in totals.items() if n},
         **({"rules_that_dropped_nothing": dg.MetadataValue.text(", ".join(idle))} if idle else {}),
     }
+
+
+def short_names(reasons: list[str]) -> dict[str, str]:
+    """Each `stage:family:rule` reason by its last part where no other reason ends the same way, else
+    whole: metadata keys that fit the UI's key column."""
+    last = [reason.rsplit(":", 1)[-1] for reason in reasons]
+    return {reason: tail if last.count(tail) == 1 else reason for reason, tail in zip(reasons, last)}
 
 
 def schema_result(name: str, df: pl.DataFrame, expected: dict) -> dg.AssetCheckResult:

@@ -17,8 +17,8 @@ from pydantic import Field, model_validator
 
 from lm_assets.corpus.decontam.contamination import SPLITS as BENCHMARK_SPLITS
 from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
-from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
-from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment
+from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
+from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment, project_path, unset_means
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import checkpoint_check_spec, latest_metadata, markdown_table
 from lm_assets.defs.common.resources import StorageResource
@@ -205,9 +205,17 @@ def benchmark_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
     ]
 
 
+EvaluationDtype = choices("EvaluationDtype", ("auto", "float32", "bfloat16", "float16"))
+
+
 class EvaluationDeviceConfig(dg.Config):
-    device: str = Field(default="auto", description="auto (CUDA when available, else CPU), cpu, cuda, cuda:1, ...")
-    dtype: str = Field(default="auto", description="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
+    model_config = ENUM_FIELDS_AS_VALUES
+
+    device: Device = Field(
+        default="auto",
+        description="auto (CUDA when available, else CPU), cpu or cuda (the first GPU CUDA_VISIBLE_DEVICES leaves)",
+    )
+    dtype: EvaluationDtype = Field(default="auto", description="auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16, float16")
 
 
 def resolve_device(device: str, dtype: str) -> tuple[str, str]:
@@ -242,7 +250,7 @@ class MmluScoreConfig(EvaluationDeviceConfig):
     model_config = ENUM_FIELDS_AS_VALUES
 
     mmlu_path: str | None = Field(
-        default=None, description="MMLU's zip or extracted folder; unset: $LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip"
+        default=None, description="MMLU's zip or extracted folder; " + unset_means("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)
     )
     split: BenchmarkSplit = Field(default="test", description="the split scored: dev, val or test")
     num_fewshot: int = Field(
@@ -264,7 +272,7 @@ class CevalScoreConfig(EvaluationDeviceConfig):
 
     ceval_path: str | None = Field(
         default=None,
-        description="C-Eval's zip or folder; unset: $LM_ASSETS_CEVAL_PATH, else data/eval/ceval-sample",
+        description="C-Eval's zip or folder; " + unset_means("LM_ASSETS_CEVAL_PATH", "data/eval/ceval-sample"),
     )
     subject_names: str | None = Field(
         default=None,
@@ -416,8 +424,8 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
     result = with_blind_chance(evaluate_mmlu(
         em, config.mmlu_path, config.split, config.num_fewshot, config.subjects or None, limit=config.limit, details=True
     ))
-    expected = expected_questions(config.mmlu_path, "mmlu", config.split, config.subjects, config.limit)
-    return benchmark_result(context, store, em, ran_on, result, expected)
+    expected, subset = benchmark_selection(config.mmlu_path, "mmlu", config.split, config.subjects, config.limit)
+    return benchmark_result(context, store, em, ran_on | {"subset": subset}, result, expected)
 
 
 @evaluation_asset(
@@ -434,20 +442,24 @@ def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, sto
     result = with_blind_chance(evaluate_ceval(
         em, config.ceval_path, config.split, config.num_fewshot, config.subjects or None, config.subject_names, details=True
     ))
-    expected = expected_questions(config.ceval_path, "ceval", config.split, config.subjects, None)
-    return benchmark_result(context, store, em, ran_on, result, expected)
+    expected, subset = benchmark_selection(config.ceval_path, "ceval", config.split, config.subjects, None)
+    return benchmark_result(context, store, em, ran_on | {"subset": subset}, result, expected)
 
 
 def samples_table(samples: pl.DataFrame) -> dg.MetadataValue:
     """prompt | greedy | sampled, a prompt cut to fit the context marked "…", a continuation that
-    ended at EOS marked "[EOS]" (else an empty one would read as a missing one)."""
+    ended at EOS marked "[EOS]" (else an empty one would read as a missing one); under the table, what
+    `⟨0x91⟩` means when a sample has one."""
     def ended(column: str) -> pl.Expr:
         return pl.col(column) + pl.when(pl.col(f"{column}_stop") == "eos").then(pl.lit(" [EOS]")).otherwise(pl.lit(""))
 
-    return markdown_table(samples.select(
+    table = markdown_table(samples.select(
         pl.when(pl.col("prompt_truncated")).then("…" + pl.col("prompt")).otherwise(pl.col("prompt")).alias("prompt"),
         ended("greedy"), ended("sampled"),
-    ), max_rows=100)
+    ), max_rows=100).value
+    if re.search("⟨0x[0-9A-F]{2}⟩", table):
+        table += "\n\n_⟨0x91⟩ and the like: a byte the model wrote that forms no UTF-8 character_"
+    return dg.MetadataValue.md(table)
 
 
 @evaluation_asset(
@@ -676,15 +688,24 @@ def benchmark_result(
     )
 
 
-def expected_questions(path: str, benchmark: str, split: str, subjects: list[str], limit: int | None) -> int:
-    """How many questions the data holds for this selection, counted from the files themselves."""
+def benchmark_selection(path: str, benchmark: str, split: str, subjects: list[str], limit: int | None) -> tuple[int, str]:
+    """How many questions the data holds for this selection, counted from the files themselves, and the
+    selection in words (which subjects of how many, and of which data), for the score's page."""
     from lm_assets.corpus.decontam.contamination import load_ceval, load_mmlu
 
     frame = (load_mmlu if benchmark == "mmlu" else load_ceval)(path).filter(pl.col("split") == split)
+    every = frame["subject"].n_unique()
     if subjects:
         frame = frame.filter(pl.col("subject").is_in(subjects))
-    counts = frame.group_by("subject").len()["len"]
-    return int(counts.clip(upper_bound=limit).sum() if limit is not None else counts.sum())
+    counts = frame.group_by("subject").len().sort("subject")
+    n = counts.height
+    chosen = f"{n} of {every} subjects ({', '.join(counts['subject'])})" if n < every else f"all {every} subjects"
+    per_subject = f", at most {limit} questions each" if limit is not None else ""
+    data = (" of the shipped C-Eval-format sample (original questions, not C-Eval)"
+            if Path(path).resolve() == Path(project_path(DEFAULT_CEVAL_PATH)).resolve() else "")  # fmt: skip
+    lengths = counts["len"]
+    expected = int(lengths.clip(upper_bound=limit).sum() if limit is not None else lengths.sum())
+    return expected, f"{chosen}{per_subject}{data}, {split} split"
 
 
 EVALUATION_ASSETS = (perplexity, position_perplexity, mmlu_score, ceval_score, humaneval_score, continuation_scores,

@@ -36,7 +36,7 @@ from lm_assets.corpus.tokens.tokenizer import (
     train_tokenizer,
 )
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
-from lm_assets.defs.common.environment import fill_from_environment
+from lm_assets.defs.common.environment import fill_from_environment, unset_means
 from lm_assets.defs.common.partitions import shard_asset, shards_with
 from lm_assets.defs.common.reporting import (
     fenced,
@@ -64,7 +64,7 @@ TOKENIZER_DEFAULTS = TokenizerConfig()
 class TokenizerTrainingConfig(dg.Config):
     vocab_size: int | None = Field(
         default=None,
-        description=f"pieces in the vocabulary; unset: $LM_ASSETS_VOCAB_SIZE, else {TOKENIZER_DEFAULTS.vocab_size}",
+        description="pieces in the vocabulary; " + unset_means("LM_ASSETS_VOCAB_SIZE", TOKENIZER_DEFAULTS.vocab_size),
     )
     sample_docs: int = Field(
         default=TOKENIZER_DEFAULTS.sample_docs,
@@ -260,7 +260,7 @@ class PackedDatasetConfig(dg.Config):
     model_config = ENUM_FIELDS_AS_VALUES
 
     seq_len: int | None = Field(
-        default=None, description=f"tokens per sequence; unset: $LM_ASSETS_SEQ_LEN, else {PACKING_DEFAULTS.seq_len}"
+        default=None, description="tokens per sequence; " + unset_means("LM_ASSETS_SEQ_LEN", PACKING_DEFAULTS.seq_len)
     )
     strategy: PackingStrategy = Field(
         default=PACKING_DEFAULTS.strategy,

@@ -1,0 +1,53 @@
+"""The Dagster UI draws the inline pictures: scripts/ui_screenshots.py against `make ui`, in headless
+Chromium. Skipped where Chromium or Playwright is not installed."""
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from lm_assets.defs.training.assets import curves_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or importlib.util.find_spec("playwright") is None, reason="needs Chromium and playwright"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_training_page_draws_its_curves_in_place(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(ROOT / "deploy/dagster.yaml", home / "dagster.yaml")
+    history = [{"step": s, "loss": 8 - math.log(s), "lr": 1e-3 * min(1, s / 4)} for s in range(1, 41)]
+    history[19]["val_loss"], history[39]["val_loss"] = 5.4, 4.6
+    curves = curves_markdown(history)
+    instance = dg.DagsterInstance.from_config(str(home))
+    instance.report_runless_asset_event(dg.AssetMaterialization(
+        "training_run", metadata={"curves": dg.MetadataValue.md(curves), "final_loss": 4.3}))
+    instance.dispose()
+    out = tmp_path / "shots"
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts/ui_screenshots.py"), str(out), "--only", "training_run",
+         "--port", str(free_port()), "--chromium", CHROMIUM],
+        env={**os.environ, "DAGSTER_HOME": str(home)}, check=True, timeout=600,
+    )
+    page = json.loads((out / "report.json").read_text())["training_run"]
+    assert not page["error"]
+    assert "train loss, validation loss and learning rate" in page["alts"]
+    assert page["rendered"] >= 1 and page["rendered"] == page["images"]
+    assert (out / "training_run.png").stat().st_size > 10_000
