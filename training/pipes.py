@@ -26,10 +26,17 @@ class PrintReporter:
         print(json.dumps(metrics), flush=True)
 
     def progress(self, line: str) -> None:
-        print(f"[rank 0] {line}", file=sys.stderr, flush=True)
+        progress_line(line)
 
     def finish(self, summary: dict) -> None:
         print(json.dumps({"summary": summary}), flush=True)
+
+
+def progress_line(line: str) -> None:
+    """`[rank 0] <line>` on stderr in one write, so a JSON line on stdout to the same file cannot land
+    inside it (print writes the text and its newline apart)."""
+    sys.stderr.write(f"[rank 0] {line}\n")
+    sys.stderr.flush()
 
 
 def rounded(value: float | None, decimals: int) -> float | None:
@@ -47,7 +54,7 @@ class PipesReporter:
 
     def progress(self, line: str) -> None:
         self.pipes.log.info(line)
-        print(f"[rank 0] {line}", file=sys.stderr, flush=True)
+        progress_line(line)
 
     def finish(self, summary: dict) -> None:
         curve = loss_curve(self.losses)

@@ -62,6 +62,16 @@ def shard_summary(store, shard: str) -> dict:
     }
 
 
+def reasons_by_stage(counts: pl.DataFrame) -> pl.DataFrame:
+    """One row per stage: its documents, and its reasons by count, most first."""
+    return (
+        counts.sort("docs", descending=True)
+        .group_by("stage", maintain_order=True)
+        .agg(pl.col("docs").sum(), pl.format("{} {}", "reason", "docs").str.join(", ").alias("reasons"))
+        .sort("docs", descending=True)
+    )
+
+
 @contextmanager
 def output_to(log: Path):
     """Everything written to stdout and stderr, by this process and the training processes it starts,
@@ -167,11 +177,11 @@ def main() -> int:
                     *(stage_keys(stage, shard)["dropped"] for stage in DOCUMENT_STAGES[1:])):
             tables.append(store.read_parquet(key))
     with pl.Config(tbl_rows=60, tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True, tbl_width_chars=120,
-                   fmt_str_lengths=60):
+                   fmt_str_lengths=90):
         print("\nDocuments per shard and stage:")
         print(summary)
-        print("\nWhy documents were dropped or quarantined (all shards):")
-        print(reason_counts(*tables))
+        print("\nWhy documents were dropped or quarantined (all shards; curation_summary in the UI shows more):")
+        print(reasons_by_stage(reason_counts(*tables)))
     print(f"\nMaterialized the whole graph for {len(shards)} shard partitions in {elapsed:.0f} s.")
     classifier = instance.get_latest_materialization_event(dg.AssetKey("quality_classifier")).asset_materialization.metadata
     curated = instance.get_latest_materialization_event(dg.AssetKey("curated_shard")).asset_materialization.metadata

@@ -50,3 +50,13 @@ def test_training_progress_lines_reach_the_terminal(tmp_path, capfd):
     assert [line.strip() for line in out.splitlines()] == [
         "training step 10/40  loss 7.5205  tokens/s 9,093  eta 16 s", "training step 40/40  loss 6.1"
     ]
+
+
+def test_the_drop_reasons_print_one_row_per_stage():
+    import polars as pl
+
+    from lm_assets.app.demo import reasons_by_stage
+
+    counts = pl.DataFrame({"stage": ["raw", "langid", "raw", "langid"], "reason": ["a", "lang:ja", "b", "lang:de"],
+                           "docs": [37, 3, 6, 1]})  # fmt: skip
+    assert reasons_by_stage(counts).rows() == [("raw", 43, "a 37, b 6"), ("langid", 4, "lang:ja 3, lang:de 1")]
