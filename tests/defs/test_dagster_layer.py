@@ -110,7 +110,7 @@ def test_materialize_one_shard_locally(tmp_path):
     # Every rule's cost, as numbers that plot across runs, and the pages it dropped, to read.
     assert mat.metadata["dropped/min_doc_words"].value == 1
     assert "dropped/min_prose_share" not in mat.metadata  # a rule that dropped nothing is named, not zero
-    assert "quality:prose:min_prose_share" in mat.metadata["rules_that_dropped_nothing"].value
+    assert "min_prose_share" in mat.metadata["rules_that_dropped_nothing"].value.split(", ")
     assert mat.metadata["quality_preset"].value == "lm_assets"
     examples = mat.metadata["drop_examples"].value
     assert "https://en.example/stub" in examples and "Click here to win a prize today" in examples

@@ -97,6 +97,11 @@ def test_curation_with_the_classifier_accounts_for_every_document(loop):
     assert meta["quality_policy"].value == "classifier"
     assert meta["dropped/below_threshold"].value == classifier_drops.height
     assert "rules_drop_classifier_keeps" in meta and "disagreements" in meta
+    # The disagreements to read, as a list whose quoted openings wrap in the cell.
+    disagreeing = meta["rules_drop_classifier_keeps"].value + meta["classifier_drops_rules_keep"].value
+    items = [line for line in meta["disagreements"].value.splitlines() if line.startswith("- rules **")]
+    assert (0 < len(items) <= disagreeing) if disagreeing else meta["disagreements"].value == "_none_"
+    assert meta["disagreements"].value.count("\n  > ") == len(items)
 
 
 def test_a_shard_scored_by_an_older_classifier_is_stale(loop):

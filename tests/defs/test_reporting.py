@@ -112,7 +112,8 @@ def test_each_document_stage_has_one_name_for_asset_folder_and_drops(tmp_path):
 
 
 def test_drop_counts_go_by_their_rule_unless_two_rules_share_a_name():
-    names = short_names(["quality:gopher_quality:min_doc_words", "quality:c4:min_sentences", "langid:min_score",
-                         "toxicity:min_score"])
+    names = short_names(["quality:gopher_quality:min_doc_words", "quality:c4:min_sentences", "langid:lang:ja",
+                         "classifier:below_threshold", "quality:fineweb:below_threshold"])
     assert names == {"quality:gopher_quality:min_doc_words": "min_doc_words", "quality:c4:min_sentences": "min_sentences",
-                     "langid:min_score": "langid:min_score", "toxicity:min_score": "toxicity:min_score"}
+                     "langid:lang:ja": "lang:ja", "classifier:below_threshold": "classifier:below_threshold",
+                     "quality:fineweb:below_threshold": "quality:fineweb:below_threshold"}

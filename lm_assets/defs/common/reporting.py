@@ -126,15 +126,19 @@ def drop_audit_metadata(dropped: pl.DataFrame, docs: pl.DataFrame, known_reasons
     return {
         "drop_examples": markdown_table(examples, max_rows=max(examples.height, 1)),
         **{f"dropped/{names[key]}": n for key, n in totals.items() if n},
-        **({"rules_that_dropped_nothing": dg.MetadataValue.text(", ".join(idle))} if idle else {}),
+        **({"rules_that_dropped_nothing": dg.MetadataValue.text(", ".join(names[key] for key in idle))} if idle else {}),
     }
 
 
 def short_names(reasons: list[str]) -> dict[str, str]:
-    """Each `stage:family:rule` reason by its last part where no other reason ends the same way, else
-    whole: metadata keys that fit the UI's key column."""
-    last = [reason.rsplit(":", 1)[-1] for reason in reasons]
-    return {reason: tail if last.count(tail) == 1 else reason for reason, tail in zip(reasons, last)}
+    """Each `stage:reason` by its reason, a quality rule (`quality:family:rule`) by its rule alone, where no
+    other reason reads the same, else whole: metadata keys that fit the UI's key column."""
+    def short(reason: str) -> str:
+        stage, _, rest = reason.partition(":")
+        return rest.rsplit(":", 1)[-1] if stage == "quality" else rest or reason
+
+    names = [short(reason) for reason in reasons]
+    return {reason: name if names.count(name) == 1 else reason for reason, name in zip(reasons, names)}
 
 
 def schema_result(name: str, df: pl.DataFrame, expected: dict) -> dg.AssetCheckResult:

@@ -44,6 +44,7 @@ from lm_assets.defs.common.reporting import (
     drop_audit_metadata,
     length_histogram,
     markdown_table,
+    significant,
 )
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, DocumentStage, StageCheck, each_shard
@@ -469,8 +470,21 @@ def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
         "classifier_threshold": round(stats["threshold"], 4),  # the exact value is in the classifier's file
         "rules_drop_classifier_keeps": stats["rules_drop_classifier_keeps"],
         "classifier_drops_rules_keep": stats["classifier_drops_rules_keep"],
-        "disagreements": markdown_table(examples.select("url", "score", "rules", "classifier", "text")),
+        "disagreements": dg.MetadataValue.md(disagreement_list(examples)),
     }
+
+
+def disagreement_list(examples: pl.DataFrame) -> str:
+    """Each disagreement as a list item: the two verdicts and P(KEEP), the URL, then the page's opening
+    quoted under it, so that the text wraps in the cell (a table's text column runs off it)."""
+    if examples.height == 0:
+        return "_none_"
+    items = []
+    for row in examples.iter_rows(named=True):
+        opening = " ".join((row["text"] or "").split())
+        items.append(f"- rules **{row['rules']}**, classifier **{row['classifier']}** (P(KEEP) {significant(row['score'])}): "
+                     f"{row['url']}\n  > {opening}…")  # fmt: skip
+    return "\n".join(items)
 
 
 CURATION_SUMMARY_FOLDER = "curation_summary"

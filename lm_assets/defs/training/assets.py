@@ -288,14 +288,22 @@ def launch_training(
         if isinstance(result, dg.MaterializeResult) and result.asset_key == dg.AssetKey(run_asset):
             measured = result.metadata.get("model_states_measured_mib")
             plan = training_plan(config, train_config, getattr(measured, "value", measured))
-            result = with_metadata(result, {"training_plan": plan})
+            result = with_metadata(result, {"training_plan": plan}, first=RUN_STORY)
         yield result
 
 
-def with_metadata(result: dg.MaterializeResult, extra: dict) -> dg.MaterializeResult:
-    """`result` with `extra` metadata added, everything else as it was."""
+# What training_run's overview shows first: how the loss went, then the rest as the run reported it.
+RUN_STORY = ("curves", "final_loss", "min_loss", "min_loss_step", "loss_rose_at_end", "val_loss", "val_loss_step",
+             "checkpoints", "steps", "tokens", "tokens_per_s", "mfu", "training_plan")
+
+
+def with_metadata(result: dg.MaterializeResult, extra: dict, first: tuple[str, ...] = ()) -> dg.MaterializeResult:
+    """`result` with `extra` metadata added, the keys in `first` moved to the top in that order, everything
+    else as it was."""
+    metadata = {**result.metadata, **extra}
+    metadata = {**{key: metadata[key] for key in first if key in metadata}, **metadata}
     return dg.MaterializeResult(
-        asset_key=result.asset_key, metadata={**result.metadata, **extra},
+        asset_key=result.asset_key, metadata=metadata,
         check_results=result.check_results, data_version=result.data_version, tags=result.tags,
     )
 
