@@ -4,9 +4,9 @@ rule family on top of the preset."""
 
 import dataclasses
 import enum
-import types
 import importlib
 import json
+import types
 import typing
 
 import dagster as dg
@@ -70,8 +70,8 @@ def test_choices_are_dropdowns_of_the_corpus_values():
     from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
     from lm_assets.corpus.tokens.packing import STRATEGIES
     from lm_assets.defs.curation.assets import curated_shard, extracted_shard
-    from lm_assets.defs.quality.assets import quality_classifier
     from lm_assets.defs.evaluation.assets import ceval_score, mmlu_score, perplexity
+    from lm_assets.defs.quality.assets import quality_classifier
     from lm_assets.defs.tokens.assets import packed_dataset
     from lm_assets.defs.training.assets import training_run_and_checkpoint
     from training.config import PRECISIONS

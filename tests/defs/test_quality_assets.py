@@ -13,8 +13,8 @@ from lm_assets.corpus.quality.shipped import shipped_classifier, training_pages
 from lm_assets.defs.automation import stale_shards
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.curation.assets import curated_shard, curated_with_current_classifier, extracted_shard
-from lm_assets.defs.quality.assets import quality_classifier, quality_labels
 from lm_assets.defs.ingest.assets import raw_shard
+from lm_assets.defs.quality.assets import quality_classifier, quality_labels
 from lm_assets.storage.layout import CURRENT_CLASSIFIER, curation_record_key, stage_keys
 from lm_assets.storage.store import Storage
 

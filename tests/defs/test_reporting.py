@@ -1,8 +1,8 @@
 """Metadata that people read: numbers at three significant digits, documents in full and in part."""
 
 import dagster as dg
-import pytest
 import polars as pl
+import pytest
 
 from lm_assets.defs.common.reporting import (
     FULL_TEXT_DOCS,
@@ -63,9 +63,9 @@ def test_a_fence_outlasts_the_tildes_inside():
 def test_each_document_stage_declares_exactly_the_checks_it_reports():
     from lm_assets.defs.common.stages import CURATED_SCHEMA
     from lm_assets.defs.curation.assets import CURATED_STAGE, EXTRACTED_STAGE
+    from lm_assets.defs.decontam.assets import DECONTAMINATED_STAGE
     from lm_assets.defs.dedup.assets import DEDUPLICATED_STAGE
     from lm_assets.defs.ingest.assets import RAW_STAGE
-    from lm_assets.defs.decontam.assets import DECONTAMINATED_STAGE
     from lm_assets.storage.accounting import conservation
 
     kept = pl.DataFrame({name: pl.Series([], dtype=dtype) for name, dtype in CURATED_SCHEMA.items()})
