@@ -1,5 +1,6 @@
 """Defaults that come from the environment, and relative paths, settled when a run or a resource
-needs them, never when a module is imported.
+needs them, never when a module is imported. Only a field's description (`unset_means`) reads the
+environment as the definitions load, to show in the Launchpad what a run started then would use.
 
 A relative path (the storage root, the landing location, MMLU, C-Eval) resolves against the project
 folder: $LM_ASSETS_PROJECT_DIR, else the checkout this package sits in. So a run started from any
