@@ -170,9 +170,13 @@ def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int =
     from PIL import Image
 
     rows = max(1, math.ceil(len(histograms) / columns))
-    figure = Figure(figsize=(3.4 * columns, 2.5 * rows), dpi=dpi, layout="constrained")
+    height = 2.5 * rows + 0.9
+    figure = Figure(figsize=(3.4 * columns, height), dpi=dpi)
     FigureCanvasAgg(figure)
-    axes = figure.subplots(rows, columns, squeeze=False).ravel()
+    # A fixed layout: matplotlib's constrained one measures every tick label and takes half the time.
+    axes = figure.subplots(rows, columns, squeeze=False, gridspec_kw={
+        "left": 0.03, "right": 0.99, "bottom": 0.3 / height, "top": 1 - 1.3 / height, "wspace": 0.25, "hspace": 0.75,
+    }).ravel()
     for ax, histogram in zip(axes, histograms.values()):
         edges = np.array(histogram.edges)
         for group, color in ((KEPT, "#1e8e3e"), (DROPPED, "#d93025")):
