@@ -187,20 +187,27 @@ def display_width(char: str) -> int:
 
 def hard_wrapped(text: str, width: int = 100) -> str:
     """`text` with every line wider than `width` columns broken, at the last space that fits when there is
-    one (CJK text breaks between characters); each continuation starts with `↪ `, so the line breaks of
-    the text itself stay told apart from the wrapping."""
+    one in its second half (CJK text breaks between characters); each continuation starts with `↪ `, so the
+    line breaks of the text itself stay told apart from the wrapping. One pass over the characters."""
     out = []
     for line in text.split("\n"):
-        while sum(display_width(c) for c in line) > width:
-            used, cut = 0, len(line)
-            for i, char in enumerate(line):
-                used += display_width(char)
-                if used > width:
-                    cut = i
-                    break
-            space = line.rfind(" ", 0, cut + 1)
-            cut = space + 1 if space > width // 2 else max(cut, 1)
-            out.append(line[:cut].rstrip(" ") if space > width // 2 else line[:cut])
-            line = WRAP_MARK + line[cut:]
-        out.append(line)
+        start, used, space = 0, 0, -1  # where the current piece starts, its columns, its last space
+        i = 0
+        while i < len(line):
+            char = line[i]
+            if used + display_width(char) > width and i > start:
+                if space > start + width // 2:
+                    out.append(line[start:space])
+                    start = space + 1
+                else:
+                    out.append(line[start:i])
+                    start = i
+                line = line[:start] + WRAP_MARK + line[start:]
+                i, used, space = start, 0, -1
+                continue
+            if char == " ":
+                space = i
+            used += display_width(char)
+            i += 1
+        out.append(line[start:])
     return "\n".join(out)

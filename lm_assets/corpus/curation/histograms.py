@@ -167,6 +167,7 @@ def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int =
     lines, each titled with its signal and its rule; count signals on a logarithmic x axis."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
     from PIL import Image
 
     rows = max(1, math.ceil(len(histograms) / columns))
@@ -180,16 +181,20 @@ def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int =
     for ax, histogram in zip(axes, histograms.values()):
         edges = np.array(histogram.edges)
         for group, color in ((KEPT, "#1e8e3e"), (DROPPED, "#d93025")):
-            counts = getattr(histogram, group)
-            ax.stairs(counts, edges, fill=True, alpha=0.35, color=color, label=f"{group} {sum(counts):,}")
+            ax.stairs(getattr(histogram, group), edges, fill=True, alpha=0.35, color=color)
         for mark in histogram.marks:
             ax.axvline(mark, color="black", linestyle="--", linewidth=1)
         if histogram.signal in COUNT_SIGNALS:
             ax.set_xscale("symlog", linthresh=1)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(5))
+        # Heights read against each other, the totals in the title: a y axis would double the time a figure of
+        # 26 panels takes to draw, which every shard pays.
+        ax.yaxis.set_visible(False)
         ax.set_xlim(edges[0], edges[-1])
-        ax.set_title(f"{histogram.signal}\n{textwrap.fill(histogram.rule, 48)}", fontsize=7)
+        counts = f"kept {sum(histogram.kept):,} · dropped {sum(histogram.dropped):,}"
+        ax.set_title(f"{histogram.signal}: {counts}\n{textwrap.fill(histogram.rule, 48)}", fontsize=7)
         ax.tick_params(labelsize=6)
-        ax.legend(fontsize=6, frameon=False)
     for ax in axes[len(histograms):]:
         ax.set_axis_off()
     figure.suptitle(f"{title}\n(values beyond an axis count in its end bin)".strip(), fontsize=9)
