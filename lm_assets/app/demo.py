@@ -227,8 +227,11 @@ def main() -> int:
         perplexity = latest_metadata(instance, dg.AssetKey("perplexity"), key)
         if perplexity is not None:
             trend.append(f"{key.rsplit('_', 1)[-1].lstrip('0')} {perplexity['perplexity'].value:,.0f}")
-    if ckpt_meta.get("checkpoints") is not None:
-        vals = [line.split("|")[4].strip() for line in ckpt_meta["checkpoints"].value.splitlines()[2:]]
+    from training.checkpoint import describe_checkpoints  # torch: imported once the graph has run
+
+    checkpoints = describe_checkpoints(ckpt_meta["checkpoint_dir"].value, ckpt_meta["tags"].value)
+    vals = [f"{c['val_loss']:.4f}" for c in checkpoints if c["val_loss"] is not None]
+    if vals:
         print(f"By checkpoint:    validation loss {' → '.join(vals)}; perplexity at step {', '.join(trend)}")
     scores = {k: latest_metadata(instance, dg.AssetKey(k), pretrained)
               for k in ("perplexity", "mmlu_score", "ceval_score", "humaneval_score")}
