@@ -590,6 +590,20 @@ class Trainer:
             return False
         return saving or self.step == self.cfg.steps or bool(v.every and self.step % v.every == 0)
 
+    def validation_status(self) -> str | None:
+        """Why no validation loss is measured, for the run's metadata; None when one is."""
+        v = self.cfg.validation
+        if v.batches <= 0:
+            return "off: validation.batches=0"
+        if v.split == self.cfg.split:
+            return f"off: validation.split is the training split ({v.split!r})"
+        if self.val_dataset is None:
+            return f"none: the packed data has no {v.split!r} split with sequences"
+        if self.validation_batches() == 0:
+            return (f"none: the {v.split!r} split holds fewer than one micro-batch ({self.cfg.micro_batch_size}) per "
+                    f"data-parallel rank ({self.dims.dp})")
+        return None
+
     def validation_batches(self) -> int:
         per_batch = self.dims.dp * self.cfg.micro_batch_size
         return min(self.cfg.validation.batches, len(self.val_dataset) // per_batch)
@@ -599,11 +613,11 @@ class Trainer:
         """Mean loss over the first micro-batches of the validation split (the same ones every time), on
         every rank; the engine is back in training mode after."""
         n = self.validation_batches()
+        device = self.engine.device
         batches = []
         for i in range(n):
             x, y = self.val_dataset.get_batch(i, self.state.dp_rank, self.dims.dp, self.cfg.micro_batch_size)
             doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id)
-            device = self.engine.device
             batches.append((x.to(device), None if doc is None else doc.to(device), y.to(device)))
         scaled_step, self.loss_fn.step = self.loss_fn.step, None  # injected loss spikes are for training steps
         try:

@@ -79,6 +79,8 @@ class PipesReporter:
             "loss_curve": {"raw_value": curve, "type": "md"},
         }
         metadata |= loss_story(self.losses)
+        if summary.get("validation"):
+            metadata["validation"] = summary["validation"]
         if summary.get("val_losses"):
             step, loss = summary["val_losses"][-1]
             metadata["val_loss"] = rounded(loss, 4)

@@ -129,6 +129,7 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
             summary["curves_png"] = str(png) if png else None
             summary["steps_jsonl"] = str(monitor.write_steps(monitor.folder.parent / "steps.jsonl"))
     summary["val_losses"] = [[step, loss] for step, loss in trainer.val_losses]
+    summary["validation"] = trainer.validation_status()
     ckpt_dir = trainer.cfg.checkpoint.dir
     if not ckpt_dir:
         return summary

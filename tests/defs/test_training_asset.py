@@ -93,7 +93,7 @@ def test_training_through_pipes_then_resume(packed_storage):
     # A validation loss at each checkpoint (steps 3 and 6), on the packed val split, in the curves too.
     vals = tensorboard_scalars(run["tensorboard_logdir"].value, "val/loss")
     assert [step for step, _ in vals] == [3, 6] and all(np.isfinite([v for _, v in vals]))
-    assert abs(run["val_loss"].value - vals[-1][1]) <= 5e-5 and run["val_loss_step"].value == 6
+    assert abs(run["val_loss"].value - vals[-1][1]) <= 5e-5 and run["val_loss_step"].value == 6 and "validation" not in run
     assert f"val loss {vals[-1][1]:.3f} at step 6" in curves
     steps = [json.loads(line) for line in Path(run["steps_jsonl"].value).read_text().splitlines()]
     assert [m["step"] for m in steps] == [1, 2, 3, 4, 5, 6] and "val_loss" in steps[2] and "val_loss" not in steps[3]

@@ -416,6 +416,8 @@ def test_batches_made_ahead_by_the_loader_train_exactly_as_batches_made_on_deman
     assert losses(ahead) == losses(inline)
     assert all(m["data_wait_s"] >= 0 for m in ahead + inline)
     assert summaries[-1]["data_wait_s_mean"] is not None
+    # Data packed without a val split: no validation loss, and the summary says why.
+    assert summaries[-1]["val_losses"] == [] and summaries[-1]["validation"] == "none: the packed data has no 'val' split with sequences"
 
 
 def test_compile_mode_reaches_torch_compile_and_cuda_graphs_are_refused_without_cuda(data, monkeypatch):
