@@ -249,9 +249,12 @@ def main() -> int:
     sft_checkpoint = instance.get_latest_materialization_event(dg.AssetKey("sft_checkpoint")).asset_materialization.metadata
     tuned = next(k for k in reversed(instance.get_dynamic_partitions("checkpoints")) if k.startswith("sft-"))
     sample = store.read_parquet(samples_key(tuned))["greedy"][0]
+    sft_loss, sft_resumed = sft["final_loss"].value, sft["resumed_from_step"].value
+    answer_loss = (f"loss on the answers {sft_loss:.3f}" if sft_loss is not None
+                   else f"no step left to run: resumed from the checkpoint of step {sft_resumed}")  # fmt: skip
     print(
         f"Fine-tuning:      {instructions['examples'].value} instruction examples (shipped, English and Chinese), "
-        f"{sft['steps'].value} steps from {pretrained}, loss on the answers {sft['final_loss'].value:.3f}; {tuned} exported "
+        f"{sft['steps'].value} steps from {pretrained}, {answer_loss}; {tuned} exported "
         f"with its chat template: {sft_checkpoint['hf_export'].value}; asked \"{SAMPLE_PROMPTS[0]}\" it answers "
         f"{sample.strip()[:60]!r}"
     )
