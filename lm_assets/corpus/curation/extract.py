@@ -83,13 +83,68 @@ class ExtractConfig:
     keep_alt_texts: bool = False
     min_chars: int = 1
     # Seconds one page may take; a page over it is quarantined (`timeout`) and the shard goes on. The
-    # budget is checked when the page is done: lexbor's parse cannot be interrupted, and its time grows
-    # with the square of the nesting depth (a 20,000-deep page takes 2,000 times an average one).
+    # budget is checked when the page is done: lexbor's parse cannot be interrupted. Its time grows with
+    # the square of the nesting depth (a list 40,000 deep takes 2 s, 100,000 deep about 12 s), so a page
+    # nested deeper than `max_depth` is quarantined before it is parsed. Browsers nest 512 levels at most.
     time_budget_s: float | None = 2.0
+    max_depth: int | None = 10_000
 
     def __post_init__(self):
+        if self.max_depth is not None and self.max_depth < 1:
+            raise ValueError(f"max_depth must be at least 1 or unset, not {self.max_depth}")
         if self.extractor not in EXTRACTORS:
             raise ValueError(f"unknown extractor {self.extractor!r}; choose from {EXTRACTORS}")
+
+
+_TAG = re.compile(r"<(?:!--.*?(?:-->|\Z)|(/?)([A-Za-z][^\s/>]*)[^>]*?(/?)>)", re.S)
+_VOID = frozenset(
+    "area base basefont bgsound br col embed frame hr img input keygen link meta param source track wbr".split()
+)
+_RAW_TEXT = frozenset("script style textarea title xmp noembed noframes iframe plaintext".split())
+# A start tag of one of these closes an open element of the same name on top of the stack (`<p>a<p>b`).
+_IMPLIED_END = frozenset("p li dt dd option optgroup tr td th tbody thead tfoot rb rt rp".split())
+
+
+def nesting_depth(html: str, limit: int) -> int:
+    """How deep the page's elements nest, as a tag scan sees it (void elements, raw text, comments and
+    implied ends of paragraphs, list items and cells understood), counted up to `limit + 1` at most.
+
+    It costs a regex scan only on a page with more than `limit` tags; any other cannot nest deeper.
+    """
+    if html.count("<") <= limit:
+        return 0
+    stack: list[str] = []
+    open_names: dict[str, int] = {}
+    deepest = 0
+    lowered = None
+    pos = 0
+    while match := _TAG.search(html, pos):
+        pos = match.end()
+        closing, name, self_closing = match.groups()
+        if name is None:
+            continue
+        name = name.lower()
+        if closing:
+            if open_names.get(name):
+                while (top := stack.pop()) != name:
+                    open_names[top] -= 1
+                open_names[name] -= 1
+            continue
+        if name in _RAW_TEXT:
+            lowered = lowered if lowered is not None else html.lower()
+            end = lowered.find("</" + name, pos)
+            pos = len(html) if end < 0 else end
+            continue
+        if name in _VOID or self_closing:
+            continue
+        if name in _IMPLIED_END and stack and stack[-1] == name:
+            continue
+        stack.append(name)
+        open_names[name] = open_names.get(name, 0) + 1
+        deepest = max(deepest, len(stack))
+        if deepest > limit:
+            break
+    return deepest
 
 
 def clean_text(text: str, form: str = "NFC") -> tuple[str, int]:
@@ -160,7 +215,7 @@ def lang_hint(html: str) -> str | None:
 def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -> StageResult:
     """HTML rows get their main text extracted; text rows pass through. Both are cleaned."""
     config = config or ExtractConfig()
-    texts, titles, hints, stripped_counts, signals, overran = [], [], [], [], [], []
+    texts, titles, hints, stripped_counts, signals, over_budget = [], [], [], [], [], []
     urls = docs["url"].to_list() if "url" in docs.columns else [None] * docs.height
     sizes = docs["html"].str.len_bytes().fill_null(0).to_list()
     budget = config.time_budget_s if config.time_budget_s is not None else float("inf")
@@ -168,17 +223,22 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
         title = hint = None
         page = dict.fromkeys(PAGE_SIGNALS)
         if html is not None:
-            started = time.perf_counter()
-            text, page = extract_page(html, config, size)
-            seconds = time.perf_counter() - started
-            if seconds > budget:
-                overran.append(seconds)
-                text, page = "", dict.fromkeys(PAGE_SIGNALS)
+            if config.max_depth is not None and nesting_depth(html, config.max_depth) > config.max_depth:
+                over_budget.append(f"nested over {config.max_depth:,} elements deep: refused before its parse, "
+                                   "whose time grows with the square of the depth")
+                text = ""
             else:
-                overran.append(None)
+                started = time.perf_counter()
+                text, page = extract_page(html, config, size)
+                seconds = time.perf_counter() - started
+                if seconds > budget:
+                    over_budget.append(f"extraction took {seconds:.2f} s, over the {budget:g} s budget")
+                    text, page = "", dict.fromkeys(PAGE_SIGNALS)
+                else:
+                    over_budget.append(None)
             title, hint = page_title(html), lang_hint(html)
         else:
-            overran.append(None)
+            over_budget.append(None)
         text, stripped = clean_text(text or "", config.unicode_form)
         texts.append(text)
         titles.append(title)
@@ -193,8 +253,8 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
         pl.Series("html_bytes", sizes, dtype=pl.Int64),
         *signal_columns(signals),
     )
-    timed_out = pl.Series(overran, dtype=pl.Float64).is_not_null()
-    quarantine = timeout_quarantine(docs.filter(timed_out), [s for s in overran if s is not None], budget)
+    timed_out = pl.Series(over_budget, dtype=pl.String).is_not_null()
+    quarantine = timeout_quarantine(docs.filter(timed_out), [s for s in over_budget if s is not None])
     result = split_by_reason(
         out.filter(~timed_out),
         pl.when(pl.col("text").str.len_chars() < config.min_chars).then(pl.lit("empty_after_extraction")),
@@ -213,8 +273,8 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
     return result
 
 
-def timeout_quarantine(docs: pl.DataFrame, seconds: list[float], budget: float) -> pl.DataFrame:
-    """Quarantine rows for the pages that ran over the time budget."""
+def timeout_quarantine(docs: pl.DataFrame, details: list[str]) -> pl.DataFrame:
+    """Quarantine rows for the pages that ran over the time budget, or would have."""
     return pl.DataFrame(
         {
             "doc_id": docs["doc_id"],
@@ -223,7 +283,7 @@ def timeout_quarantine(docs: pl.DataFrame, seconds: list[float], budget: float) 
             "byte_offset": None,
             "url": docs["url"] if "url" in docs.columns else None,
             "reason": "timeout",
-            "detail": [f"extraction took {s:.2f} s, over the {budget:g} s budget" for s in seconds],
+            "detail": details,
         },
         schema=QUARANTINE_SCHEMA,
     )

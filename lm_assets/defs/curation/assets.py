@@ -82,6 +82,11 @@ class ExtractedShardConfig(dg.Config):
         default=EXTRACT_DEFAULTS.time_budget_s,
         description="seconds one page may take to extract; a page over it is quarantined as timeout; unset: no budget",
     )
+    max_depth: int | None = Field(
+        default=EXTRACT_DEFAULTS.max_depth,
+        description="a page whose elements nest deeper is quarantined as timeout before it is parsed (the parse, "
+        "which cannot be interrupted, grows with the square of the depth); unset: no limit",
+    )
 
 
 def no_control_chars(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:

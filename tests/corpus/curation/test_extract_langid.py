@@ -90,14 +90,40 @@ def test_a_page_over_the_time_budget_is_quarantined_and_the_rest_kept():
             "text": [None, None, None],
         }
     )
-    result = extract_documents(docs, ExtractConfig(time_budget_s=0.05))
+    result = extract_documents(docs, ExtractConfig(time_budget_s=0.05, max_depth=None))
     assert result.kept["doc_id"].to_list() == ["a", "b"] and result.dropped.height == 0
     held = result.quarantine.to_dicts()
     assert [(row["doc_id"], row["reason"], row["record_index"], row["url"]) for row in held] == [
         ("deep", "timeout", 1, "https://x.example/deep")
     ]
     assert held[0]["detail"].startswith("extraction took ") and result.stats["timeouts"] == 1
-    unbounded = extract_documents(docs, ExtractConfig(time_budget_s=None))
+    unbounded = extract_documents(docs, ExtractConfig(time_budget_s=None, max_depth=None))
     assert unbounded.kept.height == 3 and unbounded.quarantine.height == 0
-    streamed, _ = extract_batches(iter([docs.head(2), docs.tail(1)]), ExtractConfig(time_budget_s=0.05))
+    streamed, _ = extract_batches(iter([docs.head(2), docs.tail(1)]), ExtractConfig(time_budget_s=0.05, max_depth=None))
     assert streamed.quarantine["doc_id"].to_list() == ["deep"] and streamed.stats["timeouts"] == 1
+
+
+def test_a_page_nested_past_max_depth_is_quarantined_before_its_parse():
+    from lm_assets.corpus.curation.extract import nesting_depth
+
+    # 50,000 levels of nested lists: lexbor's parse alone takes seconds, and cannot be interrupted.
+    deep = "<html><body>" + "<ul><li>" * 25_000 + "Deep text." + "</body></html>"
+    shallow = page("A", "<ul>" + "<li>An item</li>" * 12_000 + "</ul>" + "<p>" * 12_000)
+    docs = pl.DataFrame(
+        {
+            "doc_id": ["a", "deep"], "url": ["https://x.example/a", "https://x.example/deep"],
+            "source": ["s.warc.gz"] * 2, "record_index": [0, 1], "html": [shallow, deep], "text": [None, None],
+        }
+    )
+    result = extract_documents(docs, ExtractConfig())
+    assert result.kept["doc_id"].to_list() == ["a"] and "An item" in result.kept["text"][0]
+    held = result.quarantine.to_dicts()
+    assert [(row["doc_id"], row["reason"]) for row in held] == [("deep", "timeout")]
+    assert held[0]["detail"].startswith("nested over 10,000 elements deep: refused before its parse")
+    assert result.stats["timeouts"] == 1
+    # the scan stops one past the limit; void, self-closed, raw-text and implicitly closed elements do not nest
+    assert nesting_depth(deep, 10_000) == 10_001 and nesting_depth(deep, 60_000) == 0
+    assert nesting_depth(shallow, 100) == 5  # html, body, article, ul, li
+    assert nesting_depth("<br>" * 300 + "<img/>" * 300 + "<script>" + "<div>" * 300 + "</script>", 100) == 0
+    assert nesting_depth("<div>" * 150 + "<!-- " + "<div>" * 300 + " -->", 100) == 101
+    assert nesting_depth("<p>a" * 300 + "<td>b" * 300 + "<li><b>x</b></li>" * 300, 100) == 4  # p, td, li, b
