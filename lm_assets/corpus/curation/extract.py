@@ -9,6 +9,7 @@ import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import HTMLTree
@@ -107,11 +108,14 @@ _IMPLIED_END = frozenset("p li dt dd option optgroup tr td th tbody thead tfoot 
 
 def nesting_depth(html: str, limit: int) -> int:
     """How deep the page's elements nest, as a tag scan sees it (void elements, raw text, comments and
-    implied ends of paragraphs, list items and cells understood), counted up to `limit + 1` at most.
+    implied ends of paragraphs, list items and cells understood), counted up to `limit + 1` at most;
+    0 when a cheap bound shows that it stays within `limit`.
 
-    It costs a regex scan only on a page with more than `limit` tags; any other cannot nest deeper.
+    The bounds come first, so that almost every page costs a count: a page of no more than `limit`
+    tags, or whose running count of start minus end tags (a bound that only end tags matching no open
+    element can undercut) stays within `limit`, cannot nest deeper.
     """
-    if html.count("<") <= limit:
+    if html.count("<") <= limit or _open_tag_bound(html) <= limit:
         return 0
     stack: list[str] = []
     open_names: dict[str, int] = {}
@@ -145,6 +149,18 @@ def nesting_depth(html: str, limit: int) -> int:
         if deepest > limit:
             break
     return deepest
+
+
+def _open_tag_bound(html: str) -> int:
+    """The highest running count of `<` minus `</` (comments and declarations aside), never below 0."""
+    data = np.frombuffer(html.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    opens = np.flatnonzero(data[:-1] == ord("<"))
+    if not opens.size:
+        return 0
+    after = data[opens + 1]
+    steps = np.where(after == ord("/"), -1, np.where((after == ord("!")) | (after == ord("?")), 0, 1))
+    running = np.cumsum(steps)
+    return int((running - np.minimum(np.minimum.accumulate(running), 0)).max())
 
 
 def clean_text(text: str, form: str = "NFC") -> tuple[str, int]:

@@ -123,6 +123,7 @@ def test_a_page_nested_past_max_depth_is_quarantined_before_its_parse():
     assert result.stats["timeouts"] == 1
     # the scan stops one past the limit; void, self-closed, raw-text and implicitly closed elements do not nest
     assert nesting_depth(deep, 10_000) == 10_001 and nesting_depth(deep, 60_000) == 0
+    assert nesting_depth("<div><p>a</p></div>" * 20_000, 100) == 0  # the running count of tags stays at 2
     assert nesting_depth(shallow, 100) == 5  # html, body, article, ul, li
     assert nesting_depth("<br>" * 300 + "<img/>" * 300 + "<script>" + "<div>" * 300 + "</script>", 100) == 0
     assert nesting_depth("<div>" * 150 + "<!-- " + "<div>" * 300 + " -->", 100) == 101
