@@ -26,8 +26,11 @@ $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	@LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} $(BIN)/python -m lm_assets.app.demo
 
+# Two workers, each taking whole files (a file's tests share its module fixtures). More would not fit
+# everywhere: a training test starts up to eight processes. PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The UI's defaults suit the sample crawl: the offline toxicity model, a small vocabulary, short sequences.
 ui: install $(DAGSTER_HOME)/dagster.yaml

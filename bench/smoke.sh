@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Smoke test of bench/: every module the bench scripts import, then each script in its tiny mode
 # (`--smoke`, or train_gpu.sh's `--dry-run`): seconds each, offline, on inputs shipped in the
-# repository or built by the script. OUT is a temporary folder, removed afterwards. It fails on the
-# first error, and when the scripts changed anything in the working tree (ignored files included,
-# .venv/ aside).
+# repository or built by the script, in two lanes side by side. OUT is a temporary folder, removed
+# afterwards. It fails on the first error, and when the scripts changed anything in the working tree
+# (ignored files included, .venv/ aside).
 #
 #   make bench-smoke                                  # installs the bench extra first
 #   PYTHON=.venv/bin/python bash bench/smoke.sh
@@ -49,37 +49,58 @@ for name, members in sorted(wanted.items()):
 print(f"{count} modules import")
 EOF
 
-ran=()
-run() {
-    local t0=$SECONDS
-    ran+=("$@")
-    printf '== %s ... ' "$*"
-    if "$@" >"$OUT/log" 2>&1; then
-        echo "ok ($((SECONDS - t0)) s)"
-    else
-        echo "FAILED"
-        cat "$OUT/log"
-        exit 1
-    fi
+# Two lanes, one per core, each in an OUT of its own (scripts reuse folders there, such as the smoke
+# crawl). The training benches share a lane: torch.distributed binds its default port.
+LANE_A=(
+    "$PY bench/curation_quality.py --smoke"
+    "env PYTHON=$PY bash bench/train_gpu.sh --dry-run"
+    "$PY bench/train_cpu.py --smoke"
+    "$PY bench/curation.py --smoke"
+    "$PY bench/eval_agreement.py --smoke"
+    "$PY bench/humaneval_agreement.py --smoke"
+    "$PY bench/tokens.py --smoke"
+    "$PY bench/reliability.py --smoke"
+)
+LANE_B=(
+    "$PY bench/quality_classifier.py --smoke"
+    "$PY bench/dagster_overhead.py --smoke"
+    "$PY bench/shard_memory.py --smoke"
+    "$PY bench/dedup_quality.py --smoke"
+    "$PY bench/dedup_speed.py --smoke"
+    "$PY bench/toxicity_speed.py --smoke"
+    "$PY bench/dedup_scale.py --smoke"
+    "$PY bench/build_crawl.py --smoke"
+    "$PY bench/extraction_quality.py --smoke"
+    "$PY bench/dev_set/make_test_slice.py --smoke"
+)
+ran=("${LANE_A[@]}" "${LANE_B[@]}")
+
+# Runs its commands in order and stops at the first that fails, printing its log.
+lane() {
+    local name=$1 command t0
+    shift
+    export OUT="$OUT/$name"
+    mkdir -p "$OUT"
+    for command in "$@"; do
+        t0=$SECONDS
+        # shellcheck disable=SC2086 # a command line of words without spaces of their own
+        if $command >"$OUT/log" 2>&1; then
+            echo "== $command: ok ($((SECONDS - t0)) s)"
+        else
+            echo "== $command: FAILED"
+            cat "$OUT/log"
+            return 1
+        fi
+    done
 }
-run "$PY" bench/build_crawl.py --smoke
-run "$PY" bench/curation.py --smoke
-run "$PY" bench/curation_quality.py --smoke
-run "$PY" bench/quality_classifier.py --smoke
-run "$PY" bench/dedup_quality.py --smoke
-run "$PY" bench/dedup_speed.py --smoke
-run "$PY" bench/dedup_scale.py --smoke
-run "$PY" bench/dagster_overhead.py --smoke
-run "$PY" bench/reliability.py --smoke
-run "$PY" bench/shard_memory.py --smoke
-run "$PY" bench/tokens.py --smoke
-run "$PY" bench/toxicity_speed.py --smoke
-run "$PY" bench/extraction_quality.py --smoke
-run "$PY" bench/eval_agreement.py --smoke
-run "$PY" bench/humaneval_agreement.py --smoke
-run "$PY" bench/train_cpu.py --smoke
-run env PYTHON="$PY" bash bench/train_gpu.sh --dry-run
-run "$PY" bench/dev_set/make_test_slice.py --smoke
+lane a "${LANE_A[@]}" &
+lane_a=$!
+lane b "${LANE_B[@]}" &
+lane_b=$!
+failed=0
+wait "$lane_a" || failed=1
+wait "$lane_b" || failed=1
+[ "$failed" = 0 ] || exit 1
 
 for script in bench/*.py bench/*.sh bench/dev_set/*.py; do
     # the Python that train_gpu.sh runs, and this file
