@@ -85,6 +85,9 @@ def test_a_page_over_the_extraction_budget_is_quarantined_and_the_shard_still_ba
     assert checks[("extracted_shard", "conservation")] and checks[("curated_shard", "shard_conservation")]
     meta = result.asset_materializations_for_node("extracted_shard")[0].metadata
     assert meta["quarantined"].value == 1 and meta["timeouts"].value == 1
+    # raw_shard's preview of the first documents does not parse it either
+    raw_preview = result.asset_materializations_for_node("raw_shard")[0].metadata["preview"].value
+    assert "(not parsed: its elements nest over 10,000 deep)" in raw_preview and "Page 3 explains" in raw_preview
 
 
 NOUNS = ("ships", "cranes", "tides", "pilots", "cargo", "berths", "tugs", "ropes", "clerks", "gulls", "storms", "piers",

@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
+from lm_assets.corpus.curation.extract import ExtractConfig, extract_html, nesting_depth
 from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA, ReaderConfig, ShardReading
 from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.partitions import shard_asset
@@ -77,9 +77,16 @@ def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:
     """The first documents with their text: a record's own text, else all the text of its HTML."""
     sample = docs.head(PREVIEW_DOCS)
     as_text = ExtractConfig(extractor="all_text")
-    texts = [text if text is not None else extract_html(html or "", as_text)[0]
-             for text, html in zip(sample["text"], sample["html"])]
-    return sample.with_columns(pl.Series("text", texts, dtype=pl.String))
+
+    def shown(text: str | None, html: str | None) -> str:
+        if text is not None:
+            return text
+        if nesting_depth(html or "", as_text.max_depth) > as_text.max_depth:  # a parse could take minutes
+            return f"(not parsed: its elements nest over {as_text.max_depth:,} deep)"
+        return extract_html(html or "", as_text)[0]
+
+    return sample.with_columns(pl.Series("text", [shown(*row) for row in zip(sample["text"], sample["html"])],
+                                         dtype=pl.String))
 
 
 # The first stage: its conservation counts the shard's records, so it is the shard's whole account.
