@@ -6,12 +6,7 @@ import pytest
 from tests.training.test_training_parallel import base, losses, run_ok, write_packed
 
 
-@pytest.fixture
-def data(tmp_path_factory):
-    return write_packed(tmp_path_factory.mktemp("packed"))
-
-
-def test_zero3_with_the_optimizer_and_parameters_offloaded_to_the_host_trains(data, tmp_path):
+def test_zero3_with_the_optimizer_and_parameters_offloaded_to_the_host_trains(tmp_path):
     """DeepSpeed's ZeRO-3 offload as its docs configure it, on two data-parallel ranks: the config says so,
     the run trains, and its losses follow the run without offload (CPU Adam against torch's AdamW)."""
     import json
@@ -27,6 +22,7 @@ def test_zero3_with_the_optimizer_and_parameters_offloaded_to_the_host_trains(da
                         (["offload.optimizer=nvme", "zero_stage=3"], "nvme_path")):  # fmt: skip
         with pytest.raises(ValueError, match=reason):
             load_config(None, bad).validate()
+    data = write_packed(tmp_path / "packed")
     settings = {"parallel.dp": 2, "zero_stage": 3}
     offloaded = run_ok(2, base(data, 4, micro_batch_size=2, **settings, **{
         "offload.optimizer": "cpu", "offload.param": "cpu", "checkpoint.dir": tmp_path / "offload"}))

@@ -151,6 +151,11 @@ def nesting_depth(html: str, limit: int) -> int:
     return deepest
 
 
+def too_deep(html: str, config: ExtractConfig) -> bool:
+    """Whether the page nests deeper than `config.max_depth` (never, when that is unset): too deep to parse."""
+    return config.max_depth is not None and nesting_depth(html, config.max_depth) > config.max_depth
+
+
 def _open_tag_bound(html: str) -> int:
     """The highest running count of `<` minus `</` (comments and declarations aside), never below 0."""
     data = np.frombuffer(html.encode("utf-8", "surrogatepass"), dtype=np.uint8)
@@ -239,7 +244,7 @@ def extract_documents(docs: pl.DataFrame, config: ExtractConfig | None = None) -
         title = hint = None
         page = dict.fromkeys(PAGE_SIGNALS)
         if html is not None:
-            if config.max_depth is not None and nesting_depth(html, config.max_depth) > config.max_depth:
+            if too_deep(html, config):
                 over_budget.append(f"nested over {config.max_depth:,} elements deep: refused before its parse, "
                                    "whose time grows with the square of the depth")
                 text = ""

@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.corpus.curation.extract import ExtractConfig, extract_html, nesting_depth
+from lm_assets.corpus.curation.extract import ExtractConfig, extract_html, too_deep
 from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA, ReaderConfig, ShardReading
 from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.partitions import shard_asset
@@ -81,7 +81,7 @@ def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:
     def shown(text: str | None, html: str | None) -> str:
         if text is not None:
             return text
-        if nesting_depth(html or "", as_text.max_depth) > as_text.max_depth:  # a parse could take minutes
+        if too_deep(html or "", as_text):  # its parse could take minutes
             return f"(not parsed: its elements nest over {as_text.max_depth:,} deep)"
         return extract_html(html or "", as_text)[0]
 
