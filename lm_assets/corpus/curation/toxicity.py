@@ -96,16 +96,78 @@ class DetoxifyScorer:
 
 
 class ProfanityCheckScorer:
+    """alt-profanity-check's own TF-IDF vectorizer and calibrated linear SVM, with the vectorizer's tokens
+    cut by polars in one pass over all lines instead of by sklearn line by line (three times the speed).
+    The scores are the package's `predict_prob`, bit for bit (`tests/corpus/curation/test_toxicity.py`)."""
+
     def __init__(self, config: ToxicityConfig):
         try:
-            from profanity_check import predict_prob
+            from profanity_check import profanity_check
         except Exception as exc:  # noqa: BLE001 - sklearn version mismatches surface as many types
             raise ToxicityModelError(f"could not load alt-profanity-check: {type(exc).__name__}: {exc}") from exc
-        self.predict_prob = predict_prob
+        self.vectorizer, self.model = profanity_check.vectorizer, profanity_check.model
+        vocabulary = self.vectorizer.vocabulary_
+        self.vocabulary = pl.DataFrame(
+            {"token": list(vocabulary), "column": list(vocabulary.values())},
+            schema={"token": pl.String, "column": pl.UInt32},
+        )
         self.name = f"alt-profanity-check {metadata.version('alt-profanity-check')} (bundled sklearn model)"
 
     def score(self, lines: list[str]) -> list[float]:
-        return [float(p) for p in self.predict_prob(lines)] if lines else []
+        if not lines:
+            return []
+        import numpy as np
+        from scipy import sparse
+
+        lowered = pl.Series("line", [line.lower() for line in lines], dtype=pl.String)
+        # sklearn cuts tokens with Python's `re` and its Unicode tables: where a line holds a character
+        # those tables do not know, polars' newer ones could cut differently, so sklearn cuts that line.
+        unknown = lowered.str.contains(unassigned_characters()).to_numpy()
+        counts = (
+            pl.DataFrame({"token": lowered.str.extract_all(WORD_TOKEN)})
+            .with_row_index("row")
+            .filter(pl.Series(~unknown))
+            .explode("token")
+            .join(self.vocabulary, on="token")
+            .group_by("row", "column")
+            .len()
+        )
+        rows, columns = counts["row"].to_numpy(), counts["column"].to_numpy()
+        values = counts["len"].to_numpy().astype(np.float64)
+        if unknown.any():
+            analyze, vocabulary = self.vectorizer.build_analyzer(), self.vectorizer.vocabulary_
+            extra = [(i, vocabulary[t]) for i in np.flatnonzero(unknown) for t in analyze(lines[i]) if t in vocabulary]
+            rows = np.concatenate([rows, np.array([i for i, _ in extra], dtype=rows.dtype)])
+            columns = np.concatenate([columns, np.array([c for _, c in extra], dtype=columns.dtype)])
+            values = np.concatenate([values, np.ones(len(extra))])
+        matrix = sparse.csr_matrix((values, (rows, columns)), shape=(len(lines), self.vocabulary.height))
+        matrix.sum_duplicates()
+        matrix.sort_indices()
+        tfidf = self.vectorizer._tfidf.transform(matrix, copy=False)
+        return self.model.predict_proba(tfidf)[:, 1].tolist()
+
+
+# The vectorizer's token pattern, `(?u)\b\w\w+\b`: maximal runs of two or more word characters, which for
+# Python's `re` are the letters, the numbers and "_".
+WORD_TOKEN = r"[\p{L}\p{N}_]{2,}"
+
+
+@functools.lru_cache(maxsize=1)
+def unassigned_characters() -> str:
+    """A regex class of the code points this Python's Unicode database leaves unassigned."""
+    import unicodedata
+
+    ranges, start = [], None
+    for code in range(0x110000):
+        unassigned = unicodedata.category(chr(code)) == "Cn"
+        if unassigned and start is None:
+            start = code
+        elif not unassigned and start is not None:
+            ranges.append((start, code - 1))
+            start = None
+    if start is not None:
+        ranges.append((start, 0x10FFFF))
+    return "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges) + "]"
 
 
 @functools.lru_cache(maxsize=4)

@@ -33,6 +33,42 @@ def test_profanity_check_backend_scores_lines_and_drops_mostly_toxic_docs():
     assert result.stats["model"].startswith("alt-profanity-check 1.9.1")
 
 
+# Lines that cut into tokens in every way sklearn's analyzer handles: case, stop words, one-letter words,
+# digits and "_", accents, Greek with its final sigma, CJK, a character newer than Python's Unicode tables
+# (U+1C89, Unicode 16) inside a listed word, a word twice, and no word at all.
+TOKEN_EDGE_LINES = [
+    TOXIC, TOXIC.upper(), CLEAN, "I a x y", "idiot_idiot idiot2 2idiot __ 42 4 a1", "Pokémon JOSÉ beyoncé café",
+    "ΜΕΛ ετητης ΕΤΗΤΗΣ μελ.", "连络 連絡 見学 迷惑 白痴", "st\u1c89upid idiot", "stupid stupid stupid idiot",
+    "... !!! ---", "\t tab\tseparated\u00a0nbsp\u2003em idiots", "x" * 300 + " moron",
+]
+
+
+def test_profanity_check_scores_are_the_packages_own_bit_for_bit():
+    from profanity_check import predict_prob
+
+    scorer = load_scorer(ToxicityConfig(backend="profanity_check"))
+    lines = TOKEN_EDGE_LINES * 3
+    assert scorer.score(lines) == [float(p) for p in predict_prob(lines)]
+    assert scorer.score(TOKEN_EDGE_LINES[:3]) == [float(p) for p in predict_prob(TOKEN_EDGE_LINES[:3])]
+    assert scorer.score([]) == []
+
+
+def test_polars_word_class_is_pythons_word_class_on_every_character_python_knows():
+    """The fast scorer's premise: where Python's Unicode tables assign a character, `\\w` in `re` and the
+    polars class agree on it. A Python or polars upgrade that breaks this fails here."""
+    import re
+    import unicodedata
+
+    from lm_assets.corpus.curation.toxicity import WORD_TOKEN, unassigned_characters
+
+    known = [chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) not in ("Cn", "Cs")]
+    python_word = [re.fullmatch(r"\w", c) is not None for c in known]
+    polars_word = pl.Series(known).str.contains("^" + WORD_TOKEN.removesuffix("{2,}") + "$").to_list()
+    assert [c for c, a, b in zip(known, python_word, polars_word) if a != b] == []
+    unassigned = pl.Series(["\u1c89", "a", "\U0010fffe", "\U0010ffff", "中"]).str.contains(unassigned_characters())
+    assert unassigned.to_list() == [unicodedata.category(c) == "Cn" for c in "\u1c89a\U0010fffe\U0010ffff中"]
+
+
 @pytest.fixture(scope="module")
 def tiny_detoxify(tmp_path_factory, monkeypatch_module=None):
     return build_tiny_detoxify(tmp_path_factory.mktemp("detoxify"))

@@ -24,6 +24,9 @@ from lm_assets.corpus.quality.classifier import (
     group_fold_ids,
     normalize_text,
     sites,
+    text_token_line,
+    token_ids,
+    token_line,
     tokens,
     train_classifier,
 )
@@ -148,6 +151,12 @@ def test_tokens_are_the_spaced_out_characters_split_on_white_space():
     for text in texts:
         for max_chars in (7, 3000):
             assert tokens(text, max_chars) == spaced_out_tokens(text, max_chars), repr(text)
+
+
+def test_the_cached_token_line_is_the_hashed_one(examples):
+    texts = [*examples["text"].to_list(), "预写日志，Write-Ahead\n\nLog", "", None]
+    for max_chars in (7, 3000):
+        assert [text_token_line(t, max_chars) for t in texts] == [token_line(token_ids(t, max_chars)) for t in texts]
 
 
 def test_chinese_pages_are_read_as_characters_and_scored(stacked):
