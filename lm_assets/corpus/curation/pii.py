@@ -184,8 +184,9 @@ class _Detector:
     pattern: re.Pattern
     # How much of a candidate match is PII, from its start; 0 rejects it.
     valid_length: Callable[[str], int]
-    # A cheap test that the pattern could match at all.
-    applies: Callable[[str], bool]
+    # A cheap test that the pattern could match at all; None: it matches only around a run of digits
+    # (`_number_runs`), and is searched only there.
+    applies: Callable[[str], bool] | None
     # Dotted numbers: a section or version number reads like one, by the words around it.
     numbered: bool = False
 
@@ -194,8 +195,15 @@ def _has_at(text: str) -> bool:
     return "@" in text
 
 
-def _looks_numeric(text: str) -> bool:
-    return _NUMBER_LIKE_RE.search(text) is not None
+# Longer than any match of a pattern searched around digit runs (the longest, PHONE's, is 47 characters).
+_MAX_NUMBER_MATCH = 64
+
+
+def _number_runs(text: str) -> list[tuple[int, int]]:
+    """The spans `_NUMBER_LIKE_RE` finds. An accepted CN_ID, card or phone holds 7 or more digits with at
+    most 3 of " ().+-" between two, so it overlaps one of them and starts at most `_MAX_NUMBER_MATCH`
+    characters before it: the rest of the text need not be searched."""
+    return [match.span() for match in _NUMBER_LIKE_RE.finditer(text)]
 
 
 def _has_dotted_digits(text: str) -> bool:
@@ -208,12 +216,12 @@ def _has_colons(text: str) -> bool:
 
 _DETECTORS = (
     _Detector("EMAIL", _EMAIL_RE, _whole, _has_at),
-    _Detector("CN_ID", _CN_ID_RE, _whole_if(cn_id_valid), _looks_numeric),
-    _Detector("CREDIT_CARD", _CREDIT_CARD_RE, _whole_if(credit_card_valid), _looks_numeric),
+    _Detector("CN_ID", _CN_ID_RE, _whole_if(cn_id_valid), None),
+    _Detector("CREDIT_CARD", _CREDIT_CARD_RE, _whole_if(credit_card_valid), None),
     _Detector("IP", _IPV4_RE, _whole_if(_personal_address), _has_dotted_digits, numbered=True),
     _Detector("IP", _IPV6_RE, _whole_if(_ipv6_valid), _has_colons),
-    _Detector("CN_PHONE", _CN_PHONE_RE, _whole, _looks_numeric),
-    _Detector("PHONE", _PHONE_RE, _phone_length, _looks_numeric),
+    _Detector("CN_PHONE", _CN_PHONE_RE, _whole, None),
+    _Detector("PHONE", _PHONE_RE, _phone_length, None),
 )
 
 
@@ -224,10 +232,27 @@ def _is_numbering(text: str, start: int, end: int) -> bool:
     )
 
 
+def _matches(text: str, pattern: re.Pattern, search_from: int, runs: list[tuple[int, int]] | None):
+    """The leftmost match of `pattern` at or after `search_from`; with `runs`, the leftmost that overlaps
+    one of them (no other can be accepted)."""
+    if runs is None:
+        return pattern.search(text, search_from)
+    for start, end in runs:
+        if end <= search_from:
+            continue
+        # A window past any match that starts inside the run, and one character for its end's lookahead.
+        window_end = min(len(text), end + _MAX_NUMBER_MATCH + 1)
+        match = pattern.search(text, max(search_from, start - _MAX_NUMBER_MATCH), window_end)
+        if match is not None and match.start() < end:
+            return match
+    return None
+
+
 def _replace_matches(text: str, detector: _Detector, on_match: Callable[[str], None]) -> str:
     pieces: list[str] = []
     copied_up_to = search_from = 0
-    while (match := detector.pattern.search(text, search_from)) is not None:
+    runs = _number_runs(text) if detector.applies is None else None
+    while (match := _matches(text, detector.pattern, search_from, runs)) is not None:
         length = detector.valid_length(match.group())
         if length and detector.numbered and _is_numbering(text, match.start(), match.end()):
             length = 0
@@ -247,8 +272,10 @@ def _replace_matches(text: str, detector: _Detector, on_match: Callable[[str], N
 
 def _redact(text: str, found: list[tuple[str, str]] | None = None) -> tuple[str, dict[str, int]]:
     counts = dict.fromkeys(PII_TYPES, 0)
+    # Redaction puts letters where digits were: a text without a digit run keeps having none.
+    numeric = _NUMBER_LIKE_RE.search(text) is not None
     for detector in _DETECTORS:
-        if not detector.applies(text):
+        if not (numeric if detector.applies is None else detector.applies(text)):
             continue
 
         def record(value: str, pii_type: str = detector.pii_type) -> None:

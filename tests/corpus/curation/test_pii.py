@@ -1,6 +1,10 @@
+import random
+from dataclasses import replace
+
 import polars as pl
 import pytest
 
+from lm_assets.corpus.curation import pii
 from lm_assets.corpus.curation.pii import (
     PII_TYPES,
     PLACEHOLDERS,
@@ -336,3 +340,30 @@ def test_redact_frame_uses_the_named_column():
     result = redact_frame(df, column="body")
     assert result.kept["body"][0] == "mail me: <EMAIL>"
     assert result.kept["pii_email"][0] == 1
+
+
+def test_number_patterns_fit_the_window_searched_around_digit_runs():
+    from re import _parser
+
+    for detector in pii._DETECTORS:
+        if detector.applies is None:
+            assert _parser.parse(detector.pattern.pattern).getwidth()[1] < pii._MAX_NUMBER_MATCH
+
+
+def _search_everywhere(text: str) -> list[tuple[str, str]]:
+    """find_pii with every pattern searched over the whole text, as if no window applied."""
+    found: list[tuple[str, str]] = []
+    for detector in pii._DETECTORS:
+        record = lambda value, t=detector.pii_type: found.append((t, value))  # noqa: E731
+        text = pii._replace_matches(text, replace(detector, applies=lambda _: True), record)
+    return found
+
+
+def test_searching_only_around_digit_runs_finds_what_a_whole_search_finds():
+    draw = random.Random(3)
+    pieces = [*"0123456789 -.()+xXa@:\n", "第", "节", "+86 ", "138", "4111 1111 1111 1111", "110105199003071234",
+              "(415) 555-0132", "+1 415 555 0132 2026", "192.168.1.1", "Section ", "v", "x" * 70, " " * 70]
+    texts = ["".join(draw.choice(pieces) for _ in range(draw.randint(0, 120))) for _ in range(3000)]
+    assert sum(bool(_search_everywhere(t)) for t in texts) > 1000
+    for text in texts:
+        assert find_pii(text) == _search_everywhere(text), repr(text)
