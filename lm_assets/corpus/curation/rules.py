@@ -336,10 +336,11 @@ def _duplicate_counts(items: list[str]) -> tuple[int, int]:
 _KEY_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _extend_keys(ids: np.ndarray, keys: np.ndarray, positions: np.ndarray, done: int, n: int):
+def _extend_keys(ids: np.ndarray, keys: np.ndarray, positions: np.ndarray, doc_end: np.ndarray, done: int, n: int):
     """The keys of the n-grams starting at `positions`, from the keys of their first `done` words (a
-    polynomial hash of word ids, wrapping): equal n-grams, equal keys. Positions too near the end go."""
-    fits = positions + n <= len(ids)
+    polynomial hash of word ids, wrapping): equal n-grams, equal keys. Positions too near the end of their
+    document (`doc_end`, per word) go."""
+    fits = positions + n <= doc_end[positions]
     keys, positions = keys[fits], positions[fits]
     with np.errstate(over="ignore"):
         for k in range(done, n):
@@ -347,60 +348,78 @@ def _extend_keys(ids: np.ndarray, keys: np.ndarray, positions: np.ndarray, done:
     return keys, positions
 
 
-def _key_groups(keys: np.ndarray, positions: np.ndarray):
-    """Keys sorted, their positions, each one's group size and the earliest position of its group.
-    (`np.unique` would sort stably, at several times the cost.)"""
-    order = np.argsort(keys)
-    ordered, at = keys[order], positions[order]
-    new_group = np.concatenate(([True], ordered[1:] != ordered[:-1]))
+_DOC_MULTIPLIER = np.uint64(0xD6E8FEB86659FD93)
+
+
+def _key_groups(keys: np.ndarray, positions: np.ndarray, docs: np.ndarray):
+    """Keys sorted by a mix of key and document, their positions and documents, each one's group (same
+    document, same key) size and the earliest position of its group. One sort of the mix costs a third of
+    sorting by document, then key; like the keys themselves, it relies on 64-bit hashes not colliding."""
+    with np.errstate(over="ignore"):
+        mixed = keys ^ (docs.astype(np.uint64) * _DOC_MULTIPLIER)
+    order = np.argsort(mixed)
+    ordered, at, in_doc, mixed = keys[order], positions[order], docs[order], mixed[order]
+    new_group = np.concatenate(([True], (mixed[1:] != mixed[:-1]) | (in_doc[1:] != in_doc[:-1])))
     starts = np.flatnonzero(new_group)
     group = np.cumsum(new_group) - 1
     sizes = np.diff(np.append(starts, len(keys)))[group]
-    return ordered, at, sizes, np.minimum.reduceat(at, starts)[group]
-
-
-def _top_ngram_chars(words: list[str], keys: np.ndarray, positions: np.ndarray, n: int, separator_len: int) -> int:
-    """Characters covered by the most frequent n-gram, counting only n-grams seen at least twice."""
-    if len(keys) == 0:
-        return 0
-    _, _, sizes, first = _key_groups(keys, positions)
-    count = int(sizes.max())
-    if count < 2:
-        return 0
-    start = int(first[sizes == count].min())  # the earliest of the most frequent, as Counter would pick
-    return (sum(map(len, words[start : start + n])) + separator_len * (n - 1)) * count
+    return ordered, at, in_doc, sizes, np.minimum.reduceat(at, starts)[group]
 
 
 def _ngram_repetition(words: list[str], top_sizes: list[int], dup_sizes: list[int], separator_len: int):
     """Per size, the characters of the most frequent n-gram (`top_sizes`) and the characters covered by
     n-grams that repeat an earlier one, each counted once (`dup_sizes`; Gopher's "fraction of characters
-    in duplicate n-grams", over the union of their spans).
+    in duplicate n-grams", over the union of their spans)."""
+    return _ngram_repetitions([words], top_sizes, dup_sizes, separator_len)[0]
+
+
+def _ngram_repetitions(word_lists: list[list[str]], top_sizes: list[int], dup_sizes: list[int], separator_len: int):
+    """`_ngram_repetition` of many documents at once: their words side by side, an n-gram never running
+    past its document's end and grouped with the equal n-grams of its own document only, so that numpy is
+    called a few times a batch, not a document.
 
     Keys grow one word at a time from size to size. An n-gram can recur only where its first n-1 words
     do, so past the top sizes only the starts of recurring n-grams are carried on to the next size."""
-    ids = np.fromiter(map(hash, words), dtype=np.int64, count=len(words)).view(np.uint64)
-    word_lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
-    keys, positions = np.zeros(len(ids), dtype=np.uint64), np.arange(len(ids))
-    top, dup, done = {}, {}, 0
-    last_top = max(top_sizes, default=0)
+    n_docs = len(word_lists)
+    counts = np.fromiter(map(len, word_lists), dtype=np.int64, count=n_docs)
+    words = [word for doc_words in word_lists for word in doc_words]
+    total = len(words)
+    ids = np.fromiter(map(hash, words), dtype=np.int64, count=total).view(np.uint64)
+    word_lengths = np.fromiter(map(len, words), dtype=np.int64, count=total)
+    length_sums = np.concatenate(([0], np.cumsum(word_lengths)))
+    doc_of = np.repeat(np.arange(n_docs), counts)
+    doc_end = np.cumsum(counts)[doc_of]
+    keys, positions = np.zeros(total, dtype=np.uint64), np.arange(total)
+    top = {n: np.zeros(n_docs, dtype=np.int64) for n in top_sizes}
+    dup = {n: np.zeros(n_docs, dtype=np.int64) for n in dup_sizes}
+    done, last_top = 0, max(top_sizes, default=0)
     for n in sorted(set(top_sizes) | set(dup_sizes)):
-        keys, positions = _extend_keys(ids, keys, positions, done, n)
+        keys, positions = _extend_keys(ids, keys, positions, doc_end, done, n)
         done = n
-        if n in top_sizes:
-            top[n] = _top_ngram_chars(words, keys, positions, n, separator_len)
-        if n in dup_sizes and len(keys) == 0:
-            dup[n] = 0
-        elif n in dup_sizes:
-            ordered, at, sizes, first = _key_groups(keys, positions)
+        if len(keys) == 0:
+            continue
+        ordered, at, in_doc, sizes, first = _key_groups(keys, positions, doc_of[positions])
+        if n in top:
+            most = np.zeros(n_docs, dtype=np.int64)
+            np.maximum.at(most, in_doc, sizes)
+            # The earliest of the most frequent, as Counter would pick; one seen once is not repeated.
+            is_top = sizes == most[in_doc]
+            earliest = np.full(n_docs, total, dtype=np.int64)
+            np.minimum.at(earliest, in_doc[is_top], first[is_top])
+            repeated = np.flatnonzero(most >= 2)
+            start = earliest[repeated]
+            top[n][repeated] = (length_sums[start + n] - length_sums[start] + separator_len * (n - 1)) * most[repeated]
+        if n in dup:
             starts = at[(sizes > 1) & (at != first)]
-            edges = np.zeros(len(words) + 1, dtype=np.int64)
+            edges = np.zeros(total + 1, dtype=np.int64)
             edges[starts] += 1  # starts are distinct positions, so plain indexing adds once each
             edges[starts + n] -= 1
-            dup[n] = int(word_lengths[np.cumsum(edges[:-1]) > 0].sum())
+            covered = np.cumsum(edges[:-1]) > 0
+            dup[n] = np.bincount(doc_of[covered], weights=word_lengths[covered], minlength=n_docs).astype(np.int64)
             if n >= last_top:
                 recurring = sizes > 1
                 keys, positions = ordered[recurring], at[recurring]
-    return top, dup
+    return [({n: int(top[n][i]) for n in top_sizes}, {n: int(dup[n][i]) for n in dup_sizes}) for i in range(n_docs)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -519,7 +538,8 @@ def _gopher_quality_signals(doc: _Doc, scan: dict[str, int | bool], cfg: Quality
     }
 
 
-def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> dict:
+def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> tuple[dict, _Doc]:
+    """The paragraph and line signals, and the document whose n-grams count (see `_ngram_signals`)."""
     if cfg.repetition_skips_structure_lines:
         doc = doc.prose_only()
     text = doc.text.strip()
@@ -534,15 +554,45 @@ def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> dict:
         "q_dup_line_frac": line_dups / len(lines),
         "q_dup_line_char_frac": line_dup_chars / text_len,
     }
-    size = cfg.cjk_ngram_size if doc.cjk else (lambda n: n)
-    top, dup = _ngram_repetition(
-        doc.words, [size(n) for n, _ in cfg.top_n_grams], [size(n) for n, _ in cfg.dup_n_grams], 0 if doc.cjk else 1
-    )
-    for n, _ in cfg.top_n_grams:
-        signals[f"q_top_{n}gram_frac"] = top[size(n)] / text_len
-    for n, _ in sorted(cfg.dup_n_grams):
-        signals[f"q_dup_{n}gram_frac"] = dup[size(n)] / text_len
-    return signals
+    return signals, doc
+
+
+# Words counted together: arrays this size sort in cache, and numpy is called once for many documents.
+NGRAM_CHUNK_WORDS = 32_768
+
+
+def _ngram_chunks(docs: list[_Doc]):
+    """(cjk, document indices) of runs of documents of one kind, `NGRAM_CHUNK_WORDS` words or so each."""
+    for cjk in (False, True):
+        chunk, words = [], 0
+        for i, doc in enumerate(docs):
+            if doc.cjk != cjk:
+                continue
+            if chunk and words + len(doc.words) > NGRAM_CHUNK_WORDS:
+                yield cjk, chunk
+                chunk, words = [], 0
+            chunk.append(i)
+            words += len(doc.words)
+        if chunk:
+            yield cjk, chunk
+
+
+def _ngram_signals(docs: list[_Doc], cfg: QualityConfig) -> list[dict]:
+    """Gopher's n-gram signals of each document, the CJK ones at their own n-gram sizes."""
+    out: list[dict] = [{} for _ in docs]
+    for cjk, rows in _ngram_chunks(docs):
+        size = cfg.cjk_ngram_size if cjk else (lambda n: n)
+        repetitions = _ngram_repetitions(
+            [docs[i].words for i in rows], [size(n) for n, _ in cfg.top_n_grams], [size(n) for n, _ in cfg.dup_n_grams],
+            0 if cjk else 1,
+        )
+        for i, (top, dup) in zip(rows, repetitions, strict=True):
+            text_len = max(len(docs[i].text), 1)
+            for n, _ in cfg.top_n_grams:
+                out[i][f"q_top_{n}gram_frac"] = top[size(n)] / text_len
+            for n, _ in sorted(cfg.dup_n_grams):
+                out[i][f"q_dup_{n}gram_frac"] = dup[size(n)] / text_len
+    return out
 
 
 @dataclass
@@ -710,13 +760,16 @@ def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig)
     rewrites_lines = "c4" in families and cfg.c4_filter_lines
     rows: list[dict] = []
     filtered_texts: list[str | None] = []
+    ngram_docs: list[_Doc] = []  # n-grams are counted for the whole batch at once
     for text, lang, scan in zip(texts, langs, _column_scan(texts, families), strict=True):
         doc = _Doc.parse(text, lang)
         signals = {"q_cjk": doc.cjk}
         if "gopher_quality" in families:
             signals |= _gopher_quality_signals(doc, scan, cfg)
         if "gopher_repetition" in families:
-            signals |= _gopher_repetition_signals(doc, cfg)
+            repetition, counted = _gopher_repetition_signals(doc, cfg)
+            signals |= repetition
+            ngram_docs.append(counted)
         fineweb_text, fineweb_tokens, filtered = doc.text, doc.n_tokens, None
         if "c4" in families:
             outcome = _c4_scan(doc, scan, cfg)
@@ -732,6 +785,9 @@ def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig)
             signals |= _prose_signals(doc, scan)
         rows.append(signals)
         filtered_texts.append(filtered)
+    if ngram_docs:
+        for signals, ngrams in zip(rows, _ngram_signals(ngram_docs, cfg), strict=True):
+            signals |= ngrams
     return pl.DataFrame(rows, schema=_signal_schema(cfg)), filtered_texts
 
 

@@ -9,6 +9,7 @@ from lm_assets.corpus.curation.rules import (
     PRESETS,
     QualityConfig,
     _ngram_repetition,
+    _ngram_repetitions,
     apply_quality_rules,
     is_structure_line,
     preset,
@@ -525,6 +526,34 @@ def test_ngram_measures_match_a_plain_count():
             assert top[n] == _reference_ngram_chars(words, n)[0], (words, n)
         for n in sizes[3:]:
             assert dup[n] == _reference_ngram_chars(words, n)[1], (words, n)
+
+
+def test_ngram_measures_of_many_documents_at_once_are_each_documents_own():
+    """Documents counted side by side: an n-gram never spans two, and one seen in two documents is not a
+    repeat in either."""
+    rng = random.Random(11)
+    vocabulary = ["the", "table", "of", "contents", "a", "row", "is", "kept"]
+    docs = [[rng.choice(vocabulary[: 2 + i % 7]) for _ in range(rng.randint(0, 40))] for i in range(60)]
+    docs += [[], ["one"], ["a", "b"] * 3, ["a", "b"] * 3]
+    batched = _ngram_repetitions(docs, [2, 3, 4], [5, 6, 7], 1)
+    for words, (top, dup) in zip(docs, batched, strict=True):
+        for n in (2, 3, 4):
+            assert top[n] == _reference_ngram_chars(words, n)[0], (words, n)
+        for n in (5, 6, 7):
+            assert dup[n] == _reference_ngram_chars(words, n)[1], (words, n)
+
+
+def test_quality_signals_do_not_depend_on_how_documents_are_chunked(monkeypatch):
+    from lm_assets.corpus.curation import rules
+
+    rng = random.Random(5)
+    texts = [" ".join(rng.choice(["alpha", "beta", "gamma", "delta."]) for _ in range(rng.randint(5, 300)))
+             for _ in range(40)] + ["重复的句子。" * 30, "一个不同的句子。" * 5, ""]
+    langs = ["en"] * 40 + ["zh", "zh", "en"]
+    whole = quality_signals(texts, langs)
+    monkeypatch.setattr(rules, "NGRAM_CHUNK_WORDS", 50)
+    assert quality_signals(texts, langs).equals(whole)
+    assert whole["q_top_2gram_frac"].max() > 0 and whole["q_dup_5gram_frac"].max() > 0
 
 
 def test_whole_text_counts_match_the_python_patterns():
