@@ -16,6 +16,7 @@ Private and link-local addresses are redacted: they can name a person's machine 
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -184,9 +185,11 @@ class _Detector:
     pattern: re.Pattern
     # How much of a candidate match is PII, from its start; 0 rejects it.
     valid_length: Callable[[str], int]
-    # A cheap test that the pattern could match at all; None: it matches only around a run of digits
-    # (`_number_runs`), and is searched only there.
-    applies: Callable[[str], bool] | None
+    # Every match the pattern can accept overlaps a match of `anchor` and is shorter than `_MAX_MATCH`:
+    # the pattern is searched only around the anchor's matches, and not at all in a text without one.
+    anchor: re.Pattern | None = None
+    # Without an anchor: a cheap test that the pattern could match at all.
+    applies: Callable[[str], bool] | None = None
     # Dotted numbers: a section or version number reads like one, by the words around it.
     numbered: bool = False
 
@@ -195,33 +198,20 @@ def _has_at(text: str) -> bool:
     return "@" in text
 
 
-# Longer than any match of a pattern searched around digit runs (the longest, PHONE's, is 47 characters).
-_MAX_NUMBER_MATCH = 64
-
-
-def _number_runs(text: str) -> list[tuple[int, int]]:
-    """The spans `_NUMBER_LIKE_RE` finds. An accepted CN_ID, card or phone holds 7 or more digits with at
-    most 3 of " ().+-" between two, so it overlaps one of them and starts at most `_MAX_NUMBER_MATCH`
-    characters before it: the rest of the text need not be searched."""
-    return [match.span() for match in _NUMBER_LIKE_RE.finditer(text)]
-
-
-def _has_dotted_digits(text: str) -> bool:
-    return _DOTTED_DIGITS_RE.search(text) is not None
-
-
-def _has_colons(text: str) -> bool:
-    return text.count(":") >= 2
-
+# Longer than any match of an anchored pattern (the longest, IPv6's, is 50 characters; PHONE's 47).
+_MAX_MATCH = 64
+# Two or more address groups in a row: every IPv6 candidate holds one.
+_IPV6_ANCHOR_RE = re.compile(r":[0-9A-Fa-f]{0,4}:")
 
 _DETECTORS = (
-    _Detector("EMAIL", _EMAIL_RE, _whole, _has_at),
-    _Detector("CN_ID", _CN_ID_RE, _whole_if(cn_id_valid), None),
-    _Detector("CREDIT_CARD", _CREDIT_CARD_RE, _whole_if(credit_card_valid), None),
-    _Detector("IP", _IPV4_RE, _whole_if(_personal_address), _has_dotted_digits, numbered=True),
-    _Detector("IP", _IPV6_RE, _whole_if(_ipv6_valid), _has_colons),
-    _Detector("CN_PHONE", _CN_PHONE_RE, _whole, None),
-    _Detector("PHONE", _PHONE_RE, _phone_length, None),
+    _Detector("EMAIL", _EMAIL_RE, _whole, applies=_has_at),
+    # An accepted ID, card or phone holds 7 or more digits with at most 3 of " ().+-" between two.
+    _Detector("CN_ID", _CN_ID_RE, _whole_if(cn_id_valid), anchor=_NUMBER_LIKE_RE),
+    _Detector("CREDIT_CARD", _CREDIT_CARD_RE, _whole_if(credit_card_valid), anchor=_NUMBER_LIKE_RE),
+    _Detector("IP", _IPV4_RE, _whole_if(_personal_address), anchor=_DOTTED_DIGITS_RE, numbered=True),
+    _Detector("IP", _IPV6_RE, _whole_if(_ipv6_valid), anchor=_IPV6_ANCHOR_RE),
+    _Detector("CN_PHONE", _CN_PHONE_RE, _whole, anchor=_NUMBER_LIKE_RE),
+    _Detector("PHONE", _PHONE_RE, _phone_length, anchor=_NUMBER_LIKE_RE),
 )
 
 
@@ -232,27 +222,40 @@ def _is_numbering(text: str, start: int, end: int) -> bool:
     )
 
 
-def _matches(text: str, pattern: re.Pattern, search_from: int, runs: list[tuple[int, int]] | None):
-    """The leftmost match of `pattern` at or after `search_from`; with `runs`, the leftmost that overlaps
+@dataclass
+class _Anchors:
+    """The spans an anchor pattern finds in a text (`finditer`'s: any match of it overlaps one)."""
+
+    starts: list[int]
+    ends: list[int]
+
+    @classmethod
+    def find(cls, anchor: re.Pattern, text: str) -> _Anchors:
+        spans = [match.span() for match in anchor.finditer(text)]
+        return cls([a for a, _ in spans], [b for _, b in spans])
+
+
+def _next_match(text: str, pattern: re.Pattern, search_from: int, anchors: _Anchors | None):
+    """The leftmost match of `pattern` at or after `search_from`; with `anchors`, the leftmost that overlaps
     one of them (no other can be accepted)."""
-    if runs is None:
+    if anchors is None:
         return pattern.search(text, search_from)
-    for start, end in runs:
-        if end <= search_from:
-            continue
-        # A window past any match that starts inside the run, and one character for its end's lookahead.
-        window_end = min(len(text), end + _MAX_NUMBER_MATCH + 1)
-        match = pattern.search(text, max(search_from, start - _MAX_NUMBER_MATCH), window_end)
+    for i in range(bisect.bisect_right(anchors.ends, search_from), len(anchors.ends)):
+        start, end = anchors.starts[i], anchors.ends[i]
+        # Past the end of any match starting before `end`, and two characters for its end's lookahead.
+        window_end = min(len(text), end + _MAX_MATCH + 2)
+        match = pattern.search(text, max(search_from, start - _MAX_MATCH), window_end)
         if match is not None and match.start() < end:
             return match
     return None
 
 
-def _replace_matches(text: str, detector: _Detector, on_match: Callable[[str], None]) -> str:
+def _replace_matches(
+    text: str, detector: _Detector, on_match: Callable[[str], None], anchors: _Anchors | None = None
+) -> str:
     pieces: list[str] = []
     copied_up_to = search_from = 0
-    runs = _number_runs(text) if detector.applies is None else None
-    while (match := _matches(text, detector.pattern, search_from, runs)) is not None:
+    while (match := _next_match(text, detector.pattern, search_from, anchors)) is not None:
         length = detector.valid_length(match.group())
         if length and detector.numbered and _is_numbering(text, match.start(), match.end()):
             length = 0
@@ -272,10 +275,16 @@ def _replace_matches(text: str, detector: _Detector, on_match: Callable[[str], N
 
 def _redact(text: str, found: list[tuple[str, str]] | None = None) -> tuple[str, dict[str, int]]:
     counts = dict.fromkeys(PII_TYPES, 0)
-    # Redaction puts letters where digits were: a text without a digit run keeps having none.
-    numeric = _NUMBER_LIKE_RE.search(text) is not None
+    found_anchors: dict[re.Pattern, _Anchors] = {}  # of the text as it stands
     for detector in _DETECTORS:
-        if not (numeric if detector.applies is None else detector.applies(text)):
+        anchors = None
+        if detector.anchor is not None:
+            if detector.anchor not in found_anchors:
+                found_anchors[detector.anchor] = _Anchors.find(detector.anchor, text)
+            anchors = found_anchors[detector.anchor]
+            if not anchors.ends:
+                continue
+        elif not detector.applies(text):
             continue
 
         def record(value: str, pii_type: str = detector.pii_type) -> None:
@@ -283,7 +292,10 @@ def _redact(text: str, found: list[tuple[str, str]] | None = None) -> tuple[str,
             if found is not None:
                 found.append((pii_type, value))
 
-        text = _replace_matches(text, detector, record)
+        redacted = _replace_matches(text, detector, record, anchors)
+        if redacted is not text:
+            found_anchors.clear()
+        text = redacted
     return text, counts
 
 

@@ -1,5 +1,4 @@
 import random
-from dataclasses import replace
 
 import polars as pl
 import pytest
@@ -342,28 +341,32 @@ def test_redact_frame_uses_the_named_column():
     assert result.kept["pii_email"][0] == 1
 
 
-def test_number_patterns_fit_the_window_searched_around_digit_runs():
+def test_anchored_patterns_fit_the_window_searched_around_their_anchors():
     from re import _parser
 
-    for detector in pii._DETECTORS:
-        if detector.applies is None:
-            assert _parser.parse(detector.pattern.pattern).getwidth()[1] < pii._MAX_NUMBER_MATCH
+    anchored = [detector for detector in pii._DETECTORS if detector.anchor is not None]
+    assert len(anchored) == 6
+    for detector in anchored:
+        assert _parser.parse(detector.pattern.pattern).getwidth()[1] < pii._MAX_MATCH
 
 
 def _search_everywhere(text: str) -> list[tuple[str, str]]:
-    """find_pii with every pattern searched over the whole text, as if no window applied."""
+    """find_pii with every pattern searched over the whole text, as if no anchor applied."""
     found: list[tuple[str, str]] = []
     for detector in pii._DETECTORS:
         record = lambda value, t=detector.pii_type: found.append((t, value))  # noqa: E731
-        text = pii._replace_matches(text, replace(detector, applies=lambda _: True), record)
+        text = pii._replace_matches(text, detector, record)
     return found
 
 
-def test_searching_only_around_digit_runs_finds_what_a_whole_search_finds():
+def test_searching_only_around_anchors_finds_what_a_whole_search_finds():
     draw = random.Random(3)
-    pieces = [*"0123456789 -.()+xXa@:\n", "第", "节", "+86 ", "138", "4111 1111 1111 1111", "110105199003071234",
-              "(415) 555-0132", "+1 415 555 0132 2026", "192.168.1.1", "Section ", "v", "x" * 70, " " * 70]
+    pieces = [*"0123456789 -.()+xXa@:\n", "第", "节", "+86 ", "138", "4111 1111 1111 1111", VALID_CN_ID, " 4111111111111111 ",
+              "(415) 555-0132", "+1 415 555 0132 2026", "192.168.1.1", "10.0.0.7.", "fe80::1", "2001:db8::7",
+              "fe80:0:0:0:0:0:0:1%", "::", "Section ", "v", "x" * 70, " " * 70]
     texts = ["".join(draw.choice(pieces) for _ in range(draw.randint(0, 120))) for _ in range(3000)]
-    assert sum(bool(_search_everywhere(t)) for t in texts) > 1000
-    for text in texts:
-        assert find_pii(text) == _search_everywhere(text), repr(text)
+    found = [_search_everywhere(t) for t in texts]
+    kinds = {pii_type for spans in found for pii_type, _ in spans}
+    assert sum(map(bool, found)) > 1000 and kinds >= {"IP", "PHONE", "CN_PHONE", "CN_ID", "CREDIT_CARD"}
+    for text, expected in zip(texts, found):
+        assert find_pii(text) == expected, repr(text)
