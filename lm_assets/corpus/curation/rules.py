@@ -557,42 +557,43 @@ def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> tuple[dict, _Do
     return signals, doc
 
 
-# Words counted together: arrays this size sort in cache, and numpy is called once for many documents.
+# Words counted together: arrays this size sort in cache, numpy is called once for many documents, and
+# only this many words of documents wait for their counts.
 NGRAM_CHUNK_WORDS = 32_768
 
 
-def _ngram_chunks(docs: list[_Doc]):
-    """(cjk, document indices) of runs of documents of one kind, `NGRAM_CHUNK_WORDS` words or so each."""
-    for cjk in (False, True):
-        chunk, words = [], 0
-        for i, doc in enumerate(docs):
-            if doc.cjk != cjk:
+class _NgramCounter:
+    """Gopher's n-gram signals, counted for runs of documents of one kind (CJK or not) about
+    `NGRAM_CHUNK_WORDS` words long as documents come, and written into each document's signals."""
+
+    def __init__(self, cfg: QualityConfig):
+        self.cfg = cfg
+        self.pending: dict[bool, list[tuple[dict, _Doc]]] = {False: [], True: []}
+        self.words = {False: 0, True: 0}
+
+    def add(self, signals: dict, doc: _Doc) -> None:
+        self.pending[doc.cjk].append((signals, doc))
+        self.words[doc.cjk] += len(doc.words)
+        if self.words[doc.cjk] >= NGRAM_CHUNK_WORDS:
+            self.flush(doc.cjk)
+
+    def flush(self, cjk: bool | None = None) -> None:
+        for kind in (False, True) if cjk is None else (cjk,):
+            pending, cfg = self.pending[kind], self.cfg
+            self.pending[kind], self.words[kind] = [], 0
+            if not pending:
                 continue
-            if chunk and words + len(doc.words) > NGRAM_CHUNK_WORDS:
-                yield cjk, chunk
-                chunk, words = [], 0
-            chunk.append(i)
-            words += len(doc.words)
-        if chunk:
-            yield cjk, chunk
-
-
-def _ngram_signals(docs: list[_Doc], cfg: QualityConfig) -> list[dict]:
-    """Gopher's n-gram signals of each document, the CJK ones at their own n-gram sizes."""
-    out: list[dict] = [{} for _ in docs]
-    for cjk, rows in _ngram_chunks(docs):
-        size = cfg.cjk_ngram_size if cjk else (lambda n: n)
-        repetitions = _ngram_repetitions(
-            [docs[i].words for i in rows], [size(n) for n, _ in cfg.top_n_grams], [size(n) for n, _ in cfg.dup_n_grams],
-            0 if cjk else 1,
-        )
-        for i, (top, dup) in zip(rows, repetitions, strict=True):
-            text_len = max(len(docs[i].text), 1)
-            for n, _ in cfg.top_n_grams:
-                out[i][f"q_top_{n}gram_frac"] = top[size(n)] / text_len
-            for n, _ in sorted(cfg.dup_n_grams):
-                out[i][f"q_dup_{n}gram_frac"] = dup[size(n)] / text_len
-    return out
+            size = cfg.cjk_ngram_size if kind else (lambda n: n)
+            repetitions = _ngram_repetitions(
+                [doc.words for _, doc in pending], [size(n) for n, _ in cfg.top_n_grams],
+                [size(n) for n, _ in cfg.dup_n_grams], 1 if not kind else 0,
+            )
+            for (signals, doc), (top, dup) in zip(pending, repetitions, strict=True):
+                text_len = max(len(doc.text), 1)
+                for n, _ in cfg.top_n_grams:
+                    signals[f"q_top_{n}gram_frac"] = top[size(n)] / text_len
+                for n, _ in sorted(cfg.dup_n_grams):
+                    signals[f"q_dup_{n}gram_frac"] = dup[size(n)] / text_len
 
 
 @dataclass
@@ -760,7 +761,7 @@ def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig)
     rewrites_lines = "c4" in families and cfg.c4_filter_lines
     rows: list[dict] = []
     filtered_texts: list[str | None] = []
-    ngram_docs: list[_Doc] = []  # n-grams are counted for the whole batch at once
+    ngrams = _NgramCounter(cfg)
     for text, lang, scan in zip(texts, langs, _column_scan(texts, families), strict=True):
         doc = _Doc.parse(text, lang)
         signals = {"q_cjk": doc.cjk}
@@ -769,7 +770,7 @@ def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig)
         if "gopher_repetition" in families:
             repetition, counted = _gopher_repetition_signals(doc, cfg)
             signals |= repetition
-            ngram_docs.append(counted)
+            ngrams.add(signals, counted)
         fineweb_text, fineweb_tokens, filtered = doc.text, doc.n_tokens, None
         if "c4" in families:
             outcome = _c4_scan(doc, scan, cfg)
@@ -785,9 +786,7 @@ def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig)
             signals |= _prose_signals(doc, scan)
         rows.append(signals)
         filtered_texts.append(filtered)
-    if ngram_docs:
-        for signals, ngrams in zip(rows, _ngram_signals(ngram_docs, cfg), strict=True):
-            signals |= ngrams
+    ngrams.flush()
     return pl.DataFrame(rows, schema=_signal_schema(cfg)), filtered_texts
 
 

@@ -113,9 +113,16 @@ class ProfanityCheckScorer:
         )
         self.name = f"alt-profanity-check {metadata.version('alt-profanity-check')} (bundled sklearn model)"
 
+    # Lines scored at once: their tokens, one row each, stay a few tens of MB.
+    CHUNK_LINES = 16_384
+
     def score(self, lines: list[str]) -> list[float]:
-        if not lines:
-            return []
+        scores: list[float] = []
+        for start in range(0, len(lines), self.CHUNK_LINES):
+            scores += self._score(lines[start : start + self.CHUNK_LINES])
+        return scores
+
+    def _score(self, lines: list[str]) -> list[float]:
         import numpy as np
         from scipy import sparse
 

@@ -43,12 +43,15 @@ TOKEN_EDGE_LINES = [
 ]
 
 
-def test_profanity_check_scores_are_the_packages_own_bit_for_bit():
+def test_profanity_check_scores_are_the_packages_own_bit_for_bit(monkeypatch):
     from profanity_check import predict_prob
 
     scorer = load_scorer(ToxicityConfig(backend="profanity_check"))
     lines = TOKEN_EDGE_LINES * 3
-    assert scorer.score(lines) == [float(p) for p in predict_prob(lines)]
+    expected = [float(p) for p in predict_prob(lines)]
+    assert scorer.score(lines) == expected
+    monkeypatch.setattr(scorer, "CHUNK_LINES", 4)
+    assert scorer.score(lines) == expected
     assert scorer.score(TOKEN_EDGE_LINES[:3]) == [float(p) for p in predict_prob(TOKEN_EDGE_LINES[:3])]
     assert scorer.score([]) == []
 
