@@ -539,7 +539,7 @@ def _gopher_quality_signals(doc: _Doc, scan: dict[str, int | bool], cfg: Quality
 
 
 def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> tuple[dict, _Doc]:
-    """The paragraph and line signals, and the document whose n-grams count (see `_ngram_signals`)."""
+    """The paragraph and line signals, and the document whose n-grams count (see `_NgramCounter`)."""
     if cfg.repetition_skips_structure_lines:
         doc = doc.prose_only()
     text = doc.text.strip()
@@ -586,7 +586,7 @@ class _NgramCounter:
             size = cfg.cjk_ngram_size if kind else (lambda n: n)
             repetitions = _ngram_repetitions(
                 [doc.words for _, doc in pending], [size(n) for n, _ in cfg.top_n_grams],
-                [size(n) for n, _ in cfg.dup_n_grams], 1 if not kind else 0,
+                [size(n) for n, _ in cfg.dup_n_grams], 0 if kind else 1,
             )
             for (signals, doc), (top, dup) in zip(pending, repetitions, strict=True):
                 text_len = max(len(doc.text), 1)
