@@ -366,17 +366,14 @@ def _key_groups(keys: np.ndarray, positions: np.ndarray, docs: np.ndarray):
     return ordered, at, in_doc, sizes, np.minimum.reduceat(at, starts)[group]
 
 
-def _ngram_repetition(words: list[str], top_sizes: list[int], dup_sizes: list[int], separator_len: int):
-    """Per size, the characters of the most frequent n-gram (`top_sizes`) and the characters covered by
-    n-grams that repeat an earlier one, each counted once (`dup_sizes`; Gopher's "fraction of characters
-    in duplicate n-grams", over the union of their spans)."""
-    return _ngram_repetitions([words], top_sizes, dup_sizes, separator_len)[0]
-
-
 def _ngram_repetitions(word_lists: list[list[str]], top_sizes: list[int], dup_sizes: list[int], separator_len: int):
-    """`_ngram_repetition` of many documents at once: their words side by side, an n-gram never running
-    past its document's end and grouped with the equal n-grams of its own document only, so that numpy is
-    called a few times a batch, not a document.
+    """Per document and size, the characters of the most frequent n-gram (`top_sizes`) and the characters
+    covered by n-grams that repeat an earlier one, each counted once (`dup_sizes`; Gopher's "fraction of
+    characters in duplicate n-grams", over the union of their spans).
+
+    The documents' words lie side by side, an n-gram never running past its document's end and grouped
+    with the equal n-grams of its own document only, so that numpy is called a few times a batch, not a
+    document.
 
     Keys grow one word at a time from size to size. An n-gram can recur only where its first n-1 words
     do, so past the top sizes only the starts of recurring n-grams are carried on to the next size."""

@@ -503,11 +503,16 @@ def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
         )
 
 
+def _tokens_and_texts(examples: pl.DataFrame) -> zip:
+    """Each example's `tokens` (shipped pages) and `text`, None where a column is missing."""
+    given = examples["tokens"].to_list() if "tokens" in examples.columns else [None] * examples.height
+    texts = examples["text"].to_list() if "text" in examples.columns else [None] * examples.height
+    return zip(given, texts)
+
+
 def example_tokens(examples: pl.DataFrame, max_chars: int) -> list[list[int]]:
     """Each example's token ids: its `tokens` where given (shipped pages), else from its `text`."""
-    texts = examples["text"].to_list() if "text" in examples.columns else [None] * examples.height
-    given = examples["tokens"].to_list() if "tokens" in examples.columns else [None] * examples.height
-    return [list(ids) if ids is not None else token_ids(text, max_chars) for ids, text in zip(given, texts)]
+    return [list(ids) if ids is not None else token_ids(text, max_chars) for ids, text in _tokens_and_texts(examples)]
 
 
 def prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples, list[str], list[str]]:
@@ -769,10 +774,8 @@ class QualityClassifier:
     def score(self, docs: pl.DataFrame) -> np.ndarray:
         """P(KEEP) per row of `docs` (text, lang; `q_*` columns are reused when present)."""
         max_chars = self.manifest["max_chars"]
-        given = docs["tokens"].to_list() if "tokens" in docs.columns else [None] * docs.height
-        raw = docs["text"].to_list() if "text" in docs.columns else [None] * docs.height
         texts = [token_line(ids) if ids is not None else text_token_line(text, max_chars)
-                 for ids, text in zip(given, raw)]
+                 for ids, text in _tokens_and_texts(docs)]
         signals = None
         stacker = self.manifest["stacker"]
         if self.features == "text+signals":

@@ -8,7 +8,6 @@ from lm_assets.corpus.curation.rules import (
     FAMILIES,
     PRESETS,
     QualityConfig,
-    _ngram_repetition,
     _ngram_repetitions,
     apply_quality_rules,
     is_structure_line,
@@ -521,7 +520,7 @@ def test_ngram_measures_match_a_plain_count():
     for trial in range(40):
         words = [rng.choice(vocabulary[: 3 + trial % 8]) for _ in range(rng.randint(0, 60))]
         sizes = list(range(2, 11))
-        top, dup = _ngram_repetition(words, [2, 3, 4], sizes[3:], 1)
+        [(top, dup)] = _ngram_repetitions([words], [2, 3, 4], sizes[3:], 1)
         for n in (2, 3, 4):
             assert top[n] == _reference_ngram_chars(words, n)[0], (words, n)
         for n in sizes[3:]:
