@@ -108,6 +108,18 @@ _LISTS = frozenset({"ul", "ol"})
 _NESTED_LISTS = frozenset({"ul", "ol", "dl"})
 _CELLS = frozenset({"td", "th"})
 _SPACES = re.compile(r"[ \t\n\r\f\v]+")
+# Code lines are read only where this much of the kept text is in `<pre>`: a source listing is nearly all of
+# it, and tutorials, whose `<pre>` blocks are examples, are spared the cost.
+CODE_READ_PRE_SHARE = 0.5
+# A line of program text: a statement keyword of Python, C, JavaScript or shell, a line ending in a brace,
+# semicolon or closing bracket, an assignment, or a call.
+_CODE_LINE = re.compile(
+    r"^\s*(?:def |class |import |from \S+ import |return\b|elif\b|else\s*[:{]|try\s*[:{]|except\b|raise |"
+    r"yield\b|async |await |@\w|#include|#define|#!|//|/\*|\*/|\$ |>>> |var |let |const |function\b|"
+    r"public |private |static |void |[}{])"
+    r"|[;{}]\s*$|\)\s*:?\s*$|^\s*(?:if|for|while|with)\b.*:\s*$"
+    r"|^\s*[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*[-+*/|&]?=\s*\S|[A-Za-z_]\w*\([^()]*\)"
+)
 _ASCII_SPACES = frozenset(" \t\n\r\f\v")
 
 
@@ -132,6 +144,8 @@ PAGE_SIGNALS = {
     "q_html_text_ratio": float,  # visible text bytes over HTML bytes
     "q_html_removed_share": float,  # share of the visible text that extraction removed
     "q_html_link_blocks": int,  # blocks removed for being mostly links (menus, link lists, headline lists)
+    "q_html_pre_share": float,  # share of the kept text inside `<pre>`
+    "q_html_code_share": float,  # share of the kept text in lines of code inside `<pre>` (0.0 below `CODE_READ_PRE_SHARE`)
 }
 
 
@@ -173,6 +187,7 @@ def page_signals(page: _Page | None, text: str, html: str, html_bytes: int | Non
         "q_html_text_ratio": visible / html_bytes if html_bytes else 0.0,
         "q_html_removed_share": max(0.0, 1 - kept / visible) if visible else 0.0,
         "q_html_link_blocks": page.link_blocks if page is not None else 0,
+        **dict(zip(("q_html_pre_share", "q_html_code_share"), page.pre_shares() if page is not None else (0.0, 0.0))),
     }
 
 
@@ -228,6 +243,7 @@ class _Page:
         self.last: list[int] = []  # index of the last element of the subtree
         self.chrome: list[int] = []
         self.named: list[int] = []  # containers with a class or id
+        self.pre: list[int] = []
         self.events: list = []
         self.removed: set[int] = set()
         self.root: int | None = None
@@ -240,7 +256,7 @@ class _Page:
     def _walk(self, body) -> None:
         tags, parents, attrs, text, links = self.tag, self.parent, self.attrs, self.text, self.links
         has_block, starts, ends, lasts, events = self.has_block, self.start, self.end, self.last, self.events
-        chrome, named = self.chrome, self.named
+        chrome, named, pres = self.chrome, self.named, self.pre
         max_depth = self.MAX_DEPTH
 
         def visit(node, index: int, in_link: bool, depth: int) -> None:
@@ -279,6 +295,7 @@ class _Page:
                 if tag in _CONTAINERS and attributes and ("class" in attributes or "id" in attributes):
                     named.append(new)
                 if tag == "pre":
+                    pres.append(new)
                     # Verbatim, in one call: highlighted code holds an element per token.
                     flat = child.text()
                     events.append(flat)
@@ -541,6 +558,26 @@ class _Page:
             if root < index <= self.last[root]:
                 inside += self.text[index]
         return inside > self.text[root] / 2
+
+    def pre_shares(self) -> tuple[float, float]:
+        """Shares of the kept text (the root and what stays beside it, or the body) inside `<pre>`, and in
+        lines of code there: a source listing is nearly all code; a manual set in `<pre>` (Vim's help) is
+        prose there. Lines are read only on a page at least `CODE_READ_PRE_SHARE` in `<pre>` (else 0.0)."""
+        kept = self._kept()
+        total = sum(self.text[top] for top in kept)
+        if not self.pre or total <= 0:
+            return 0.0, 0.0
+        inside = [
+            index for index in self.pre if any(top <= index <= self.last[top] for top in kept) and not self._gone(index)
+        ]
+        pre = min(sum(self.text[index] for index in inside) / total, 1.0)
+        if pre < CODE_READ_PRE_SHARE:
+            return pre, 0.0
+        code = sum(
+            len(line) if line.isascii() else len(line.encode())
+            for index in inside for line in self.events[self.start[index] + 1].split("\n") if _CODE_LINE.search(line)
+        )
+        return pre, min(code / total, 1.0)
 
     # Layout --------------------------------------------------------------------------------------
     def layout(self) -> str:

@@ -133,6 +133,9 @@ class QualityConfig:
     # document without HTML passes. A listing by both its URL and its title (tag, category, archive,
     # search, channel and list pages), and the shares of the visible text in links and removed by extraction.
     listing_page: bool | None = None
+    # A raw source listing (a Sphinx `_modules` page, a code file shown as a page): nearly all of the text
+    # in `<pre>`, and much of it lines of code (`SOURCE_LISTING`).
+    source_listing: bool | None = None
     max_html_link_share: float | None = None
     max_html_removed_share: float | None = None
 
@@ -189,6 +192,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         # On the labelled web pages this drops 7 % more of the junk and no good page of any labelled crawl; the
         # link and removed shares cost good pages for little (docs/architecture.md).
         "listing_page": True,
+        "source_listing": True,
     },
 }
 DEFAULT_PRESET = "lm_assets"
@@ -885,16 +889,25 @@ def _page_rules(cfg: QualityConfig) -> list[_Rule]:
     return [
         ("listing_page", cfg.listing_page or None, "q_url_listing",
          lambda _: (pl.col("q_url_listing") == 1) & (pl.col("q_title_listing") == 1)),
+        ("source_listing", cfg.source_listing or None, "q_html_code_share",
+         lambda _: (pl.col("q_html_pre_share") >= SOURCE_LISTING["pre_share"])
+         & (pl.col("q_html_code_share") >= SOURCE_LISTING["code_share"])),
         ("max_html_link_share", cfg.max_html_link_share, "q_html_link_share", _above("q_html_link_share")),
         ("max_html_removed_share", cfg.max_html_removed_share, "q_html_removed_share", _above("q_html_removed_share")),
     ]
+
+
+# A page is a source listing when this much of its text is in `<pre>`, and this much in lines of code. On the
+# labelled manuals, Sphinx's `_modules` listings have 0.44-0.73 in code; pages of Vim's help, all in `<pre>`,
+# at most 0.34; tutorials with code at most 0.76 in `<pre>`.
+SOURCE_LISTING = {"pre_share": 0.9, "code_share": 0.4}
 
 
 # Extraction's page signals the page rules read, and their types: a frame without them (text without HTML)
 # gets them as nulls, and passes.
 PAGE_RULE_COLUMNS = {
     "q_url_listing": pl.Int64, "q_title_listing": pl.Int64, "q_html_link_share": pl.Float64,
-    "q_html_removed_share": pl.Float64,
+    "q_html_removed_share": pl.Float64, "q_html_pre_share": pl.Float64, "q_html_code_share": pl.Float64,
 }
 
 
@@ -930,8 +943,12 @@ def rule_reasons(cfg: QualityConfig | None = None) -> list[str]:
     return [reason for reason, _, _ in enabled_rules(cfg)]
 
 
-# The rules that still decide when a trained classifier judges quality: only a minimum length.
-HARD_RULES = ("gopher_quality:min_doc_words", "gopher_quality:min_doc_chars_cjk")
+# The rules that still decide when a trained classifier judges quality: a minimum length, licence text and a
+# raw source listing, which the classifier can take for prose (a licence reads as careful English, a listing's
+# docstrings and comments as explanation). Of the shipped training pages' 1,126 KEEP pages they fail one.
+HARD_RULES = (
+    "gopher_quality:min_doc_words", "gopher_quality:min_doc_chars_cjk", "prose:max_licence_share", "page:source_listing",
+)
 
 
 def _verdict_exprs(cfg: QualityConfig, only: tuple[str, ...] | None = None) -> tuple[pl.Expr, pl.Expr]:

@@ -89,3 +89,92 @@ def test_a_page_listed_by_its_url_and_title_is_dropped_by_the_default_rules_and_
     assert "q_html_link_share" not in result.kept.columns  # a frame without extraction's columns gets none
     assert apply_quality_rules(frame.drop("q_url_listing", "q_title_listing"), preset()).dropped.height == 0
     assert apply_quality_rules(frame, preset(listing_page=None)).dropped.height == 0
+
+
+MODULE_SOURCE = '''"""Caching helpers for the session."""
+import functools
+from typing import Any
+
+
+class CachingQuery(Query):
+    """A query that reads its rows from a cache region when it can."""
+
+    def __init__(self, region: str, *args: Any) -> None:
+        self.region = region
+        super().__init__(*args)
+
+    def __iter__(self):
+        if self.region is None:
+            return super().__iter__()
+        key = self.cache_key()
+        return iter(self.cache.get_or_create(key, lambda: list(super().__iter__())))
+
+
+def cache_key(query, prefix="q") -> str:
+    return prefix + ":" + str(hash(query.statement))
+'''
+HELP_TEXT = (
+    "*recover.txt*   How to recover from a crash\n\n"
+    "You have spent several hours typing in that text that was going to finish the story, and then\n"
+    "the power went out.  Vim keeps a swap file next to every file you edit, so most of the work can\n"
+    "be brought back.  When you start editing the file again you are told that a swap file exists,\n"
+    "and you can choose to recover it.  The swap file holds the changes you made since the last\n"
+    "write, and it is removed when you quit normally.  See the section on swap files for where they\n"
+    "are kept and how often they are written.\n"
+)
+
+
+def _pre_page(title: str, body: str, before: str = "") -> str:
+    escaped = body.replace("&", "&amp;").replace("<", "&lt;")
+    return f"<html><head><title>{title}</title></head><body><div class='body'><h1>{title}</h1>{before}<pre>{escaped}</pre></div></body></html>"
+
+
+def test_a_source_listing_is_code_in_pre_and_a_manual_set_in_pre_or_a_tutorial_is_not():
+    _, listing = extract_page(_pre_page("Source code for caching_query", MODULE_SOURCE), ExtractConfig())
+    _, manual = extract_page(_pre_page("recover", HELP_TEXT), ExtractConfig())
+    explained = "".join(f"<p>{sentence}</p>" for sentence in [
+        "A caching query keeps the rows of a query in a cache region, so that a second run of the same query "
+        "reads them from memory instead of the database.", "The region is named when the query is made, and "
+        "the key is built from the statement, so two different queries never share rows.",
+        "Subclass the query as below, and pass the region name as the first argument.",
+    ] * 2)
+    _, tutorial = extract_page(_pre_page("Caching queries", MODULE_SOURCE[:400], before=explained), ExtractConfig())
+    _, article = extract_page(ARTICLE, ExtractConfig())
+    assert listing["q_html_pre_share"] > 0.9 and listing["q_html_code_share"] > 0.5
+    assert manual["q_html_pre_share"] > 0.9 and manual["q_html_code_share"] < 0.1
+    assert tutorial["q_html_pre_share"] < 0.5 and tutorial["q_html_code_share"] < 0.3
+    assert article["q_html_pre_share"] == article["q_html_code_share"] == 0.0
+
+
+LICENCE = "".join(
+    f"<p>{paragraph}</p>" for paragraph in [
+        "This program is free software; you can redistribute it and/or modify it under the terms of the GNU General "
+        "Public License as published by the Free Software Foundation; either version 2 of the License, or any later version.",
+        "This program is distributed in the hope that it will be useful, but WITHOUT ANY WARRANTY; without even the "
+        "implied warranty of MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE. See the GNU General Public License.",
+        "You should have received a copy of the GNU General Public License along with this program; if not, write to "
+        "the Free Software Foundation, Inc., 51 Franklin Street, Fifth Floor, Boston, MA 02110-1301, USA.",
+    ]
+)
+
+
+def test_a_source_listing_and_a_licence_are_dropped_even_when_a_classifier_decides():
+    from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+
+    docs = pl.DataFrame({
+        "doc_id": ["listing", "manual", "licence"],
+        "url": ["https://docs.example/_modules/caching_query.html", "https://docs.example/recover.html",
+                "https://docs.example/appendix/gpl.html"],
+        "html": [_pre_page("Source code for caching_query", MODULE_SOURCE * 3), _pre_page("recover", HELP_TEXT * 3),
+                 f"<html><body><h1>GNU General Public License</h1>{LICENCE}</body></html>"],
+        "text": [None, None, None],
+    }, schema_overrides={"text": pl.String})
+    extracted = extract_documents(docs).kept.with_columns(pl.lit("en").alias("lang"))
+    deferred = apply_quality_rules(extracted, preset(), defer=True)
+    assert deferred.dropped.select("doc_id", "reason").sort("doc_id").rows() == [
+        ("licence", "prose:max_licence_share"), ("listing", "page:source_listing"),
+    ]
+    assert deferred.kept["doc_id"].to_list() == ["manual"]
+    relaxed = apply_quality_rules(extracted, preset(source_listing=None, max_licence_share=None), defer=True)
+    assert relaxed.dropped.height == 0
+    assert apply_quality_rules(extracted, preset("published")).dropped.filter(pl.col("reason") == "page:source_listing").height == 0
