@@ -181,13 +181,15 @@ def page_signals(page: _Page | None, text: str, html: str, html_bytes: int | Non
         html_bytes = len(html) if html.isascii() else len(html.encode())
     visible = page.visible_text if page is not None else 0
     kept = len(text) if text.isascii() else len(text.encode())
+    pre, code = page.pre_shares() if page is not None else (0.0, 0.0)
     return {
         "q_html_link_share": page.visible_links / visible if visible else 0.0,
         "q_html_links_per_kb": 1000 * page.anchors / visible if visible else 0.0,
         "q_html_text_ratio": visible / html_bytes if html_bytes else 0.0,
         "q_html_removed_share": max(0.0, 1 - kept / visible) if visible else 0.0,
         "q_html_link_blocks": page.link_blocks if page is not None else 0,
-        **dict(zip(("q_html_pre_share", "q_html_code_share"), page.pre_shares() if page is not None else (0.0, 0.0))),
+        "q_html_pre_share": pre,
+        "q_html_code_share": code,
     }
 
 
