@@ -136,6 +136,10 @@ class MainContentConfig:
     sibling_share: float = 0.2
 
 
+# A form holding this share of the page's text is the page's wrapper, not a search or login box beside it.
+WRAPPER_SHARE = 0.9
+
+
 # What the page itself says about its kind, measured on the walk (see `page_signals`). A portal or
 # listing page reduced to its headlines reads like prose; its HTML does not.
 PAGE_SIGNALS = {
@@ -163,6 +167,9 @@ def extract_main_content(
     if body is None:
         return "", page_signals(None, "", html, html_bytes)
     page = _Page(body)
+    if page.visible_text == 0 and page.hid_by_style:
+        # Every word hidden by inline styles: the page shows its content with a script.
+        page = _Page(body, read_styles=False)
     page.remove_chrome(config)
     page.remove_link_blocks(config)
     page.choose_root(config)
@@ -218,10 +225,33 @@ def _unread(tag: str, attributes: dict) -> bool:
         return True
     if attributes.get("role") in _UNREAD_ROLES:
         return True
-    style = attributes.get("style")
-    if style and ("none" in (style := style.lower()) or "hidden" in style) and _HIDDEN_STYLE.search(style):
-        return True
     return tag == "a" and "headerlink" in (attributes.get("class") or "")
+
+
+def _style_hides(attributes: dict) -> bool:
+    style = attributes.get("style")
+    return bool(style and ("none" in (style := style.lower()) or "hidden" in style) and _HIDDEN_STYLE.search(style))
+
+
+def _pre_text(pre) -> str:
+    """A `<pre>`'s text verbatim, in one call where it can be (highlighted code holds an element per token),
+    with its `<br>` as line ends; none for a highlighter's gutter of line numbers beside the code."""
+    text = pre.text()
+    if pre.css_first("br") is not None:
+        text = "".join(
+            "\n" if node.tag == "br" else node.text_content or ""
+            for node in pre.traverse(include_text=True) if node.is_text_node or node.tag == "br"
+        )
+    return "" if text.lstrip()[:1].isdigit() and _line_numbers(text) else text
+
+
+def _line_numbers(text: str) -> bool:
+    """Consecutive line numbers and nothing else."""
+    numbers = text.split()
+    if len(numbers) < 2 or not all(number.isdigit() for number in numbers):
+        return False
+    first = int(numbers[0])
+    return numbers == [str(line) for line in range(first, first + len(numbers))]
 
 
 class _Page:
@@ -233,7 +263,7 @@ class _Page:
     # than Python's stack.
     MAX_DEPTH = 200
 
-    def __init__(self, body):
+    def __init__(self, body, read_styles: bool = True):
         self.tag: list[str] = []
         self.parent: list[int] = []
         self.attrs: list[dict] = []
@@ -251,11 +281,12 @@ class _Page:
         self.root: int | None = None
         self.kept_beside: set[int] = set()
         self.link_blocks = 0
-        self._walk(body)
+        self.hid_by_style = False  # whether an inline style hid an element from the walk
+        self._walk(body, read_styles)
         self.visible_text, self.visible_links = self.text[0], self.links[0]
         self.anchors = self.tag.count("a")
 
-    def _walk(self, body) -> None:
+    def _walk(self, body, read_styles: bool) -> None:
         tags, parents, attrs, text, links = self.tag, self.parent, self.attrs, self.text, self.links
         has_block, starts, ends, lasts, events = self.has_block, self.start, self.end, self.last, self.events
         chrome, named, pres = self.chrome, self.named, self.pre
@@ -277,8 +308,12 @@ class _Page:
                 if not tag or tag[0] == "-" or tag in _UNREAD:
                     continue
                 attributes = child.attributes
-                if attributes and (tag == "a" or not _HIDING.isdisjoint(attributes)) and _unread(tag, attributes):
-                    continue
+                if attributes and (tag == "a" or not _HIDING.isdisjoint(attributes)):
+                    if _unread(tag, attributes):
+                        continue
+                    if read_styles and "style" in attributes and _style_hides(attributes):
+                        self.hid_by_style = True
+                        continue
                 new = len(tags)
                 tags.append(tag)
                 parents.append(index)
@@ -298,8 +333,7 @@ class _Page:
                     named.append(new)
                 if tag == "pre":
                     pres.append(new)
-                    # Verbatim, in one call: highlighted code holds an element per token.
-                    flat = child.text()
+                    flat = _pre_text(child)
                     events.append(flat)
                     text[new] += 0 if flat.isspace() else len(flat) if flat.isascii() else len(flat.encode())
                 elif depth < max_depth:
@@ -353,8 +387,9 @@ class _Page:
         return min(self.links[index] / self.text[index], 1.0) if self.text[index] > 0 else 0.0
 
     def remove_chrome(self, config: MainContentConfig) -> None:
-        """Remove landmarks of chrome, except one that is the page's content under the wrong name: more than
-        half its text, a paragraph's worth at least, mostly not links."""
+        """Remove landmarks of chrome, except one that is the page's content under the wrong name (more than
+        half its text, a paragraph's worth at least, mostly not links), and a form that wraps the whole page
+        (an ASP.NET page is one `<form>`): the chrome inside it goes later, as anywhere else."""
         for index in self.chrome:
             if self._gone(index):
                 continue
@@ -363,7 +398,8 @@ class _Page:
                 and self.text[index] >= config.min_root_chars / 2
                 and self._density(index) <= config.max_link_density
             )
-            if not content:
+            wrapper = self.tag[index] == "form" and self.text[index] >= WRAPPER_SHARE * self.text[0]
+            if not (content or wrapper):
                 self._remove(index)
 
     def remove_link_blocks(self, config: MainContentConfig) -> None:

@@ -75,6 +75,42 @@ def test_hidden_and_never_read_elements_are_left_out():
     assert "Visible ending." in text
 
 
+def test_a_page_its_styles_hide_whole_is_read_as_its_script_would_show_it():
+    # The desktop layout, hidden until a script picks it; the mobile one likewise.
+    html = (
+        "<html><body><script>pick()</script>"
+        f'<div class="pc" style="display: none;"><h1>Village news</h1><p>{PROSE * 3}</p></div>'
+        '<div class="m" style="display:none"><p>Mobile layout.</p></div></body></html>'
+    )
+    text = extract_main_text(html)
+    assert PROSE.strip() in text and "Village news" in text
+
+
+def test_a_form_that_wraps_the_page_is_its_wrapper_but_a_form_beside_it_goes():
+    links = "".join(f'<li><a href="/s{i}">Section number {i}</a></li>' for i in range(60))
+    article = f"<div id='content'><h1>Story</h1><p>{PROSE * 4}</p><p>{PROSE * 3}</p></div>"
+    aspnet = f"<html><body><form id='frmMain'><ul class='menu'>{links}</ul>{article}</form></body></html>"
+    text = extract_main_text(aspnet)
+    assert PROSE.strip() in text and "Section number" not in text
+    beside = f"<html><body>{article}<form><p>Sign in to comment on this story and more.</p></form></body></html>"
+    text = extract_main_text(beside)
+    assert PROSE.strip() in text and "Sign in" not in text
+
+
+def test_highlighted_code_keeps_its_line_breaks_and_leaves_its_gutter_of_line_numbers():
+    # Hexo's and highlight.js's markup: a table of a gutter and the code, each line a span ended by <br>.
+    gutter = "<br>".join(f'<span class="line">{n}</span>' for n in range(1, 4))
+    code = "<br>".join(f'<span class="line">{line}</span>' for line in ("#include &lt;map&gt;", "int main() {", "}"))
+    html = docbook_page(
+        f"<p>{PROSE * 2}</p><figure class='highlight'><table><tr><td class='gutter'><pre>{gutter}</pre></td>"
+        f"<td class='code'><pre>{code}</pre></td></tr></table></figure><p>Output:</p><pre>42</pre>"
+    )
+    text = extract_main_text(html)
+    assert "#include <map>\nint main() {\n}" in text
+    assert "1\n2\n3" not in text and "123" not in text
+    assert "\n42" in text  # one number is output, not a gutter
+
+
 def test_chrome_only_page_is_empty_but_mislabelled_content_is_kept():
     assert extract_main_text("<html><body><nav><a href='/'>Home</a> x</nav></body></html>") == ""
     wrapped = f"<html><body><nav><a href='/'>Home</a></nav><aside><p>{PROSE * 6}</p></aside></body></html>"
