@@ -9,9 +9,11 @@
 Both models read English. Detoxify scores only the lines a pre-screen finds suspicious: alt-profanity-check
 scores every line first (about 10 MB of text per CPU-second), and a line below `prescreen_threshold`
 (0.05; toxic lines score 0.5-1.0 there, 88 % of real-web lines below 0.05) counts as clean without the
-BERT model, which reads the rest sorted by length in batches. Stats say how many lines each model
-scored. Documents in Chinese (`lang` zh) are scored as well by the share of their
-words that a Chinese lexicon flags (`chinese_lexicon.py`), whichever backend runs.
+BERT model, which reads the rest sorted by length in batches. A line mostly in CJK characters is not
+theirs to read: they would judge it by its few Latin words alone ("Hater", an app's name, in a Chinese
+article about it), so it counts as clean for them. Stats say how many lines each model scored.
+Documents in Chinese (`lang` zh) are scored as well by the share of their words that a Chinese lexicon
+flags (`chinese_lexicon.py`), whichever backend runs.
 
 A model that cannot be loaded raises ToxicityModelError; nothing falls back to another backend.
 """
@@ -26,6 +28,7 @@ from importlib import metadata
 import polars as pl
 
 from lm_assets.corpus.stage import StageResult, split_by_reason
+from lm_assets.text import CJK
 
 STAGE = "toxicity"  # the `stage` of its drops
 BACKENDS = ("detoxify", "profanity_check")
@@ -211,13 +214,24 @@ def line_scores(flat: list[str], config: ToxicityConfig) -> tuple[list[float], d
     return scores, counts | {"lines_scored_by_model": len(suspicious), "prescreen": prescreen}
 
 
+def mostly_cjk(lines: list[str]) -> list[bool]:
+    """Whether more than half of each line's letters are CJK characters."""
+    column = pl.Series(lines, dtype=pl.String)
+    return (2 * column.str.count_matches(f"[{CJK}]") > column.str.count_matches(r"\p{L}")).to_list()
+
+
 def score_documents(texts: list[str], config: ToxicityConfig) -> tuple[list[float], list[float], str, dict]:
     """Per document: the highest line score, and the share of characters in toxic lines; the model's name,
-    and how many lines each model scored."""
+    and how many lines each model scored (the English models read no line mostly in CJK characters)."""
     scorer = load_scorer(config)
     doc_lines = [[ln for ln in text.split("\n") if ln.strip()] for text in texts]
     flat = [ln for lines in doc_lines for ln in lines]
-    scores, counts = line_scores(flat, config)
+    cjk = mostly_cjk(flat)
+    read = [ln for ln, skip in zip(flat, cjk) if not skip]
+    read_scores, counts = line_scores(read, config)
+    counts |= {"lines": len(flat), "lines_mostly_cjk_unscored": len(flat) - len(read)}
+    read_iter = iter(read_scores)
+    scores = [0.0 if skip else next(read_iter) for skip in cjk]
     flat_scores = iter(scores)
     maxima, fractions = [], []
     for lines in doc_lines:

@@ -33,6 +33,23 @@ def test_profanity_check_backend_scores_lines_and_drops_mostly_toxic_docs():
     assert result.stats["model"].startswith("alt-profanity-check 1.9.1")
 
 
+def test_the_english_models_leave_lines_mostly_in_cjk_and_still_read_english_ones_in_a_chinese_page():
+    # Chinese prose about an app called Hater: the English model would judge those lines by "Hater" alone.
+    about_the_app = "人们对于讨厌的事物总是能很有共同话题，最近有一个叫做 Hater 的约会软件就是通过匹配用户共同讨厌的事情来配对。"
+    pages = pl.DataFrame({
+        "doc_id": ["app", "abuse"],
+        "lang": ["zh", "zh"],
+        "text": ["\n".join([about_the_app] * 6), "\n".join([about_the_app, TOXIC, TOXIC, TOXIC])],
+    })
+    config = ToxicityConfig(backend="profanity_check")
+    assert load_scorer(config).score(["Hater"])[0] >= config.line_threshold  # what it would say of the word
+    result = score_toxicity(pages, config)
+    assert result.kept["doc_id"].to_list() == ["app"] and result.kept["tox_max"][0] == 0.0
+    assert result.dropped["reason"].to_list() == ["toxicity:toxic_fraction"]
+    assert result.stats["lines"] == 10 and result.stats["lines_mostly_cjk_unscored"] == 7
+    assert result.stats["lines_scored_by_model"] == 3
+
+
 # Lines that cut into tokens in every way sklearn's analyzer handles: case, stop words, one-letter words,
 # digits and "_", accents, Greek with its final sigma, CJK, a character newer than Python's Unicode tables
 # (U+1C89, Unicode 16) inside a listed word, a word twice, and no word at all.
