@@ -254,17 +254,28 @@ def signal_frame(docs: pl.DataFrame, names: list[str] | None = None) -> pl.DataF
     )
 
 
+def _elementwise(function, values: np.ndarray) -> np.ndarray:
+    """`function` (one of `math`'s) of each value. numpy's own log and exp take another code path on a CPU
+    with AVX-512 and differ in the last bit, which moved the stacker's bins and the shipped classifier's
+    hash; the C library's give the same bits with AVX-512 as without."""
+    return np.fromiter(map(function, values.ravel().tolist()), dtype=np.float64, count=values.size).reshape(values.shape)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + _elementwise(math.exp, np.clip(-z, -700.0, 700.0)))  # math.exp overflows past 709
+
+
 def _signal_matrix(signals: pl.DataFrame, log_columns: list[str]) -> np.ndarray:
     columns = []
     for name in signals.columns:
         values = signals[name].cast(pl.Float64).fill_null(0.0).fill_nan(0.0).to_numpy()
-        columns.append(np.log1p(np.maximum(values, 0.0)) if name in log_columns else values)
+        columns.append(_elementwise(math.log1p, np.maximum(values, 0.0)) if name in log_columns else values)
     return np.column_stack(columns) if columns else np.zeros((signals.height, 0))
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
     p = np.clip(p, 1e-4, 1 - 1e-4)
-    return np.log(p / (1 - p))
+    return _elementwise(math.log, p / (1 - p))
 
 
 def _fit_stacker(x: np.ndarray, keep: np.ndarray, weight: np.ndarray, config: ClassifierConfig) -> dict:
@@ -304,7 +315,7 @@ def _fit_boosting(x: np.ndarray, keep: np.ndarray, weight: np.ndarray, config: C
 def _apply_stacker(stacker: dict, x: np.ndarray) -> np.ndarray:
     if stacker["kind"] == "logistic":
         z = ((x - np.asarray(stacker["mean"])) / np.asarray(stacker["scale"])) @ np.asarray(stacker["coef"])
-        return 1.0 / (1.0 + np.exp(-(z + stacker["intercept"])))
+        return _sigmoid(z + stacker["intercept"])
     raw = np.full(len(x), stacker["baseline"])
     for tree in stacker["trees"]:
         feature, threshold = np.asarray(tree["feature"]), np.asarray(tree["threshold"])
@@ -316,7 +327,7 @@ def _apply_stacker(stacker: dict, x: np.ndarray) -> np.ndarray:
             node[rows] = np.where(x[rows, feature[at]] <= threshold[at], left[at], right[at])
             rows = rows[~leaf[node[rows]]]
         raw += np.asarray(tree["value"])[node]
-    return 1.0 / (1.0 + np.exp(-raw))
+    return _sigmoid(raw)
 
 
 def _check_stacker(stacker, n_signals: int) -> None:
