@@ -19,7 +19,8 @@ The decisions are then made on those numbers, without touching the DOM again:
    least 25 characters scores 1 + its commas + one per 100 characters (at most 3) and passes that to
    its ancestors (the parent in full, the grandparent half, further ones less); an ancestor starts from
    a score for its tag and class names and ends scaled by one minus its link density. The best one,
-   widened to the ancestor of several nearly-as-good ones, is the root; siblings that score well or
+   widened to the ancestor of several nearly-as-good ones and to the parent of an only child (headings
+   aside: a section is its heading and its body), is the root; siblings that score well or
    read as prose stay beside it. Without a clear root, or with a short one holding less than half the
    text, the whole body stays.
    When the root is, or is outweighed by, elements that Readability's own list names as chrome (a
@@ -80,6 +81,10 @@ _BLOCKS = frozenset(
     {"p", "div", "ul", "ol", "dl", "table", "pre", "blockquote", "section", "article", "h1", "h2", "h3", "h4",
      "h5", "h6", "hr", "header", "figure", "main", "aside", "nav", "footer", "form", "li", "tr"}
 )
+# An `<a>` with only these attributes is a jump target, not a link. XHTML's `<a id="x"/>` (DocBook's pages), read
+# as HTML, is a target left open, which the parser carries on around every paragraph after it. An `<a>` with a
+# class, a script or no attribute at all may be a link that a script follows: it still counts as one.
+_TARGET_ATTRIBUTES = frozenset({"id", "name"})
 _SCORED = frozenset({"p", "pre", "td", "blockquote", "section", "h2", "h3", "h4", "h5", "h6"})
 _LINK_BLOCKS = frozenset({"ul", "ol", "dl", "table", "div", "section", "header"})
 _TAG_SCORE = {
@@ -283,6 +288,7 @@ class _Page:
         self.link_blocks = 0
         self.hid_by_style = False  # whether an inline style hid an element from the walk
         self._walk(body, read_styles)
+        self.walked_text = self.text[:]  # before anything is removed
         self.visible_text, self.visible_links = self.text[0], self.links[0]
         self.anchors = self.tag.count("a")
 
@@ -337,7 +343,8 @@ class _Page:
                     events.append(flat)
                     text[new] += 0 if flat.isspace() else len(flat) if flat.isascii() else len(flat.encode())
                 elif depth < max_depth:
-                    visit(child, new, in_link or tag == "a", depth + 1)
+                    link = tag == "a" and not (attributes and attributes.keys() <= _TARGET_ATTRIBUTES)
+                    visit(child, new, in_link or link, depth + 1)
                 else:
                     flat = child.text(separator=" ")
                     events.append(flat)
@@ -473,7 +480,8 @@ class _Page:
 
     def _widen(self, root: int, best: float, close: list[int], scores: dict[int, float]) -> int:
         """Readability's corrections to the best candidate: the ancestor of three candidates scoring nearly
-        as well (an article cut into steps or sections), a parent that scores better, an only child's parent."""
+        as well (an article cut into steps or sections), a parent that scores better, an only child's parent (a section's body is its only child but for its heading,
+        so a manual whose one section outscores the rest is read whole: its sections are siblings)."""
         if len(close) >= 3:
             lineages = [set(self._ancestors(index)) for index in close]
             for ancestor in self._ancestors(root):
@@ -501,8 +509,9 @@ class _Page:
         ]
 
     def _only_child(self, index: int) -> bool:
-        parent = self.parent[index]
-        return self._children(parent) == [index]
+        """The only child of its parent, but for headings: a section is its heading and its body."""
+        others = [child for child in self._children(self.parent[index]) if child != index]
+        return all(self.tag[child] in _HEADINGS for child in others)
 
     def _keep_beside(self, root: int, scores: dict[int, float], best: float, config: MainContentConfig) -> None:
         """Siblings of the root that score at least `sibling_share` of it (more easily when they share
@@ -533,11 +542,33 @@ class _Page:
             names, ident = attributes.get("class") or "", attributes.get("id")
             # Generated documentation takes ids from headings ("comments", "related-work"): an element
             # that opens with a heading is judged by its class alone.
-            if ident and (index == self.last[index] or self.tag[index + 1] not in _HEADINGS):
+            if ident and not self._opens_with_heading(index):
                 names = f"{names} {ident}"
             if names:
                 out.append((index, names))
         return out
+
+    def _opens_with_heading(self, index: int) -> bool:
+        """Whether the element's first text is a heading's. Empty elements may come first (Sphinx's
+        `<section id=..><span id=..></span><h2>`), and wrappers that hold only the heading (DocBook's
+        `<div class="titlepage"><div><h2>`); a sidebar whose first widget opens with a heading does not,
+        even once the widget's links are gone."""
+        events, tags, text = self.events, self.tag, self.walked_text
+        at, end, wrapper = self.start[index] + 1, self.end[index], None
+        while at < end:
+            event = events[at]
+            if event.__class__ is str:
+                if not event.isspace():
+                    return False
+            elif event >= 0:
+                if tags[event] in _HEADINGS:
+                    return wrapper is None or text[wrapper] == text[event]
+                if text[event] == 0:
+                    at = self.end[event]  # past its close
+                elif wrapper is None:
+                    wrapper = event
+            at += 1
+        return False
 
     def _chrome_named(self) -> tuple[list[int], list[int]]:
         """The containers whose names are chrome by Readability's list, and by the wider one, outside any

@@ -156,3 +156,62 @@ def test_a_banner_beside_the_content_goes():
     text = extract_main_text(html)
     assert PROSE.strip() in text
     assert "Hosted by a mirror" not in text
+
+
+def test_a_manual_of_sections_is_read_whole_when_one_section_outscores_the_rest():
+    """Asciidoctor writes each section as a heading and a body; a long table of short cells in one body
+    outscores every other section, and the root must still be the manual, not that body."""
+    cells = "".join(
+        f"<tr><td><p>Switch to inner layer {i}, the copper layer numbered {i}</p></td><td><p>Shift+{i}</p></td></tr>"
+        for i in range(60)
+    )
+    sections = [
+        f"<div class='sect1'><h2>{n}. Section {n}</h2><div class='sectionbody'>"
+        f"<div class='paragraph'><p>Section {n} explains one tool of the editor. {PROSE}</p></div></div></div>"
+        for n in range(1, 6)
+    ]
+    sections.insert(3, "<div class='sect1'><h2>9. Actions</h2><div class='sectionbody'>"
+                       f"<p>Every action that a hotkey can start.</p><table>{cells}</table></div></div>")
+    html = (
+        "<html><body><div id='header'><h1>Pcbnew</h1></div>"
+        f"<div id='content'>{''.join(sections)}</div>"
+        "<div id='footer'><div id='footer-text'>Last updated 2023-01-01</div></div></body></html>"
+    )
+    text = extract_main_text(html)
+    assert all(f"Section {n} explains one tool" in text for n in range(1, 6))
+    assert "Switch to inner layer 59" in text and "1. Section 1" in text
+    assert "Last updated" not in text
+
+
+def test_an_xhtml_anchor_left_open_is_no_link_but_a_script_link_without_href_is():
+    """DocBook's XHTML `<h2><a id="x"/>Title</h2>`, read as HTML, leaves the anchor open around every block
+    after it; a menu of script links (`<a>` without `href`, no blocks inside) is still navigation."""
+    sections = "".join(
+        f'<div class="section"><div class="titlepage"><h2 class="title"><a id="s{n}"/>A.{n}. Part {n}</h2></div>'
+        f"<p>Part {n} of the manifesto. {PROSE}</p><p>{PROSE}</p></div>"
+        for n in range(1, 4)
+    )
+    menu = "".join(f"<li><a class='tab' onclick='go({i})'>Category number {i} of the shop</a></li>" for i in range(12))
+    html = f"<html><body><div class='appendix'><ul class='menu-tabs'>{menu}</ul>{sections}</div></body></html>"
+    text = extract_main_text(html)
+    assert all(f"Part {n} of the manifesto." in text for n in range(1, 4))
+    assert "Category number" not in text
+
+
+def test_a_section_named_after_its_heading_is_no_chrome_but_a_sidebar_of_widgets_is():
+    """Sphinx takes a section's id from its heading and puts an empty anchor first ("shared-libraries"
+    reads as sharing buttons); a sidebar whose first widget opens with a heading is still chrome."""
+    sections = "".join(
+        f"<section id='{name}'><span id='s-{name}'></span><h2>{title}</h2><p>{title} are explained here. {PROSE}</p>"
+        f"<p>{PROSE}</p></section>"
+        for name, title in (("shared-libraries", "Shared libraries"), ("related-packages", "Related packages"),
+                            ("maintainer-scripts", "Maintainer scripts"))
+    )
+    labels = "".join(f"<li><a href='/label/{i}'>Label {i}</a></li>" for i in range(10))
+    sidebar = (f"<div id='sidebar'><div class='widget'><h3>Popular posts</h3><ul>{labels}</ul></div>"
+               "<div class='widget'><p>Subscribe to the letters of this site, sent out every week.</p></div></div>")
+    html = f"<html><body><div class='document'>{sections}{sidebar}</div></body></html>"
+    text = extract_main_text(html)
+    assert all(f"{title} are explained here." in text
+               for title in ("Shared libraries", "Related packages", "Maintainer scripts"))
+    assert "Popular posts" not in text and "Subscribe" not in text
