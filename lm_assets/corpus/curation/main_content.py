@@ -554,6 +554,8 @@ class _Page:
         `<div class="titlepage"><div><h2>`); a sidebar whose first widget opens with a heading does not,
         even once the widget's links are gone."""
         events, tags, text = self.events, self.tag, self.walked_text
+        if index < self.last[index] and tags[index + 1] in _HEADINGS:
+            return True
         at, end, wrapper = self.start[index] + 1, self.end[index], None
         while at < end:
             event = events[at]
