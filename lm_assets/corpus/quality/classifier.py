@@ -265,10 +265,16 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + _elementwise(math.exp, np.clip(-z, -700.0, 700.0)))  # math.exp overflows past 709
 
 
+# A document read from text, not HTML (a JSONL or text shard), has no page signals: it is scored as what it is, a
+# page that is all text, with no markup, no links and nothing removed. Its text ratio read as 0 would make it a
+# page of markup alone, below every labelled page (0.003 at least), and its prose was cut as junk.
+TEXT_ONLY_SIGNALS = {"q_html_text_ratio": 1.0}
+
+
 def _signal_matrix(signals: pl.DataFrame, log_columns: list[str]) -> np.ndarray:
     columns = []
     for name in signals.columns:
-        values = signals[name].cast(pl.Float64).fill_null(0.0).fill_nan(0.0).to_numpy()
+        values = signals[name].cast(pl.Float64).fill_null(TEXT_ONLY_SIGNALS.get(name, 0.0)).fill_nan(0.0).to_numpy()
         columns.append(_elementwise(math.log1p, np.maximum(values, 0.0)) if name in log_columns else values)
     return np.column_stack(columns) if columns else np.zeros((signals.height, 0))
 

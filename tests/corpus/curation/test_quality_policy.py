@@ -93,12 +93,15 @@ def test_curation_without_a_classifier_is_decided_by_the_shipped_one():
     result = curate(plain, config)
     shipped, _ = shipped_classifier()
     scored = pl.concat([result.kept.select("doc_id", "quality_score"),
-                        result.dropped.filter(pl.col("reason") == "classifier:below_threshold")
+                        result.dropped.filter(pl.col("stage") == "classifier")
                         .select("doc_id", pl.col("score").alias("quality_score"))]).sort("doc_id")
     quality = apply_quality_rules(plain, preset(), defer=True).kept
     quality = quality.filter(pl.col("doc_id").is_in(scored["doc_id"].to_list())).sort("doc_id")
-    assert scored.height == quality.height >= 3 and scored["quality_score"].null_count() == 0
+    assert scored.height == quality.height == 4 and scored["quality_score"].null_count() == 0
     assert np.allclose(scored["quality_score"].to_numpy(), shipped.score(quality))
+    # Without HTML the prose is read as a page that is all text, and kept; the list of chapters is not.
+    assert sorted(result.kept["doc_id"]) == ["d0", "d3", "d4"]
+    assert result.dropped.filter(pl.col("stage") == "classifier")["doc_id"].to_list() == ["d1"]
 
 
 def test_a_classifier_policy_without_a_classifier_is_refused():
