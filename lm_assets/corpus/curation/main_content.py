@@ -480,8 +480,9 @@ class _Page:
 
     def _widen(self, root: int, best: float, close: list[int], scores: dict[int, float]) -> int:
         """Readability's corrections to the best candidate: the ancestor of three candidates scoring nearly
-        as well (an article cut into steps or sections), a parent that scores better, an only child's parent (a section's body is its only child but for its heading,
-        so a manual whose one section outscores the rest is read whole: its sections are siblings)."""
+        as well (an article cut into steps or sections), a parent that scores better, an only child's parent
+        (a section's body is its only child but for its heading, so a manual whose one section outscores the
+        rest is read whole: its sections are siblings)."""
         if len(close) >= 3:
             lineages = [set(self._ancestors(index)) for index in close]
             for ancestor in self._ancestors(root):

@@ -258,7 +258,8 @@ def _elementwise(function, values: np.ndarray) -> np.ndarray:
     """`function` (one of `math`'s) of each value. numpy's own log and exp take another code path on a CPU
     with AVX-512 and differ in the last bit, which moved the stacker's bins and the shipped classifier's
     hash; the C library's give the same bits with AVX-512 as without."""
-    return np.fromiter(map(function, values.ravel().tolist()), dtype=np.float64, count=values.size).reshape(values.shape)
+    flat = np.fromiter(map(function, values.ravel().tolist()), dtype=np.float64, count=values.size)
+    return flat.reshape(values.shape)
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:

@@ -185,7 +185,7 @@ def test_a_manual_of_sections_is_read_whole_when_one_section_outscores_the_rest(
 
 def test_an_xhtml_anchor_left_open_is_no_link_but_a_script_link_without_href_is():
     """DocBook's XHTML `<h2><a id="x"/>Title</h2>`, read as HTML, leaves the anchor open around every block
-    after it; a menu of script links (`<a>` without `href`, no blocks inside) is still navigation."""
+    after it; a menu of script links (`<a>` with a class and an `onclick`, no `href`) is still navigation."""
     sections = "".join(
         f'<div class="section"><div class="titlepage"><h2 class="title"><a id="s{n}"/>A.{n}. Part {n}</h2></div>'
         f"<p>Part {n} of the manifesto. {PROSE}</p><p>{PROSE}</p></div>"
