@@ -172,13 +172,12 @@ def extract_main_content(
     if body is None:
         return "", page_signals(None, "", html, html_bytes)
     page = _Page(body)
-    if page.visible_text == 0 and page.hid_by_style:
-        # Every word hidden by inline styles: the page shows its content with a script.
-        page = _Page(body, read_styles=False)
-    page.remove_chrome(config)
-    page.remove_link_blocks(config)
-    page.choose_root(config)
-    text = page.layout()
+    text = page.main_text(config)
+    if page.hid_content and not text.strip():
+        # Nothing left but what inline styles or `hidden` hide: the page shows its content with a script
+        # (LibreOffice's help shows the text written for the application it is opened from).
+        page = _Page(body, read_hidden=True)
+        text = page.main_text(config)
     return text, page_signals(page, text, html, html_bytes)
 
 
@@ -225,8 +224,9 @@ def _chrome_lists(names: str) -> tuple[bool, bool]:
 
 
 def _unread(tag: str, attributes: dict) -> bool:
-    """Hidden from a reader by its attributes, or an anchor of a heading ("¶")."""
-    if "hidden" in attributes or attributes.get("aria-hidden") == "true":
+    """Hidden from a reader by its attributes (but `hidden` and inline styles, see `_Page`), or an anchor of
+    a heading ("¶")."""
+    if attributes.get("aria-hidden") == "true":
         return True
     if attributes.get("role") in _UNREAD_ROLES:
         return True
@@ -268,7 +268,7 @@ class _Page:
     # than Python's stack.
     MAX_DEPTH = 200
 
-    def __init__(self, body, read_styles: bool = True):
+    def __init__(self, body, read_hidden: bool = False):
         self.tag: list[str] = []
         self.parent: list[int] = []
         self.attrs: list[dict] = []
@@ -286,13 +286,13 @@ class _Page:
         self.root: int | None = None
         self.kept_beside: set[int] = set()
         self.link_blocks = 0
-        self.hid_by_style = False  # whether an inline style hid an element from the walk
-        self._walk(body, read_styles)
+        self.hid_content = False  # whether `hidden` or an inline style hid an element from the walk
+        self._walk(body, read_hidden)
         self.walked_text = self.text[:]  # before anything is removed
         self.visible_text, self.visible_links = self.text[0], self.links[0]
         self.anchors = self.tag.count("a")
 
-    def _walk(self, body, read_styles: bool) -> None:
+    def _walk(self, body, read_hidden: bool) -> None:
         tags, parents, attrs, text, links = self.tag, self.parent, self.attrs, self.text, self.links
         has_block, starts, ends, lasts, events = self.has_block, self.start, self.end, self.last, self.events
         chrome, named, pres = self.chrome, self.named, self.pre
@@ -317,8 +317,10 @@ class _Page:
                 if attributes and (tag == "a" or not _HIDING.isdisjoint(attributes)):
                     if _unread(tag, attributes):
                         continue
-                    if read_styles and "style" in attributes and _style_hides(attributes):
-                        self.hid_by_style = True
+                    if not read_hidden and (
+                        "hidden" in attributes or "style" in attributes and _style_hides(attributes)
+                    ):
+                        self.hid_content = True
                         continue
                 new = len(tags)
                 tags.append(tag)
@@ -370,6 +372,12 @@ class _Page:
         ends[0] = len(events)
         lasts[0] = len(tags) - 1
         events.append(~0)
+
+    def main_text(self, config: MainContentConfig) -> str:
+        self.remove_chrome(config)
+        self.remove_link_blocks(config)
+        self.choose_root(config)
+        return self.layout()
 
     # Decisions -----------------------------------------------------------------------------------
     def _gone(self, index: int) -> bool:

@@ -86,6 +86,18 @@ def test_a_page_its_styles_hide_whole_is_read_as_its_script_would_show_it():
     assert PROSE.strip() in text and "Village news" in text
 
 
+def test_a_page_whose_content_is_all_hidden_for_a_script_is_read_but_chrome_beside_hidden_text_is_not():
+    # LibreOffice's help: the text written for each application, `hidden` until a script shows the one open.
+    links = "".join(f'<a href="/h{i}">Help topic {i}</a> ' for i in range(8))
+    switch = f'<span class="switch"><span hidden="true" class="WRITER"><h1>Fields</h1><p>{PROSE * 2}</p></span></span>'
+    text = extract_main_text(f"<html><body><nav>{links}</nav><div id='DisplayArea'>{switch}</div></body></html>")
+    assert PROSE.strip() in text and "Fields" in text and "Help topic" not in text
+    # A page with content of its own leaves its hidden text out.
+    shown = f"<html><body><nav>{links}</nav><div><p>{PROSE}</p><div hidden><p>{PROSE.upper()}</p></div></div></body></html>"
+    text = extract_main_text(shown)
+    assert PROSE.strip() in text and PROSE.upper().strip() not in text
+
+
 def test_a_form_that_wraps_the_page_is_its_wrapper_but_a_form_beside_it_goes():
     links = "".join(f'<li><a href="/s{i}">Section number {i}</a></li>' for i in range(60))
     article = f"<div id='content'><h1>Story</h1><p>{PROSE * 4}</p><p>{PROSE * 3}</p></div>"
