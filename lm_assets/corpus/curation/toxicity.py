@@ -133,7 +133,10 @@ class ProfanityCheckScorer:
         lowered = pl.Series("line", [line.lower() for line in lines], dtype=pl.String)
         # sklearn cuts tokens with Python's `re` and its Unicode tables: where a line holds a character
         # those tables do not know, polars' newer ones could cut differently, so sklearn cuts that line.
-        unknown = lowered.str.contains(unassigned_characters()).to_numpy()
+        unknown = np.zeros(len(lines), dtype=bool)
+        wide = np.flatnonzero([not line.isascii() for line in lines])
+        if wide.size:  # an ASCII line holds no unassigned character
+            unknown[wide] = lowered.gather(wide).str.contains(unassigned_characters()).to_numpy()
         counts = (
             pl.DataFrame({"token": lowered.str.extract_all(WORD_TOKEN)})
             .with_row_index("row")
@@ -215,9 +218,16 @@ def line_scores(flat: list[str], config: ToxicityConfig) -> tuple[list[float], d
 
 
 def mostly_cjk(lines: list[str]) -> list[bool]:
-    """Whether more than half of each line's letters are CJK characters."""
-    column = pl.Series(lines, dtype=pl.String)
-    return (2 * column.str.count_matches(f"[{CJK}]") > column.str.count_matches(r"\p{L}")).to_list()
+    """Whether more than half of each line's letters are CJK characters (an ASCII line has none, and is not
+    searched)."""
+    out = [False] * len(lines)
+    wide = [i for i, line in enumerate(lines) if not line.isascii()]
+    if wide:
+        column = pl.Series([lines[i] for i in wide], dtype=pl.String)
+        cjk = (2 * column.str.count_matches(f"[{CJK}]") > column.str.count_matches(r"\p{L}")).to_list()
+        for i, value in zip(wide, cjk, strict=True):
+            out[i] = value
+    return out
 
 
 def score_documents(texts: list[str], config: ToxicityConfig) -> tuple[list[float], list[float], str, dict]:
