@@ -67,10 +67,12 @@ _PHONE_RE = re.compile(
     r")" + _END
 )
 
-# Any run of 7+ digits with phone/card punctuation between them; without one, no number pattern can match.
-_NUMBER_LIKE_RE = re.compile(r"\d(?:[ ().+\-]{0,3}\d){6}")
-
-_DOTTED_DIGITS_RE = re.compile(r"\d\.\d")
+# Each whole run of 7+ digits with phone/card punctuation between them; without one, no number pattern can
+# match, and a pattern needing more digits than a run holds cannot match inside it (`_Detector.min_digits`).
+_NUMBER_LIKE_RE = re.compile(r"\d(?:[ ().+\-]{0,3}\d){6,}")
+_NUMBER_PUNCTUATION = str.maketrans("", "", " ().+-")
+# Three numbers joined by dots: the middle of every IPv4 address.
+_DOTTED_DIGITS_RE = re.compile(r"\d\.\d{1,3}\.\d")
 # A numbered part of a document or a release just before the number: not an address.
 _NUMBERING_BEFORE_RE = re.compile(
     r"(?:section|sect\.|sec\.|§|chapter|chap\.|clause|paragraph|para\.|appendix|table|figure|fig\.|"
@@ -192,6 +194,8 @@ class _Detector:
     applies: Callable[[str], bool] | None = None
     # Dotted numbers: a section or version number reads like one, by the words around it.
     numbered: bool = False
+    # The fewest digits a match holds: runs of `_NUMBER_LIKE_RE` with fewer are not searched.
+    min_digits: int = 0
 
 
 def _has_at(text: str) -> bool:
@@ -206,11 +210,11 @@ _IPV6_ANCHOR_RE = re.compile(r":[0-9A-Fa-f]{0,4}:")
 _DETECTORS = (
     _Detector("EMAIL", _EMAIL_RE, _whole, applies=_has_at),
     # An accepted ID, card or phone holds 7 or more digits with at most 3 of " ().+-" between two.
-    _Detector("CN_ID", _CN_ID_RE, _whole_if(cn_id_valid), anchor=_NUMBER_LIKE_RE),
-    _Detector("CREDIT_CARD", _CREDIT_CARD_RE, _whole_if(credit_card_valid), anchor=_NUMBER_LIKE_RE),
+    _Detector("CN_ID", _CN_ID_RE, _whole_if(cn_id_valid), anchor=_NUMBER_LIKE_RE, min_digits=17),
+    _Detector("CREDIT_CARD", _CREDIT_CARD_RE, _whole_if(credit_card_valid), anchor=_NUMBER_LIKE_RE, min_digits=13),
     _Detector("IP", _IPV4_RE, _whole_if(_personal_address), anchor=_DOTTED_DIGITS_RE, numbered=True),
     _Detector("IP", _IPV6_RE, _whole_if(_ipv6_valid), anchor=_IPV6_ANCHOR_RE),
-    _Detector("CN_PHONE", _CN_PHONE_RE, _whole, anchor=_NUMBER_LIKE_RE),
+    _Detector("CN_PHONE", _CN_PHONE_RE, _whole, anchor=_NUMBER_LIKE_RE, min_digits=11),
     _Detector("PHONE", _PHONE_RE, _phone_length, anchor=_NUMBER_LIKE_RE),
 )
 
@@ -229,10 +233,20 @@ class _Anchors:
     starts: list[int]
     ends: list[int]
 
+    digits: list[int]  # for `_NUMBER_LIKE_RE`'s runs, the digits each holds
+
     @classmethod
     def find(cls, anchor: re.Pattern, text: str) -> _Anchors:
-        spans = [match.span() for match in anchor.finditer(text)]
-        return cls([a for a, _ in spans], [b for _, b in spans])
+        matches = list(anchor.finditer(text))
+        digits = [len(m.group().translate(_NUMBER_PUNCTUATION)) for m in matches] if anchor is _NUMBER_LIKE_RE else []
+        return cls([m.start() for m in matches], [m.end() for m in matches], digits)
+
+    def holding(self, min_digits: int) -> _Anchors:
+        """The runs holding at least `min_digits` digits."""
+        if not min_digits or all(n >= min_digits for n in self.digits):
+            return self
+        kept = [i for i, n in enumerate(self.digits) if n >= min_digits]
+        return _Anchors([self.starts[i] for i in kept], [self.ends[i] for i in kept], [self.digits[i] for i in kept])
 
 
 def _next_match(text: str, pattern: re.Pattern, search_from: int, anchors: _Anchors | None):
@@ -281,7 +295,7 @@ def _redact(text: str, found: list[tuple[str, str]] | None = None) -> tuple[str,
         if detector.anchor is not None:
             if detector.anchor not in found_anchors:
                 found_anchors[detector.anchor] = _Anchors.find(detector.anchor, text)
-            anchors = found_anchors[detector.anchor]
+            anchors = found_anchors[detector.anchor].holding(detector.min_digits)
             if not anchors.ends:
                 continue
         elif not detector.applies(text):
