@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -53,17 +54,18 @@ def test_the_stored_pages_are_what_the_pipeline_computes_today(pages):
 
 
 def test_real_web_pages_of_unseen_sites_on_a_slice(pages):
-    """Trained on a seeded third of the web sites alone and cross-validated by site: held above bars a little
-    below what this slice measures (434 pages; balanced accuracy en 0.956, zh 0.938; junk rejection 0.905).
+    """Trained on a third of the web sites alone and cross-validated by site: held above bars a little below
+    what this slice measures (415 pages; balanced accuracy en 0.852, zh 0.950; junk rejection 0.870). A site's
+    place in the slice follows from its name alone, so pages added to other sites leave the slice as it is.
     On all labelled pages the figures are higher (classifier.json)."""
     web = pages.filter(pl.col("label_set") == "web")
-    names = sorted(set(web["site"]))
-    chosen = set(np.random.default_rng(0).permutation(names)[: len(names) // 3])
-    sample = web.filter(pl.col("site").is_in(list(chosen)))
+    chosen = [name for name in set(web["site"]) if zlib.crc32(name.encode()) % 3 == 0]
+    sample = web.filter(pl.col("site").is_in(chosen))
+    assert sample.height == 415
     metrics = train_classifier(sample, ClassifierConfig(test_fraction=0.0, folds=3)).metrics
     per_language = metrics["cross_validated"]["per_language"]
-    assert per_language["en"]["balanced_accuracy"] >= 0.92 and per_language["zh"]["balanced_accuracy"] >= 0.90
-    assert metrics["cross_validated"]["drop_rejection"] >= 0.87
+    assert per_language["en"]["balanced_accuracy"] >= 0.83 and per_language["zh"]["balanced_accuracy"] >= 0.93
+    assert metrics["cross_validated"]["drop_rejection"] >= 0.85
 
 
 def test_a_user_label_replaces_the_shipped_page_of_its_url_and_the_rest_stay(pages):
