@@ -47,7 +47,7 @@ _UNREAD = frozenset(
      "button", "select", "textarea", "input", "label", "head", "title", "meta", "link", "option", "datalist"}
 )
 _UNREAD_ROLES = frozenset({"dialog", "alertdialog", "alert", "img", "tooltip"})
-# Attributes that can hide an element (see `_unread`).
+# Attributes that can hide an element (`_unread`; `hidden` and inline styles in `_Page._walk`).
 _HIDING = frozenset({"hidden", "aria-hidden", "role", "style"})
 _HIDDEN_STYLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden")  # on lower-cased styles
 # Site chrome, by element or ARIA role.
@@ -224,8 +224,8 @@ def _chrome_lists(names: str) -> tuple[bool, bool]:
 
 
 def _unread(tag: str, attributes: dict) -> bool:
-    """Hidden from a reader by its attributes (but `hidden` and inline styles, see `_Page`), or an anchor of
-    a heading ("¶")."""
+    """Hidden from a reader for good by its attributes, or an anchor of a heading ("¶"). (`hidden` and inline
+    styles hide until a script shows: `_Page._walk` skips them unless the page is nothing without them.)"""
     if attributes.get("aria-hidden") == "true":
         return True
     if attributes.get("role") in _UNREAD_ROLES:

@@ -232,7 +232,6 @@ class _Anchors:
 
     starts: list[int]
     ends: list[int]
-
     digits: list[int]  # for `_NUMBER_LIKE_RE`'s runs, the digits each holds
 
     @classmethod
