@@ -116,6 +116,7 @@ class ProfanityCheckScorer:
             schema={"token": pl.String, "column": pl.UInt32},
         )
         self.name = f"alt-profanity-check {metadata.version('alt-profanity-check')} (bundled sklearn model)"
+        self.unassigned = unassigned_characters()  # a scan of the Unicode tables: once, with the model
 
     # Lines scored at once: their tokens, one row each, stay a few tens of MB.
     CHUNK_LINES = 16_384
@@ -136,7 +137,7 @@ class ProfanityCheckScorer:
         unknown = np.zeros(len(lines), dtype=bool)
         wide = np.flatnonzero([not line.isascii() for line in lines])
         if wide.size:  # an ASCII line holds no unassigned character
-            unknown[wide] = lowered.gather(wide).str.contains(unassigned_characters()).to_numpy()
+            unknown[wide] = lowered.gather(wide).str.contains(self.unassigned).to_numpy()
         counts = (
             pl.DataFrame({"token": lowered.str.extract_all(WORD_TOKEN)})
             .with_row_index("row")
