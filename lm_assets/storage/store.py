@@ -368,6 +368,27 @@ def write_batches(batches: Iterator[pl.DataFrame], schema: dict, path: str | Pat
     return Path(path)
 
 
+def write_stream(batches: Iterator[pl.DataFrame], path: str | Path, row_group_rows: int = ROW_GROUP_ROWS) -> Path:
+    """Frames as they come, into one parquet file: the bytes `publish` writes for their concatenation. Each
+    frame is set down in a file of its own beside `path` as it comes, then polars' streaming sink joins them
+    a row group at a time. (A sink that pulls the frames from a Python source runs the code that makes them
+    on polars' threads, and held twice the memory of this for extraction; `write_batches` is for a reader.)"""
+    path = Path(path)
+    parts = path.with_name(f".{path.name}.parts")
+    parts.mkdir()
+    try:
+        files = []
+        for number, frame in enumerate(batches):
+            files.append(parts / f"{number:09d}.parquet")
+            frame.write_parquet(files[-1], compression="lz4")
+        if not files:
+            raise ValueError("write_stream needs at least one frame (an empty one gives the columns)")
+        pl.scan_parquet(files).sink_parquet(path, compression="zstd", row_group_size=row_group_rows)
+    finally:
+        shutil.rmtree(parts, ignore_errors=True)
+    return path
+
+
 def _as_bytes(data: bytes | pl.DataFrame) -> bytes:
     if isinstance(data, pl.DataFrame):
         buf = io.BytesIO()

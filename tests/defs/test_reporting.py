@@ -70,7 +70,7 @@ def test_each_document_stage_declares_exactly_the_checks_it_reports():
 
     kept = pl.DataFrame({name: pl.Series([], dtype=dtype) for name, dtype in CURATED_SCHEMA.items()})
     account = conservation(0, 0, 0)
-    facts = {"language_share_bounds": {"en": [0.05, 1.0]}}
+    facts = {"language_share_bounds": {"en": [0.05, 1.0]}, "control_chars": 0}
     for stage in (RAW_STAGE, EXTRACTED_STAGE, CURATED_STAGE, DEDUPLICATED_STAGE, DECONTAMINATED_STAGE):
         specs = [spec.name for spec in stage.check_specs()]
         results = stage.check_results(kept, account, account, facts)

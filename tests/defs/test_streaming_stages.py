@@ -3,6 +3,7 @@ shard read at once gives. A run of several shards: each keeps its own materializ
 
 from __future__ import annotations
 
+import io
 import random
 
 import dagster as dg
@@ -88,6 +89,45 @@ def test_a_page_over_the_extraction_budget_is_quarantined_and_the_shard_still_ba
     # raw_shard's preview of the first documents does not parse it either
     raw_preview = result.asset_materializations_for_node("raw_shard")[0].metadata["preview"].value
     assert "(not parsed: its elements nest over 10,000 deep)" in raw_preview and "Page 3 explains" in raw_preview
+
+
+def test_curated_shard_streams_its_batches_into_the_bytes_one_batch_gives(tmp_path, monkeypatch):
+    from lm_assets.defs.curation import assets as curation_assets
+    from lm_assets.defs.curation.assets import curated_shard
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    builder = WarcBuilder().warcinfo()
+    for i in range(70):
+        prose = "".join(f"<p>{harbour_prose(i * 10 + j)}</p>" for j in range(4))
+        body = "<p>Too short.</p>" if i % 9 == 0 else prose + f"<p>Write to clerk{i}@harbour.example.</p>"
+        builder.response(f"https://port.example/{i}", page(f"Page {i}", body))
+    shard = builder.write(landing / "port.warc.gz")
+    config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
+    tables, metadata = {}, {}
+    for batch_rows in (16, 10_000):
+        monkeypatch.setattr(curation_assets, "CURATION_BATCH_ROWS", batch_rows)
+        instance = dg.DagsterInstance.ephemeral()
+        instance.add_dynamic_partitions("shards", [shard.name])
+        root = tmp_path / f"storage-{batch_rows}"
+        resources = {"storage": StorageResource(root=str(root)), "landing": LandingResource(root=str(landing))}
+        result = dg.materialize([raw_shard, extracted_shard, curated_shard], partition_key=shard.name,
+                                instance=instance, resources=resources, run_config=config)  # fmt: skip
+        assert result.success
+        checks = {(e.asset_key.path[-1], e.check_name): e.passed for e in result.get_asset_check_evaluations()}
+        assert checks.pop(("curated_shard", "language_share")) is False  # no Chinese, below its 5 % bound
+        assert all(checks.values()) and ("curated_shard", "pii_residue") in checks
+        metadata[batch_rows] = result.asset_materializations_for_node("curated_shard")[0].metadata
+        keys = stage_keys("curated", shard.name)
+        tables[batch_rows] = {name: Storage(str(root)).local_path(keys[name]).read_bytes()
+                              for name in ("documents", "dropped")}  # fmt: skip
+    assert tables[16] == tables[10_000]
+    assert metadata[16]["batches"].value == -(-70 // 16) and metadata[10_000]["batches"].value == 1
+    kept = pl.read_parquet(io.BytesIO(tables[16]["documents"]))
+    assert 0 < kept.height < 70 and metadata[16]["documents_out"].value == kept.height
+    assert not kept["text"].str.contains("@harbour.example").any()  # redacted, and the residue check passed
+    for name in ("language_shares", "text_length_histogram", "preview"):
+        assert metadata[16][name].value == metadata[10_000][name].value, name
 
 
 NOUNS = ("ships", "cranes", "tides", "pilots", "cargo", "berths", "tugs", "ropes", "clerks", "gulls", "storms", "piers",

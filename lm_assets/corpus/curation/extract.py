@@ -6,7 +6,7 @@ import html as html_lib
 import re
 import time
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -317,25 +317,47 @@ def extract_batches(batches: Iterable[pl.DataFrame], config: ExtractConfig | Non
     """`extract_documents` over a shard's documents given in batches, in order: the same result as on all of
     them at once, holding one batch's HTML at a time. Also returns `doc_id, url, text` (the text or HTML as
     read) of the dropped documents that `drop_examples` may show, a few per reason and batch."""
-    config = config or ExtractConfig()
-    kept, dropped, held, sources = [], [], [], []
-    stats = dict.fromkeys(SUMMED_STATS, 0) | {"extractor": extractor_name(config), "charset_detected": 0, "batches": 0}
-    for batch in batches:
-        result = extract_documents(batch, config)
-        kept.append(result.kept)
-        dropped.append(result.dropped)
-        held.append(result.quarantine)
-        sources.append(
-            batch.filter(pl.col("doc_id").is_in(drop_example_ids(result.dropped).implode()))
-            .select("doc_id", "url", pl.coalesce("text", "html").alias("text"))
-        )
-        for name in SUMMED_STATS:
-            stats[name] += result.stats[name]
-        stats["charset_detected"] += int(batch["charset_detected"].sum()) if "charset_detected" in batch.columns else 0
-        stats["batches"] += 1
-    if not kept:  # no documents: the stage's empty result, with its columns
-        empty = extract_documents(pl.DataFrame(schema=BATCH_SCHEMA), config)
-        kept, dropped, held = [empty.kept], [empty.dropped], [empty.quarantine]
-        sources = [pl.DataFrame(schema={"doc_id": pl.String, "url": pl.String, "text": pl.String})]
-    result = StageResult(pl.concat(kept).rechunk(), pl.concat(dropped).rechunk(), stats, pl.concat(held).rechunk())
-    return result, pl.concat(sources)
+    run = ExtractionRun(config)
+    kept = pl.concat(list(run.kept_batches(batches))).rechunk()
+    return run.result(kept)
+
+
+class ExtractionRun:
+    """`extract_batches` as a stream, for a stage that writes its documents as they come: `kept_batches`
+    yields each batch's kept documents (one empty batch, with the columns, when there are none); once it
+    is exhausted, `result(kept)` gives the rest: the drops, quarantine and stats of the whole shard."""
+
+    def __init__(self, config: ExtractConfig | None = None):
+        self.config = config or ExtractConfig()
+        self.dropped: list[pl.DataFrame] = []
+        self.held: list[pl.DataFrame] = []
+        self.sources: list[pl.DataFrame] = []
+        self.stats = dict.fromkeys(SUMMED_STATS, 0) | {
+            "extractor": extractor_name(self.config), "charset_detected": 0, "batches": 0
+        }
+
+    def kept_batches(self, batches: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+        stats = self.stats
+        for batch in batches:
+            result = extract_documents(batch, self.config)
+            self.dropped.append(result.dropped)
+            self.held.append(result.quarantine)
+            self.sources.append(
+                batch.filter(pl.col("doc_id").is_in(drop_example_ids(result.dropped).implode()))
+                .select("doc_id", "url", pl.coalesce("text", "html").alias("text"))
+            )
+            for name in SUMMED_STATS:
+                stats[name] += result.stats[name]
+            if "charset_detected" in batch.columns:
+                stats["charset_detected"] += int(batch["charset_detected"].sum())
+            stats["batches"] += 1
+            yield result.kept
+        if not stats["batches"]:  # no documents: the stage's empty result, with its columns
+            empty = extract_documents(pl.DataFrame(schema=BATCH_SCHEMA), self.config)
+            self.dropped, self.held = [empty.dropped], [empty.quarantine]
+            self.sources = [pl.DataFrame(schema={"doc_id": pl.String, "url": pl.String, "text": pl.String})]
+            yield empty.kept
+
+    def result(self, kept: pl.DataFrame) -> tuple[StageResult, pl.DataFrame]:
+        result = StageResult(kept, pl.concat(self.dropped).rechunk(), self.stats, pl.concat(self.held).rechunk())
+        return result, pl.concat(self.sources)

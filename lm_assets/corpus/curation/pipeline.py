@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -86,38 +86,53 @@ def curate_batches(batches: Iterable[pl.DataFrame], config: CurationConfig | Non
     own, so the kept table is the one of all documents at once, and the dropped table is too (each step's
     drops in document order, step after step). Stats are summed over the batches. A `histograms` dict is
     filled with the binned scores the steps decide on (see `step_histograms`)."""
-    config, steps = planned_steps(config or CurationConfig())
-    if histograms is not None:
-        histograms.update(step_histograms(config, steps))
-    kept, dropped, stats = [], {name: [] for name in steps}, []
-    for batch in batches:
-        docs, batch_stats = batch, {}
-        for name in steps:
-            started = time.perf_counter()
-            result = run_step(name, docs, config)
-            batch_stats[name] = {
-                "docs_in": docs.height,
-                "docs_out": result.kept.height,
-                "seconds": round(time.perf_counter() - started, 3),
-                **result.stats,
-            }
-            if histograms is not None:
-                record(histograms, name, result, config)
-            drop_columns = [c for c in SCORED_DROPPED_SCHEMA if c in result.dropped.columns]
-            dropped[name].append(result.dropped.select(drop_columns))
-            docs = result.kept
-        if "quality_score" not in docs.columns:
-            docs = docs.with_columns(pl.lit(None, dtype=pl.Float64).alias("quality_score"))
-        kept.append(docs)
-        stats.append(batch_stats)
-    all_dropped = pl.concat(
-        [pl.DataFrame(schema=SCORED_DROPPED_SCHEMA), *(frame for name in steps for frame in dropped[name])],
-        how="diagonal_relaxed",
-    )
+    run = CurationRun(config, histograms)
+    kept = list(run.kept_batches(batches))
     if not kept:
         raise ValueError("curate_batches needs at least one batch (an empty one for an empty shard)")
-    return StageResult(kept=pl.concat(kept).rechunk(), dropped=all_dropped.select(list(SCORED_DROPPED_SCHEMA)),
-                       stats=merged_stats(stats))  # fmt: skip
+    return run.result(pl.concat(kept).rechunk())
+
+
+class CurationRun:
+    """`curate_batches` as a stream, for a stage that writes its documents as they come: `kept_batches`
+    yields each batch's kept documents; once it is exhausted, `result(kept)` gives the rest: the drops of
+    the whole shard and its summed stats."""
+
+    def __init__(self, config: CurationConfig | None = None, histograms: dict[str, Histogram] | None = None):
+        self.config, self.steps = planned_steps(config or CurationConfig())
+        self.histograms = histograms
+        if histograms is not None:
+            histograms.update(step_histograms(self.config, self.steps))
+        self.dropped: dict[str, list[pl.DataFrame]] = {name: [] for name in self.steps}
+        self.stats: list[dict] = []
+
+    def kept_batches(self, batches: Iterable[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+        config, histograms = self.config, self.histograms
+        for batch in batches:
+            docs, batch_stats = batch, {}
+            for name in self.steps:
+                started = time.perf_counter()
+                result = run_step(name, docs, config)
+                batch_stats[name] = {
+                    "docs_in": docs.height,
+                    "docs_out": result.kept.height,
+                    "seconds": round(time.perf_counter() - started, 3),
+                    **result.stats,
+                }
+                if histograms is not None:
+                    record(histograms, name, result, config)
+                drop_columns = [c for c in SCORED_DROPPED_SCHEMA if c in result.dropped.columns]
+                self.dropped[name].append(result.dropped.select(drop_columns))
+                docs = result.kept
+            if "quality_score" not in docs.columns:
+                docs = docs.with_columns(pl.lit(None, dtype=pl.Float64).alias("quality_score"))
+            self.stats.append(batch_stats)
+            yield docs
+
+    def result(self, kept: pl.DataFrame) -> StageResult:
+        frames = [frame for name in self.steps for frame in self.dropped[name]]
+        dropped = pl.concat([pl.DataFrame(schema=SCORED_DROPPED_SCHEMA), *frames], how="diagonal_relaxed")
+        return StageResult(kept, dropped.select(list(SCORED_DROPPED_SCHEMA)), merged_stats(self.stats))
 
 
 def planned_steps(config: CurationConfig) -> tuple[CurationConfig, list[str]]:

@@ -2,8 +2,10 @@
 checked shard key and the storage) and its closing (the kept and dropped tables published together,
 the standard metadata and checks, whole-shard accounting)."""
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
@@ -12,6 +14,7 @@ from lm_assets.corpus.columns import column_description
 from lm_assets.corpus.stage import StageResult
 from lm_assets.defs.common.partitions import shard_keys
 from lm_assets.defs.common.reporting import (
+    PREVIEW_DOCS,
     conservation_result,
     drop_metadata,
     non_empty_result,
@@ -49,6 +52,36 @@ def table_schema(frame: pl.DataFrame) -> dg.TableSchema:
     ])
 
 
+class StreamedDocuments:
+    """What a stage shows of the documents it streams out, gathered as they pass: how many, in how many
+    batches, the first ones (for previews), each one's `length` (for the histogram) and the sum over the
+    batches of what `count(batch)` counts (for the checks)."""
+
+    def __init__(self, schema: dict | None = None, length: pl.Expr = pl.col("text").str.len_chars(),
+                 count: Callable[[pl.DataFrame], dict[str, int]] | None = None):  # fmt: skip
+        self.rows = self.batches = 0
+        self.first = pl.DataFrame(schema=schema or {})
+        self.length, self.count = length, count
+        self.counts: Counter = Counter()
+        self._lengths: list[pl.Series] = []
+
+    def watch(self, batches: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
+        for batch in batches:
+            if self.batches == 0:
+                self.first = batch.head(PREVIEW_DOCS)
+            elif self.first.height < PREVIEW_DOCS:
+                self.first = pl.concat([self.first, batch.head(PREVIEW_DOCS - self.first.height)])
+            self.rows += batch.height
+            self.batches += 1
+            self._lengths.append(batch.select(self.length).to_series())
+            if self.count is not None:
+                self.counts.update(self.count(batch))
+            yield batch
+
+    def lengths(self) -> pl.Series:
+        return pl.concat(self._lengths) if self._lengths else pl.Series([], dtype=pl.UInt32)
+
+
 def each_shard(context: dg.AssetExecutionContext, materialize: Callable[[str], dg.MaterializeResult]) -> Iterator:
     """What a per-shard asset yields for the shards of its run. One shard: its result. Several (a backfill
     run, `partitions.SHARDS_PER_RUN` at most): one result for the run, each of whose checks passes when it
@@ -83,11 +116,12 @@ def each_shard(context: dg.AssetExecutionContext, materialize: Callable[[str], d
 
 
 def publish_stage(
-    store, stage: str, shard: str, kept: pl.DataFrame, dropped: pl.DataFrame, extra: dict[str, bytes] | None = None,
-    quarantine: pl.DataFrame | None = None,
+    store, stage: str, shard: str, kept: pl.DataFrame | Path, dropped: pl.DataFrame,
+    extra: dict[str, bytes] | None = None, quarantine: pl.DataFrame | None = None,
 ) -> tuple[int, int, int]:
     """Publish a stage's tables (and `extra` files) together; the tables' row counts as stored, for the
-    conservation checks: kept, dropped, quarantined (0 for a stage that does not quarantine)."""
+    conservation checks: kept, dropped, quarantined (0 for a stage that does not quarantine). `kept` is a
+    table, or its parquet file written already by a stage that streams."""
     tables = {"documents.parquet": kept, "dropped.parquet": dropped}
     if quarantine is not None:
         tables["quarantine.parquet"] = quarantine
@@ -163,21 +197,26 @@ class DocumentStage:
         return results
 
     def close(self, store, shard: str, docs_in: int, result: StageResult, metadata: dict, facts: dict | None = None,
-              extra: dict[str, bytes] | None = None) -> dg.MaterializeResult:  # fmt: skip
+              extra: dict[str, bytes] | None = None, streamed: Path | None = None) -> dg.MaterializeResult:  # fmt: skip
         """Publish `result` as this stage of `shard` and report it: path, documents in and out, the drops
-        by reason, then `metadata`; every declared check's result (its own decided on `facts`)."""
+        by reason, then `metadata`; every declared check's result (its own decided on `facts`). A stage that
+        streamed its documents into the parquet file `streamed` passes their first rows as `result.kept`, for
+        the schema."""
         strays = set(result.dropped["stage"].unique()) - set(self.drop_stages)
         if strays:
             raise ValueError(f"{self.asset} dropped documents under {sorted(strays)}, not one of {list(self.drop_stages)}")
-        kept, dropped, held = publish_stage(store, self.name, shard, result.kept, result.dropped, extra, result.quarantine)
+        documents = result.kept if streamed is None else streamed
+        kept, dropped, held = publish_stage(
+            store, self.name, shard, documents, result.dropped, extra, result.quarantine
+        )
         whole = shard_account(store, shard, through=self.name) if self.whole_shard else None
         return dg.MaterializeResult(
             metadata={
                 "path": dg.MetadataValue.path(store.uri(stage_keys(self.name, shard)["documents"])),
-                "dagster/row_count": result.kept.height,
+                "dagster/row_count": kept,
                 "dagster/column_schema": table_schema(result.kept),
                 "documents_in": docs_in,
-                "documents_out": result.kept.height,
+                "documents_out": kept,
                 "dropped": result.dropped.height,
                 **({"quarantined": result.quarantine.height} if result.quarantine is not None else {}),
                 **drop_metadata(result.dropped, *([result.quarantine] if result.quarantine is not None else [])),

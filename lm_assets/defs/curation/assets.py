@@ -4,7 +4,9 @@
 import base64
 import dataclasses
 import json
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -13,7 +15,7 @@ from pydantic import Field, model_validator
 
 from lm_assets.charts import fits_inline, histogram_svg, inline_image
 from lm_assets.corpus.curation import rules
-from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, extract_batches
+from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, ExtractionRun
 from lm_assets.corpus.curation.histograms import (
     LANG_SCORE,
     QUALITY_SCORE,
@@ -24,7 +26,7 @@ from lm_assets.corpus.curation.histograms import (
     to_json,
 )
 from lm_assets.corpus.curation.pii import find_pii
-from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, curate_batches
+from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, CurationRun
 from lm_assets.corpus.curation.policy import POLICIES
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.curation.toxicity import BACKENDS, DETOXIFY_MODELS, ToxicityConfig
@@ -47,9 +49,17 @@ from lm_assets.defs.common.reporting import (
     significant,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.stages import CURATED_SCHEMA, EXTRACTED_SCHEMA, DocumentStage, StageCheck, each_shard
+from lm_assets.defs.common.stages import (
+    CURATED_SCHEMA,
+    EXTRACTED_SCHEMA,
+    DocumentStage,
+    StageCheck,
+    StreamedDocuments,
+    each_shard,
+)
 from lm_assets.defs.curation.quality_rules import QualityRules
 from lm_assets.storage.accounting import drop_example_ids
+from lm_assets.storage.store import write_stream
 from lm_assets.storage.layout import (
     effective_config_key,
     raw_keys,
@@ -89,8 +99,16 @@ class ExtractedShardConfig(dg.Config):
     )
 
 
+def extracted_counts(batch: pl.DataFrame) -> dict[str, int]:
+    """What extracted_shard counts as its documents stream out: control characters left (its check) and HTML bytes."""
+    if batch.height == 0:
+        return {}
+    return {"control_chars": int(batch["text"].str.count_matches(CONTROL_CHARS.pattern).sum()),
+            "html_bytes": int(batch["html_bytes"].sum())}
+
+
 def no_control_chars(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
-    found = int(kept["text"].str.count_matches(CONTROL_CHARS.pattern).sum()) if kept.height else 0
+    found = facts.get("control_chars", 0)
     return found == 0, {"found": found}
 
 
@@ -117,29 +135,31 @@ def extracted_shard(
 def extracted_shard_of(shard: str, config: ExtractedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
     store = storage.storage()
     started = time.perf_counter()
-    # The HTML is read a row group at a time; only the extracted text of the whole shard is held.
-    batches = store.iter_parquet(raw_keys(shard)["documents"])
-    result, dropped_sources = extract_batches(batches, to_dataclass(ExtractConfig, config))
-    docs = result.kept
-    html_bytes = int(docs["html_bytes"].sum()) if docs.height else 0
-    seconds = time.perf_counter() - started
-    return EXTRACTED_STAGE.close(
-        store, shard, result.stats["docs_in"], result,
-        metadata={
-            "extractor": result.stats["extractor"],
-            "charset_detected": result.stats["charset_detected"],
-            "control_chars_stripped": result.stats["control_chars_stripped"],
-            "docs_with_control_chars": result.stats["docs_with_control_chars"],
-            "batches": result.stats["batches"],
-            "timeouts": result.stats["timeouts"],
-            **drop_audit_metadata(result.dropped, dropped_sources),
-            "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
-            **document_previews(docs, ["doc_id", "url", "title", "lang_hint", "text"]),
-            "seconds": round(seconds, 3),
-            "html_mb_per_second": round(html_bytes / 1e6 / seconds, 2) if seconds else 0.0,
-            "config_hash": config_hash(config),
-        },
-    )
+    # The HTML is read a row group at a time, and the text written as it comes: one batch is held.
+    run = ExtractionRun(to_dataclass(ExtractConfig, config))
+    seen = StreamedDocuments(count=extracted_counts)
+    with tempfile.TemporaryDirectory(prefix="extracted-shard-") as work:
+        batches = store.iter_parquet(raw_keys(shard)["documents"])
+        streamed = write_stream(seen.watch(run.kept_batches(batches)), Path(work) / "documents.parquet")
+        result, dropped_sources = run.result(seen.first.head(0))
+        seconds = time.perf_counter() - started
+        return EXTRACTED_STAGE.close(
+            store, shard, result.stats["docs_in"], result, streamed=streamed, facts=dict(seen.counts),
+            metadata={
+                "extractor": result.stats["extractor"],
+                "charset_detected": result.stats["charset_detected"],
+                "control_chars_stripped": result.stats["control_chars_stripped"],
+                "docs_with_control_chars": result.stats["docs_with_control_chars"],
+                "batches": result.stats["batches"],
+                "timeouts": result.stats["timeouts"],
+                **drop_audit_metadata(result.dropped, dropped_sources),
+                "text_length_histogram": length_histogram(seen.lengths()),
+                **document_previews(seen.first, ["doc_id", "url", "title", "lang_hint", "text"]),
+                "seconds": round(seconds, 3),
+                "html_mb_per_second": round(seen.counts.get("html_bytes", 0) / 1e6 / seconds, 2) if seconds else 0.0,
+                "config_hash": config_hash(config),
+            },
+        )
 
 
 # curated_shard ----------------------------------------------------------------------------------
@@ -290,10 +310,10 @@ def quality_config(name: str, overrides: dict[str, Any]) -> QualityConfig:
         raise dg.Failure(str(exc)) from exc
 
 
-def language_shares(docs: pl.DataFrame) -> dict[str, float]:
-    if docs.height == 0:
-        return {}
-    return {lang: n / docs.height for lang, n in docs["lang"].value_counts().rows()}
+def language_shares(counts: dict[str, int]) -> dict[str, float]:
+    total = sum(counts.values())
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    return {lang: n / total for lang, n in ranked} if total else {}
 
 
 def pii_residue(texts: list[str]) -> dict[str, int]:
@@ -304,13 +324,28 @@ def pii_residue(texts: list[str]) -> dict[str, int]:
     return found
 
 
+LANG_COUNT, PII_COUNT = "lang:", "pii:"
+
+
+def curated_counts(batch: pl.DataFrame) -> dict[str, int]:
+    """What curated_shard counts as its documents stream out, for its checks: documents by language, PII
+    left by kind."""
+    languages = batch["lang"].value_counts().rows() if "lang" in batch.columns else []
+    counts = {f"{LANG_COUNT}{lang}": n for lang, n in languages}
+    return counts | {f"{PII_COUNT}{kind}": n for kind, n in pii_residue(batch["text"].to_list()).items()}
+
+
+def counted(facts: dict, prefix: str) -> dict[str, int]:
+    return {key.removeprefix(prefix): n for key, n in facts.items() if key.startswith(prefix) and n}
+
+
 def no_pii_residue(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
-    residue = pii_residue(kept["text"].to_list())
+    residue = counted(facts, PII_COUNT)
     return not residue, {"found": dg.MetadataValue.json(residue)}
 
 
 def languages_within_bounds(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
-    shares = language_shares(kept)
+    shares = language_shares(counted(facts, LANG_COUNT))
     out_of_bounds = {
         lang: round(shares.get(lang, 0.0), 3)
         for lang, (low, high) in facts["language_share_bounds"].items()
@@ -349,20 +384,31 @@ def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageRes
         raise dg.Failure(description=f"cannot load the quality classifier: {exc}") from exc
     curation_config = config.curation_config(classifier)
     histograms: dict[str, Histogram] = {}
-    try:
-        # A few thousand documents at a time: the steps' working columns stay those of one batch.
-        batches = RowCount(store.iter_parquet(extracted_key, CURATION_BATCH_ROWS))
-        result = curate_batches(batches, curation_config, histograms)
-    except (RuntimeError, ValueError) as exc:
-        raise dg.Failure(description=str(exc)) from exc
-    received = batches.rows
+    seen = StreamedDocuments(count=curated_counts)
+    with tempfile.TemporaryDirectory(prefix="curated-shard-") as work:
+        try:
+            # A few thousand documents at a time, written as they come: the steps' working columns and the
+            # text held stay those of one batch.
+            batches = RowCount(store.iter_parquet(extracted_key, CURATION_BATCH_ROWS))
+            run = CurationRun(curation_config, histograms)
+            streamed = write_stream(seen.watch(run.kept_batches(batches)), Path(work) / "documents.parquet")
+        except (RuntimeError, ValueError) as exc:
+            raise dg.Failure(description=str(exc)) from exc
+        result = run.result(seen.first.head(0))
+        return close_curated(store, shard, config, curation_config, classifier, classifier_info, histograms,
+                             batches.rows, result, seen, streamed)  # fmt: skip
+
+
+def close_curated(store, shard: str, config: CuratedShardConfig, curation_config: CurationConfig,
+                  classifier: QualityClassifier, classifier_info: dict, histograms: dict[str, Histogram], received: int,
+                  result, seen: StreamedDocuments, streamed: Path) -> dg.MaterializeResult:  # fmt: skip
+    extracted_key = stage_keys("extracted", shard)["documents"]
     examples = result.stats.get("classifier", {}).get("disagreement_examples", [])
     shown = set(drop_example_ids(result.dropped)) | {example["doc_id"] for example in examples}
     extracted = store.scan_parquet(extracted_key).filter(pl.col("doc_id").is_in(list(shown))).collect()
     record = {"policy": config.quality_policy, "classifier_hash": classifier.hash, "classifier_origin": classifier_info["origin"]}
     effective = json.loads(json.dumps(dataclasses.asdict(dataclasses.replace(curation_config, classifier=None)), default=str))
-    docs = result.kept
-    shares = language_shares(docs)
+    shares = language_shares(counted(seen.counts, LANG_COUNT))
     step_stats = result.stats
     timings = pl.DataFrame(
         [{"step": s, "docs_in": v["docs_in"], "docs_out": v["docs_out"], "seconds": v["seconds"]} for s, v in step_stats.items()]
@@ -370,7 +416,8 @@ def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageRes
     pii_totals = step_stats.get("pii", {}).get("redacted", {})
     png = figure_png(histograms, f"curated_shard {shard}: {FIGURE_LEGEND}")
     return CURATED_STAGE.close(
-        store, shard, received, result, facts={"language_share_bounds": config.language_share_bounds},
+        store, shard, received, result, streamed=streamed,
+        facts={**seen.counts, "language_share_bounds": config.language_share_bounds},
         extra={"curation.json": json.dumps(record).encode(), "effective_config.json": json.dumps(effective, indent=1).encode(),
                HISTOGRAMS_PNG: png, HISTOGRAMS_JSON: json.dumps(to_json(histograms)).encode()},
         metadata={
@@ -383,15 +430,18 @@ def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageRes
             "classifier": classifier_description(classifier_info),
             **disagreement_metadata(result.stats.get("classifier", {}), extracted),
             "steps": markdown_table(timings),
+            "batches": seen.batches,
             "language_shares": dg.MetadataValue.json({k: round(v, 4) for k, v in shares.items()}),
             "langid_model": step_stats.get("langid", {}).get("model", "not run"),
             "toxicity_model": step_stats.get("toxicity", {}).get("model", "not run"),
             "zh_toxicity_lexicon": step_stats.get("toxicity", {}).get("zh_lexicon", "not run"),
             "pii_redacted": dg.MetadataValue.json(pii_totals),
-            "text_length_histogram": length_histogram(docs["text"].str.len_chars()),
+            "text_length_histogram": length_histogram(seen.lengths()),
             **inline_histograms(histograms, result.dropped),
             **figure_metadata(png, store.uri(f"{stage_folder('curated', shard)}/{HISTOGRAMS_PNG}")),
-            **document_previews(docs, ["doc_id", "url", "lang", "lang_score", "quality_score", "tox_max", "text"]),
+            **document_previews(
+                seen.first, ["doc_id", "url", "lang", "lang_score", "quality_score", "tox_max", "text"]
+            ),
             "effective_config": dg.MetadataValue.json(without_word_lists(effective)),
             "effective_config_path": dg.MetadataValue.path(store.uri(effective_config_key(shard))),
             "config_hash": config_hash(config),

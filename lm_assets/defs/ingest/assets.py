@@ -4,7 +4,6 @@
 import json
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
@@ -23,7 +22,7 @@ from lm_assets.defs.common.reporting import (
     length_histogram,
 )
 from lm_assets.defs.common.resources import LandingResource, StorageResource
-from lm_assets.defs.common.stages import DocumentStage, each_shard
+from lm_assets.defs.common.stages import DocumentStage, StreamedDocuments, each_shard
 from lm_assets.storage.accounting import conservation
 from lm_assets.storage.layout import raw_keys, stage_folder
 from lm_assets.storage.store import DOCUMENT_ROW_GROUP_ROWS, write_batches
@@ -49,28 +48,6 @@ class RawShardConfig(dg.Config):
         description="charset of WARC payloads that declare none (no HTTP header, no <meta charset>); one that fails "
         "to decode falls back to detection",
     )
-
-
-class StreamedDocuments:
-    """What a stage shows of the documents it streams out: how many, in how many batches, the first batch
-    (for previews) and each document's payload length (for the histogram)."""
-
-    def __init__(self):
-        self.rows = self.batches = 0
-        self.first = pl.DataFrame(schema=DOCUMENT_SCHEMA)
-        self.lengths: list[pl.Series] = []
-
-    def watch(self, batches: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
-        for batch in batches:
-            if self.first.height < PREVIEW_DOCS:
-                self.first = pl.concat([self.first, batch.head(PREVIEW_DOCS - self.first.height)])
-            self.rows += batch.height
-            self.batches += 1
-            self.lengths.append(batch.select(pl.coalesce("html", "text").str.len_chars()).to_series())
-            yield batch
-
-    def payload_chars(self) -> pl.Series:
-        return pl.concat(self.lengths) if self.lengths else pl.Series([], dtype=pl.UInt32)
 
 
 def raw_text_sample(docs: pl.DataFrame) -> pl.DataFrame:
@@ -111,7 +88,7 @@ def raw_shard_of(shard: str, config: RawShardConfig, storage: StorageResource, l
     started = time.perf_counter()
     reader_config = to_dataclass(ReaderConfig, config)
     keys = raw_keys(shard)
-    seen = StreamedDocuments()
+    seen = StreamedDocuments(DOCUMENT_SCHEMA, length=pl.coalesce("html", "text").str.len_chars())
     with landing.storage().local_copy(shard) as path, tempfile.TemporaryDirectory(prefix="raw-shard-") as work:
         size = path.stat().st_size
         reading = ShardReading(path, source=shard, config=reader_config)
@@ -134,7 +111,7 @@ def raw_shard_of(shard: str, config: RawShardConfig, storage: StorageResource, l
             "quarantined": quarantine.height,
             "batches": seen.batches,
             **drop_metadata(dropped, quarantine),
-            "payload_length_histogram": length_histogram(seen.payload_chars()),
+            "payload_length_histogram": length_histogram(seen.lengths()),
             **document_previews(raw_text_sample(seen.first), ["doc_id", "url", "content_type", "text"]),
             "seconds": round(time.perf_counter() - started, 3),
             "config_hash": config_hash(config),

@@ -12,7 +12,7 @@ import pytest
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_batches, extract_documents
 from lm_assets.corpus.ingest.readers import DOCUMENT_SCHEMA, ShardReading, read_shard
 from lm_assets.storage.accounting import drop_examples
-from lm_assets.storage.store import ROW_GROUP_ROWS, write_batches
+from lm_assets.storage.store import ROW_GROUP_ROWS, write_batches, write_stream
 from tests.support.warc_builder import WarcBuilder, page
 
 
@@ -58,6 +58,21 @@ def test_streamed_tables_are_the_bytes_of_one_write_in_the_same_row_groups(tmp_p
     assert write_batches(iter([small]), DOCUMENT_SCHEMA, tmp_path / "small.parquet").read_bytes() == (
         _bytes(small, ROW_GROUP_ROWS)
     )
+
+
+def test_frames_set_down_as_they_come_are_the_bytes_of_one_write(tmp_path):
+    documents = read_shard(mixed_shard(tmp_path, pages=300)).documents
+    for rows in (1, 50, 1000):
+        frames = (documents.slice(start, rows) for start in range(0, documents.height, rows))
+        out = write_stream(frames, tmp_path / f"stream-{rows}.parquet", 64)
+        assert out.read_bytes() == _bytes(documents, 64), rows
+        layout = pq.ParquetFile(out).metadata
+        assert [layout.row_group(i).num_rows for i in range(layout.num_row_groups)] == [64] * 4 + [300 - 256]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mixed.warc.gz", *(f"stream-{r}.parquet" for r in (1, 1000, 50))]
+    empty = write_stream(iter([documents.head(0)]), tmp_path / "empty.parquet")
+    assert pl.read_parquet(empty).schema == documents.schema
+    with pytest.raises(ValueError, match="at least one frame"):
+        write_stream(iter([]), tmp_path / "none.parquet")
 
 
 def test_extraction_in_batches_is_extraction_of_the_whole(tmp_path):
