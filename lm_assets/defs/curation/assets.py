@@ -102,13 +102,13 @@ class ExtractedShardConfig(dg.Config):
 def extracted_counts(batch: pl.DataFrame) -> dict[str, int]:
     """What extracted_shard counts as its documents stream out: control characters left (its check) and HTML bytes."""
     if batch.height == 0:
-        return {}
+        return {"control_chars": 0, "html_bytes": 0}
     return {"control_chars": int(batch["text"].str.count_matches(CONTROL_CHARS.pattern).sum()),
             "html_bytes": int(batch["html_bytes"].sum())}
 
 
 def no_control_chars(kept: pl.DataFrame, facts: dict) -> tuple[bool, dict]:
-    found = facts.get("control_chars", 0)
+    found = facts["control_chars"]
     return found == 0, {"found": found}
 
 
@@ -133,33 +133,39 @@ def extracted_shard(
 
 
 def extracted_shard_of(shard: str, config: ExtractedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
+    with tempfile.TemporaryDirectory(prefix="extracted-shard-") as work:  # the kept table, until it is published
+        return extract_shard(shard, config, storage, Path(work))
+
+
+def extract_shard(
+    shard: str, config: ExtractedShardConfig, storage: StorageResource, work: Path
+) -> dg.MaterializeResult:
     store = storage.storage()
     started = time.perf_counter()
     # The HTML is read a row group at a time, and the text written as it comes: one batch is held.
     run = ExtractionRun(to_dataclass(ExtractConfig, config))
     seen = StreamedDocuments(count=extracted_counts)
-    with tempfile.TemporaryDirectory(prefix="extracted-shard-") as work:
-        batches = store.iter_parquet(raw_keys(shard)["documents"])
-        streamed = write_stream(seen.watch(run.kept_batches(batches)), Path(work) / "documents.parquet")
-        result, dropped_sources = run.result(seen.first.head(0))
-        seconds = time.perf_counter() - started
-        return EXTRACTED_STAGE.close(
-            store, shard, result.stats["docs_in"], result, streamed=streamed, facts=dict(seen.counts),
-            metadata={
-                "extractor": result.stats["extractor"],
-                "charset_detected": result.stats["charset_detected"],
-                "control_chars_stripped": result.stats["control_chars_stripped"],
-                "docs_with_control_chars": result.stats["docs_with_control_chars"],
-                "batches": result.stats["batches"],
-                "timeouts": result.stats["timeouts"],
-                **drop_audit_metadata(result.dropped, dropped_sources),
-                "text_length_histogram": length_histogram(seen.lengths()),
-                **document_previews(seen.first, ["doc_id", "url", "title", "lang_hint", "text"]),
-                "seconds": round(seconds, 3),
-                "html_mb_per_second": round(seen.counts.get("html_bytes", 0) / 1e6 / seconds, 2) if seconds else 0.0,
-                "config_hash": config_hash(config),
-            },
-        )
+    batches = store.iter_parquet(raw_keys(shard)["documents"])
+    streamed = write_stream(seen.watch(run.kept_batches(batches)), work / "documents.parquet")
+    result, dropped_sources = run.result(seen.first.head(0))
+    seconds = time.perf_counter() - started
+    return EXTRACTED_STAGE.close(
+        store, shard, result.stats["docs_in"], result, streamed=streamed, facts=dict(seen.counts),
+        metadata={
+            "extractor": result.stats["extractor"],
+            "charset_detected": result.stats["charset_detected"],
+            "control_chars_stripped": result.stats["control_chars_stripped"],
+            "docs_with_control_chars": result.stats["docs_with_control_chars"],
+            "batches": result.stats["batches"],
+            "timeouts": result.stats["timeouts"],
+            **drop_audit_metadata(result.dropped, dropped_sources),
+            "text_length_histogram": length_histogram(seen.lengths()),
+            **document_previews(seen.first, ["doc_id", "url", "title", "lang_hint", "text"]),
+            "seconds": round(seconds, 3),
+            "html_mb_per_second": round(seen.counts["html_bytes"] / 1e6 / seconds, 2) if seconds else 0.0,
+            "config_hash": config_hash(config),
+        },
+    )
 
 
 # curated_shard ----------------------------------------------------------------------------------
@@ -376,6 +382,11 @@ def curated_shard(
 
 
 def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
+    with tempfile.TemporaryDirectory(prefix="curated-shard-") as work:  # the kept table, until it is published
+        return curate_shard(shard, config, storage, Path(work))
+
+
+def curate_shard(shard: str, config: CuratedShardConfig, storage: StorageResource, work: Path) -> dg.MaterializeResult:
     store = storage.storage()
     extracted_key = stage_keys("extracted", shard)["documents"]
     try:
@@ -385,24 +396,16 @@ def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageRes
     curation_config = config.curation_config(classifier)
     histograms: dict[str, Histogram] = {}
     seen = StreamedDocuments(count=curated_counts)
-    with tempfile.TemporaryDirectory(prefix="curated-shard-") as work:
-        try:
-            # A few thousand documents at a time, written as they come: the steps' working columns and the
-            # text held stay those of one batch.
-            batches = RowCount(store.iter_parquet(extracted_key, CURATION_BATCH_ROWS))
-            run = CurationRun(curation_config, histograms)
-            streamed = write_stream(seen.watch(run.kept_batches(batches)), Path(work) / "documents.parquet")
-        except (RuntimeError, ValueError) as exc:
-            raise dg.Failure(description=str(exc)) from exc
-        result = run.result(seen.first.head(0))
-        return close_curated(store, shard, config, curation_config, classifier, classifier_info, histograms,
-                             batches.rows, result, seen, streamed)  # fmt: skip
-
-
-def close_curated(store, shard: str, config: CuratedShardConfig, curation_config: CurationConfig,
-                  classifier: QualityClassifier, classifier_info: dict, histograms: dict[str, Histogram], received: int,
-                  result, seen: StreamedDocuments, streamed: Path) -> dg.MaterializeResult:  # fmt: skip
-    extracted_key = stage_keys("extracted", shard)["documents"]
+    try:
+        # A few thousand documents at a time, written as they come: the steps' working columns and the
+        # text held stay those of one batch.
+        batches = RowCount(store.iter_parquet(extracted_key, CURATION_BATCH_ROWS))
+        run = CurationRun(curation_config, histograms)
+        streamed = write_stream(seen.watch(run.kept_batches(batches)), work / "documents.parquet")
+    except (RuntimeError, ValueError) as exc:
+        raise dg.Failure(description=str(exc)) from exc
+    received = batches.rows
+    result = run.result(seen.first.head(0))
     examples = result.stats.get("classifier", {}).get("disagreement_examples", [])
     shown = set(drop_example_ids(result.dropped)) | {example["doc_id"] for example in examples}
     extracted = store.scan_parquet(extracted_key).filter(pl.col("doc_id").is_in(list(shown))).collect()
