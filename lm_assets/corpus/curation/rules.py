@@ -293,8 +293,10 @@ def is_structure_line(line: str) -> bool:
         return False
     if line.isascii():
         return len(line.split(maxsplit=STRUCTURE_LINE_WORDS)) <= STRUCTURE_LINE_WORDS
-    cjk = len(CJK_CHAR.findall(line))
-    return len(CJK_CHAR.sub(" ", line).split()) + cjk / 2 <= STRUCTURE_LINE_WORDS
+    spaced, cjk = CJK_CHAR.subn(" ", line)
+    return cjk <= 2 * STRUCTURE_LINE_WORDS and (
+        len(spaced.split(maxsplit=STRUCTURE_LINE_WORDS)) + cjk / 2 <= STRUCTURE_LINE_WORDS
+    )
 
 
 def is_prose_line(line: str) -> bool:
