@@ -446,8 +446,6 @@ class _Doc:
     n_tokens: int
 
     lines: list[str] = field(default_factory=list)
-    # Words per line: words never span a line break, so tokenizing line by line gives the same words.
-    line_words: list[int] = field(default_factory=list)
     _prose: list[bool] | None = None
 
     def prose_mask(self) -> list[bool]:
@@ -458,34 +456,26 @@ class _Doc:
 
     def prose_only(self) -> _Doc:
         """The document with its other lines emptied (blank lines stay, so paragraphs stay apart)."""
-        lines, words, start = [], [], 0
-        for line, count, prose in zip(self.lines, self.line_words, self.prose_mask()):
-            if prose:
-                lines.append(line)
-                words += self.words[start : start + count]
-            else:
-                lines.append("")
-            start += count
-        return _Doc("\n".join(lines), self.lang, self.cjk, words, sum(map(len, words)), len(words), lines)
+        lines = [line if prose else "" for line, prose in zip(self.lines, self.prose_mask())]
+        text = "\n".join(lines)
+        # Words never span a line break, so the kept lines' words are those of the text they make.
+        words = _find_words(text)
+        return _Doc(text, self.lang, self.cjk, words, sum(map(len, words)), len(words), lines)
 
     @classmethod
     def parse(cls, text: str | None, lang: str | None) -> _Doc:
         text = text or ""
-        lines = text.split("\n")
-        words: list[str] = []
-        line_words: list[int] = []
-        for line in lines:
-            # The same words, found faster in an ASCII line by a pattern without Unicode classes.
-            found = (_ASCII_WORD_RE if line.isascii() else _WORD_RE).findall(line) if line else []
-            words += found
-            line_words.append(len(found))
-        word_chars = sum(map(len, words))
-        symbols = sum(map(len, text.split())) - word_chars
-        return cls(text, base_lang(lang), is_cjk_lang(lang), words, word_chars, len(words) + symbols, lines, line_words)
+        words, word_chars, n_tokens = _tokenize(text)
+        return cls(text, base_lang(lang), is_cjk_lang(lang), words, word_chars, n_tokens, text.split("\n"))
+
+
+def _find_words(text: str) -> list[str]:
+    # The same words, found faster in ASCII text by a pattern without Unicode classes.
+    return (_ASCII_WORD_RE if text.isascii() else _WORD_RE).findall(text)
 
 
 def _tokenize(text: str) -> tuple[list[str], int, int]:
-    words = (_ASCII_WORD_RE if text.isascii() else _WORD_RE).findall(text)
+    words = _find_words(text)
     word_chars = sum(map(len, words))
     symbols = sum(map(len, text.split())) - word_chars
     return words, word_chars, len(words) + symbols

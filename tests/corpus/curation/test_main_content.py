@@ -1,5 +1,8 @@
+import random
+import re
+
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
-from lm_assets.corpus.curation.main_content import extract_main_text
+from lm_assets.corpus.curation.main_content import extract_main_text, is_code_line
 
 PROSE = (
     "The package manager keeps a database of installed packages and their files, so that it can remove "
@@ -227,3 +230,30 @@ def test_a_section_named_after_its_heading_is_no_chrome_but_a_sidebar_of_widgets
     assert all(f"{title} are explained here." in text
                for title in ("Shared libraries", "Related packages", "Maintainer scripts"))
     assert "Popular posts" not in text and "Subscribe" not in text
+
+
+# The single pattern `is_code_line` stands for, searched along the line.
+_REFERENCE_CODE_LINE = re.compile(
+    r"^\s*(?:def |class |import |from \S+ import |return\b|elif\b|else\s*[:{]|try\s*[:{]|except\b|raise |"
+    r"yield\b|async |await |@\w|#include|#define|#!|//|/\*|\*/|\$ |>>> |var |let |const |function\b|"
+    r"public |private |static |void |[}{])"
+    r"|[;{}]\s*$|\)\s*:?\s*$|^\s*(?:if|for|while|with)\b.*:\s*$"
+    r"|^\s*[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*[-+*/|&]?=\s*\S|[A-Za-z_]\w*\([^()]*\)"
+)
+
+
+def test_code_lines_are_those_of_the_single_pattern():
+    samples = [
+        "def main():", "    return x", "if x > 1:", "for i in range(3):", "x = 1", "  a.b[2] += f(y)",
+        "printf(\"%d\\n\", n);", "}", "  {", "#include <stdio.h>", "$ make install", ">>> import os",
+        "end)", "call(a) :", "The manual explains (in brief) why.", "See chapter 3.", "with care:",
+        "whiles are long:", "while True :  ", "x == y", "= 3", "name =", "  \u3000x = 1", "\u00a0;", "a(b)(c)",
+        "", "   ", "\t)\t", "こんにちは。", "if\u00a0x:", "ifx:",
+    ]
+    rng = random.Random(7)
+    pieces = ["def ", "if", " ", "\t", "\u00a0", "\u3000", "x", "_y", ".", "[0]", "=", "+=", "==", "(", ")", ":",
+              ";", "{", "}", "#!", "//", "return", "while", "a", "中", "*/", "@d", "$ ", ">>> ", "\r"]
+    samples += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(20_000)]
+    mismatches = [s for s in samples if is_code_line(s) != bool(_REFERENCE_CODE_LINE.search(s))]
+    assert mismatches == []
+    assert sum(map(is_code_line, samples)) > 1000

@@ -651,3 +651,20 @@ def test_presets_by_name_and_overrides():
         preset("nope")
     with pytest.raises(ValueError, match="unknown quality settings"):
         preset("lm_assets", min_sentence=3)
+
+
+def test_a_documents_words_are_its_lines_words_and_its_prose_the_prose_lines_words():
+    from lm_assets.corpus.curation.rules import _Doc, _find_words
+
+    rng = random.Random(11)
+    pieces = ["word", "it's", "e.g.", "x-y", "3.14", "_", "—", "é", "中文", "。", " ", " ", "\n", "\n\n", "#", "1.",
+              "Ünïcode", "don’t", "- ", "Contents", "See the manual. ", "A long sentence ends here! "]
+    texts = ["".join(rng.choice(pieces) for _ in range(rng.randint(0, 60))) for _ in range(500)] + [DOC_PAGE]
+    for text in texts:
+        doc = _Doc.parse(text, "en")
+        lines = text.split("\n")
+        assert doc.words == [w for line in lines for w in _find_words(line)]
+        prose = doc.prose_only()
+        kept = [line for line, keep in zip(lines, doc.prose_mask()) if keep]
+        assert prose.words == [w for line in kept for w in _find_words(line)]
+        assert prose.n_tokens >= len(prose.words) and prose.word_chars == sum(map(len, prose.words))
