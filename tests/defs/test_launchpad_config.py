@@ -196,7 +196,7 @@ def test_a_typed_threshold_reaches_the_quality_config(monkeypatch):
 def test_switching_a_threshold_off(monkeypatch):
     from lm_assets.corpus.curation.rules import preset, rule_reasons
 
-    quality = curated_quality(monkeypatch, quality_rules={"off": ["min_stop_words", "max_licence_share"]})
+    quality = curated_quality(monkeypatch, quality_rules={"disabled": ["min_stop_words", "max_licence_share"]})
     assert quality == preset("lm_assets", min_stop_words=None, max_licence_share=None)
     assert quality.min_stop_words is None and "gopher_quality:min_stop_words" not in rule_reasons(quality)
     assert "gopher_quality:min_stop_words" in rule_reasons(preset("lm_assets"))
@@ -206,7 +206,7 @@ def test_a_threshold_both_set_and_off_is_refused():
     from lm_assets.defs.curation.assets import CuratedShardConfig
 
     with pytest.raises(pydantic.ValidationError, match=r"both set and switched off: \['min_doc_words'\]"):
-        CuratedShardConfig(quality_rules={"gopher_quality": {"min_doc_words": 10}, "off": ["min_doc_words"]})
+        CuratedShardConfig(quality_rules={"gopher_quality": {"min_doc_words": 10}, "disabled": ["min_doc_words"]})
 
 
 def test_the_rule_families_cover_quality_config():
@@ -254,7 +254,7 @@ def test_quality_rules_from_a_run_config_reach_the_quality_config():
     def probe(config: CuratedShardConfig) -> None:
         seen["quality"] = config.curation_config().quality
 
-    rules = {"gopher_quality": {"min_doc_words": 10}, "off": ["min_sentences"], "families": ["gopher_quality", "prose"]}
+    rules = {"gopher_quality": {"min_doc_words": 10}, "disabled": ["min_sentences"], "families": ["gopher_quality", "prose"]}
     run_config = {"quality_policy": "rules", "quality_rules": rules}
     assert dg.materialize([probe], run_config={"ops": {"probe": {"config": run_config}}}).success
     quality = seen["quality"]

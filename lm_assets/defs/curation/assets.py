@@ -275,7 +275,7 @@ class CuratedShardConfig(dg.Config):
     quality_rules: QualityRules = Field(
         default=QualityRules(),
         description="thresholds by rule family on top of the preset: a field left unset keeps the preset's value; "
-        "off switches single thresholds off",
+        "disabled switches single thresholds off",
     )
     quality_policy: QualityPolicy | None = Field(
         default=None,

@@ -1,7 +1,7 @@
 """curated_shard's quality rules as typed fields, one Config class per rule family of QualityConfig.
 
 The preset (`quality_preset`) gives every value. A field left unset keeps the preset's value and a
-field that is set replaces it; `off` switches single thresholds off (None in QualityConfig, where
+field that is set replaces it; `disabled` switches single thresholds off (None in QualityConfig, where
 None means "this rule is off"), so unset and off never mean the same thing. The result goes through
 `preset(name, **overrides)` like any other override. `stop_words`, a long list per language, is
 left to the preset.
@@ -231,7 +231,7 @@ class QualityRules(dg.Config):
         description=f"the rule families that run; unset: the preset's ({', '.join(PRESET_DEFAULTS.families)} in "
         f"{DEFAULT_PRESET})",
     )
-    off: list[QualityThreshold] = Field(
+    disabled: list[QualityThreshold] = Field(
         default=[],
         description="thresholds switched off, whatever the preset says; one also set below is refused",
     )
@@ -248,7 +248,7 @@ class QualityRules(dg.Config):
 
     @model_validator(mode="after")
     def _off_or_set(self):
-        both = sorted(set(self.off) & set(self.set_thresholds()))
+        both = sorted(set(self.disabled) & set(self.set_thresholds()))
         if both:
             raise ValueError(f"quality thresholds both set and switched off: {both}")
         return self
@@ -262,4 +262,4 @@ class QualityRules(dg.Config):
     def overrides(self) -> dict[str, Any]:
         """The QualityConfig fields to set on top of the preset."""
         families = {} if self.families is None else {"families": tuple(self.families)}
-        return families | self.set_thresholds() | dict.fromkeys(self.off)
+        return families | self.set_thresholds() | dict.fromkeys(self.disabled)
