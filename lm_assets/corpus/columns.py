@@ -22,8 +22,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "text": "The document's text: as read for plain-text records, the extracted main text later, PII redacted "
     "after curation.",
     # extracted
-    "title": "The page's <title>, or null.",
-    "lang_hint": "Language the page declares in <html lang>, or null.",
+    "title": "The page's `<title>`, or null.",
+    "lang_hint": "Language the page declares in `<html lang>`, or null.",
     "control_chars_stripped": "Number of NUL and other control characters removed from the text.",
     "html_bytes": "Size of the page's HTML in UTF-8 bytes.",
     "q_html_link_share": "Share of the page's visible text that is link text.",
@@ -31,8 +31,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "q_html_text_ratio": "Visible text bytes over HTML bytes.",
     "q_html_removed_share": "Share of the page's visible text that extraction removed as chrome.",
     "q_html_link_blocks": "Number of blocks extraction removed for being mostly links (menus, link lists).",
-    "q_html_pre_share": "Share of the extracted text inside <pre> blocks.",
-    "q_html_code_share": "Share of the extracted text in lines of code inside <pre> blocks, on pages at least half in <pre> (else 0).",
+    "q_html_pre_share": "Share of the extracted text inside `<pre>` blocks.",
+    "q_html_code_share": "Share of the extracted text in lines of code inside `<pre>` blocks, on pages at least half in `<pre>` (else 0).",
     "q_url_listing": "1 when the URL's path names a listing (tag, category, archive, search or page-N), else 0.",
     "q_url_depth": "Number of path segments in the URL.",
     "q_title_listing": "1 when the title names a listing (archive, category, tags, search results, home), else 0.",

@@ -211,7 +211,7 @@ class PageRules(RuleFamily):
         "listing_page", "drop documents whose URL and title both name a listing (tag, category, archive, search, list)"
     )
     source_listing: bool | None = preset_field(
-        "source_listing", "drop raw source listings (nearly all the text in <pre>, much of it code), under a classifier too"
+        "source_listing", "drop raw source listings (nearly all the text in `<pre>`, much of it code), under a classifier too"
     )
     max_html_link_share: float | None = preset_field(
         "max_html_link_share", "largest share of the page's visible text inside links"

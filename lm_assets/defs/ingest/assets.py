@@ -45,7 +45,7 @@ class RawShardConfig(dg.Config):
     )
     default_charset: str = Field(
         default=READER_DEFAULTS.default_charset,
-        description="charset of WARC payloads that declare none (no HTTP header, no <meta charset>); one that fails "
+        description="charset of WARC payloads that declare none (no HTTP header, no `<meta charset>`); one that fails "
         "to decode falls back to detection",
     )
 

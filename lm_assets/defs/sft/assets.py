@@ -151,8 +151,8 @@ class SftRunConfig(TrainingRunConfig):
     """Fine-tuning: training_run's knobs, starting from a pretraining checkpoint."""
 
     run_name: str = Field(
-        default="sft", description="the fine-tuning run's name: its checkpoints go under checkpoints/<run_name>/ and "
-        "their partitions are <run_name>-step_<n>, evaluated as every checkpoint is",
+        default="sft", description="the fine-tuning run's name: its checkpoints go under `checkpoints/<run_name>/` and "
+        "their partitions are `<run_name>-step_<n>`, evaluated as every checkpoint is",
     )
     base_checkpoint: str = Field(
         default="", description="the checkpoints partition to start from (e.g. main-step_00000040); empty: the latest "

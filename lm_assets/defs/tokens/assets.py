@@ -105,7 +105,7 @@ class TokenizerTrainingConfig(dg.Config):
     check_specs=[
         dg.AssetCheckSpec("roundtrip", asset="tokenizer", blocking=True,
                           description="decode(encode(x)) == x on a sample of English and Chinese documents."),
-        dg.AssetCheckSpec("no_unk", asset="tokenizer", blocking=True, description="No <unk> on the sample."),
+        dg.AssetCheckSpec("no_unk", asset="tokenizer", blocking=True, description="No `<unk>` on the sample."),
     ],
     description="A SentencePiece BPE model (byte fallback, split digits, CJK character coverage, lossless "
     "identity normalization) trained on a seeded sample drawn across all shards; or a Hugging Face checkpoint's "
@@ -284,7 +284,7 @@ class PackedDatasetConfig(dg.Config):
     curriculum_reference: str = Field(
         default="",
         description="with curriculum perplexity: a Hugging Face Llama folder with this tokenizer (an earlier run's "
-        "checkpoints/<run>/step_N/hf export, say) whose loss on each training sequence is its difficulty; it scores "
+        "`checkpoints/<run>/step_N/hf` export, say) whose loss on each training sequence is its difficulty; it scores "
         "every training sequence once, on CUDA when there is one",
     )
     curriculum_fraction: float = Field(
@@ -293,7 +293,7 @@ class PackedDatasetConfig(dg.Config):
     )
     mixture: dict[str, float] = Field(
         default=dict(PACKING_DEFAULTS.mixture),
-        description='weights by "source:<name>" and "lang:<code>": a document appears weight times on average '
+        description='weights by `source:<name>` and `lang:<code>`: a document appears weight times on average '
         "(weights multiply; missing ones are 1); empty: every document once",
     )
 

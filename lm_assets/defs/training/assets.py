@@ -46,8 +46,8 @@ class TrainingRunConfig(dg.Config):
 
     run_name: str = Field(
         default="main",
-        description="the run's name: its checkpoints go under checkpoints/<run_name>/ and their partitions are "
-        "<run_name>-step_<n>; a run of the same name resumes from its latest checkpoint",
+        description="the run's name: its checkpoints go under `checkpoints/<run_name>/` and their partitions are "
+        "`<run_name>-step_<n>`; a run of the same name resumes from its latest checkpoint",
     )
     model: ModelPreset = Field(
         default=TRAIN_DEFAULTS.model, description="a model preset of training/config.py: tiny, 125m, 350m or 1b"
