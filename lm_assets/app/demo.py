@@ -21,7 +21,7 @@ import polars as pl
 
 from lm_assets.app.local_run import DEMO_RUN_CONFIG, LaunchedRuns, run_shard_graph, shard_files
 from lm_assets.defs.common.environment import project_path
-from lm_assets.defs.common.reporting import latest_metadata
+from lm_assets.defs.common.reporting import latest_metadata, series_value
 from lm_assets.defs.common.resources import default_resources
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS
 from lm_assets.storage.accounting import reason_counts
@@ -224,9 +224,9 @@ def main() -> int:
     pretrained = pretraining[-1]
     trend = []
     for key in pretraining:
-        perplexity = latest_metadata(instance, dg.AssetKey("perplexity"), key)
+        perplexity = series_value(latest_metadata(instance, dg.AssetKey("perplexity"), key), key, "perplexity")
         if perplexity is not None:
-            trend.append(f"{key.rsplit('_', 1)[-1].lstrip('0')} {perplexity['perplexity'].value:,.0f}")
+            trend.append(f"{key.rsplit('_', 1)[-1].lstrip('0')} {perplexity:,.0f}")
     from training.checkpoint import describe_checkpoints  # torch: imported once the graph has run
 
     checkpoints = describe_checkpoints(ckpt_meta["checkpoint_dir"].value, ckpt_meta["tags"].value)
@@ -235,13 +235,17 @@ def main() -> int:
         print(f"By checkpoint:    validation loss {' → '.join(vals)}; perplexity at step {', '.join(trend)}")
     scores = {k: latest_metadata(instance, dg.AssetKey(k), pretrained)
               for k in ("perplexity", "mmlu_score", "ceval_score", "humaneval_score")}
+
+    def score(asset: str, name: str) -> float:
+        return series_value(scores[asset], pretrained, name)
+
     print(
-        f"Scores of {pretrained}: perplexity {scores['perplexity']['perplexity'].value:.1f} "
-        f"({scores['perplexity']['bits_per_byte'].value:.3f} bits/byte); "
-        f"MMLU acc {scores['mmlu_score']['acc'].value:.3f} on {scores['mmlu_score']['questions'].value} questions "
+        f"Scores of {pretrained}: perplexity {score('perplexity', 'perplexity'):,.1f} "
+        f"({score('perplexity', 'bits_per_byte'):.3f} bits/byte); "
+        f"MMLU acc {score('mmlu_score', 'acc'):.3f} on {scores['mmlu_score']['questions'].value} questions "
         f"(chance band {scores['mmlu_score']['chance_band'].value}); "
-        f"C-Eval sample acc {scores['ceval_score']['acc'].value:.3f} on {scores['ceval_score']['questions'].value}; "
-        f"HumanEval pass@1 {scores['humaneval_score']['pass@1'].value:.3f} on {scores['humaneval_score']['subset'].value}, "
+        f"C-Eval sample acc {score('ceval_score', 'acc'):.3f} on {scores['ceval_score']['questions'].value}; "
+        f"HumanEval pass@1 {score('humaneval_score', 'pass@1'):.3f} on {scores['humaneval_score']['subset'].value}, "
         "run in the sandbox"
     )
     instructions = instance.get_latest_materialization_event(dg.AssetKey("instruction_data")).asset_materialization.metadata

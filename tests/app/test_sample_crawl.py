@@ -364,7 +364,8 @@ def test_benchmark_scores_for_a_checkpoint(materialized):
     assert {name: checks.pop((name, "prompts_fit_the_context")) for name in fits} == fits
     assert checks and all(checks.values()), checks
     assert meta["mmlu_score"]["questions"].value == "40"  # a constant across checkpoints: text, not a plotted number
-    assert 0.0 <= meta["mmlu_score"]["acc"].value <= 1.0
+    assert 0.0 <= meta["mmlu_score"]["main/acc"].value <= 1.0
+    assert "chance_low" not in meta["mmlu_score"]
     assert {name: (meta[name]["device"].value, meta[name]["dtype"].value) for name in meta} == {
         name: ("cpu", "float32") for name in ("perplexity", "mmlu_score", "ceval_score")}
 
@@ -373,11 +374,13 @@ def test_benchmark_scores_for_a_checkpoint(materialized):
     assert questions.height == 40 and questions["truncated"].sum() == int(meta["mmlu_score"]["truncated_prompts"].value)
     lls = questions.select(pl.concat_list("loglikelihood_A", "loglikelihood_B", "loglikelihood_C", "loglikelihood_D")).to_series()
     assert questions["prediction"].to_list() == [max(range(4), key=lambda i, row=row: row[i]) for row in lls.to_list()]
-    assert (questions["prediction"] == questions["gold"]).mean() == pytest.approx(meta["mmlu_score"]["acc"].value)
+    assert (questions["prediction"] == questions["gold"]).mean() == pytest.approx(meta["mmlu_score"]["main/acc"].value, abs=5e-5)
     for subject in subjects:  # numeric per subject, so the UI plots them across checkpoints
         rows = questions.filter(pl.col("subject") == subject)
-        assert meta["mmlu_score"][f"mmlu/{subject}"].value == pytest.approx((rows["prediction"] == rows["gold"]).mean())
+        accuracy = (rows["prediction"] == rows["gold"]).mean()
+        assert meta["mmlu_score"][f"main/mmlu/{subject}"].value == pytest.approx(accuracy, abs=5e-5)
     assert "main-step_00000006" in meta["mmlu_score"]["trend"].value
     assert int(meta["ceval_score"]["questions"].value) > 0
-    assert 1.0 < meta["perplexity"]["perplexity"].value < 3000 * 1.5
+    assert 1.0 < meta["perplexity"]["main/perplexity"].value < 3000 * 1.5
+    assert "perplexity" not in meta["perplexity"]  # each run's checkpoints on a series of their own
     assert (root / "checkpoints" / "main" / "step_00000006" / "hf" / "config.json").exists()  # exported on demand

@@ -117,3 +117,25 @@ def test_drop_counts_go_by_their_rule_unless_two_rules_share_a_name():
     assert names == {"quality:gopher_quality:min_doc_words": "min_doc_words", "quality:c4:min_sentences": "min_sentences",
                      "langid:lang:ja": "lang:ja", "classifier:below_threshold": "classifier:below_threshold",
                      "quality:fineweb:below_threshold": "quality:fineweb:below_threshold"}
+
+
+def test_each_run_plots_on_a_series_of_its_own():
+    from lm_assets.defs.common.reporting import run_series, series_value
+
+    main = run_series("main-step_00000040", {"perplexity": 1096.2345678, "acc": 0.25, "bleu": float("nan")})
+    sft = run_series("sft-step_00000040", {"perplexity": 3126.7121338745774})
+    assert {k: v.value for k, v in main.items() if k != "series"} == {"main/perplexity": 1096.2, "main/acc": 0.25}
+    assert {k: v.value for k, v in sft.items() if k != "series"} == {"sft/perplexity": 3126.7}
+    assert main["series"].value.startswith("main:") and not set(main) & set(sft) - {"series"}
+    assert series_value(sft, "sft-step_00000040", "perplexity") == 3126.7
+    assert series_value(sft, "main-step_00000040", "perplexity") is None and series_value(None, "sft-step_00000001", "x") is None
+
+
+def test_a_category_of_one_subject_is_not_a_series_of_its_own():
+    from lm_assets.defs.evaluation.assets import per_group_accuracy
+
+    result = {
+        "categories": {"STEM": {"acc": 0.5, "subjects": 2}, "humanities": {"acc": 0.25, "subjects": 1}},
+        "subjects": {"abstract_algebra": {"acc": 0.4}, "astronomy": {"acc": 0.6}, "world_religions": {"acc": 0.25}},
+    }
+    assert per_group_accuracy(result) == {"stem": 0.5, "abstract_algebra": 0.4, "astronomy": 0.6, "world_religions": 0.25}

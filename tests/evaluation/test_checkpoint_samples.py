@@ -79,13 +79,14 @@ def test_samples_of_a_checkpoint_show_in_its_metadata_and_file(storage_root):
     # An untrained model writes stray bytes, and the page says what they are.
     assert note == (["_⟨0x91⟩ and the like: a byte the model wrote that forms no UTF-8 character_"] if "⟨0x" in rows else [])
     assert all(prompt in table for prompt in SAMPLE_PROMPTS)
-    expected = {"max_new_tokens": 12, "temperature": 0.8, "top_p": 0.95, "seed": 5, "device": "cpu",
-                "dtype": "float32", "prompts": 6, "max_seq_len": 64, "truncated_prompts": 0}  # fmt: skip
+    # Settings and sizes are text, which the Plots tab does not draw as flat lines.
+    expected = {"max_new_tokens": "12", "temperature": "0.8", "top_p": "0.95", "seed": "5", "device": "cpu",
+                "dtype": "float32", "prompts": "6", "max_seq_len": "64", "truncated_prompts": "0"}  # fmt: skip
     assert {k: meta[k].value for k in expected} == expected
     assert "top_k" not in meta and "top_k off" in meta["decoding"].value
     assert meta["model"].value.endswith("step_00000004/hf")
-    assert meta["new_tokens"].value == sum(len(t) for t in greedy.tokens + sampled.tokens)
-    assert meta["parameters"].value == sum(p.numel() for p in em.model.parameters())
+    assert meta["new_tokens"].value == f"{sum(len(t) for t in greedy.tokens + sampled.tokens):,}"
+    assert meta["parameters"].value == f"{sum(p.numel() for p in em.model.parameters()):,}"
 
 
 def test_the_table_marks_cut_prompts_and_continuations_that_ended_at_eos():

@@ -113,9 +113,10 @@ def test_humaneval_score_of_a_checkpoint(tmp_path):
                                                            "timeout_s": 5, "device": "cpu", "workers": 2}}}},
     )  # fmt: skip
     meta = result.get_asset_materialization_events()[0].materialization.metadata
-    assert meta["pass@1"].value == 0.0 and meta["pass@1_sampled"].value == 0.0 and meta["pass@2_sampled"].value == 0.0
-    assert "pass@10_sampled" not in meta  # 2 samples cannot estimate pass@10
-    assert meta["subset"].value == "the first 4 of 164 problems" and meta["problems"].value == 4
+    assert meta["main/pass@1"].value == 0.0 and meta["main/pass@1_sampled"].value == 0.0
+    assert meta["main/pass@2_sampled"].value == 0.0
+    assert "main/pass@10_sampled" not in meta  # 2 samples cannot estimate pass@10
+    assert meta["subset"].value == "the first 4 of 164 problems" and meta["problems"].value == "4"  # not plotted
     assert "one process per completion, 5 s wall clock" in meta["sandbox"].value
     rows = pl.read_parquet(tmp_path / "storage" / question_results_key(key, "humaneval"))
     assert rows.height == 4 * 3 and set(rows["task_id"]) == {p["task_id"] for p in problems}

@@ -57,8 +57,8 @@ def test_human_ratings_joins_the_ratings_and_says_when_there_are_none(tmp_path, 
     instance.add_dynamic_partitions(checkpoint_partitions.name, checkpoints)
     for checkpoint, ppl, acc in zip(checkpoints, (900.0, 500.0, 300.0), (0.25, 0.25, 0.25)):
         store.write_parquet(samples_key(checkpoint), SAMPLES)
-        instance.report_runless_asset_event(dg.AssetMaterialization("perplexity", partition=checkpoint, metadata={"perplexity": ppl}))
-        instance.report_runless_asset_event(dg.AssetMaterialization("mmlu_score", partition=checkpoint, metadata={"acc": acc}))
+        instance.report_runless_asset_event(dg.AssetMaterialization("perplexity", partition=checkpoint, metadata={"main/perplexity": ppl}))
+        instance.report_runless_asset_event(dg.AssetMaterialization("mmlu_score", partition=checkpoint, metadata={"main/acc": acc}))
     resources = {"storage": StorageResource(root=str(root), s3=s3_resource_from_env())}
 
     def metadata():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import re
 import warnings
 
@@ -14,6 +15,7 @@ import polars as pl
 
 from lm_assets.defs.common.partitions import checkpoint_partitions, shard_partitions
 from lm_assets.storage.accounting import drop_examples, reason_counts, reason_totals
+from lm_assets.storage.layout import parse_checkpoint_key
 from lm_assets.text import hard_wrapped
 
 HISTOGRAM_EDGES = (0, 100, 300, 1_000, 3_000, 10_000, 30_000, 100_000)
@@ -34,6 +36,26 @@ def latest_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partit
     ).records
     mat = records[0].asset_materialization if records else None
     return mat.metadata if mat else None
+
+
+def run_series(checkpoint: str, scores: dict[str, float | None]) -> dict[str, dg.MetadataValue]:
+    """Scores as numeric metadata under the checkpoint's run (`main/perplexity`, `sft/perplexity`), at five
+    significant digits, and `series`, the run. The Plots tab draws one chart per numeric key across the
+    checkpoint partitions, so a key per run keeps each run's checkpoints on a series of their own: a
+    fine-tuning checkpoint never reads as the next point of pretraining."""
+    run, _ = parse_checkpoint_key(checkpoint)
+    return {
+        "series": dg.MetadataValue.text(f"{run}: this run's checkpoints, plotted as {run}/…"),
+        **{f"{run}/{name}": dg.MetadataValue.float(float(f"{value:.5g}"))
+           for name, value in scores.items() if value is not None and math.isfinite(value)},
+    }
+
+
+def series_value(metadata: dict | None, checkpoint: str, name: str) -> float | None:
+    """The score `name` that `run_series` recorded for `checkpoint`, or None."""
+    run, _ = parse_checkpoint_key(checkpoint)
+    entry = (metadata or {}).get(f"{run}/{name}")
+    return None if entry is None else entry.value
 
 
 def significant(value: float, digits: int = 3) -> str:

