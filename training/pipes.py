@@ -18,9 +18,6 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
-SPARK = "▁▂▃▄▅▆▇█"
-
-
 class PrintReporter:
     def step(self, metrics: dict) -> None:
         print(json.dumps(metrics), flush=True)
@@ -43,6 +40,11 @@ def rounded(value: float | None, decimals: int) -> float | None:
     return None if value is None else round(value, decimals)
 
 
+def count(value: int | None) -> dict | None:
+    """A count as text with thousands separators (9,736,176): read, not plotted."""
+    return None if value is None else {"raw_value": f"{value:,}", "type": "text"}
+
+
 class PipesReporter:
     def __init__(self, pipes):
         self.pipes = pipes
@@ -57,12 +59,12 @@ class PipesReporter:
         progress_line(line)
 
     def finish(self, summary: dict) -> None:
-        curve = loss_curve(self.losses)
+        # The loss curve is drawn from steps.jsonl on the Dagster side, and the layout is in training_plan.
         metadata = {
             "final_loss": rounded(summary["final_loss"], 4),
             "steps": summary["step"],
             "resumed_from_step": summary["resumed_from_step"],
-            "tokens": summary["tokens"],
+            "tokens": count(summary["tokens"]),
             "tokens_per_s": rounded(summary.get("tokens_per_s"), 0),
             "tokens_per_s_last_step": rounded(summary["tokens_per_s_last"], 0),
             "step_time_s_mean": rounded(summary.get("step_time_s_mean"), 4),
@@ -70,13 +72,11 @@ class PipesReporter:
             "steps_averaged": summary.get("steps_averaged"),
             "warmup_steps_left_out": summary.get("warmup_steps_left_out"),
             "mfu": summary.get("mfu"),
-            "layout": {"raw_value": summary["layout"], "type": "json"},
             "compiled": summary.get("compiled"),
-            "compile_mode": summary.get("compile_mode"),
+            "compile_mode": summary.get("compile_mode") if summary.get("compiled") else None,
             "document_mask": summary.get("document_mask"),
             "kernels": {"raw_value": summary.get("kernels"), "type": "json"},
             "first_step_s": rounded(summary.get("first_step_s"), 2),
-            "loss_curve": {"raw_value": curve, "type": "md"},
         }
         metadata |= loss_story(self.losses)
         if summary.get("validation"):
@@ -110,6 +110,7 @@ class PipesReporter:
             # Only the path: a message of tens of KB can reach Dagster's file reader half written.
             # The asset embeds the picture itself (lm_assets/defs/training/assets.py).
             metadata["curves_png"] = {"raw_value": summary["curves_png"], "type": "path"}
+        metadata = {name: value for name, value in metadata.items() if value is not None}
         self.pipes.report_asset_materialization(asset_key=summary.get("run_asset", "training_run"), metadata=metadata)
         self.pipes.report_asset_materialization(
             asset_key=summary.get("checkpoint_asset", "checkpoint"), metadata=checkpoint_metadata(summary)
@@ -124,8 +125,8 @@ def checkpoint_metadata(summary: dict) -> dict:
         "step": summary["step"],
         "train_loss": rounded(latest.get("train_loss"), 4),
         "val_loss": rounded(latest.get("val_loss"), 4),
-        "parameters": summary.get("parameters"),
-        "checkpoint_bytes": latest.get("bytes"),
+        "parameters": count(summary.get("parameters")),
+        "checkpoint_bytes": count(latest.get("bytes")),
         "checkpoint_size": human_bytes(latest["bytes"]) if latest.get("bytes") is not None else None,
         "layout": latest.get("layout"),
         "tag": summary["tag"],
@@ -169,20 +170,6 @@ def loss_story(losses: list[tuple[int, float]]) -> dict:
         out["loss_rose_at_end"] = (f"yes: the last {fifth} steps averaged {last:.4f}, the {fifth} before them "
                                    f"{before:.4f}" if last > before else "no")  # fmt: skip
     return out
-
-
-def loss_curve(losses: list[tuple[int, float]], width: int = 60) -> str:
-    """A sparkline and a table of the loss, for the run's metadata."""
-    if not losses:
-        return "_no steps in this run_"
-    values = [loss for _, loss in losses]
-    low, high = min(values), max(values)
-    stride = max(1, len(values) // width)
-    picked = values[::stride]
-    spark = "".join(SPARK[min(int((v - low) / (high - low + 1e-12) * len(SPARK)), len(SPARK) - 1)] for v in picked)
-    rows = losses[:: max(1, len(losses) // 10)] + ([losses[-1]] if len(losses) > 1 else [])
-    table = "\n".join(f"| {step} | {loss:.4f} |" for step, loss in dict(rows).items())
-    return f"`{spark}`  {values[0]:.3f} → {values[-1]:.3f}\n\n| step | loss |\n|---|---|\n{table}"
 
 
 def _s3_channels() -> dict:

@@ -203,7 +203,6 @@ def main() -> int:
     )
     run_meta = instance.get_latest_materialization_event(dg.AssetKey("training_run")).asset_materialization.metadata
     ckpt_meta = instance.get_latest_materialization_event(dg.AssetKey("checkpoint")).asset_materialization.metadata
-    layout = run_meta["layout"].value
     tokens_per_s = run_meta["tokens_per_s"].value
     resumed = run_meta["resumed_from_step"].value
     final_loss = run_meta["final_loss"].value
@@ -213,7 +212,7 @@ def main() -> int:
     speed = (f"{tokens_per_s:,.0f} tokens/s after warm-up" if tokens_per_s is not None
              else f"no step left to run: resumed from the checkpoint of step {resumed}")  # fmt: skip
     print(
-        f"Training: tiny model, pp={layout['pp']} tp={layout['tp']} dp={layout['dp']} on CPU, {run_meta['steps'].value} steps, "
+        f"Training: tiny model, {ckpt_meta['layout'].value} on CPU, {run_meta['steps'].value} steps, "
         f"{loss_text}{speed}; checkpoints {', '.join(ckpt_meta['tags'].value)}"
     )
     if "curves_png" in run_meta:
