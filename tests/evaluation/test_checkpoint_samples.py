@@ -72,12 +72,15 @@ def test_samples_of_a_checkpoint_show_in_its_metadata_and_file(storage_root):
         assert shown_text(em.tokenizer, prompt) + text == shown_text(em.tokenizer, prompt + ids)
         assert "\ufffd" not in text or "\ufffd" in em.tokenizer.decode(prompt)  # stray bytes show as ⟨0x..⟩
 
+    assert meta["samples_full"].value.startswith("| prompt | greedy | sampled |")
     table = meta["samples"].value
     assert table.splitlines()[:2] == ["| prompt | greedy | sampled |", "|---|---|---|"]
     rows, *note = table.split("\n\n")
     assert len(rows.splitlines()) == 2 + len(SAMPLE_PROMPTS)
     # An untrained model writes stray bytes, and the page says what they are.
-    assert note == (["_⟨0x91⟩ and the like: a byte the model wrote that forms no UTF-8 character_"] if "⟨0x" in rows else [])
+    # An untrained model writes stray bytes, and the page says what they are, as it says what each mark means.
+    assert ("⟨0x" in rows) == ("⟨0x91⟩ and the like: a byte the model wrote" in "".join(note))
+    assert ("[EOS]" in rows) == ("[EOS]: the model ended its text there" in "".join(note))
     assert all(prompt in table for prompt in SAMPLE_PROMPTS)
     # Settings and sizes are text, which the Plots tab does not draw as flat lines.
     expected = {"max_new_tokens": "12", "temperature": "0.8", "top_p": "0.95", "seed": "5", "device": "cpu",
@@ -98,12 +101,32 @@ def test_the_table_marks_cut_prompts_and_continuations_that_ended_at_eos():
         "| prompt | greedy | sampled |", "|---|---|---|",
         "| …a long prompt |  [EOS] | x |",
         "| 中国的首都是 | 北京\\|上海 ↵  | y [EOS] |",
+        "",
+        "_…: the prompt was cut at its start to fit the context; ↵: a line break the model wrote (↵×N: N of them); "
+        "[EOS]: the model ended its text there_",
     ]
     odd = samples.with_columns(pl.Series("sampled", ["x", "buffer.⟨0x91⟩会"])).head(2)
     lines = samples_table(odd).value.splitlines()
     assert lines[3] == "| 中国的首都是 | 北京\\|上海 ↵  | buffer.⟨0x91⟩会 [EOS] |"
-    assert lines[-1] == "_⟨0x91⟩ and the like: a byte the model wrote that forms no UTF-8 character_"
+    assert lines[-1] == ("_…: the prompt was cut at its start to fit the context; ↵: a line break the model wrote "
+                         "(↵×N: N of them); [EOS]: the model ended its text there; ⟨0x91⟩ and the like: a byte the "
+                         "model wrote that forms no UTF-8 character_")
     assert "UTF-8" not in samples_table(samples).value
+
+
+def test_the_samples_show_in_place_whatever_the_model_writes():
+    from lm_assets.charts import INLINE_LIMIT
+    from lm_assets.defs.evaluation.assets import inline_samples_table
+
+    rambling = pl.DataFrame({
+        "prompt": [f"Prompt number {i} asks for a long answer about the harbour" for i in range(6)],
+        "greedy": ["\n" * 40] * 6, "sampled": ["word " * 40] * 6, "prompt_truncated": [False] * 6,
+        "greedy_stop": ["length"] * 6, "sampled_stop": ["eos"] * 6,
+    })
+    assert len(samples_table(rambling).value) > INLINE_LIMIT
+    shown = inline_samples_table(rambling).value
+    assert len(shown) <= INLINE_LIMIT and shown.count("| Prompt number") == 6
+    assert "↵×40" in shown and "↵: a line break the model wrote" in shown and "[EOS]: the model ended" in shown
 
 
 def test_settings_the_model_cannot_run_fail_with_the_reason(storage_root):

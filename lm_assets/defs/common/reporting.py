@@ -69,8 +69,10 @@ def significant(value: float, digits: int = 3) -> str:
 
 
 def table_cell(value) -> str:
-    """A markdown table cell: floats at 3 significant digits, line breaks shown as ↵."""
+    """A markdown table cell: floats at 3 significant digits, line breaks shown as ↵, a run of three or
+    more as ↵×N."""
     text = significant(value) if isinstance(value, float) else str(value)
+    text = re.sub(r"\n{3,}", lambda run: f" ↵×{len(run.group())} ", text)
     return text.replace("|", "\\|").replace("\n", " ↵ ")
 
 

@@ -15,6 +15,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
+from lm_assets.charts import INLINE_LIMIT
 from lm_assets.corpus.decontam.contamination import SPLITS as BENCHMARK_SPLITS
 from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
@@ -455,20 +456,41 @@ def ceval_score(context: dg.AssetExecutionContext, config: CevalScoreConfig, sto
     return benchmark_result(context, store, em, ran_on | {"subset": subset}, result, expected)
 
 
-def samples_table(samples: pl.DataFrame) -> dg.MetadataValue:
-    """prompt | greedy | sampled, a prompt cut to fit the context marked "…", a continuation that
-    ended at EOS marked "[EOS]" (else an empty one would read as a missing one); under the table, what
-    `⟨0x91⟩` means when a sample has one."""
+SAMPLE_MARKS = (
+    ("…", "…: the prompt was cut at its start to fit the context"),
+    ("↵", "↵: a line break the model wrote (↵×N: N of them)"),
+    ("[EOS]", "[EOS]: the model ended its text there"),
+    ("⟨0x", "⟨0x91⟩ and the like: a byte the model wrote that forms no UTF-8 character"),
+)
+
+
+def samples_table(samples: pl.DataFrame, cell_chars: int | None = None) -> dg.MetadataValue:
+    """prompt | greedy | sampled, each cell cut to `cell_chars` if given, a prompt cut to fit the context
+    marked "…", a continuation that ended at EOS marked "[EOS]" (else an empty one would read as a missing
+    one); under the table, what each mark in it means."""
+    def cut(column: str) -> pl.Expr:
+        return pl.col(column) if cell_chars is None else pl.col(column).str.slice(0, cell_chars)
+
     def ended(column: str) -> pl.Expr:
-        return pl.col(column) + pl.when(pl.col(f"{column}_stop") == "eos").then(pl.lit(" [EOS]")).otherwise(pl.lit(""))
+        return cut(column) + pl.when(pl.col(f"{column}_stop") == "eos").then(pl.lit(" [EOS]")).otherwise(pl.lit(""))
 
     table = markdown_table(samples.select(
-        pl.when(pl.col("prompt_truncated")).then("…" + pl.col("prompt")).otherwise(pl.col("prompt")).alias("prompt"),
+        pl.when(pl.col("prompt_truncated")).then("…" + cut("prompt")).otherwise(cut("prompt")).alias("prompt"),
         ended("greedy"), ended("sampled"),
     ), max_rows=100).value
-    if re.search("⟨0x[0-9A-F]{2}⟩", table):
-        table += "\n\n_⟨0x91⟩ and the like: a byte the model wrote that forms no UTF-8 character_"
-    return dg.MetadataValue.md(table)
+    body = table.split("\n", 2)[-1]
+    marks = [meaning for mark, meaning in SAMPLE_MARKS if mark in body]
+    return dg.MetadataValue.md(table + (f"\n\n_{'; '.join(marks)}_" if marks else ""))
+
+
+def inline_samples_table(samples: pl.DataFrame) -> dg.MetadataValue:
+    """The samples table short enough for the UI to show in place (1,000 characters of markdown), its cells
+    cut, whatever the checkpoint writes; the whole table is `samples_full`."""
+    for width in (60, 40, 28, 20, 14, 10):
+        shown = samples_table(samples, width)
+        if len(shown.value) <= INLINE_LIMIT:
+            return shown
+    return samples_table(samples.head(3), 10)
 
 
 @evaluation_asset(
@@ -494,7 +516,8 @@ def checkpoint_samples(
     top_k = "off" if settings.top_k is None else settings.top_k
     top_p = "off" if settings.top_p is None else settings.top_p
     return dg.MaterializeResult(metadata={
-        "samples": samples_table(samples),
+        "samples": inline_samples_table(samples),
+        "samples_full": samples_table(samples),
         "samples_parquet": dg.MetadataValue.path(store.uri(key)),
         "decoding": f"greedy, and sampled at temperature {settings.temperature}, top_p {top_p}, top_k {top_k}, "
         f"seed {settings.seed}; at most {settings.max_new_tokens} new tokens, stopping at EOS",
