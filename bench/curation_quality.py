@@ -209,7 +209,7 @@ def cross_validated_run(crawl: Path, storage_root: Path, run_config: dict, label
         raise RuntimeError(f"the run of {results[-1].job_def.name} failed")
     truth_sites = sites(labels.select(pl.col("url").alias("doc_id"), "url"))
     outcomes_by_fold, trained = [], []
-    curate = definitions.resolve_job_def("curated_shard_job")
+    curate = definitions.resolve_job_def("shard_curation_job")
     for fold in range(folds):
         held = {site for site, k in fold_of.items() if k == fold}
         train = pages.filter(pl.Series([site not in held for site in page_sites]))

@@ -41,9 +41,9 @@ SHARD = "crawl-00000.warc.gz"
 VOCAB_SIZE = 4000
 # The per-shard jobs and the assets each one materializes, in order.
 JOBS = {
-    "shard_curation_job": ["raw_shard", "extracted_shard", "curated_shard", "minhash_signatures"],
+    "landed_shard_job": ["raw_shard", "extracted_shard", "curated_shard", "minhash_signatures"],
     "shard_ingest_job": ["raw_shard", "extracted_shard"],
-    "curated_shard_job": ["curated_shard", "minhash_signatures"],
+    "shard_curation_job": ["curated_shard", "minhash_signatures"],
     "deduplicated_shard_job": ["deduplicated_shard", "decontaminated_shard"],
     "tokenized_shard_job": ["tokenized_shard"],
 }
@@ -97,7 +97,7 @@ def prepare(work: Path, jobs: list[str]) -> None:
     use_environment(work, SAMPLE_CRAWL)
     instance = dg.DagsterInstance.get()
     shards = shard_files(default_resources()["landing"].storage())
-    if set(jobs) <= {"shard_ingest_job", "shard_curation_job"}:
+    if set(jobs) <= {"shard_ingest_job", "landed_shard_job"}:
         add_new_partitions(instance, shard_partitions, shards)
         return
     with open(work / "dagster.log", "a") as log, contextlib.redirect_stderr(log):
@@ -375,7 +375,7 @@ def backfill(work: Path, shards: int, submitted: int) -> dict:
 
 
 # 3. asset backfills over many registered shards -------------------------------------------------
-BACKFILL_ASSETS = JOBS["shard_curation_job"]
+BACKFILL_ASSETS = JOBS["landed_shard_job"]
 
 
 def asset_backfill(work: Path, registered: int) -> dict:
@@ -522,7 +522,7 @@ def main() -> int:
                         help="registered shards of each asset backfill that the backfill daemon submits")
     parser.add_argument("--run-shards", type=int, default=10,
                         help="shards of the run that is timed against one run per shard")
-    parser.add_argument("--run-job", default="shard_curation_job", help="the job of that comparison")
+    parser.add_argument("--run-job", default="landed_shard_job", help="the job of that comparison")
     parser.add_argument("--smoke", action="store_true",
                         help="shard_ingest_job, 1 repeat, 20 shards for the sensor, 5 runs submitted: seconds")
     parser.add_argument("--prepare", type=Path, help=argparse.SUPPRESS)

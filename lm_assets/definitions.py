@@ -1,5 +1,5 @@
 """The lm-assets code location: each domain's Definitions (lm_assets/defs/<domain>/definitions.py),
-the jobs, sensor and schedule that move shards through them (defs/automation.py), the sensor that
+the jobs, sensors and schedule that move shards through them (defs/automation.py), the sensor that
 ends runs whose worker died (defs/run_workers.py), and the resources every domain shares."""
 
 import dagster as dg
@@ -16,7 +16,7 @@ from lm_assets.defs.common.resources import default_resources
 from lm_assets.defs.tokens import definitions as tokens_domain
 from lm_assets.defs.training import definitions as training_domain
 
-defs = dg.Definitions.merge(
+domains = dg.Definitions.merge(
     ingest_domain.defs,
     curation_domain.defs,
     quality_domain.defs,
@@ -28,7 +28,11 @@ defs = dg.Definitions.merge(
     evaluation_domain.defs,
     automation.defs,
     run_workers.defs,
+)
+defs = dg.Definitions.merge(
+    domains,
     dg.Definitions(
+        sensors=[automation.automation_condition_sensor(domains.assets)],
         resources=default_resources(),
         # Shard partitions are small: one process per run beats a process per step. Point this at
         # dagster-k8s's executor (or a run launcher) to scale out.

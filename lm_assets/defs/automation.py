@@ -1,5 +1,6 @@
-"""How shards enter and move: a sensor on the landing location, and a nightly refresh of stale curation.
-Both span the ingest and curation domains, so they live beside them rather than in either."""
+"""How shards enter and move: a sensor on the landing location, a nightly refresh of stale curation, and
+the sensor that evaluates the assets' automation conditions. They span the domains, so they live beside
+them rather than in any one."""
 
 import dagster as dg
 
@@ -9,13 +10,14 @@ from lm_assets.defs.common.partitions import SHARDS_PER_RUN, partition_range_tag
 from lm_assets.defs.common.reporting import config_hash, latest_metadata
 from lm_assets.defs.common.resources import LandingResource, StorageResource
 from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig
-from lm_assets.defs.curation.jobs import shard_curation_job
+from lm_assets.defs.curation.jobs import landed_shard_job
 from lm_assets.defs.ingest.assets import RawShardConfig
 
 
-@dg.sensor(job=shard_curation_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED,
+@dg.sensor(job=landed_shard_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED,
            description="Adds a shards partition for each new file at the top of the landing location and runs "
-           "curation for them, SHARDS_PER_RUN shards a run; says which files it skips and why.")
+           f"landed_shard_job for them, {SHARDS_PER_RUN} shards a run ($LM_ASSETS_SHARDS_PER_RUN, else 50); says "
+           "which files it skips and why.")
 def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource) -> dg.SensorResult:
     """Adds one `shards` partition per new file at the top of the landing location and runs them,
     `SHARDS_PER_RUN` shards a run, as a backfill would; says which files it skips and why."""
@@ -75,9 +77,10 @@ def stale_shards(
     return stale
 
 
-@dg.schedule(job=shard_curation_job, cron_schedule="0 2 * * *", default_status=dg.DefaultScheduleStatus.STOPPED,
-             description="Every night at 02:00, re-runs curation for the shards whose stages last ran with another "
-             "config (or never ran), or that an older quality classifier scored.")
+@dg.schedule(job=landed_shard_job, cron_schedule="0 2 * * *", execution_timezone="UTC",
+             default_status=dg.DefaultScheduleStatus.STOPPED,
+             description="Every night at 02:00 UTC, re-runs landed_shard_job for the shards whose stages last ran "
+             "with another config (or never ran), or that an older quality classifier scored.")
 def nightly_curation_refresh(context: dg.ScheduleEvaluationContext, storage: StorageResource):
     """Re-runs curation for every shard whose stages last ran with a different config (or never ran), or
     that an older quality classifier scored."""
@@ -86,6 +89,18 @@ def nightly_curation_refresh(context: dg.ScheduleEvaluationContext, storage: Sto
     if not stale:
         return dg.SkipReason(f"all {len(shards)} shards are current")
     return [dg.RunRequest(partition_key=s, run_key=f"refresh:{s}:{context.scheduled_execution_time:%Y%m%d}") for s in stale]
+
+
+def automation_condition_sensor(assets) -> dg.AutomationConditionSensorDefinition:
+    """Dagster's sensor of automation conditions, declared so that the UI says which assets it moves."""
+    eager = sorted(spec.key.to_user_string() for assets_def in assets if isinstance(assets_def, dg.AssetsDefinition)
+                   for spec in assets_def.specs if spec.automation_condition is not None)
+    return dg.AutomationConditionSensorDefinition(
+        "default_automation_condition_sensor", target=dg.AssetSelection.all(),
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        description=f"Evaluates the assets' automation conditions every 30 s. {', '.join(eager)} are eager(): "
+        "switched on, a shard that curated_shard finished flows on to its tokens, and dedup reruns as shards arrive.",
+    )
 
 
 defs = dg.Definitions(sensors=[landing_sensor], schedules=[nightly_curation_refresh])

@@ -18,7 +18,7 @@ def test_the_whole_graph_in_topological_order():
     steps = graph_steps(defs, None, (), ["a", "b"])
     assert names(steps) == [
         ("instruction_data_job", None), ("shard_ingest_job", "a"), ("shard_ingest_job", "b"), ("quality_classifier_job", None),
-        ("curated_shard_job", "a"), ("curated_shard_job", "b"), ("curation_summary_job", None),
+        ("shard_curation_job", "a"), ("shard_curation_job", "b"), ("curation_summary_job", None),
         ("dedup_edges_job", "every dedup_bands"), ("dedup_job", None),
         ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None), ("sft_dataset_job", None),
         ("tokenized_shard_job", "a"), ("tokenized_shard_job", "b"), ("packing_job", None), ("training_job", None),
@@ -34,7 +34,7 @@ def test_the_whole_graph_in_topological_order():
 
 def test_without_the_classifier_one_job_runs_a_shard_to_its_sketch():
     steps = graph_steps(defs, "decontaminated_shard", QUALITY_ASSETS, ["a"])
-    assert names(steps)[0] == ("shard_curation_job", "a")
+    assert names(steps)[0] == ("landed_shard_job", "a")
     assert steps[0][2] == "raw_shard → extracted_shard → curated_shard → minhash_signatures"
     assert names(steps)[-1] == ("deduplicated_shard_job", "a")
 

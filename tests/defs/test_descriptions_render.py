@@ -46,3 +46,18 @@ def test_no_description_has_a_bare_angle_bracket():
     assert {"column title", "check no_unk", "config QualityRules.disabled"} <= set(shown)
     assert "`<title>`" in shown["column title"]
     assert {where: bare_tags(text) for where, text in shown.items() if bare_tags(text)} == {}
+
+
+def test_automation_says_what_it_runs_in_values_not_names():
+    from lm_assets.defs.common.partitions import SHARDS_PER_RUN
+    from lm_assets.definitions import defs
+
+    landing = defs.resolve_sensor_def("landing_sensor").description
+    assert f"{SHARDS_PER_RUN} shards a run ($LM_ASSETS_SHARDS_PER_RUN" in landing and "landed_shard_job" in landing
+    schedule = defs.resolve_schedule_def("nightly_curation_refresh")
+    assert schedule.execution_timezone == "UTC" and "02:00 UTC" in schedule.description
+    eager = {node.key.to_user_string() for node in defs.resolve_asset_graph().asset_nodes
+             if node.automation_condition is not None}
+    automation = defs.resolve_sensor_def("default_automation_condition_sensor")
+    assert eager >= {"minhash_signatures", "tokenized_shard"}
+    assert all(name in automation.description for name in eager)
