@@ -16,7 +16,8 @@ from lm_assets.defs.common.resources import default_resources
 from lm_assets.defs.tokens import definitions as tokens_domain
 from lm_assets.defs.training import definitions as training_domain
 
-domains = dg.Definitions.merge(
+# A list, not a merged Definitions: a code location holds one Definitions object at module scope.
+DOMAINS = [
     ingest_domain.defs,
     curation_domain.defs,
     quality_domain.defs,
@@ -28,11 +29,11 @@ domains = dg.Definitions.merge(
     evaluation_domain.defs,
     automation.defs,
     run_workers.defs,
-)
+]
 defs = dg.Definitions.merge(
-    domains,
+    *DOMAINS,
     dg.Definitions(
-        sensors=[automation.automation_condition_sensor(domains.assets)],
+        sensors=[automation.automation_condition_sensor([a for domain in DOMAINS for a in domain.assets or []])],
         resources=default_resources(),
         # Shard partitions are small: one process per run beats a process per step. Point this at
         # dagster-k8s's executor (or a run launcher) to scale out.

@@ -106,7 +106,7 @@ def test_the_summary_sums_every_curated_shard(tmp_path):
     assert {f"hist/{LANG_SCORE}", f"hist/{QUALITY_SCORE}", "hist/q_word_count"} <= set(inline)
     assert all(len(metadata[key].value) <= INLINE_LIMIT for key in inline)
     drops = pl.concat([pl.read_parquet(storage / "curated" / s / "dropped.parquet") for s in shards])
-    assert f"| langid | {drops.filter(pl.col('stage') == 'langid')['reason'].mode()[0]} |" in metadata["drop_reasons"].value
+    assert f"| langid:{drops.filter(pl.col('stage') == 'langid')['reason'].mode()[0]} |" in metadata["drop_reasons"].value
 
 
 def test_the_threshold_is_drawn_where_it_falls_on_the_axis():

@@ -95,7 +95,7 @@ def test_curation_with_the_classifier_accounts_for_every_document(loop):
     assert classifier_drops["score"].is_not_null().all()
     meta = result.asset_materializations_for_node("curated_shard")[0].metadata
     assert meta["quality_policy"].value == "classifier"
-    assert meta["dropped/below_threshold"].value == classifier_drops.height
+    assert meta["dropped/classifier:below_threshold"].value == classifier_drops.height
     assert "rules_drop_classifier_keeps" in meta and "disagreements" in meta
     # The disagreements to read, as a list whose quoted openings wrap in the cell.
     disagreeing = meta["rules_drop_classifier_keeps"].value + meta["classifier_drops_rules_keep"].value

@@ -11,7 +11,6 @@ from lm_assets.defs.common.reporting import (
     WRAP_COLUMNS,
     document_previews,
     fenced,
-    short_names,
     significant,
 )
 from lm_assets.text import hard_wrapped
@@ -111,12 +110,18 @@ def test_each_document_stage_has_one_name_for_asset_folder_and_drops(tmp_path):
     assert not list(tmp_path.rglob("*.parquet"))
 
 
-def test_drop_counts_go_by_their_rule_unless_two_rules_share_a_name():
-    names = short_names(["quality:gopher_quality:min_doc_words", "quality:c4:min_sentences", "langid:lang:ja",
-                         "classifier:below_threshold", "quality:fineweb:below_threshold"])
-    assert names == {"quality:gopher_quality:min_doc_words": "min_doc_words", "quality:c4:min_sentences": "min_sentences",
-                     "langid:lang:ja": "lang:ja", "classifier:below_threshold": "classifier:below_threshold",
-                     "quality:fineweb:below_threshold": "quality:fineweb:below_threshold"}
+def test_a_drop_reason_is_spelled_one_way():
+    from lm_assets.defs.common.reporting import drop_audit_metadata, drop_metadata
+
+    dropped = pl.DataFrame({"doc_id": ["a", "b", "c"], "stage": ["quality", "classifier", "quality"],
+                            "reason": ["gopher_quality:min_doc_words", "below_threshold", "gopher_quality:min_doc_words"]})
+    docs = pl.DataFrame({"doc_id": ["a", "b", "c"], "url": ["u1", "u2", "u3"], "text": ["x", "y", "z"]})
+    audit = drop_audit_metadata(dropped, docs, ["quality:c4:min_sentences"])
+    assert {k: v for k, v in audit.items() if k.startswith("dropped/")} == {
+        "dropped/classifier:below_threshold": 1, "dropped/quality:gopher_quality:min_doc_words": 2}
+    assert audit["rules_that_dropped_nothing"].value == "quality:c4:min_sentences"
+    assert "| quality:gopher_quality:min_doc_words | – | u1 | x |" in audit["drop_examples"].value
+    assert "| quality:gopher_quality:min_doc_words | 2 |" in drop_metadata(dropped)["drop_reasons"].value
 
 
 def test_each_run_plots_on_a_series_of_its_own():

@@ -69,8 +69,10 @@ def significant(value: float, digits: int = 3) -> str:
 
 
 def table_cell(value) -> str:
-    """A markdown table cell: floats at 3 significant digits, line breaks shown as ↵, a run of three or
-    more as ↵×N."""
+    """A markdown table cell: floats at 3 significant digits, nothing as –, line breaks shown as ↵, a run of
+    three or more as ↵×N."""
+    if value is None:
+        return "–"
     text = significant(value) if isinstance(value, float) else str(value)
     text = re.sub(r"\n{3,}", lambda run: f" ↵×{len(run.group())} ", text)
     return text.replace("|", "\\|").replace("\n", " ↵ ")
@@ -135,34 +137,31 @@ def fenced(text: str, wrap: bool = True) -> str:
     return f"{fence}text\n{body}\n{fence}"
 
 
+def spelled_reasons(frame: pl.DataFrame) -> pl.DataFrame:
+    """`stage` and `reason` as one `reason` column, `stage:reason`: how every table, key and line of the
+    metadata spells a reason."""
+    return frame.select(pl.concat_str("stage", pl.lit(":"), "reason").alias("reason"),
+                        pl.exclude("stage", "reason"))
+
+
 def drop_metadata(*tables: pl.DataFrame) -> dict:
-    return {"drop_reasons": markdown_table(reason_counts(*tables), max_rows=40)}
+    return {"drop_reasons": markdown_table(spelled_reasons(reason_counts(*tables)), max_rows=40)}
 
 
 def drop_audit_metadata(dropped: pl.DataFrame, docs: pl.DataFrame, known_reasons: list[str] = ()) -> dict:
     """A few dropped documents per reason (the score that dropped them, URL, opening text), and per reason
-    that dropped something a numeric count under `dropped/<rule>` (`short_names`), so each rule's cost plots
-    across runs; the rules that dropped nothing are named in one line, not listed as zeros."""
+    that dropped something a numeric count under `dropped/<stage>:<reason>`, so each rule's cost plots
+    across runs; the rules that dropped nothing are named in one line, not listed as zeros. A reason is
+    spelled `stage:reason` (`quality:gopher_quality:min_doc_words`, `classifier:below_threshold`) in the
+    keys, the tables and the line alike."""
     examples = drop_examples(dropped, docs)
     totals = reason_totals(dropped, known_reasons)
     idle = sorted(key for key, n in totals.items() if n == 0)
-    names = short_names(list(totals))
     return {
-        "drop_examples": markdown_table(examples, max_rows=max(examples.height, 1)),
-        **{f"dropped/{names[key]}": n for key, n in totals.items() if n},
-        **({"rules_that_dropped_nothing": dg.MetadataValue.text(", ".join(names[key] for key in idle))} if idle else {}),
+        "drop_examples": markdown_table(spelled_reasons(examples), max_rows=max(examples.height, 1)),
+        **{f"dropped/{key}": n for key, n in totals.items() if n},
+        **({"rules_that_dropped_nothing": dg.MetadataValue.text(", ".join(idle))} if idle else {}),
     }
-
-
-def short_names(reasons: list[str]) -> dict[str, str]:
-    """Each `stage:reason` by its reason, a quality rule (`quality:family:rule`) by its rule alone, where no
-    other reason reads the same, else whole: metadata keys that fit the UI's key column."""
-    def short(reason: str) -> str:
-        stage, _, rest = reason.partition(":")
-        return rest.rsplit(":", 1)[-1] if stage == "quality" else rest or reason
-
-    names = [short(reason) for reason in reasons]
-    return {reason: name if names.count(name) == 1 else reason for reason, name in zip(reasons, names)}
 
 
 def schema_result(name: str, df: pl.DataFrame, expected: dict) -> dg.AssetCheckResult:
