@@ -96,6 +96,8 @@ def test_curation_with_the_classifier_accounts_for_every_document(loop):
     meta = result.asset_materializations_for_node("curated_shard")[0].metadata
     assert meta["quality_policy"].value == "classifier"
     assert meta["dropped/classifier:below_threshold"].value == classifier_drops.height
+    shown = dict(part.rsplit(" ", 1) for part in meta["classifier_threshold"].value.split(", "))
+    assert "others" in shown and len(shown) > 1  # every language's cut, not only the others'
     assert "rules_drop_classifier_keeps" in meta and "disagreements" in meta
     # The disagreements to read, as a list whose quoted openings wrap in the cell.
     disagreeing = meta["rules_drop_classifier_keeps"].value + meta["classifier_drops_rules_keep"].value

@@ -27,6 +27,7 @@ from lm_assets.corpus.curation.histograms import (
 )
 from lm_assets.corpus.curation.pii import find_pii
 from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, CurationRun
+from lm_assets.corpus.curation.policy import ANY as ANY_LANGUAGE
 from lm_assets.corpus.curation.policy import POLICIES
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.curation.toxicity import BACKENDS, DETOXIFY_MODELS, ToxicityConfig
@@ -525,7 +526,9 @@ def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
         schema={"doc_id": pl.String, "score": pl.Float64, "rules": pl.String, "classifier": pl.String},
     ).join(extracted.select("doc_id", "url", pl.col("text").str.slice(0, 160)), on="doc_id", how="left")
     return {
-        "classifier_threshold": round(stats["threshold"], 4),  # the exact value is in the classifier's file
+        # Every language's cut (the exact values are in the classifier's file), not only the others'.
+        "classifier_threshold": dg.MetadataValue.text(", ".join(
+            f"{'others' if lang == ANY_LANGUAGE else lang} {cut:.4g}" for lang, cut in stats["thresholds"].items())),
         "rules_drop_classifier_keeps": stats["rules_drop_classifier_keeps"],
         "classifier_drops_rules_keep": stats["classifier_drops_rules_keep"],
         "disagreements": dg.MetadataValue.md(disagreement_list(examples)),
