@@ -181,7 +181,7 @@ def reason(best: Estimate, gpus_per_node: int) -> str:
 
 
 def training_run_config(best: Estimate, micro_batch: int, grad_accum: int) -> dict:
-    """The recommended layout as `training_run`'s config (Dagster run config `ops.training.config`)."""
+    """The recommended layout as `training_run`'s config (Dagster run config `ops.training_run.config`)."""
     layout = best.layout
     overrides = []
     if layout.activation_checkpointing:

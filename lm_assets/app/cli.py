@@ -206,7 +206,7 @@ def plan_training(args) -> int:
     best = fitting[0]
     print(f"\nrecommended: {best.layout.describe()}\n  {planner.reason(best, args.gpus_per_node)}")
     if args.write:
-        config = {"ops": {"training": {"config": planner.training_run_config(best, args.micro_batch, args.grad_accum)}}}
+        config = {"ops": {"training_run": {"config": planner.training_run_config(best, args.micro_batch, args.grad_accum)}}}
         Path(args.write).write_text(json.dumps(config, indent=2) + "\n")
         print(f"written as training_run's run config: {args.write}")
     return 0

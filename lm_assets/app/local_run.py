@@ -17,6 +17,7 @@ import dagster as dg
 from lm_assets.corpus.ingest.readers import landing_shards
 from lm_assets.defs.common.environment import project_dir
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
+from lm_assets.defs.common.sample_defaults import SAMPLE
 from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
 
 DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
@@ -30,19 +31,15 @@ DEMO_RUN_CONFIG = {
         "curated_shard": {"config": OFFLINE_TOXICITY},
         "tokenizer": {"config": {"vocab_size": 4000}},
         "packed_dataset": {"config": {"seq_len": 257, "val_fraction": 0.05}},
-        # The tiny model as a 2-stage pipeline: two CPU processes on gloo, one per core. Its context holds
-        # 5-shot prompts whole (C-Eval's reach 1,200 tokens), so evaluation sees the examples.
-        # A higher lr with a short warmup, so that 40 steps visibly learn; a checkpoint (validation loss and
-        # every evaluation) each 10 steps, so that the scores' trend across checkpoints shows.
-        "training": {"config": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 10,
-                                "max_seq_len": 2048, "zero_stage": 1, "micro_batch_size": 4, "lr": 3e-3,
-                                "warmup_steps": 4}},
+        # The sample crawl's training settings (lm_assets/defs/common/sample_defaults.py), which `make ui` also
+        # offers as the Launchpad's defaults.
+        "training_run": {"config": SAMPLE["training_run"]},
         # A few MMLU subjects keep the demo quick; the asset's default is all 57.
         "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
         "continuation_scores": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
         # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
         "sft_dataset": {"config": {"seq_len": 257}},
-        "sft": {"config": {"steps": 40, "lr": 3e-3, "micro_batch_size": 4, "warmup_steps": 4}},
+        "sft_run": {"config": SAMPLE["sft_run"]},
     }
 }
 

@@ -316,10 +316,10 @@ def test_training_on_the_packed_sample_crawl(materialized):
         "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
-    config = {"ops": {"training": {"config": {"steps": 12, "save_every": 6, "pp": 2, "micro_batch_size": 2, "lr": 3e-3, "warmup_steps": 4}}}}
+    config = {"ops": {"training_run": {"config": {"steps": 12, "save_every": 6, "pp": 2, "micro_batch_size": 2, "lr": 3e-3, "warmup_steps": 4}}}}
     result = dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=config)
     assert result.success
-    meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("training")}
+    meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("training_run")}
     assert meta["training_run"]["steps"].value == 12
     assert meta["training_run"]["final_loss"].value < 8.0  # ln(3000) = 8.0 at the start
     assert "dp=1 tp=1 pp=2 ZeRO-0" in meta["training_run"]["training_plan"].value  # the planner's estimate of it
@@ -342,7 +342,7 @@ def test_benchmark_scores_for_a_checkpoint(materialized):
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
     if "main-step_00000012" not in instance.get_dynamic_partitions("checkpoints"):
-        config = {"ops": {"training": {"config": {"steps": 12, "save_every": 6, "pp": 2, "micro_batch_size": 2, "lr": 3e-3, "warmup_steps": 4}}}}
+        config = {"ops": {"training_run": {"config": {"steps": 12, "save_every": 6, "pp": 2, "micro_batch_size": 2, "lr": 3e-3, "warmup_steps": 4}}}}
         assert dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=config).success
     with dg.build_sensor_context(instance=instance) as context:
         requested = [r.partition_key for r in checkpoint_evaluation_sensor(context).run_requests]

@@ -94,10 +94,10 @@ def test_training_on_kubernetes_reports_through_s3(packed_storage, s3_server, tm
         "training_launcher": TrainingLauncher(backend="kubernetes", pipes_bucket=s3_server.bucket, cluster=ClusterSpec(nodes=1, gpus_per_node=1), s3=s3),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
-    config = {"ops": {"training": {"config": {"steps": 4, "save_every": 2, "micro_batch_size": 2, "pp": 1}}}}
+    config = {"ops": {"training_run": {"config": {"steps": 4, "save_every": 2, "micro_batch_size": 2, "pp": 1}}}}
     result = dg.materialize([training_run_and_checkpoint], instance=dg.DagsterInstance.ephemeral(), resources=resources, run_config=config)
     assert result.success, cluster.last_stderr[-2000:]
-    meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("training")}
+    meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("training_run")}
     assert meta["training_run"]["steps"].value == 4
     assert meta["checkpoint"]["tag"].value == "step_00000004"
     keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_server.endpoint).list_objects_v2(Bucket=s3_server.bucket).get("Contents", [])]

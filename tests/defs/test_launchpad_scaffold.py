@@ -170,3 +170,50 @@ def test_the_quality_rules_scaffold_arrives_as_strings(workspace):
     config = yaml.safe_load(scaffold["rootDefaultYaml"])
     rules = config["ops"]["curated_shard"]["config"]["quality_rules"]
     assert "disabled" in rules and all(isinstance(key, str) for key in keys_and_values(rules) if key is not None)
+
+
+def test_the_scaffold_writes_the_choices_an_unset_field_would_take(workspace):
+    from lm_assets.defs.common.environment import loaded_default
+
+    (_, selector), = [item for item in launchpads(workspace) if item[0] == "asset curated_shard"]
+    scaffold = execute_dagster_graphql(workspace, SCAFFOLD, {"selector": selector}).data["runConfigSchemaOrError"]
+    config = yaml.safe_load(scaffold["rootDefaultYaml"])["ops"]["curated_shard"]["config"]
+    assert config["quality_policy"] == loaded_default("LM_ASSETS_QUALITY_POLICY", "classifier")
+    assert config["toxicity"]["backend"] == loaded_default("LM_ASSETS_TOXICITY_BACKEND", "detoxify")
+
+
+SAMPLE_LAUNCHPAD = """
+import json
+from lm_assets.defs.sft.assets import SftRunConfig
+from lm_assets.defs.training.assets import TrainingLauncher, TrainingRunConfig
+fields = lambda cls: {name: field.default for name, field in cls.model_fields.items()}
+print(json.dumps({"training_run": fields(TrainingRunConfig), "sft_run": fields(SftRunConfig),
+                  "steps": TrainingRunConfig.model_fields["steps"].description,
+                  "cluster": TrainingLauncher.model_fields["cluster"].default is None}, default=str))
+"""
+
+
+@pytest.mark.parametrize("profile", ["", "sample"])
+def test_the_launchpad_offers_what_the_demo_trained_under_make_ui(profile):
+    """`make ui` sets $LM_ASSETS_LAUNCHPAD_DEFAULTS=sample: training_run's and sft_run's defaults are then what
+    `make demo` ran; unset, the training program's own. A local run's scaffold has no Kubernetes block."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from lm_assets.app.local_run import DEMO_RUN_CONFIG
+    from training.config import TrainConfig
+
+    env = {**os.environ, "LM_ASSETS_LAUNCHPAD_DEFAULTS": profile}
+    out = subprocess.run([sys.executable, "-c", SAMPLE_LAUNCHPAD], env=env, capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout)
+    assert seen["cluster"]
+    for op in ("training_run", "sft_run"):
+        demo = DEMO_RUN_CONFIG["ops"][op]["config"]
+        offered = {name: seen[op][name] for name in demo}
+        assert (offered == demo) == (profile == "sample"), (op, offered, demo)
+    if profile:
+        assert "as `make demo` trained" in seen["steps"] and seen["sft_run"]["pp"] == 1
+    else:
+        assert seen["training_run"]["steps"] == TrainConfig().steps and "make demo" not in seen["steps"]

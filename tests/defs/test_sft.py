@@ -119,8 +119,8 @@ def test_fine_tuning_a_checkpoint_teaches_it_the_format(tmp_path):
     launcher = TrainingLauncher(s3=s3_resource_from_env())
     run = dg.materialize([sft_run_and_checkpoint], instance=instance, resources={
         "storage": storage, "training_launcher": launcher, "pipes_subprocess_client": dg.PipesSubprocessClient()},
-        run_config={"ops": {"sft": {"config": {"steps": 60, "lr": 3e-3, "micro_batch_size": 2, "warmup_steps": 5}}}})  # fmt: skip
-    by_key = {m.asset_key.path[-1]: m.metadata for m in run.asset_materializations_for_node("sft")}
+        run_config={"ops": {"sft_run": {"config": {"steps": 60, "lr": 3e-3, "micro_batch_size": 2, "warmup_steps": 5}}}})  # fmt: skip
+    by_key = {m.asset_key.path[-1]: m.metadata for m in run.asset_materializations_for_node("sft_run")}
     assert by_key["sft_run"]["init_from"].value["vocab_rows_added"] == 4
     from tests.defs.test_training_asset import tensorboard_scalars
 

@@ -53,7 +53,7 @@ def run_training(root, instance, steps):
         "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
-    config = {"ops": {"training": {"config": {"steps": steps, "save_every": 3, "micro_batch_size": 2, "pp": 2, "warmup_steps": 4,
+    config = {"ops": {"training_run": {"config": {"steps": steps, "save_every": 3, "micro_batch_size": 2, "pp": 2, "warmup_steps": 4,
                                               "lr": 3e-3, "zero_stage": 1}}}}
     return dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=config)
 
@@ -62,7 +62,7 @@ def test_training_through_pipes_then_resume(packed_storage):
     instance = dg.DagsterInstance.ephemeral()
     first = run_training(packed_storage, instance, steps=6)
     assert first.success
-    run_meta = first.asset_materializations_for_node("training")
+    run_meta = first.asset_materializations_for_node("training_run")
     by_key = {m.asset_key.path[-1]: m.metadata for m in run_meta}
     assert by_key["training_run"]["steps"].value == 6
     assert by_key["training_run"]["resumed_from_step"].value == 0
@@ -126,7 +126,7 @@ def test_training_through_pipes_then_resume(packed_storage):
     assert AutoTokenizer.from_pretrained(hf_dir).decode([5, 6]) is not None
 
     second = run_training(packed_storage, instance, steps=9)
-    meta = {m.asset_key.path[-1]: m.metadata for m in second.asset_materializations_for_node("training")}
+    meta = {m.asset_key.path[-1]: m.metadata for m in second.asset_materializations_for_node("training_run")}
     assert meta["training_run"]["resumed_from_step"].value == 6
     assert meta["training_run"]["steps"].value == 9
     assert "main-step_00000009" in instance.get_dynamic_partitions(checkpoint_partitions.name)
@@ -149,7 +149,7 @@ def test_a_failing_rank_fails_the_asset_with_its_error(packed_storage):
         "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
         "pipes_subprocess_client": dg.PipesSubprocessClient(),
     }
-    bad = {"ops": {"training": {"config": {"steps": 2, "pp": 2, "zero_stage": 2}}}}
+    bad = {"ops": {"training_run": {"config": {"steps": 2, "pp": 2, "zero_stage": 2}}}}
     result = dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=bad, raise_on_error=False)
     assert not result.success
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
@@ -193,10 +193,10 @@ def test_continued_pretraining_from_a_hugging_face_llama_with_its_tokenizer_exte
 
     resources = {"storage": storage, "training_launcher": TrainingLauncher(s3=s3_resource_from_env()),
                  "pipes_subprocess_client": dg.PipesSubprocessClient()}  # fmt: skip
-    config = {"ops": {"training": {"config": {"steps": 2, "micro_batch_size": 2, "warmup_steps": 1, "lr": 1e-3,
+    config = {"ops": {"training_run": {"config": {"steps": 2, "micro_batch_size": 2, "warmup_steps": 1, "lr": 1e-3,
                                               "overrides": [f"init_from={folder}"]}}}}  # fmt: skip
     trained = dg.materialize([training_run_and_checkpoint], instance=instance, resources=resources, run_config=config)
-    by_key = {m.asset_key.path[-1]: m.metadata for m in trained.asset_materializations_for_node("training")}
+    by_key = {m.asset_key.path[-1]: m.metadata for m in trained.asset_materializations_for_node("training_run")}
     assert by_key["training_run"]["init_from"].value["vocab_rows_added"] == len(added)
     hf_dir = by_key["checkpoint"]["hf_export"].value
     model = LlamaForCausalLM.from_pretrained(hf_dir)

@@ -104,7 +104,7 @@ def test_the_command_prints_the_recommendation_and_writes_it(tmp_path, capsys):
                  "--gpus", "64", "--gpu-memory", "80", "--write", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "recommended: dp=" in printed and "GiB per GPU" in printed
-    written = json.loads(out.read_text())["ops"]["training"]["config"]
+    written = json.loads(out.read_text())["ops"]["training_run"]["config"]
     best = plan(SEVEN_B, gpus=64, gpu_memory_gib=80, seq=4096)[0].layout
     assert (written["dp"], written["tp"], written["pp"], written["zero_stage"]) == (best.dp, best.tp, best.pp, best.zero_stage)
     assert main(["plan-training", "--params", "7e11", "--layers", "32", "--hidden", "4096", "--seq", "4096",

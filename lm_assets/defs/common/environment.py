@@ -1,6 +1,7 @@
 """Defaults that come from the environment, and relative paths, settled when a run or a resource
-needs them, never when a module is imported. Only a field's description (`unset_means`) reads the
-environment as the definitions load, to show in the Launchpad what a run started then would use.
+needs them, never when a module is imported. Only the Launchpad's view reads the environment as the
+definitions load: a field's description (`unset_means`) says what a run started then would use, and a
+choice's default (`loaded_default`) is that value, so that the Launchpad writes it out.
 
 A relative path (the storage root, the landing location, MMLU, C-Eval) resolves against the project
 folder: $LM_ASSETS_PROJECT_DIR, else the checkout this package sits in. So a run started from any
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 # Every environment variable the code location reads, and what it sets (the README's Configuration
 # table). `from_environment` refuses a variable that is not here.
@@ -33,6 +34,7 @@ VARIABLES = {
     "LM_ASSETS_DUCKDB_TEMP_DIR": "where dedup's DuckDB spills",
     "LM_ASSETS_TRAINING_BACKEND": "local or kubernetes",
     "LM_ASSETS_PIPES_BUCKET": "the S3 bucket Pipes messages go through on Kubernetes",
+    "LM_ASSETS_LAUNCHPAD_DEFAULTS": "sample: the Launchpad's training defaults are what `make demo` trained with",
     "LM_ASSETS_SHARDS_PER_RUN": "shards a backfill run of the per-shard stages takes at most (read when the code loads)",
 }
 
@@ -51,14 +53,24 @@ def from_environment(value: Any, variable: str, fallback: Any = None) -> Any:
     return os.environ.get(variable) or fallback
 
 
-def unset_means(variable: str, fallback: Any) -> str:
+def unset_means(variable: str, fallback: Any, resolve: Callable[[Any], Any] | None = None) -> str:
     """For a field's description: what it takes when left unset, and what that is in the environment the
-    definitions loaded in, so the Launchpad shows what a run started now would use."""
+    definitions loaded in, so the Launchpad shows what a run started now would use; `resolve` turns the
+    value into what a run uses (a relative folder into its place in the project folder)."""
     if variable not in VARIABLES:
         raise KeyError(f"{variable} is not one of the environment variables the code location reads: {sorted(VARIABLES)}")
     value = os.environ.get(variable)
-    here = f"{value} (from ${variable})" if value else f"{fallback} (${variable} is not set)"
+    used = resolve(value or fallback) if resolve else value or fallback
+    here = f"{used} (from ${variable})" if value else f"{used} (${variable} is not set)"
     return f"unset: ${variable}, else {fallback}; here: {here}"
+
+
+def loaded_default(variable: str, fallback: Any) -> Any:
+    """A run config choice's default in its schema: $`variable` as the definitions load, else `fallback`.
+    Dagster's Launchpad leaves an unset (None) default out of its scaffold; this one it writes. A run
+    launched without the field gets the same value, and a config built in Python still reads the
+    variable when it is built (`fill_from_environment`)."""
+    return from_environment(None, variable, fallback)
 
 
 def project_dir() -> Path:

@@ -13,7 +13,7 @@ from typing import ClassVar
 import dagster as dg
 from pydantic import Field
 
-from lm_assets.defs.common.environment import from_environment, project_path
+from lm_assets.defs.common.environment import from_environment, project_path, unset_means
 from lm_assets.storage.store import Storage
 
 DEFAULT_STORAGE_ROOT = "storage"
@@ -75,7 +75,7 @@ class StorageResource(dg.ConfigurableResource):
     root: str | None = Field(
         default=None,
         description="a local folder (relative: inside the project folder) or s3://bucket/prefix; "
-        f"unset: ${STORAGE_ROOT_VARIABLE}, else {DEFAULT_STORAGE_ROOT}",
+        + unset_means(STORAGE_ROOT_VARIABLE, DEFAULT_STORAGE_ROOT, project_path),
     )
     s3: dg.ResourceDependency[S3ClientResource] = Field(description="the S3 client used when root is an s3:// URL")
     environment_variable: ClassVar[str] = STORAGE_ROOT_VARIABLE
@@ -92,7 +92,7 @@ class LandingResource(StorageResource):
     root: str | None = Field(
         default=None,
         description="a local folder (relative: inside the project folder) or s3://bucket/prefix; "
-        f"unset: ${LANDING_ROOT_VARIABLE}, else {DEFAULT_LANDING_ROOT}",
+        + unset_means(LANDING_ROOT_VARIABLE, DEFAULT_LANDING_ROOT, project_path),
     )
     follow_links_outside: bool = Field(
         default=False,

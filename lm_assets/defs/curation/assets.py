@@ -39,7 +39,7 @@ from lm_assets.corpus.quality.registry import (
     current_classifier_hash,
 )
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
-from lm_assets.defs.common.environment import fill_from_environment, unset_means
+from lm_assets.defs.common.environment import fill_from_environment, loaded_default, unset_means
 from lm_assets.defs.common.partitions import shard_asset, shard_partitions
 from lm_assets.defs.common.reporting import (
     config_hash,
@@ -184,7 +184,7 @@ class ToxicityRulesConfig(dg.Config):
     model_config = ENUM_FIELDS_AS_VALUES
 
     backend: ToxicityBackend | None = Field(
-        default=None,
+        default=loaded_default("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
         description="detoxify or profanity_check; " + unset_means("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
     )
     detoxify_model_type: DetoxifyModel = Field(
@@ -279,7 +279,7 @@ class CuratedShardConfig(dg.Config):
         "disabled switches single thresholds off",
     )
     quality_policy: QualityPolicy | None = Field(
-        default=None,
+        default=loaded_default("LM_ASSETS_QUALITY_POLICY", CURATION_DEFAULTS.policy),
         description="who decides quality: rules (the preset), classifier (the current quality_classifier, or the "
         "shipped one without labels of your own, after language ID and a minimum length) or both (either drops); "
         + unset_means("LM_ASSETS_QUALITY_POLICY", CURATION_DEFAULTS.policy),

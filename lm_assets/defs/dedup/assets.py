@@ -20,7 +20,7 @@ from lm_assets.corpus.dedup.planning import plan, plan_digest
 from lm_assets.corpus.dedup.ranking import band_ranges
 from lm_assets.corpus.dedup.sketches import band_table, sketch_documents
 from lm_assets.defs.common.config import to_dataclass
-from lm_assets.defs.common.environment import from_environment
+from lm_assets.defs.common.environment import from_environment, unset_means
 from lm_assets.defs.common.partitions import (
     add_new_partitions,
     band_partition_key,
@@ -42,6 +42,7 @@ DEDUP_DEFAULTS = DedupConfig()
 # The MinHash settings the resource exposes, in the order the sketch fingerprint hashes them.
 MINHASH_FIELDS = ("num_perm", "seed", "threshold", "word_ngram", "char_ngram")
 
+SYSTEM_TEMP = "a folder in the system temp directory"
 
 class DedupSettings(dg.ConfigurableResource):
     """MinHash-LSH settings shared by the sketches and the clusters, so the two always agree."""
@@ -76,8 +77,9 @@ class DedupSettings(dg.ConfigurableResource):
     )
     duckdb_temp_directory: str | None = Field(
         default=DEDUP_DEFAULTS.duckdb.temp_directory,
-        description="where DuckDB spills; unset: $LM_ASSETS_DUCKDB_TEMP_DIR, else a folder in the system temp "
-        "directory",
+        description="where DuckDB spills; " + unset_means(
+            "LM_ASSETS_DUCKDB_TEMP_DIR", SYSTEM_TEMP,
+            lambda used: f"a folder in {tempfile.gettempdir()}" if used == SYSTEM_TEMP else used),
     )
     # The assets' own, not a DedupConfig field.
     band_parts: int = Field(

@@ -10,8 +10,9 @@ from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_envir
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import fenced, markdown_table
 from lm_assets.defs.common.resources import LandingResource, StorageResource
+from lm_assets.defs.common.sample_defaults import defaults_note, launchpad_default
 from lm_assets.defs.decontam.assets import DECONTAM_DEFAULTS, contamination_index
-from lm_assets.defs.training.assets import TrainingLauncher, TrainingRunConfig, launch_training
+from lm_assets.defs.training.assets import TRAIN_DEFAULTS, TrainingLauncher, TrainingRunConfig, launch_training
 from lm_assets.storage.layout import INSTRUCTION_KEYS, INSTRUCTIONS_FOLDER, SFT_KEYS, TOKENIZER_KEYS
 
 SHIPPED_INSTRUCTIONS = "data/instructions/sample.jsonl"
@@ -147,6 +148,11 @@ def sft_dataset(context: dg.AssetExecutionContext, config: SftDatasetConfig, sto
     })
 
 
+def sft_default(field: str, fallback):
+    """sft_run's default for `field`: the sample crawl's under `make ui`, else its own."""
+    return launchpad_default("sft_run", field, fallback)
+
+
 class SftRunConfig(TrainingRunConfig):
     """Fine-tuning: training_run's knobs, starting from a pretraining checkpoint."""
 
@@ -159,10 +165,24 @@ class SftRunConfig(TrainingRunConfig):
         "one of run base_run",
     )
     base_run: str = Field(default="main", description="with base_checkpoint empty: the run whose latest checkpoint is taken")
-    steps: int = Field(default=30, description="optimizer steps the run ends at")
-    lr: float = Field(default=1e-4, description="peak learning rate, after warmup, decayed by a cosine to a tenth of it")
-    warmup_steps: int = Field(default=3, description="steps of linear warmup to lr")
-    save_every: int = Field(default=0, description="a checkpoint every this many steps, and one at the end; 0: only at the end")
+    steps: int = Field(default=sft_default("steps", 30),
+                       description="optimizer steps the run ends at" + defaults_note("sft_run"))
+    lr: float = Field(default=sft_default("lr", 1e-4),
+                      description="peak learning rate, after warmup, decayed by a cosine to a tenth of it")
+    warmup_steps: int = Field(default=sft_default("warmup_steps", 3), description="steps of linear warmup to lr")
+    save_every: int = Field(default=sft_default("save_every", 0),
+                            description="a checkpoint every this many steps, and one at the end; 0: only at the end")
+    # training_run's layout defaults are pretraining's; fine-tuning has its own.
+    pp: int = Field(default=sft_default("pp", TRAIN_DEFAULTS.parallel.pp),
+                    description="pipeline-parallel degree: stages the model's layers are split into")
+    tp: int = Field(default=sft_default("tp", TRAIN_DEFAULTS.parallel.tp), description="tensor-parallel degree")
+    dp: int = Field(default=sft_default("dp", 1), description="data-parallel degree; the run has pp × tp × dp ranks")
+    zero_stage: int = Field(default=sft_default("zero_stage", TRAIN_DEFAULTS.zero_stage),
+                            description="DeepSpeed ZeRO stage 0-3; with pipeline parallelism (pp > 1) at most 1")
+    micro_batch_size: int = Field(default=sft_default("micro_batch_size", TRAIN_DEFAULTS.micro_batch_size),
+                                  description="sequences per rank per micro-step")
+    max_seq_len: int | None = Field(default=sft_default("max_seq_len", None),
+                                    description="the model's context; unset: the base checkpoint's")
 
     def train_config(self, data: str, checkpoint_dir: str, tokenizer_model: str, seq_len: int) -> dict:
         # The base checkpoint's architecture and context, unless max_seq_len says otherwise.
@@ -187,7 +207,7 @@ def base_checkpoint(context: dg.AssetExecutionContext, store, config: SftRunConf
 
 
 @dg.multi_asset(
-    name="sft",  # the op, and the key of its run config: `ops: {sft: {config: ...}}`
+    name="sft_run",  # the op, and the key of its run config: `ops: {sft_run: {config: ...}}`
     specs=[
         dg.AssetSpec("sft_run", deps=[sft_dataset, "checkpoint"], group_name="sft", kinds={"deepspeed", "pytorch"},
                      description="Supervised fine-tuning of a pretraining checkpoint on sft_dataset: the same training "

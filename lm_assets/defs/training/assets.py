@@ -23,6 +23,7 @@ from lm_assets.defs.common.environment import from_environment, unset_means
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions
 from lm_assets.defs.common.reporting import markdown_table, significant
 from lm_assets.defs.common.resources import S3ClientResource, StorageResource
+from lm_assets.defs.common.sample_defaults import defaults_note, launchpad_default
 from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
 from lm_assets.storage.keys import UnsafeKeyError, check_name
@@ -31,6 +32,11 @@ from training.config import PRECISIONS, TrainConfig
 from training.config import PRESETS as MODEL_PRESETS
 
 TRAIN_DEFAULTS = TrainConfig()
+
+
+def run_default(field: str, fallback):
+    """training_run's default for `field`: the sample crawl's under `make ui`, else the program's."""
+    return launchpad_default("training_run", field, fallback)
 
 ModelPreset = choices("ModelPreset", MODEL_PRESETS)
 Precision = choices("Precision", PRECISIONS)
@@ -50,25 +56,39 @@ class TrainingRunConfig(dg.Config):
         "`<run_name>-step_<n>`; a run of the same name resumes from its latest checkpoint",
     )
     model: ModelPreset = Field(
-        default=TRAIN_DEFAULTS.model, description="a model preset of training/config.py: tiny, 125m, 350m or 1b"
+        default=run_default("model", TRAIN_DEFAULTS.model),
+        description="a model preset of training/config.py: tiny, 125m, 350m or 1b"
     )
-    steps: int = Field(default=TRAIN_DEFAULTS.steps, description="optimizer steps the run ends at")
-    pp: int = Field(default=TRAIN_DEFAULTS.parallel.pp, description="pipeline-parallel degree: stages the model's layers are split into")
-    tp: int = Field(default=TRAIN_DEFAULTS.parallel.tp, description="tensor-parallel degree")
+    steps: int = Field(default=run_default("steps", TRAIN_DEFAULTS.steps),
+                       description="optimizer steps the run ends at" + defaults_note("training_run"))
+    pp: int = Field(
+        default=run_default("pp", TRAIN_DEFAULTS.parallel.pp),
+        description="pipeline-parallel degree: stages the model's layers are split into",
+    )
+    tp: int = Field(default=run_default("tp", TRAIN_DEFAULTS.parallel.tp), description="tensor-parallel degree")
     # The launcher starts pp × tp × dp processes, so dp is given here (the program infers it when 0).
-    dp: int = Field(default=1, description="data-parallel degree; the run has pp × tp × dp ranks")
+    dp: int = Field(default=run_default("dp", 1), description="data-parallel degree; the run has pp × tp × dp ranks")
     precision: Precision = Field(default=TRAIN_DEFAULTS.precision, description="fp32, bf16 or fp16 (fp16 needs zero_stage 1 or more)")
     zero_stage: int = Field(
-        default=TRAIN_DEFAULTS.zero_stage, description="DeepSpeed ZeRO stage 0-3; with pipeline parallelism (pp > 1) at most 1"
+        default=run_default("zero_stage", TRAIN_DEFAULTS.zero_stage),
+        description="DeepSpeed ZeRO stage 0-3; with pipeline parallelism (pp > 1) at most 1"
     )
-    micro_batch_size: int = Field(default=TRAIN_DEFAULTS.micro_batch_size, description="sequences per rank per micro-step")
+    micro_batch_size: int = Field(
+        default=run_default("micro_batch_size", TRAIN_DEFAULTS.micro_batch_size),
+        description="sequences per rank per micro-step",
+    )
     grad_accum: int = Field(default=TRAIN_DEFAULTS.grad_accum, description="micro-steps accumulated into each optimizer step")
     lr: float = Field(
-        default=TRAIN_DEFAULTS.optim.lr, description="peak learning rate, reached after warmup and decayed by a cosine to a tenth of it"
+        default=run_default("lr", TRAIN_DEFAULTS.optim.lr),
+        description="peak learning rate, reached after warmup and decayed by a cosine to a tenth of it"
     )
-    warmup_steps: int = Field(default=TRAIN_DEFAULTS.optim.warmup_steps, description="steps of linear warmup to lr")
+    warmup_steps: int = Field(
+        default=run_default("warmup_steps", TRAIN_DEFAULTS.optim.warmup_steps),
+        description="steps of linear warmup to lr",
+    )
     save_every: int = Field(
-        default=TRAIN_DEFAULTS.checkpoint.save_every, description="a checkpoint every this many steps, and one at the end; 0: only at the end"
+        default=run_default("save_every", TRAIN_DEFAULTS.checkpoint.save_every),
+        description="a checkpoint every this many steps, and one at the end; 0: only at the end"
     )
     seed: int = Field(default=TRAIN_DEFAULTS.seed, description="seeds the model's initialization (the data order has its own, data_seed)")
     peak_flops: float | None = Field(
@@ -82,7 +102,7 @@ class TrainingRunConfig(dg.Config):
         "loss, measured at every checkpoint and the last step; 0: none",
     )
     max_seq_len: int | None = Field(
-        default=None,
+        default=run_default("max_seq_len", None),
         description="the model's context: the longest prompt evaluation can score whole (5-shot C-Eval needs "
         "about 1,200 tokens); unset: the packed sequence length, at least 128",
     )
@@ -143,10 +163,14 @@ class TrainingLauncher(dg.ConfigurableResource):
         description="the local backend's accelerator: cpu (CPU processes on gloo) or auto (DeepSpeed detects the "
         "accelerator: CUDA GPUs, one per rank)",
     )
-    cluster: ClusterSpec = Field(default=ClusterSpec(), description="the Kubernetes cluster of the kubernetes backend")
+    # Unset, so that the Launchpad does not write a Kubernetes block out for a local run.
+    cluster: ClusterSpec | None = Field(
+        default=None, description="the Kubernetes cluster of the kubernetes backend; unset: ClusterSpec's defaults"
+    )
     pipes_bucket: str | None = Field(
         default=None,
-        description="the S3 bucket Pipes messages go through on the kubernetes backend; unset: $LM_ASSETS_PIPES_BUCKET",
+        description="the S3 bucket Pipes messages go through on the kubernetes backend; "
+        + unset_means("LM_ASSETS_PIPES_BUCKET", "none: the kubernetes backend refuses to start without one"),
     )
     s3: dg.ResourceDependency[S3ClientResource] = Field(description="the S3 client for the Pipes bucket")
 
@@ -206,7 +230,7 @@ def local_paths(store, run_name: str, data_key: str = PACKED_FOLDER, tokenizer_k
 
 
 @dg.multi_asset(
-    name="training",  # the op, and the key of its run config: `ops: {training: {config: ...}}`
+    name="training_run",  # the op, and the key of its run config: `ops: {training_run: {config: ...}}`
     specs=[
         dg.AssetSpec("training_run", deps=["packed_dataset", "tokenizer"], group_name="training", kinds={"deepspeed", "pytorch"},
                      description="A DeepSpeed data x tensor x pipeline parallel training run: per-step loss, lr, grad "
@@ -257,7 +281,7 @@ def launch_training(
                     | {name: paths[name] for name in path_settings} | (settings or {}))  # fmt: skip
     config_path.write_text(json.dumps(train_config, indent=2))
     if backend == "kubernetes":
-        cluster = training_launcher.cluster
+        cluster = training_launcher.cluster or ClusterSpec()
         on_cluster = train_config | {
             "data": f"{cluster.data_mount}/{data_key}",
             "tokenizer_model": f"{cluster.data_mount}/{tokenizer_key}",
