@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 INLINE_LIMIT = 990  # the UI's limit is 1,000 characters of markdown
 WIDTH, HEIGHT = 240, 64
-COLORS = {"blue": "#1f6fd1", "orange": "#e8710a", "green": "#1e8e3e", "red": "#d93025", "grey": "#999"}
+COLORS = {"blue": "#17d", "orange": "#e70", "green": "#194", "red": "#d32", "grey": "#999"}
 
 Series = Sequence[tuple[float, float]]
 
@@ -26,9 +26,36 @@ def data_uri(svg: str) -> str:
     return "data:image/svg+xml," + svg
 
 
-def svg(body: str) -> str:
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='-1 -1 {WIDTH + 2} {HEIGHT + 2}' width='{WIDTH * 2}' "
-            f"height='{HEIGHT * 2}'><rect width='{WIDTH}' height='{HEIGHT}' fill='#fff' stroke='#ddd'/>{body}</svg>")  # fmt: skip
+# The plot's margins: tick labels left and below, room for an edge dot right and above.
+LEFT, RIGHT, TOP, BOTTOM = 26, 30, 5, 10
+Ticks = Sequence[tuple[float, str]]  # (position on the plot, label)
+
+
+def tick(value: float) -> str:
+    """A tick label in a few characters: 0, 0.35, 2.5, 120, 3.1k, 1.2M, 7.5e-4."""
+    if value != value:
+        return "nan"
+    size = abs(value)
+    if 0 < size < 0.01:
+        mantissa, exponent = f"{value:.1e}".split("e")
+        return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+    for limit, unit in ((1e6, "M"), (1e3, "k")):
+        if size >= limit:
+            return f"{value / limit:.3g}{unit}"
+    return f"{value:.2g}" if size < 100 else f"{value:.0f}"
+
+
+def svg(body: str, left: Ticks = (), bottom: Ticks = (), right: Ticks = (), right_color: str = "grey") -> str:
+    """The plot drawn on a WIDTH × HEIGHT canvas framed by tick labels: `left` and `right` at y positions,
+    `bottom` at x positions of the canvas (labels end there)."""
+    labels = "".join(f"<text x='-2' y='{y + 3}'>{text}</text>" for y, text in left)
+    labels += "".join(f"<text x='{x}' y='{HEIGHT + 9}'>{text}</text>" for x, text in bottom)
+    labels = f"<g text-anchor='end'>{labels}</g>" if labels else ""
+    labels += "".join(f"<text x='{WIDTH + 2}' y='{y + 3}' fill='{COLORS[right_color]}'>{text}</text>" for y, text in right)
+    width, height = LEFT + WIDTH + RIGHT, TOP + HEIGHT + BOTTOM
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='{-LEFT} {-TOP} {width} {height}' width='{width * 2}' "
+            f"height='{height * 2}' font-size='8' style='background:#fff'><path d='M0,0H{WIDTH}V{HEIGHT}H0Z' "
+            f"fill='none' stroke='#ddd'/>{body}{labels}</svg>")  # fmt: skip
 
 
 def scale(values: Sequence[float], low: float, high: float, size: int, flip: bool = False) -> list[int]:
@@ -51,14 +78,16 @@ def finite(points: Series) -> list[tuple[float, float]]:
 
 
 def line_chart_svg(lines: list[tuple[Series, str]], dots: list[tuple[Series, str]] = (), count: int = 48,
-                   right_axis: tuple[Series, str] | None = None) -> str:  # fmt: skip
-    """Lines (and dots) sharing one x range and one y range; `right_axis` is a line on its own y range
-    (a learning rate beside a loss). `count` points at most per line."""
+                   right_axis: tuple[Series, str] | None = None, band: Series = ()) -> str:  # fmt: skip
+    """Lines (and dots) sharing one x range and one y range, their ends as ticks on the axes; `right_axis` is
+    a line on its own y range (a learning rate beside a loss), ticked on the right; `band` is (x, low) and
+    (x, high) pairs' ranges, as (x, (low, high)) points, shaded (a chance band). `count` points at most per line."""
+    band = [(x, lows) for x, lows in band if all(map(math.isfinite, (x, *lows)))]
     every = [p for series, _ in (*lines, *dots, *([right_axis] if right_axis else [])) for p in finite(series)]
     if not every:
         return svg("")
     x_low, x_high = min(x for x, _ in every), max(x for x, _ in every)
-    shared = [p for series, _ in (*lines, *dots) for p in finite(series)]
+    shared = [p for series, _ in (*lines, *dots) for p in finite(series)] + [(x, y) for x, ys in band for y in ys]
     y_low, y_high = (min(y for _, y in shared), max(y for _, y in shared)) if shared else (0.0, 1.0)
     body = []
 
@@ -71,33 +100,59 @@ def line_chart_svg(lines: list[tuple[Series, str]], dots: list[tuple[Series, str
         flat = ",".join(f"{x},{y}" for x, y in coords(thinned(finite(points), count), low, high))
         return f"<polyline points='{flat}' fill='none' stroke='{COLORS[color]}' stroke-width='1.5'/>"
 
+    if band:
+        edge = coords([(x, ys[1]) for x, ys in band], y_low, y_high) + coords(
+            [(x, ys[0]) for x, ys in reversed(band)], y_low, y_high)
+        body.append(f"<polygon points='{','.join(f'{x},{y}' for x, y in edge)}' fill='#999' fill-opacity='.3'/>")
+    right = []
     if right_axis is not None and finite(right_axis[0]):
         values = [y for _, y in finite(right_axis[0])]
         body.append(polyline(right_axis[0], right_axis[1], min(values), max(values)))
+        right = [(2, tick(max(values))), (HEIGHT - 2, tick(min(values)))]
     for points, color in lines:
         body.append(polyline(points, color, y_low, y_high))
     for points, color in dots:
-        marks = "".join(f"M{x},{y}h0" for x, y in coords(finite(points), y_low, y_high))
+        marks = "".join(f"M{x},{y}h0" for x, y in coords(thinned(finite(points), count), y_low, y_high))
         body.append(f"<path d='{marks}' stroke='{COLORS[color]}' stroke-width='5' stroke-linecap='round'/>")
-    return svg("".join(body))
+    left = [(2, tick(y_high)), (HEIGHT - 2, tick(y_low))]
+    bottom = [(8, tick(x_low)), (WIDTH, tick(x_high))]  # end-anchored: the first reads from the left edge
+    return svg("".join(body), left, bottom, right, right_axis[1] if right_axis else "grey")
 
 
-def histogram_svg(edges: Sequence[float], groups: list[tuple[Sequence[int], str]], marks: Sequence[float] = ()) -> str:
-    """Step outlines of binned counts (`groups`: the counts over `edges` and a colour), and dashed
-    vertical lines at `marks` (thresholds) on the same x axis."""
+# The dash patterns that tell groups of thresholds apart (dashed, dotted, long dashes), in the order
+# `DASH_NAMES` names them for a caption.
+DASHES, DASH_NAMES = ("3", "1,2", "7,2"), ("dashed", "dotted", "long dashes")
+
+
+def histogram_svg(edges: Sequence[float], groups: list[tuple[Sequence[int], str]], marks: Sequence[float] = (),
+                  bottom: Ticks = (), mark_styles: Sequence[int] = ()) -> str:  # fmt: skip
+    """Step outlines of binned counts (`groups`: the counts over `edges` and a colour), and vertical lines at
+    `marks` (thresholds) on the same x axis, each dashed as `DASHES[mark_styles[i]]` (so a caption can say
+    which is which). `bottom` labels x positions given in `edges`' units. The first group's counts are
+    ticked on the left; a later group too small to see beside it (under a quarter of its height) is drawn on
+    its own scale, ticked on the right in its colour."""
     low, high = edges[0], edges[-1]
-    top = max((max(counts) for counts, _ in groups if len(counts)), default=0) or 1
     xs = scale(edges, low, high, WIDTH)
-    body = []
-    for counts, color in groups:
+    tops = [max(counts, default=0) or 1 for counts, _ in groups]
+    steps, right, right_color = [], [], "grey"
+    for i, (counts, color) in enumerate(groups):
+        top = tops[0]
+        if i and tops[i] * 4 < tops[0]:
+            top, right, right_color = tops[i], [(2, tick(tops[i]))], color
         ys = scale(counts, 0, top, HEIGHT - 2, flip=True)
         path = f"M0,{HEIGHT}" + "".join(f"V{y + 2}H{x}" for y, x in zip(ys, xs[1:])) + f"V{HEIGHT}"
-        body.append(f"<path d='{path}' fill='{COLORS[color]}' fill-opacity='.25' stroke='{COLORS[color]}'/>")
-    for mark in marks:
-        if low <= mark <= high:
-            x = scale([mark], low, high, WIDTH)[0]
-            body.append(f"<path d='M{x},0V{HEIGHT}' stroke='#000' stroke-dasharray='3'/>")
-    return svg("".join(body))
+        steps.append(f"<path d='{path}' fill='{COLORS[color]}' stroke='{COLORS[color]}'/>")
+    body = [f"<g fill-opacity='.3'>{''.join(steps)}</g>"]
+    styles = [*mark_styles, *[0] * len(marks)]
+    dashed = ""
+    for style, dash in enumerate(DASHES):
+        lines = "".join(f"M{scale([mark], low, high, WIDTH)[0]},0V{HEIGHT}"
+                        for mark, s in zip(marks, styles) if s == style and low <= mark <= high)
+        dashed += f"<path d='{lines}' stroke-dasharray='{dash}'/>" if lines else ""
+    if dashed:
+        body.append(f"<g stroke='#000'>{dashed}</g>")
+    ticks = [(scale([at], low, high, WIDTH)[0], text) for at, text in bottom]
+    return svg("".join(body), [(2, tick(tops[0]))], ticks, right, right_color)
 
 
 def inline_image(svg_text: str, alt: str, caption: str = "") -> str:
@@ -109,10 +164,10 @@ def fits_inline(markdown: str) -> bool:
     return len(markdown) <= INLINE_LIMIT
 
 
-def inline_line_chart(alt: str, caption: str, lines, dots=(), right_axis=None) -> str:
+def inline_line_chart(alt: str, caption: str, lines, dots=(), right_axis=None, band=()) -> str:
     """A line chart's markdown with as many points per line as fit under the UI's inline limit."""
     for count in (64, 48, 36, 28, 20, 14, 10, 6, 2):
-        markdown = inline_image(line_chart_svg(lines, dots, count, right_axis), alt, caption)
+        markdown = inline_image(line_chart_svg(lines, dots, count, right_axis, band), alt, caption)
         if fits_inline(markdown):
             return markdown
     return markdown

@@ -48,6 +48,6 @@ def test_the_training_page_draws_its_curves_in_place(tmp_path):
     )
     page = json.loads((out / "report.json").read_text())["training_run"]
     assert not page["error"]
-    assert "train loss, validation loss and learning rate" in page["alts"]
+    assert "loss and lr" in page["alts"]
     assert page["rendered"] >= 1 and page["rendered"] == page["images"]
     assert (out / "training_run.png").stat().st_size > 10_000

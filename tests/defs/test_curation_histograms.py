@@ -59,6 +59,9 @@ def test_curated_shard_shows_its_histograms_inline_and_whole_beside_its_tables(t
         kept, dropped_count = sum(stored[signal].kept), sum(stored[signal].dropped)
         assert f"kept {kept:,} · dropped {dropped_count:,}" in caption and "\n" not in caption
     assert inline[QUALITY_SCORE].split("\n\n")[1].startswith("classifier: below_threshold")
+    # Each panel says which step's documents it counts, as their totals differ.
+    assert "· at language ID: kept" in inline[LANG_SCORE] and "· at the classifier: kept" in inline[QUALITY_SCORE]
+    assert "· at the quality rules: kept" in inline["q_word_count"] and "hist_legend" in metadata
     # The binned counts are those of the documents each step kept and dropped.
     assert sum(stored[LANG_SCORE].dropped) == dropped.filter(pl.col("stage") == "langid").height
     quality_drops = dropped.filter(pl.col("stage").is_in(["quality", "classifier"])).height
@@ -118,3 +121,23 @@ def test_the_threshold_is_drawn_where_it_falls_on_the_axis():
     for histogram, x in ((share, round(10 / 30 * WIDTH)), (counts, round(9 / 11 * WIDTH))):
         markdown = inline_histogram(histogram, "caption")
         assert f"%3Cpath%20d='M{x},0V64'" in markdown and len(markdown) < 1000
+
+
+def test_threshold_pairs_are_told_apart_and_each_panel_says_what_it_counts():
+    from lm_assets.corpus.curation.histograms import quality_histograms
+    from lm_assets.corpus.curation.rules import preset
+    from lm_assets.defs.curation.assets import inline_histogram, mark_styles, thresholds_legend
+
+    words = {h.signal: h for h in quality_histograms(preset("lm_assets"))}["q_word_count"]
+    assert words.mark_labels == ["min_doc_words 50", "min_doc_chars_cjk 75", "max_doc_words 100,000",
+                                 "max_doc_chars_cjk 150,000"]
+    # The word-count pair and the zh/ja/ko character pair: two dash patterns, and the caption says which.
+    assert mark_styles(words) == [0, 1, 0, 1]
+    assert thresholds_legend(words) == "gopher_quality: dashed doc_words 50–100,000; dotted doc_chars_cjk 75–150,000"
+    assert words.population == "the quality rules"
+    word_length = {h.signal: h for h in quality_histograms(preset("lm_assets"))}["q_mean_word_length"]
+    assert word_length.population == "the quality rules, zh/ja/ko left out"
+    words.kept = [(7 * i) % 13 for i in range(len(words.kept))]
+    words.dropped = [i % 2 for i in range(len(words.kept))]
+    markdown = inline_histogram(words, "caption")
+    assert len(markdown) <= INLINE_LIMIT and "stroke-dasharray='1,2'" in markdown and "stroke-dasharray='3'" in markdown

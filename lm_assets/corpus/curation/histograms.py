@@ -33,9 +33,11 @@ COUNT_STEPS = (1, 2, 3, 5, 7.5)
 
 @dataclass
 class Histogram:
-    """A score's binned counts over `edges`, of kept and of dropped documents; `marks` are the thresholds,
-    `rule` names the rules (or the filter) that compare the score to them, `reasons` are those rules' drop
-    reasons (quality rules only)."""
+    """A score's binned counts over `edges`, of kept and of dropped documents; `marks` are the thresholds and
+    `mark_labels` what each is (`min_doc_words 50`), `mark_groups` the pairs they form (a threshold
+    for zh, ja and ko beside one for the other languages, one per language), `rule` names the rules (or the filter) that compare the
+    score to them, `reasons` are those rules' drop reasons (quality rules only), and `population` names the
+    step whose documents are counted (those that reached it), so panels of different steps differ in total."""
 
     signal: str
     rule: str
@@ -44,11 +46,16 @@ class Histogram:
     reasons: list[str] = field(default_factory=list)
     kept: list[int] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
+    mark_labels: list[str] = field(default_factory=list)
+    mark_groups: list[str] = field(default_factory=list)
+    population: str = ""
 
     def __post_init__(self):
         bins = len(self.edges) - 1
         self.kept = self.kept or [0] * bins
         self.dropped = self.dropped or [0] * bins
+        self.mark_labels = self.mark_labels or [number(mark) for mark in self.marks]
+        self.mark_groups = self.mark_groups or [""] * len(self.marks)
 
     def add(self, values: pl.Series | None, group: str) -> None:
         """Count `values` (nulls and NaNs skipped) in `group`, KEPT or DROPPED."""
@@ -94,7 +101,10 @@ def edges_for(signal: str, thresholds: list[float]) -> list[float]:
 
 
 def number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 1000 else f"{value:g}"
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
+QUALITY_STEP = "the quality rules"
 
 
 def quality_histograms(cfg: QualityConfig) -> list[Histogram]:
@@ -103,11 +113,29 @@ def quality_histograms(cfg: QualityConfig) -> list[Histogram]:
     for reason, signal, threshold in enabled_rules(cfg):
         if not isinstance(threshold, bool):
             by_signal.setdefault(signal, []).append((reason, threshold))
-    return [
-        Histogram(signal, rules_text(rules), edges_for(signal, [t for _, t in rules]),
-                  sorted({float(t) for _, t in rules}), [reason for reason, _ in rules])
-        for signal, rules in by_signal.items()
-    ]  # fmt: skip
+    histograms = []
+    for signal, rules in by_signal.items():
+        named = [(reason.split(":", 1)[1], float(t)) for reason, t in rules]
+        marks, labels, groups = labelled_marks(named, lambda name: CJK_GROUP if name.endswith("_cjk") else "")
+        population = QUALITY_STEP + (", zh/ja/ko left out" if signal in NOT_FOR_CJK else "")
+        histograms.append(Histogram(signal, rules_text(rules), edges_for(signal, marks), marks,
+                                    [reason for reason, _ in rules], mark_labels=labels, mark_groups=groups,
+                                    population=population))
+    return histograms
+
+
+CJK_GROUP = "zh, ja, ko"
+
+
+def labelled_marks(named: list[tuple[str, float]], group=lambda name: name) -> tuple[list[float], list[str], list[str]]:
+    """Thresholds in order, each labelled with the names that cut there and its value (`min_doc_words 50`),
+    and the group of its first name (`group(name)`: by default the name itself, as a language is)."""
+    by_mark: dict[float, list[str]] = {}
+    for name, mark in named:
+        by_mark.setdefault(mark, []).append(name)
+    marks = sorted(by_mark)
+    return (marks, [f"{', '.join(by_mark[mark])} {number(mark)}" for mark in marks],
+            [group(by_mark[mark][0]) for mark in marks])
 
 
 def rules_text(rules: list[tuple[str, float]]) -> str:
@@ -116,9 +144,11 @@ def rules_text(rules: list[tuple[str, float]]) -> str:
     return f"{family}: " + ", ".join(f"{reason.split(':', 1)[1]} {number(t)}" for reason, t in rules)
 
 
-def score_histogram(signal: str, rule: str, marks: list[float]) -> Histogram:
-    """A score between 0 and 1 (language ID, the classifier)."""
-    return Histogram(signal, rule, linear_edges(1.0, SCORE_BINS), sorted(set(marks)))
+def score_histogram(signal: str, rule: str, named_marks: list[tuple[str, float]], population: str) -> Histogram:
+    """A score between 0 and 1 (language ID, the classifier), its thresholds named."""
+    marks, labels, groups = labelled_marks(named_marks)
+    return Histogram(signal, rule, linear_edges(1.0, SCORE_BINS), marks, mark_labels=labels, mark_groups=groups,
+                     population=population)
 
 
 def add_signals(histograms: dict[str, Histogram], frame: pl.DataFrame, group: str) -> None:
@@ -158,32 +188,45 @@ def summed(shards: list[dict[str, Histogram]]) -> tuple[dict[str, Histogram], in
             else:
                 into.kept = [a + b for a, b in zip(into.kept, histogram.kept)]
                 into.dropped = [a + b for a, b in zip(into.dropped, histogram.dropped)]
-                into.marks = sorted(set(into.marks) | set(histogram.marks))
+                both = (dict(zip(into.marks, zip(into.mark_labels, into.mark_groups)))
+                        | dict(zip(histogram.marks, zip(histogram.mark_labels, histogram.mark_groups))))
+                into.marks = sorted(both)
+                into.mark_labels, into.mark_groups = ([both[mark][i] for mark in into.marks] for i in (0, 1))
     return total, left_out
 
 
-def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int = 5, dpi: int = 72) -> bytes:
-    """One panel per histogram in a grid: kept and dropped documents as steps, the thresholds as vertical
-    lines, each titled with its signal and its rule; count signals on a logarithmic x axis."""
+def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int = 4, dpi: int = 72) -> bytes:
+    """One panel per histogram in a grid: kept and dropped documents as steps (dropped ones drawn taller by a
+    factor the title gives where they would not show beside the kept ones), the thresholds as vertical lines
+    named at their top and dashed by group, each titled with its signal, the step whose documents it counts
+    and its rule, in type that reads at the figure's size; count signals on a logarithmic x axis."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
     from PIL import Image
 
     rows = max(1, math.ceil(len(histograms) / columns))
-    height = 2.5 * rows + 0.9
-    figure = Figure(figsize=(3.4 * columns, height), dpi=dpi)
+    height = 3.9 * rows + 1.2
+    figure = Figure(figsize=(5.2 * columns, height), dpi=dpi)
     FigureCanvasAgg(figure)
     # A fixed layout: matplotlib's constrained one measures every tick label and takes half the time.
     axes = figure.subplots(rows, columns, squeeze=False, gridspec_kw={
-        "left": 0.03, "right": 0.99, "bottom": 0.3 / height, "top": 1 - 1.3 / height, "wspace": 0.25, "hspace": 0.75,
+        "left": 0.02, "right": 0.99, "bottom": 0.3 / height, "top": 1 - 2.0 / height, "wspace": 0.12, "hspace": 0.9,
     }).ravel()
     for ax, histogram in zip(axes, histograms.values()):
         edges = np.array(histogram.edges)
-        for group, color in ((KEPT, "#1e8e3e"), (DROPPED, "#d93025")):
-            ax.stairs(getattr(histogram, group), edges, fill=True, alpha=0.35, color=color)
-        for mark in histogram.marks:
-            ax.axvline(mark, color="black", linestyle="--", linewidth=1)
+        kept_top, dropped_top = max(histogram.kept, default=0), max(histogram.dropped, default=0)
+        taller = max(1, kept_top // (2 * dropped_top)) if dropped_top else 1
+        ax.stairs(histogram.kept, edges, fill=True, alpha=0.35, color="#1e8e3e")
+        ax.stairs([n * taller for n in histogram.dropped], edges, fill=True, alpha=0.5, color="#d93025")
+        groups = list(dict.fromkeys(histogram.mark_groups))
+        for i, (mark, label, group) in enumerate(zip(histogram.marks, histogram.mark_labels, histogram.mark_groups)):
+            ax.axvline(mark, color="black", linestyle=("--", ":", "-.")[groups.index(group) % 3], linewidth=1.2)
+            # Left of the line in the right half of the axis, so that the label stays inside the panel.
+            right_half = histogram.position(mark) > (len(edges) - 1) / 2
+            ax.annotate(label, (mark, 1 - 0.09 * (i % 4)), xycoords=("data", "axes fraction"), fontsize=10,
+                        xytext=(-2 if right_half else 2, -2), textcoords="offset points", va="top",
+                        ha="right" if right_half else "left")
         if histogram.signal in COUNT_SIGNALS:
             ax.set_xscale("symlog", linthresh=1)
         else:
@@ -193,11 +236,13 @@ def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int =
         ax.yaxis.set_visible(False)
         ax.set_xlim(edges[0], edges[-1])
         counts = f"kept {sum(histogram.kept):,} · dropped {sum(histogram.dropped):,}"
-        ax.set_title(f"{histogram.signal}: {counts}\n{textwrap.fill(histogram.rule, 48)}", fontsize=7)
-        ax.tick_params(labelsize=6)
+        counts += f" (drawn ×{taller})" if taller > 1 else ""
+        counted = f"\nat {histogram.population}" if histogram.population else ""
+        ax.set_title(f"{histogram.signal}: {counts}{counted}\n{textwrap.fill(histogram.rule, 48)}", fontsize=12)
+        ax.tick_params(labelsize=10)
     for ax in axes[len(histograms):]:
         ax.set_axis_off()
-    figure.suptitle(f"{title}\n(values beyond an axis count in its end bin)".strip(), fontsize=9)
+    figure.suptitle(f"{title}\n(kept green, dropped red; values beyond an axis count in its end bin)".strip(), fontsize=15)
     drawn = io.BytesIO()
     figure.savefig(drawn, format="png")
     # 256 colours draw these plots as well as millions, in a third of the bytes.

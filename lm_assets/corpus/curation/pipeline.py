@@ -161,21 +161,19 @@ def step_histograms(config: CurationConfig, steps: list[str]) -> dict[str, Histo
     planned = []
     if "langid" in steps:
         low, allowed = config.langid.min_score, ", ".join(config.langid.allowed)
-        planned.append(score_histogram(LANG_SCORE, f"langid: min_score {low:g} (share in {allowed})", [low]))
+        planned.append(score_histogram(LANG_SCORE, f"langid: min_score {low:g} (share in {allowed})",
+                                       [("min_score", low)], "language ID"))
     if "quality" in steps:
         planned += quality_histograms(config.quality)
     if "classifier" in steps:
         if config.policy == "rules":
             rule, marks = "classifier: scores only (policy rules)", []
         elif config.threshold is not None:
-            rule, marks = f"classifier: below_threshold {config.threshold:g}", [config.threshold]
+            rule, marks = f"classifier: below_threshold {config.threshold:g}", [("all", config.threshold)]
         else:
-            cuts = config.classifier.thresholds
-            rule = "classifier: below_threshold " + ", ".join(
-                f"{'others' if lang == policy.ANY else lang} {cut:.3g}" for lang, cut in cuts.items()
-            )
-            marks = list(cuts.values())
-        planned.append(score_histogram(QUALITY_SCORE, rule, marks))
+            marks = [("others" if lang == policy.ANY else lang, cut) for lang, cut in config.classifier.thresholds.items()]
+            rule = "classifier: below_threshold " + ", ".join(f"{lang} {cut:.3g}" for lang, cut in marks)
+        planned.append(score_histogram(QUALITY_SCORE, rule, marks, "the classifier"))
     return {histogram.signal: histogram for histogram in planned}
 
 

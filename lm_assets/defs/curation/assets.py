@@ -13,7 +13,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.charts import fits_inline, histogram_svg, inline_image
+from lm_assets.charts import DASH_NAMES, DASHES, fits_inline, histogram_svg, inline_image, tick
 from lm_assets.corpus.curation import rules
 from lm_assets.corpus.curation.extract import CONTROL_CHARS, EXTRACTED, EXTRACTORS, ExtractConfig, ExtractionRun
 from lm_assets.corpus.curation.histograms import (
@@ -45,6 +45,7 @@ from lm_assets.defs.common.reporting import (
     config_hash,
     document_previews,
     drop_audit_metadata,
+    drop_metadata,
     length_histogram,
     markdown_table,
     significant,
@@ -454,7 +455,10 @@ def curate_shard(shard: str, config: CuratedShardConfig, storage: StorageResourc
 
 
 HISTOGRAMS_PNG, HISTOGRAMS_JSON = "quality_histograms.png", "quality_histograms.json"
-FIGURE_LEGEND = "kept (green) and dropped (red) documents by score, thresholds dashed"
+FIGURE_LEGEND = "kept (green) and dropped (red) documents by score, thresholds dashed and named"
+INLINE_LEGEND = ("kept green, dropped red (on its own scale, ticked right in red, when it is too small to see); each "
+                 "panel counts the documents that reached its step: language ID, the quality rules (after language "
+                 "ID) or the classifier (after the hard rules), so the totals differ")
 
 
 def inline_histograms(histograms: dict[str, Histogram], dropped: pl.DataFrame) -> dict:
@@ -466,18 +470,50 @@ def inline_histograms(histograms: dict[str, Histogram], dropped: pl.DataFrame) -
         dropped_by_rule = sum(by_rule.get(reason, 0) for reason in histogram.reasons)
         if signal not in (LANG_SCORE, QUALITY_SCORE) and not dropped_by_rule:
             continue
-        caption = f"{histogram.rule} · kept {sum(histogram.kept):,} · dropped {sum(histogram.dropped):,}"
+        # Each signal counts the documents that reached its step, so the totals differ from panel to panel.
+        counts = f"kept {sum(histogram.kept):,} · dropped {sum(histogram.dropped):,}"
+        caption = f"{thresholds_legend(histogram)} · " + (f"at {histogram.population}: " if histogram.population else "") + counts
         if histogram.reasons:
             caption += f" ({dropped_by_rule:,} by its rule{'s' if len(histogram.reasons) > 1 else ''})"
         entries[f"hist/{signal}"] = dg.MetadataValue.md(inline_histogram(histogram, caption))
-    return entries
+    return {"hist_legend": dg.MetadataValue.text(INLINE_LEGEND), **entries} if entries else {}
+
+
+def mark_styles(histogram: Histogram) -> list[int]:
+    """Each threshold's dash pattern (`charts.DASHES`): one per group of thresholds, so the pairs read apart."""
+    groups = list(dict.fromkeys(histogram.mark_groups))
+    return [groups.index(group) % len(DASHES) for group in histogram.mark_groups]
+
+
+def as_range(labels: list[str]) -> str:
+    """`min_doc_words 50` and `max_doc_words 100,000` as `doc_words 50–100,000`; other labels as a list."""
+    names = [label.rsplit(" ", 1) for label in labels]
+    if len(names) == 2 and names[0][0].startswith("min_") and names[1][0] == "max_" + names[0][0][4:]:
+        return f"{names[0][0][4:]} {names[0][1]}–{names[1][1]}"
+    return ", ".join(labels)
+
+
+def thresholds_legend(histogram: Histogram) -> str:
+    """The rule, and which dashes are which thresholds where they form more than one group:
+    `gopher_quality: dashed doc_words 50–100,000; dotted doc_chars_cjk 75–150,000`."""
+    groups = list(dict.fromkeys(histogram.mark_groups))
+    if len(groups) <= 1:
+        return histogram.rule + (" (dashed)" if histogram.marks else "")
+    parts = []
+    for i, group in enumerate(groups):
+        labels = [label for label, g in zip(histogram.mark_labels, histogram.mark_groups) if g == group]
+        parts.append(f"{DASH_NAMES[i % len(DASHES)]} {as_range(labels)}")
+    # The rule's words before its first threshold: `gopher_quality`, `classifier: below_threshold`.
+    first = histogram.mark_labels[0].rsplit(" ", 1)[0]
+    head = histogram.rule.split(first, 1)[0].rstrip(": ") if first in histogram.rule else histogram.rule
+    return f"{head}: " + "; ".join(parts)
 
 
 def inline_histogram(histogram: Histogram, caption: str) -> str:
-    """The histogram drawn bin by bin (so count bins read as a log scale), its neighbouring bins merged until
-    the markdown fits the UI's inline limit."""
+    """The histogram drawn bin by bin (so count bins read as a log scale), the axis's ends labelled, the
+    thresholds dashed by group, its neighbouring bins merged until the markdown fits the UI's inline limit."""
     bins = len(histogram.kept)
-    for merge in (1, 2, 3, 4, 5, 8, 10):
+    for merge in (1, 2, 3, 4, 5, 8, 10, 20):
         edges = [min(i * merge, bins) / merge for i in range(-(-bins // merge) + 1)]
         kept, dropped = ([sum(counts[i:i + merge]) for i in range(0, bins, merge)]
                          for counts in (histogram.kept, histogram.dropped))  # fmt: skip
@@ -486,7 +522,9 @@ def inline_histogram(histogram: Histogram, caption: str) -> str:
         edges = [edges[i] for i in starts] + [edges[-1]]
         groups = [([kept[i] for i in starts], "green"), ([dropped[i] for i in starts], "red")]
         marks = [histogram.position(mark) / merge for mark in histogram.marks]
-        markdown = inline_image(histogram_svg(edges, groups, marks), histogram.signal, caption)
+        ends = [(0, tick(histogram.edges[0])), (edges[-1], tick(histogram.edges[-1]))]
+        svg_text = histogram_svg(edges, groups, marks, ends, mark_styles(histogram))
+        markdown = inline_image(svg_text, histogram.signal, caption)
         if fits_inline(markdown):
             break
     return markdown
@@ -578,8 +616,7 @@ def curation_summary(context: dg.AssetExecutionContext, storage: StorageResource
         "documents": sum(sum(h.kept) + sum(h.dropped) for h in total.values() if h.signal == LANG_SCORE),
         **({"histograms_left_out": dg.MetadataValue.text(f"{left_out} shard histograms binned under other thresholds")}
            if left_out else {}),  # fmt: skip
-        "drop_reasons": markdown_table(dropped.group_by("stage", "reason").len("docs").sort("docs", descending=True),
-                                       max_rows=40),  # fmt: skip
+        **drop_metadata(dropped),
         **inline_histograms(total, dropped),
         **figure_metadata(png, store.uri(key)),
     })

@@ -15,7 +15,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.charts import INLINE_LIMIT
+from lm_assets.charts import INLINE_LIMIT, inline_line_chart
 from lm_assets.corpus.decontam.contamination import SPLITS as BENCHMARK_SPLITS
 from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
@@ -126,6 +126,31 @@ def trend_table(instance: dg.DagsterInstance, asset: str, current: str, result: 
     names = sorted({name for column in columns.values() for name in column})
     table = pl.DataFrame({"group": names, **{c: [round(col.get(n, float("nan")), 3) for n in names] for c, col in columns.items()}})
     return markdown_table(table, max_rows=120)
+
+
+def accuracy_chart(instance: dg.DagsterInstance, asset: str, current: str, result: dict) -> dg.MetadataValue:
+    """acc across the checkpoints of this one's run (this one included), the chance band shaded under it."""
+    run, _ = parse_checkpoint_key(current)
+    acc, band = [], []
+    for checkpoint in instance.get_dynamic_partitions(checkpoint_partitions.name):
+        checkpoint_run, tag = parse_checkpoint_key(checkpoint)
+        if checkpoint_run != run or not re.fullmatch(r"step_\d+", tag):
+            continue
+        if checkpoint == current:
+            overall = result["overall"]
+            value, low, high = overall["acc"], overall["chance_low"], overall["chance_high"]
+        else:
+            metadata = latest_metadata(instance, dg.AssetKey(asset), checkpoint)
+            value = series_value(metadata, checkpoint, "acc")
+            shown = metadata.get("chance_band") if metadata else None
+            if value is None or shown is None:
+                continue
+            low, high = map(float, shown.value.split("–"))
+        step = int(tag.removeprefix("step_"))
+        acc.append((step, value))
+        band.append((step, (low, high)))
+    caption = f"{run}: acc by step (blue) over the chance band (grey) of each checkpoint"
+    return dg.MetadataValue.md(inline_line_chart("acc", caption, [(acc, "blue")], band=band))
 
 
 def group_key(name: str) -> str:
@@ -719,7 +744,8 @@ def benchmark_result(
     checkpoint = context.partition_key
     return dg.MaterializeResult(
         metadata=score_metadata(result, checkpoint) | ran_on | publish_questions(store, checkpoint, result)
-        | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), checkpoint, result)},
+        | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), checkpoint, result),
+           "acc_by_checkpoint": accuracy_chart(context.instance, context.asset_key.to_user_string(), checkpoint, result)},
         check_results=score_checks(result, expected, training_loss(store, checkpoint), em.cfg.vocab_size),
     )
 

@@ -416,6 +416,6 @@ def curves_markdown(history: list[dict]) -> str:
     if vals:
         caption += f" · val loss {vals[-1][1]:.3f} at step {vals[-1][0]} (dots)"
     if lrs:
-        caption += f" · lr {significant(max(v for _, v in lrs))} peak, {significant(lrs[-1][1])} at the end (grey)"
-    return inline_line_chart("train loss, validation loss and learning rate", caption, [(losses, "blue")],
+        caption += f" · lr (grey, right axis) peak {significant(max(v for _, v in lrs))}"
+    return inline_line_chart("loss and lr", caption, [(losses, "blue")],
                              [(vals, "red")] if vals else [], (lrs, "grey") if lrs else None)  # fmt: skip
