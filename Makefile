@@ -32,11 +32,18 @@ PYTEST_WORKERS ?= 2
 test: install
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
-# The UI's defaults suit the sample crawl: the offline toxicity model, a small vocabulary, short sequences.
-ui: install $(DAGSTER_HOME)/dagster.yaml
-	LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} \
+# The UI's defaults suit the sample crawl: the offline toxicity model, a small vocabulary, short sequences,
+# and the Launchpad's training settings those `make demo` trained with. dagster dev runs under
+# lm_assets.app.process_tree, so that a stop (Ctrl-C, or SIGTERM to make's group) ends its webserver, daemon
+# and code servers too.
+UI_DEFAULTS = LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} \
 	LM_ASSETS_VOCAB_SIZE=$${LM_ASSETS_VOCAB_SIZE:-4000} LM_ASSETS_SEQ_LEN=$${LM_ASSETS_SEQ_LEN:-257} \
+	LM_ASSETS_LAUNCHPAD_DEFAULTS=$${LM_ASSETS_LAUNCHPAD_DEFAULTS-sample}
+DAGSTER_DEV = $(BIN)/python -m lm_assets.app.process_tree -- \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
+
+ui: install $(DAGSTER_HOME)/dagster.yaml
+	$(UI_DEFAULTS) $(DAGSTER_DEV)
 
 # The UI and daemon on the production instance's storage (deploy/dagster-production.yaml): a local
 # PostgreSQL server (the dev extra's pgserver binaries) under $(POSTGRES_HOME), stopped when the UI exits.
@@ -44,9 +51,7 @@ POSTGRES_HOME ?= $(CURDIR)/.dagster_home_postgres
 ui-postgres: install
 	@eval "$$($(BIN)/lm-assets postgres-home $(POSTGRES_HOME))" && \
 	trap '$(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop' EXIT && \
-	LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} \
-	LM_ASSETS_VOCAB_SIZE=$${LM_ASSETS_VOCAB_SIZE:-4000} LM_ASSETS_SEQ_LEN=$${LM_ASSETS_SEQ_LEN:-257} \
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
+	$(UI_DEFAULTS) $(DAGSTER_DEV)
 
 # The bench extra: datatrove, trafilatura, lm-eval and the other packages bench/ imports.
 $(VENV)/.bench-installed: $(VENV)/.installed

@@ -1,12 +1,14 @@
 """Screenshots of the Dagster UI after `make demo`, taken with headless Chromium through Playwright.
 
-    pip install playwright            # any environment; the system Chromium is used, nothing is downloaded
-    python scripts/ui_screenshots.py OUT_DIR [--port 3123] [--chromium /usr/bin/chromium]
+    .venv/bin/python scripts/ui_screenshots.py OUT_DIR [--port 3123] [--chromium /usr/bin/chromium]
 
-Starts `make ui` on the port (on the instance in $DAGSTER_HOME), captures the pages below (the training
-run, the evaluation trend across checkpoints, a shard's checks and quality histograms per partition, the
-readable previews), writes what each page shows to `report.json` (its images, and how many rendered),
-then stops it. `--only training_run,curated_shard_partition` takes some of the pages.
+Playwright comes with the dev extra (`make install`); the browser is the system's Chromium (Debian's
+`chromium` package), nothing is downloaded. Starts `make ui` on the port (on the instance in
+$DAGSTER_HOME), captures the pages below (the training run, the evaluation trend across checkpoints, a
+shard's checks and quality histograms per partition, the readable previews, the Launchpad of
+`shard_curation_job` with a shard picked, the Automation page, a checkpoint's samples), writes what each
+page shows to `report.json` (its images, how many rendered, whether Launch is enabled), then stops it.
+`--only training_run,curated_shard_partition` takes some of the pages.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-from playwright.sync_api import sync_playwright
 
 # name, path, then the texts to click in order (a tab, a check, ...); where a text shows more than
 # once, the last visible one is clicked (a check's own Partitions tab comes after the asset's).
@@ -39,10 +40,33 @@ PAGES = [
     ("curated_shard", "/assets/curated_shard", []),
     ("raw_shard", "/assets/raw_shard", []),
     ("packed_dataset", "/assets/packed_dataset", []),
-    ("packed_dataset_sequence", "/assets/packed_dataset", ["[Show Markdown]"]),
     ("curated_shard_full_text", "/assets/curated_shard", ["[Show Markdown]"]),
     ("runs", "/runs", []),
+    ("automation", "/automation", []),
+    ("checkpoint_samples", "/assets/checkpoint_samples?view=partitions", []),
+    # The job's Launchpad, its first shard picked in the partition selector, the scaffold expanded.
+    ("curated_shard_launchpad", "/locations/lm_assets/jobs/shard_curation_job/playground",
+     ["Select a partition", "crawl-00000.warc.gz", "Scaffold missing config"]),
 ]
+CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+
+
+def default_chromium() -> str | None:
+    """Debian's Chromium where it is installed, else a chromium on the PATH."""
+    return next((p for p in CHROMIUM_PATHS if os.access(p, os.X_OK)), None) or shutil.which("chromium") \
+        or shutil.which("chromium-browser")
+
+
+def playwright_api():
+    """Playwright's sync API, imported when a capture starts, so that `--help` works without it."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        raise SystemExit(
+            f"ui_screenshots needs playwright ({exc}): it comes with the dev extra, `make install` or "
+            "`.venv/bin/pip install -e '.[dev]'`; the browser is the system's Chromium (`apt-get install chromium`)"
+        ) from exc
+    return sync_playwright
 
 
 def wait_for(url: str, seconds: int = 180) -> None:
@@ -59,8 +83,10 @@ def wait_for(url: str, seconds: int = 180) -> None:
 def capture(out: Path, port: int, chromium: str, pages: list[tuple] = PAGES) -> dict:
     """Screenshots of `pages` under `out`, and what each shows (`page_report`), also in `out/report.json`."""
     report = {}
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+    with playwright_api()() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
         # The UI scrolls inside its own panes, so a tall window shows a whole page.
         page = browser.new_page(viewport={"width": 1600, "height": 4000})
         for name, path, clicks in pages:
@@ -97,16 +123,26 @@ def page_report(page) -> dict:
         "rendered": sum(1 for i in images if i["complete"] and i["width"] > 0 and i["height"] > 0),
         "alts": sorted({i["alt"] for i in images if i["alt"]}),
         "error": page.get_by_text("Unexpected GraphQL error").count() > 0,
+        "launch_enabled": launch_enabled(page),
     }
+
+
+def launch_enabled(page) -> bool | None:
+    """On a Launchpad, whether its Launch button can be pressed (None elsewhere)."""
+    buttons = [b for b in page.get_by_role("button").all() if b.is_visible() and (b.text_content() or "").strip()
+               .startswith(("Launch Run", "Launch run", "Materialize"))]  # fmt: skip
+    return buttons[-1].is_enabled() if buttons else None
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--port", type=int, default=3123)
-    parser.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
+    parser.add_argument("--chromium", default=default_chromium(), help="the Chromium to drive (default: Debian's)")
     parser.add_argument("--only", default="", help="comma-separated page names (default: all)")
     args = parser.parse_args()
+    if not args.chromium:
+        parser.error("no Chromium found: install Debian's (`apt-get install chromium`) or pass --chromium")
     only = set(filter(None, args.only.split(",")))
     pages = [p for p in PAGES if not only or p[0] in only]
     if only - {p[0] for p in PAGES}:

@@ -9,6 +9,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_process_outlives_the_tests():
+    """Whatever a test started and left running (a gRPC code server, a server's worker) is stopped when the
+    tests of this process end, so that none outlives `make test`, its parent gone."""
+    yield
+    from lm_assets.app.process_tree import cmdline, descendants, stop_tree
+
+    left = {pid: command for pid in descendants(os.getpid()) if (command := cmdline(pid))}
+    if left:
+        stop_tree(os.getpid(), grace_s=5, include_root=False)
+        print(f"\nstopped {len(left)} processes the tests left running: {sorted(left.values())[:5]}")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,8 +6,10 @@ a backfill, the evaluation sensor, run monitoring and run_worker_sensor, all on 
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -15,6 +17,7 @@ import pytest
 import yaml
 
 from lm_assets.app.postgres import instance_config, server
+from lm_assets.app.process_tree import alive, cmdline, descendants, stop_tree
 from tests.support.warc_builder import WarcBuilder, page
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,14 +63,24 @@ def production_instance(tmp_path, postgres, s3_server, monkeypatch):
         yield instance
 
 
+@contextmanager
 def code_server_workspace(instance: dg.DagsterInstance):
-    """The code location served by a real gRPC code server process, as the daemon and webserver load it."""
+    """The code location served by a real gRPC code server process, as the daemon and webserver load it.
+    Closing the workspace asks the server to shut down and does not wait: the server is stopped here,
+    or it outlives the tests."""
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import ModuleTarget
 
     target = ModuleTarget(module_name="lm_assets.definitions", attribute="defs", working_directory=str(REPO),
                           location_name="lm_assets")
-    return WorkspaceProcessContext(instance, target)
+    before = descendants(os.getpid())
+    with WorkspaceProcessContext(instance, target) as workspace:
+        servers = {pid for pid in descendants(os.getpid()) - before if "api grpc" in cmdline(pid)}
+        assert servers, "no code server process"
+        yield workspace
+    for pid in servers:
+        stop_tree(pid, grace_s=10)
+    assert not [pid for pid in servers if alive(pid)]
 
 
 def daemon_tick(workspace, *sensor_names: str) -> None:

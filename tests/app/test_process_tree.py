@@ -1,0 +1,100 @@
+"""What `make ui` starts stops: lm_assets.app.process_tree runs a command and, told to stop, stops every
+process the command started, those in sessions of their own, those that ignore SIGTERM and those whose parent
+already exited included."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from pathlib import Path
+
+from lm_assets.app.process_tree import alive, cmdline, descendants
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A parent that starts: a child in a session of its own that ignores SIGTERM, and a middle process that
+# starts a grandchild and exits at once, leaving it without a parent (as a webserver can leave its code
+# server). Each writes its pid to the folder given.
+STUBBORN_TREE = textwrap.dedent("""
+    import os, signal, subprocess, sys, time
+    out = sys.argv[1]
+    ignore = "import signal, time, os, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \\
+             "open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close(); time.sleep(600)"
+    subprocess.Popen([sys.executable, "-c", ignore, out], start_new_session=True)
+    middle = "import subprocess, sys; subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[2]])"
+    subprocess.run([sys.executable, "-c", middle, ignore, out])
+    open(os.path.join(out, str(os.getpid())), "w").close()
+    time.sleep(600)
+""")
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+def test_a_stop_ends_every_process_the_command_started(tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    wrapper = subprocess.Popen(
+        [sys.executable, "-m", "lm_assets.app.process_tree", "--grace-s", "2", "--",
+         sys.executable, "-c", STUBBORN_TREE, str(pids)],
+        cwd=ROOT, start_new_session=True,
+    )
+    assert wait_until(lambda: len(list(pids.iterdir())) == 3, 30)
+    started = {int(p.name) for p in pids.iterdir()}
+    # The orphaned grandchild is still under the wrapper, which is its subreaper.
+    assert started <= descendants(wrapper.pid)
+    os.killpg(wrapper.pid, signal.SIGTERM)  # as a terminal or a supervisor stops `make ui`'s group
+    assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not [pid for pid in started if alive(pid)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_dagster_dev_stops_whole_with_its_webserver_daemon_and_code_server(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((ROOT / "deploy/dagster.yaml").read_text())
+    port = free_port()
+    dagster = Path(sys.executable).parent / "dagster"
+    # The handlers a backgrounded shell leaves: SIGINT and SIGTERM ignored, which dagster dev inherits.
+    ignoring = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); " \
+               "signal.signal(signal.SIGTERM, signal.SIG_IGN); os.execvp(sys.argv[1], sys.argv[1:])"
+    wrapper = subprocess.Popen(
+        [sys.executable, "-c", ignoring, sys.executable, "-m", "lm_assets.app.process_tree", "--grace-s", "10", "--",
+         str(dagster), "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "DAGSTER_HOME": str(home)},
+    )
+    try:
+        def serving() -> bool:
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2).status == 200
+            except OSError:
+                return False
+
+        assert wait_until(serving, 180), "dagster dev did not serve"
+        assert wait_until(lambda: any("api grpc" in cmdline(pid) for pid in descendants(wrapper.pid)), 120)
+        started = descendants(wrapper.pid)
+        commands = " | ".join(cmdline(pid) for pid in started)
+        # dagster dev, the webserver, the daemon and a code server
+        assert all(name in commands for name in ("dagster dev", "dagster_webserver", "dagster._daemon", "api grpc"))
+    finally:
+        os.killpg(wrapper.pid, signal.SIGTERM)
+        returncode = wrapper.wait(timeout=60)
+    assert returncode == 128 + signal.SIGTERM
+    assert wait_until(lambda: not [pid for pid in started if alive(pid)], 5), [cmdline(p) for p in started if alive(p)]
+
