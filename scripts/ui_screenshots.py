@@ -14,6 +14,7 @@ page shows to `report.json` (its images, how many rendered, whether Launch is en
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -24,8 +25,9 @@ import urllib.request
 from pathlib import Path
 
 
-# name, path, then the texts to click in order (a tab, a check, ...); where a text shows more than
-# once, the last visible one is clicked (a check's own Partitions tab comes after the asset's).
+# name, path, then the texts to click in order (a tab, a check, ...; `placeholder:X` is the input whose
+# placeholder is X); where a text shows more than once, the last visible one is clicked (a check's own
+# Partitions tab comes after the asset's).
 PAGES = [
     ("training_run", "/assets/training_run", []),
     ("training_run_curves", "/assets/training_run", ["[Show Markdown]"]),
@@ -46,7 +48,7 @@ PAGES = [
     ("checkpoint_samples", "/assets/checkpoint_samples?view=partitions", []),
     # The job's Launchpad, its first shard picked in the partition selector, the scaffold expanded.
     ("curated_shard_launchpad", "/locations/lm_assets/jobs/shard_curation_job/playground",
-     ["Select a partition", "crawl-00000.warc.gz", "Scaffold missing config"]),
+     ["placeholder:Partition", "crawl-00000.warc.gz"]),
 ]
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 
@@ -96,11 +98,14 @@ def capture(out: Path, port: int, chromium: str, pages: list[tuple] = PAGES) -> 
             if skip.count():
                 skip.first.click()
             for text in clicks:
-                visible = [m for m in page.get_by_text(text, exact=True).all() if m.is_visible()]
-                if not visible:
+                found = (page.get_by_placeholder(text.removeprefix("placeholder:")) if text.startswith("placeholder:")
+                         else page.get_by_text(text, exact=True))
+                visible = [m for m in found.all() if m.is_visible()]
+                if not visible or not visible[-1].is_enabled():
+                    # A disabled "Scaffold missing config" means nothing is missing.
                     print(f"  {name}: nothing to click named {text!r}; the page as it is")
                     continue
-                visible[-1].click()
+                visible[-1].click(timeout=10_000)
                 page.wait_for_load_state("networkidle")
             page.wait_for_timeout(1500)
             page.screenshot(path=str(out / f"{name}.png"), full_page=True)
@@ -155,20 +160,24 @@ def main() -> None:
             wait_for(f"http://127.0.0.1:{args.port}/server_info")
             capture(args.out, args.port, args.chromium, pages)
         finally:
-            stop_group(ui.pid)
+            stop_group(ui)
 
 
-def stop_group(pgid: int, seconds: int = 30) -> None:
-    """SIGTERM to `make ui` and the dagster processes under it, SIGKILL to what is left after `seconds`."""
-    os.killpg(pgid, signal.SIGTERM)
+def stop_group(make: subprocess.Popen, seconds: int = 30) -> None:
+    """SIGTERM to `make ui`'s process group (make and lm_assets.app.process_tree, which stops dagster dev's
+    processes), SIGKILL to what is left after `seconds`."""
+    os.killpg(make.pid, signal.SIGTERM)
     deadline = time.time() + seconds
     while time.time() < deadline:
+        make.poll()  # reaps make: until then its group is not empty
         try:
-            os.killpg(pgid, 0)
+            os.killpg(make.pid, 0)
         except ProcessLookupError:
             return
         time.sleep(0.5)
-    os.killpg(pgid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(make.pid, signal.SIGKILL)
+    make.wait()
 
 
 if __name__ == "__main__":

@@ -109,14 +109,14 @@ def test_materialize_one_shard_locally(tmp_path):
     assert (raw_mat.metadata["records_in"].value, raw_mat.metadata["quarantined"].value) == (6, 1)
     # Every rule's cost, as numbers that plot across runs, and the pages it dropped, to read.
     # A reason is spelled stage:reason in the keys, the tables and the line of idle rules alike.
-    assert mat.metadata["dropped/quality:gopher_quality:min_doc_words"].value == 1
+    assert mat.metadata["dropped/gopher_quality:min_doc_words"].value == 1
     assert not any("min_prose_share" in key for key in mat.metadata)  # a rule that dropped nothing is named, not zero
-    assert "quality:prose:min_prose_share" in mat.metadata["rules_that_dropped_nothing"].value.split(", ")
+    assert "prose:min_prose_share" in mat.metadata["rules_that_dropped_nothing"].value.split(", ")
     assert mat.metadata["quality_preset"].value == "lm_assets"
     examples = mat.metadata["drop_examples"].value
     assert "https://en.example/stub" in examples and "Click here to win a prize today" in examples
     # The stub was dropped with the score that dropped it: 10 words against the minimum of 50.
-    assert "| quality:gopher_quality:min_doc_words | 10 | https://en.example/stub |" in examples
+    assert "| gopher_quality:min_doc_words | 10 | https://en.example/stub |" in examples
     # Documents to read: the kept ones whole, paragraphs as stored, and a table of their openings.
     full = mat.metadata["full_text"].value
     # Long lines are hard-wrapped, a continuation marked ↪ (English breaks at a space, Chinese between characters).

@@ -118,10 +118,11 @@ def test_a_drop_reason_is_spelled_one_way():
     docs = pl.DataFrame({"doc_id": ["a", "b", "c"], "url": ["u1", "u2", "u3"], "text": ["x", "y", "z"]})
     audit = drop_audit_metadata(dropped, docs, ["quality:c4:min_sentences"])
     assert {k: v for k, v in audit.items() if k.startswith("dropped/")} == {
-        "dropped/classifier:below_threshold": 1, "dropped/quality:gopher_quality:min_doc_words": 2}
-    assert audit["rules_that_dropped_nothing"].value == "quality:c4:min_sentences"
-    assert "| quality:gopher_quality:min_doc_words | – | u1 | x |" in audit["drop_examples"].value
-    assert "| quality:gopher_quality:min_doc_words | 2 |" in drop_metadata(dropped)["drop_reasons"].value
+        "dropped/classifier:below_threshold": 1, "dropped/gopher_quality:min_doc_words": 2}
+    assert audit["rules_that_dropped_nothing"].value == "c4:min_sentences"
+    assert "| gopher_quality:min_doc_words | – | u1 | x |" in audit["drop_examples"].value
+    assert "| gopher_quality:min_doc_words | 2 |" in drop_metadata(dropped)["drop_reasons"].value
+    assert "| classifier:below_threshold | 1 |" in drop_metadata(dropped)["drop_reasons"].value
 
 
 def test_each_run_plots_on_a_series_of_its_own():

@@ -137,11 +137,21 @@ def fenced(text: str, wrap: bool = True) -> str:
     return f"{fence}text\n{body}\n{fence}"
 
 
+# A quality rule's reason already names its family (`gopher_quality:min_doc_words`): its stage is left out.
+QUALITY_STAGE = "quality"
+
+
+def spelled(key: str) -> str:
+    """A `stage:reason` as every table, key and line of the metadata spells it: `classifier:below_threshold`,
+    `langid:lang:ja`, and a quality rule by its family and rule, `gopher_quality:min_doc_words`."""
+    return key.removeprefix(f"{QUALITY_STAGE}:")
+
+
 def spelled_reasons(frame: pl.DataFrame) -> pl.DataFrame:
-    """`stage` and `reason` as one `reason` column, `stage:reason`: how every table, key and line of the
-    metadata spells a reason."""
-    return frame.select(pl.concat_str("stage", pl.lit(":"), "reason").alias("reason"),
-                        pl.exclude("stage", "reason"))
+    """`stage` and `reason` as one `reason` column, spelled as `spelled` spells it."""
+    joined = pl.when(pl.col("stage") == QUALITY_STAGE).then(pl.col("reason")).otherwise(
+        pl.concat_str("stage", pl.lit(":"), "reason"))
+    return frame.select(joined.alias("reason"), pl.exclude("stage", "reason"))
 
 
 def drop_metadata(*tables: pl.DataFrame) -> dict:
@@ -150,12 +160,12 @@ def drop_metadata(*tables: pl.DataFrame) -> dict:
 
 def drop_audit_metadata(dropped: pl.DataFrame, docs: pl.DataFrame, known_reasons: list[str] = ()) -> dict:
     """A few dropped documents per reason (the score that dropped them, URL, opening text), and per reason
-    that dropped something a numeric count under `dropped/<stage>:<reason>`, so each rule's cost plots
-    across runs; the rules that dropped nothing are named in one line, not listed as zeros. A reason is
-    spelled `stage:reason` (`quality:gopher_quality:min_doc_words`, `classifier:below_threshold`) in the
-    keys, the tables and the line alike."""
+    that dropped something a numeric count under `dropped/<reason>`, so each rule's cost plots across runs;
+    the rules that dropped nothing are named in one line, not listed as zeros. A reason is spelled one way
+    (`spelled`: `gopher_quality:min_doc_words`, `classifier:below_threshold`) in the keys, the tables and
+    the line alike."""
     examples = drop_examples(dropped, docs)
-    totals = reason_totals(dropped, known_reasons)
+    totals = {spelled(key): n for key, n in reason_totals(dropped, known_reasons).items()}
     idle = sorted(key for key, n in totals.items() if n == 0)
     return {
         "drop_examples": markdown_table(spelled_reasons(examples), max_rows=max(examples.height, 1)),
