@@ -6,8 +6,10 @@
 Each program gets a fresh temporary folder (removed afterwards), a scrubbed environment (`PATH`,
 `LANG`, `HOME` and `TMPDIR` pointing at the folder, nothing of ours), an interpreter in isolated mode
 without site-packages (`python -I -S`), a session of its own, and the runner in
-`sandbox_runner.py`: network and mount namespaces where the kernel allows them, resource limits
-(`Limits`), and an audit hook that refuses processes, sockets, ctypes and files outside the folder.
+`sandbox_runner.py`: network, mount and PID namespaces where the kernel allows them, with a root of
+its own and, as root, the user nobody; resource limits (`Limits`); a seccomp filter against new
+processes and signals to others; and an audit hook that refuses processes, sockets, ctypes and files
+outside the folder. The verdict counts only with the run's token, which the runner's audit hook holds.
 The wall-clock timeout kills the whole process group. What the program prints is discarded; its
 error output is kept in the folder, within the file-size limit, and only its last line is reported.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -83,9 +86,11 @@ def run_program(source: str, limits: Limits = Limits()) -> Outcome:
             os.close(write_end)
             errors.close()
         settings = {k: v for k, v in asdict(limits).items() if k != "timeout_s"}
+        # Only the runner's verdict carries this run's token; a line the program writes to the channel does not.
+        token = secrets.token_hex(16)
         timed_out = False
         try:
-            proc.communicate((json.dumps(settings) + "\n" + source).encode(), timeout=limits.timeout_s)
+            proc.communicate((json.dumps(settings) + "\n" + token + "\n" + source).encode(), timeout=limits.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
@@ -96,8 +101,12 @@ def run_program(source: str, limits: Limits = Limits()) -> Outcome:
             lines = f.read(1 << 16).decode("utf-8", "replace").splitlines()
         report: dict = {}
         for line in lines:
-            with contextlib.suppress(json.JSONDecodeError):
-                report |= json.loads(line) if line.startswith("{") else {}
+            with contextlib.suppress(json.JSONDecodeError, TypeError):
+                message = json.loads(line) if line.startswith("{") else {}
+                if "isolation" in message and "isolation" not in report:  # written before the program ran
+                    report["isolation"] = str(message["isolation"])
+                elif message.get("token") == token:
+                    report |= {"status": message.get("status"), "error": message.get("error", "")}
         stderr = (Path(folder) / ".stderr").read_bytes()[-4096:].decode("utf-8", "replace").strip().splitlines()
     seconds = time.perf_counter() - started
     isolation = report.get("isolation", "unknown: the runner reported nothing")

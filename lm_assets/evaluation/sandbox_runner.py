@@ -1,36 +1,58 @@
 """Runs one untrusted program inside the sandbox (`lm_assets.evaluation.sandbox`); standard library only.
 
 Started as `python -I -S sandbox_runner.py RESULT_FD` in a fresh folder, with a scrubbed environment,
-in a session of its own. Its first stdin line is the settings (JSON), the rest the program. In order:
+in a session of its own. Its stdin is the settings (a JSON line), the run's verdict token (a line), then
+the program. In order:
 
-1. Isolation, where the kernel allows it (root, or unprivileged user namespaces): new network and
-   mount namespaces; the network namespace has only a loopback that is down, and every mount is
-   made read-only except the folder, so the program can write nowhere else. `isolation` in the
-   result says whether this happened or why not.
+1. Isolation, where the kernel allows it (root, or unprivileged user namespaces): new network, mount and
+   PID namespaces. The runner forks into them a process 1, which forks the program's process; that sees
+   no process but the two (a fresh /proc). Each waits for the one below, and the runner exits as the
+   program's process did. The program's process sees a root of
+   its own (pivot_root): its folder, writable, and read-only the Python installation, /usr and the
+   libraries, /dev/null, /dev/zero and /dev/urandom; nothing of /etc, /tmp, /root or /home. As root it
+   then runs as nobody (65534). The network namespace has only a loopback that is down. `isolation` in
+   the result says what happened, or why not.
 2. Resource limits: CPU seconds, address space, file size, open files, no core files; processes
-   (`RLIMIT_NPROC`) where the user is not root, for whom the kernel does not apply it; and a
-   seccomp filter (x86_64, aarch64) that refuses every syscall starting a process or a program
-   (fork, vfork, clone without CLONE_THREAD, clone3, execve), for root too.
+   (`RLIMIT_NPROC`) where the user is not root and no seccomp filter applies; and a seccomp filter
+   (x86_64, aarch64) that refuses every syscall starting a process or a program (fork, vfork, clone
+   without CLONE_THREAD, clone3, execve), signals to any process but its own (kill, tgkill, tkill,
+   pidfd_open, pidfd_send_signal), and reading or writing another process's memory (process_vm_*,
+   ptrace), for root too.
 3. An audit hook (PEP 578), which Python code cannot remove, refuses: new processes (fork, exec,
    spawn, system, subprocess), signals to other processes, sockets, ctypes, changing the
-   environment, reading files outside the folder and the Python installation, and writing,
-   removing, renaming or changing files outside the folder.
-4. The program runs; the result (passed, or the exception) goes to RESULT_FD.
+   environment, reading files outside the folder and the Python installation, writing, removing,
+   renaming or changing files outside the folder, relative paths that climb (`..`, which `dir_fd`
+   would resolve elsewhere than the hook), directory descriptors and listings outside those folders,
+   and `gc`'s walks of the object graph, which lead to the hook itself.
+4. The program runs; then `main` raises the verdict (passed, or the exception) as an audit event, and
+   the hook writes it to RESULT_FD with the run's token, which only the hook holds. The hook takes one
+   verdict, from `main`'s own frame alone (not a nested call, a copy of its code or another thread),
+   with the functions it captured when it was installed; a line the program writes to RESULT_FD itself
+   carries no token and is not believed.
 
-This contains a program's effects on the machine. It does not stop a program written to fool the
-scorer by inspecting this runner's memory; see docs/security.md.
+This contains a program's effects on the machine and keeps the verdict out of its reach; see
+docs/security.md for what it does not do.
 """
 
+import _thread
 import ctypes
 import json
 import os
+import platform
 import resource
+import signal
+import struct
 import sys
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 MOUNT_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC}
+NOBODY = 65534
+# What the program's root holds besides its folder and the Python installation, read-only.
+SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
 
 REFUSED = {
     "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen",
@@ -38,88 +60,220 @@ REFUSED = {
     "socket.__new__", "socket.bind", "socket.connect", "socket.getaddrinfo", "socket.gethostbyname",
     "socket.sendto", "socket.sendmsg", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
     "ctypes.cdata", "ctypes.addressof", "sys.setprofile", "sys.settrace", "os.chroot", "os.setuid",
+    # The object graph leads to the audit hook, which holds the verdict's token.
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
 }
+VERDICT = "lm_assets.sandbox.verdict"
 CHANGES = {"os.remove", "os.rename", "os.rmdir", "os.chmod", "os.chown", "os.link", "os.symlink",
            "os.truncate", "os.mkdir", "os.utime", "shutil.rmtree", "shutil.move", "shutil.copyfile"}
+LISTINGS = {"os.listdir", "os.scandir", "os.chdir", "os.chroot"}
 
 
-def isolate(folder: str) -> str:
-    """New network and mount namespaces with everything but `folder` read-only; what happened."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    uid, gid = os.geteuid(), os.getegid()
-    flags = CLONE_NEWNS | CLONE_NEWNET | (0 if uid == 0 else CLONE_NEWUSER)
-    if libc.unshare(flags) != 0:
-        return f"none: unshare failed ({os.strerror(ctypes.get_errno())}); the audit hook and limits only"
+def libc():
+    lib = ctypes.CDLL(None, use_errno=True)
+    lib.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    return lib
+
+
+def unshare(uid: int, gid: int) -> str:
+    """New network, mount and PID namespaces (and a user namespace when not root); "" or why not."""
+    lib = libc()
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID | (0 if uid == 0 else CLONE_NEWUSER)
+    if lib.unshare(flags) != 0:
+        return f"unshare failed ({os.strerror(ctypes.get_errno())})"
     if uid != 0:
         for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
-    mount = libc.mount
-    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-    if mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0 or mount(folder.encode(), folder.encode(), None, MS_BIND, None) != 0:
-        return f"network only: the mounts could not be changed ({os.strerror(ctypes.get_errno())})"
-    failed = []
-    with open("/proc/self/mountinfo") as f:
-        mounts = [(line.split()[4], line.split()[5]) for line in f]
-    for point, options in mounts:
-        if point == folder:
+    return ""
+
+
+def check(result: int, what: str) -> None:
+    if result != 0:
+        raise OSError(ctypes.get_errno(), f"{what}: {os.strerror(ctypes.get_errno())}")
+
+
+def bind(lib, source: str, target: str, writable: bool = False) -> None:
+    # The folder alone (not what is mounted below it, the new root among it); the rest with its submounts.
+    flags = MS_BIND if writable else MS_BIND | MS_REC
+    check(lib.mount(source.encode(), target.encode(), None, flags, None), f"bind {source}")
+    if not writable:
+        check(lib.mount(None, target.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None),
+              f"read-only {target}")
+
+
+def own_root(folder: str) -> None:
+    """The program's root: a small tmpfs holding its folder (writable), the Python installation and the
+    system libraries (read-only), a few devices and a /proc of its PID namespace; the old root detached."""
+    lib = libc()
+    check(lib.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "private mounts")
+    root = os.path.join(folder, ".root")
+    os.mkdir(root)
+    check(lib.mount(b"tmpfs", root.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755"), "tmpfs root")
+    python = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
+    for path in sorted({*SYSTEM_PATHS, *python}):
+        inside = root + path
+        if os.path.islink(path) and path in SYSTEM_PATHS:
+            os.symlink(os.readlink(path), inside)  # merged /usr: /lib -> usr/lib
+        elif os.path.isdir(path):
+            os.makedirs(inside, exist_ok=True)
+            bind(lib, path, inside)
+    for device in DEVICES:
+        os.makedirs(root + "/dev", exist_ok=True)
+        open(root + device, "w").close()
+        check(lib.mount(device.encode(), (root + device).encode(), None, MS_BIND, None), f"bind {device}")
+    os.makedirs(root + folder)
+    bind(lib, folder, root + folder, writable=True)
+    os.mkdir(root + "/proc")
+    check(lib.mount(b"proc", (root + "/proc").encode(), b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "proc")
+    os.mkdir(root + "/.old")
+    check(lib.syscall(PIVOT_ROOT[platform.machine()], root.encode(), (root + "/.old").encode()), "pivot_root")
+    os.chdir("/")
+    check(lib.umount2(b"/.old", MNT_DETACH), "detach the old root")
+    os.rmdir("/.old")
+    check(lib.mount(None, b"/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None), "read-only root")
+    os.chdir(folder)
+
+
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+
+
+def drop_privileges(folder: str) -> None:
+    """As root: the program runs as nobody, its folder (and the file its errors go to) made its own."""
+    for path in (folder, os.path.join(folder, ".stderr")):
+        if os.path.exists(path):
+            os.chown(path, NOBODY, NOBODY)
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+def isolate(folder: str) -> tuple[str, bool]:
+    """Namespaces, the program's own root and an unprivileged user, for a process two forks down: the first
+    fork is process 1 of the new PID namespace, which the kernel spares the signals it has no handler for
+    (the limits' SIGXCPU and SIGXFSZ among them), so it only makes the root and waits; the second runs the
+    program. Each waits for the one below and passes on how it ended. Returns what happened, and whether
+    root was given up (the caller is the program's process)."""
+    uid, gid = os.geteuid(), os.getegid()
+    why = unshare(uid, gid) if PIVOT_ROOT.get(platform.machine()) else f"no pivot_root for {platform.machine()}"
+    if why:
+        return f"none: {why}; the audit hook and limits only", False
+    ended_read, ended_write = os.pipe()  # process 1 tells the runner how the program's process ended
+    init = os.fork()
+    if init:
+        os.close(ended_write)
+        follow(init, ended_read)
+    os.close(ended_read)
+    try:
+        own_root(folder)
+        made = ""
+    except OSError as exc:
+        made = f"the program's root could not be made ({exc.strerror})"
+    dropped = uid == 0 and not made
+    if dropped:
+        drop_privileges(folder)
+    program = os.fork()
+    if program:
+        os.write(ended_write, struct.pack("i", wait_for(program)))
+        os._exit(0)
+    os.close(ended_write)
+    if made:
+        return f"network and PID namespaces only: {made}", False
+    who = "nobody" if dropped else f"uid {uid}"
+    return f"namespaces: no network, own PID namespace and root (the folder writable, Python read-only), as {who}", dropped
+
+
+def wait_for(child: int) -> int:
+    while True:
+        try:
+            return os.waitpid(child, 0)[1]
+        except InterruptedError:
             continue
-        kept = sum(MOUNT_FLAGS.get(o, 0) for o in options.split(","))
-        if mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None) != 0:
-            failed.append(point)
-    os.chdir(folder)  # the working directory was entered through the mount below the bind; enter the bind
-    if "/" in failed:
-        return "network only: the root file system could not be made read-only"
-    return "namespaces: no network, read-only outside the folder" + (f" ({len(failed)} mounts left as they were)" if failed else "")
 
 
-# seccomp: no new processes, for root too (whom RLIMIT_NPROC does not bind). Per architecture: its audit
-# id, the syscalls that start a process or a program, and clone, allowed only for a thread (CLONE_THREAD).
+def follow(init: int, ended: int) -> None:
+    """Wait for process 1 of the program's namespace, then leave as the program's process did: its exit
+    status, or its signal."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda s, _f, pid=init: os.kill(pid, signal.SIGKILL))
+    os.close(0)
+    wait_for(init)
+    told = os.read(ended, 4)
+    status = struct.unpack("i", told)[0] if len(told) == 4 else signal.SIGKILL  # process 1 itself was killed
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        if signum not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(signum, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), signum)
+    os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+# seccomp, per architecture: its audit id; the syscalls that start a process or a program; clone, allowed
+# only for a thread (CLONE_THREAD); the signal syscalls allowed only towards this process (their first
+# argument, a pid or thread group id, is its own); and those refused outright (pidfd_open,
+# pidfd_send_signal, tkill, process_vm_readv, process_vm_writev, ptrace).
 SYSCALLS = {
-    "x86_64": (0xC000003E, (57, 58, 59, 322), 56),  # fork, vfork, execve, execveat; clone
-    "aarch64": (0xC00000B7, (221, 281), 220),  # execve, execveat; clone
+    "x86_64": {"arch": 0xC000003E, "processes": (57, 58, 59, 322), "clone": 56, "own": (62, 234),
+               "refused": (434, 424, 200, 310, 311, 101)},
+    "aarch64": {"arch": 0xC00000B7, "processes": (221, 281), "clone": 220, "own": (129, 131),
+                "refused": (434, 424, 130, 270, 271, 117)},
 }
 CLONE3 = 435  # the same number on both; answered ENOSYS, so that threads fall back to clone
 CLONE_THREAD = 0x00010000
 
 
-def no_new_processes() -> str:
-    """A seccomp filter refusing (EPERM) every syscall that makes a process or runs a program, threads
-    left alone; what happened."""
-    import platform
-    import struct
+def seccomp_program(machine: str, own_pid: int) -> list[tuple]:
+    """The BPF filter as (code, jump if true, jump if false, k) with jumps to labels."""
+    spec = SYSCALLS[machine]
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    program = [(ld, 0, 0, 4), (jeq, 0, "allow", spec["arch"]), (ld, 0, 0, 0), (jeq, "nosys", 0, CLONE3)]
+    program += [(jeq, "deny", 0, nr) for nr in (*spec["processes"], *spec["refused"])]
+    program += [(jeq, "own", 0, nr) for nr in spec["own"]]
+    program += [(jeq, 0, "allow", spec["clone"]), (ld, 0, 0, 16), (jset, "allow", "deny", CLONE_THREAD)]
+    # kill and tgkill: the low word of the first argument (a pid; 0 and -1 mean many processes) is ours.
+    program += [("own:", 0, 0, 0), (ld, 0, 0, 16), (jeq, "allow", "deny", own_pid)]
+    return program
 
+
+def no_new_processes() -> str:
+    """A seccomp filter refusing (EPERM) every syscall that makes a process, runs a program, signals another
+    process or touches its memory, threads left alone; what happened."""
     machine = platform.machine()
     if machine not in SYSCALLS:
         return f"processes: RLIMIT_NPROC only (no seccomp filter for {machine})"
-    arch, refused, clone = SYSCALLS[machine]
-    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    returns = {"allow": 0x7FFF0000, "deny": 0x00050000 | 1, "nosys": 0x00050000 | 38}  # ALLOW, ERRNO EPERM, ERRNO ENOSYS
-    program = [(ld, 0, 0, 4), (jeq, 0, "allow", arch), (ld, 0, 0, 0), (jeq, "nosys", 0, CLONE3)]
-    program += [(jeq, "deny", 0, nr) for nr in refused]
-    program += [(jeq, 0, "allow", clone), (ld, 0, 0, 16), (jset, "allow", "deny", CLONE_THREAD)]
-    at = {name: len(program) + i for i, name in enumerate(returns)}
-    program += [(ret, 0, 0, value) for value in returns.values()]
+    returns = {"allow": 0x7FFF0000, "deny": 0x00050000 | 1, "nosys": 0x00050000 | 38}  # ALLOW, ERRNO EPERM, ENOSYS
+    listed = seccomp_program(machine, os.getpid())
+    labels, program = {}, []
+    for item in listed:
+        if item[0] == "own:":
+            labels["own"] = len(program)
+        else:
+            program.append(item)
+    labels |= {name: len(program) + i for i, name in enumerate(returns)}
+    program += [(0x06, 0, 0, value) for value in returns.values()]
     code = b""
     for i, (op, jt, jf, k) in enumerate(program):
-        jt, jf = (at[j] - i - 1 if isinstance(j, str) else j for j in (jt, jf))
+        jt, jf = (labels[j] - i - 1 if isinstance(j, str) else j for j in (jt, jf))
         code += struct.pack("HBBI", op, jt, jf, k)
     filters = ctypes.create_string_buffer(code)
     prog = struct.pack("HxxxxxxP", len(program), ctypes.addressof(filters))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.c_char_p(prog), 0, 0) != 0:  # NO_NEW_PRIVS; SECCOMP filter
+    lib = ctypes.CDLL(None, use_errno=True)
+    if lib.prctl(38, 1, 0, 0, 0) != 0 or lib.prctl(22, 2, ctypes.c_char_p(prog), 0, 0) != 0:  # NO_NEW_PRIVS; SECCOMP filter
         return f"processes: RLIMIT_NPROC only (seccomp refused: {os.strerror(ctypes.get_errno())})"
-    return "processes: none (seccomp)"
+    return "processes: none (seccomp), signals to itself only"
 
 
-def limit(settings: dict) -> None:
+def limit(settings: dict, seccomp: bool) -> None:
     mib = 1 << 20
     resource.setrlimit(resource.RLIMIT_CPU, (settings["cpu_s"], settings["cpu_s"] + 1))
     resource.setrlimit(resource.RLIMIT_AS, (settings["memory_mb"] * mib,) * 2)
     resource.setrlimit(resource.RLIMIT_FSIZE, (settings["file_mb"] * mib,) * 2)
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if os.geteuid() != 0:
+    # RLIMIT_NPROC counts every process of the user (nobody's in other sandboxes too) and binds no root:
+    # where the seccomp filter refuses new processes, it is not needed.
+    if os.geteuid() != 0 and not seccomp:
         resource.setrlimit(resource.RLIMIT_NPROC, (settings["processes"],) * 2)
 
 
@@ -130,23 +284,53 @@ def within(path, roots: tuple[str, ...]) -> bool:
     return any(real == root or real.startswith(root + os.sep) for root in roots)
 
 
-def guard(folder: str) -> None:
+def climbs(path) -> bool:
+    """A relative path that goes up (`..`): with `dir_fd`, which the audit event does not show, it would
+    be resolved against another folder than the one the hook checks."""
+    if isinstance(path, int) or path is None:
+        return False
+    text = os.fsdecode(path)
+    return not os.path.isabs(text) and ".." in text.replace("\\", "/").split("/")
+
+
+def guard(folder: str, token: str, result_fd: int) -> None:
+    """Install the audit hook. It holds `token` and writes the one verdict that `main`, the caller of this
+    function, raises from its own frame."""
+    main_frame, main_thread = sys._getframe(1), _thread.get_ident()
+    getframe, get_ident, dumps, write = sys._getframe, _thread.get_ident, json.dumps, os.write
+    decided = []
     readable = (folder, *{os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}, "/dev/null",
-                "/dev/urandom")  # fmt: skip
+                "/dev/urandom", "/dev/zero")  # fmt: skip
     writable = (folder, "/dev/null")
 
     def hook(event: str, args: tuple) -> None:
+        if event == VERDICT:
+            if decided or getframe(1) is not main_frame or get_ident() != main_thread or len(args) != 2:
+                raise PermissionError("sandbox: only the runner gives the verdict")
+            decided.append(args[0])
+            write(result_fd, (dumps({"status": str(args[0]), "error": str(args[1]), "token": token}) + "\n").encode())
+            return
         if event in REFUSED or event.startswith("os.exec") or event.startswith("os.posix_spawn"):
             raise PermissionError(f"sandbox: {event} is not allowed")
         if event == "open":
             path, mode, flags = args
+            if climbs(path):
+                raise PermissionError(f"sandbox: the relative path {path!r} climbs out of its folder")
             writes = (mode and any(c in mode for c in "wax+")) or (flags or 0) & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
             if path is not None and not within(path, writable if writes else readable):
                 raise PermissionError(f"sandbox: opening {path!r} is not allowed")
+            if path is not None and not isinstance(path, int) and not within(path, (folder,)) and (
+                    (flags or 0) & getattr(os, "O_DIRECTORY", 0) or os.path.isdir(os.fsdecode(path))):
+                raise PermissionError(f"sandbox: a descriptor of the folder {path!r} is not allowed")  # a dir_fd
         elif event in CHANGES:
             for path in args[:2]:
-                if isinstance(path, (str, bytes, os.PathLike)) and not within(path, writable):
+                if isinstance(path, (str, bytes, os.PathLike)) and (climbs(path) or not within(path, writable)):
                     raise PermissionError(f"sandbox: {event} on {path!r} is not allowed")
+        elif event in LISTINGS:
+            path = args[0] if args else None
+            allowed = (folder,) if event == "os.chdir" else readable
+            if isinstance(path, (str, bytes, os.PathLike)) and (climbs(path) or not within(path, allowed)):
+                raise PermissionError(f"sandbox: {event} on {path!r} is not allowed")
 
     sys.addaudithook(hook)
 
@@ -154,24 +338,32 @@ def guard(folder: str) -> None:
 def main() -> None:
     result_fd = int(sys.argv[1])
     settings = json.loads(sys.stdin.readline())
+    token = sys.stdin.readline().strip()
     program = sys.stdin.read()
+    del sys.argv[1:]
     folder = os.path.realpath(os.getcwd())
-    isolation = isolate(folder) if settings.get("isolate", True) else "none: not asked for"
-    limit(settings)
-    isolation += "; " + no_new_processes()
-    if settings.get("audit_guard", True):
-        guard(folder)
+    isolation = isolate(folder)[0] if settings.get("isolate", True) else "none: not asked for"
+    filtered = no_new_processes()
+    limit(settings, seccomp=filtered.startswith("processes: none"))
+    isolation += "; " + filtered
     os.write(result_fd, (json.dumps({"isolation": isolation}) + "\n").encode())
-    report = {}
+    audit, exit_now = sys.audit, os._exit  # the program may replace what its modules hold, not these
+    guarded = settings.get("audit_guard", True)
+    if guarded:
+        guard(folder, token, result_fd)
+        del token  # the hook holds it; the program can reach this frame's variables through its own
     try:
         code = compile(program, "<program>", "exec")
         exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
     except BaseException as exc:  # noqa: BLE001 - the program's failure is the result
-        report |= {"status": "failed", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
+        status, error = "failed", f"{type(exc).__name__}: {str(exc)[:500]}"
     else:
-        report |= {"status": "passed"}
-    os.write(result_fd, (json.dumps(report) + "\n").encode())
-    os._exit(0)  # no clean-up code of the program's (atexit, finalizers) runs after the verdict
+        status, error = "passed", ""
+    if guarded:
+        audit(VERDICT, status, error)
+    else:  # the layers beneath the hook are being tested: the verdict is written here, token and all
+        os.write(result_fd, (json.dumps({"status": status, "error": error, "token": token}) + "\n").encode())
+    exit_now(0)  # no clean-up code of the program's (atexit, finalizers) runs after the verdict
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 """The sandbox that runs generated code: hostile programs are contained and fail, nothing outside changes."""
 
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -81,7 +83,10 @@ def test_without_the_audit_hook_the_namespaces_still_hold():
     bare = Limits(timeout_s=5, cpu_s=3, memory_mb=256, audit_guard=False)
     outside = Path("/tmp") / f"lm-assets-outside-{uuid.uuid4().hex}"
     wrote = run(f"open({str(outside)!r}, 'w').write('x')", bare)
+    # Its root holds only its folder, the Python installation and the system libraries, the rest read-only.
     assert wrote.status == "failed" and "Read-only file system" in wrote.error and not outside.exists()
+    system = run("open('/usr/lib/lm-assets-probe', 'w').write('x')", bare)
+    assert system.status == "failed" and "Read-only file system" in system.error
     network = run("import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=2)", bare)
     assert network.status == "failed" and "unreachable" in network.error.lower()
     assert run("open('here.txt', 'w').write('x')", bare).passed
@@ -97,3 +102,86 @@ def test_without_the_audit_hook_the_kernel_still_refuses_new_processes():
         assert (outcome.status, outcome.error) == ("failed", "PermissionError: [Errno 1] Operation not permitted"), program
     threads = "import threading\nr = []\nt = threading.Thread(target=lambda: r.append(1))\nt.start()\nt.join()\nassert r == [1]"
     assert run(threads, bare).passed  # threads are not processes
+
+
+BARE = Limits(timeout_s=5, cpu_s=3, memory_mb=256, audit_guard=False)
+
+
+def needs_namespaces():
+    if not namespaces_available():
+        pytest.skip("no namespaces for the sandbox here")
+
+
+def test_a_program_cannot_write_its_own_verdict():
+    # The runner's result channel, guessed or found: a line without the run's token is not believed.
+    forged = "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"status\": \"passed\"}\\n')\n" \
+             "    except OSError:\n        pass\nos._exit(0)"
+    for limits in (QUICK, BARE):
+        outcome = run(forged, limits)
+        assert (outcome.status, outcome.error) == ("failed", "exited with 0 before the end")
+    assert run("import os, sys\nos.write(int(sys.argv[1]), b'{\"status\": \"passed\"}\\n')\nos._exit(0)").status == "failed"
+    # Nor make the runner's hook write one: the verdict comes from the runner's own frame, once.
+    for program in ("import sys\nsys.audit('lm_assets.sandbox.verdict', 'passed', '')\nimport os\nos._exit(0)",
+                    "import sys\nsys.modules['__main__'].main()",
+                    "import _thread, sys, time\nmain = sys._getframe(1)\n"
+                    "_thread.start_new_thread(exec, (main.f_code, main.f_globals))\ntime.sleep(0.5)\nimport os\nos._exit(0)",
+                    "import gc\nprint([o for o in gc.get_objects() if isinstance(o, str) and len(o) == 32])"):  # fmt: skip
+        outcome = run(program)
+        assert outcome.status == "failed", (program, outcome)
+
+
+def test_a_directory_descriptor_reaches_nothing_outside():
+    # The audit event of open() shows the path, not dir_fd: '..' from a descriptor on the Python
+    # installation, checked against the folder, would read /etc/shadow.
+    probe = ("import os, sys\nos.makedirs('a/b/c/d/e/f/g/h', exist_ok=True)\nos.chdir('a/b/c/d/e/f/g/h')\n"
+             "fd = os.open(sys.base_prefix, os.O_RDONLY)\n"
+             "depth = len(os.path.realpath(sys.base_prefix).strip('/').split('/'))\n"
+             "print(os.read(os.open('../' * depth + 'etc/shadow', os.O_RDONLY, dir_fd=fd), 100))")
+    guarded = run(probe)
+    assert guarded.status == "failed" and "not allowed" in guarded.error
+    assert "climbs" in run("import os\nos.open('../x', os.O_RDONLY)").error
+    listing = run("import os\nos.chdir('/')\nprint(os.listdir('.'))")
+    assert listing.status == "failed" and "os.chdir on '/' is not allowed" in listing.error
+    needs_namespaces()
+    bare = run(probe, BARE)  # the program's own root has no /etc at all
+    assert bare.status == "failed" and "No such file or directory" in bare.error
+
+
+def test_the_program_sees_no_other_process_and_signals_none():
+    needs_namespaces()
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        for program in (f"import os, signal\nsignal.pidfd_send_signal(os.pidfd_open({victim.pid}), signal.SIGKILL)",
+                        f"import os, signal\nos.kill({victim.pid}, signal.SIGTERM)",
+                        f"import os, signal\nos.kill(0, signal.SIGTERM)",
+                        "import os, signal\nsignal.pidfd_send_signal(os.pidfd_open(os.getppid()), signal.SIGKILL)"):  # fmt: skip
+            for limits in (QUICK, BARE):
+                outcome = run(program, limits)
+                assert outcome.status == "failed" and outcome.error, (program, outcome)
+        assert victim.poll() is None  # alive
+    finally:
+        victim.kill()
+        victim.wait()
+    # Process 2 of its own PID namespace (1 waits for it), alone with it in a fresh /proc, free to signal
+    # itself and no other.
+    alone = run("import os, signal\nassert (os.getpid(), os.getppid()) == (2, 1), (os.getpid(), os.getppid())\n"
+                "assert sorted(p for p in os.listdir('/proc') if p.isdigit()) == ['1', '2'], os.listdir('/proc')\n"
+                "os.kill(os.getpid(), 0)\ntry:\n    os.kill(1, signal.SIGTERM)\nexcept PermissionError:\n    pass\n"
+                "else:\n    raise AssertionError('signalled process 1')", BARE)  # fmt: skip
+    assert alone.passed, alone.error
+
+
+def test_the_program_runs_unprivileged_in_a_root_of_its_own():
+    needs_namespaces()
+    seen = ("import os, sys\nroot = set(os.listdir('/'))\n"
+            "assert not {'etc', 'home', 'var', 'work'} & root, root\n"
+            "assert os.listdir('/tmp') == [os.path.basename(os.getcwd())], os.listdir('/tmp')\n"
+            "assert not os.path.exists('/root/.bashrc') and not os.path.exists('/etc/passwd')\n"
+            "assert os.path.isdir(os.path.realpath(sys.base_prefix))\n"
+            f"assert os.getuid() != 0 or {os.geteuid()} != 0, os.getuid()\n"
+            "open('mine.txt', 'w').write('x')")
+    outcome = run(seen, BARE)
+    assert outcome.passed, outcome.error
+    assert "own PID namespace and root" in outcome.isolation
+    if os.geteuid() == 0:
+        assert "as nobody" in outcome.isolation
