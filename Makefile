@@ -47,10 +47,11 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 
 # The UI and daemon on the production instance's storage (deploy/dagster-production.yaml): a local
 # PostgreSQL server (the dev extra's pgserver binaries) under $(POSTGRES_HOME), stopped when the UI exits.
+# A shell killed by a signal skips its EXIT trap: Ctrl-C or SIGTERM makes it exit, once the UI has stopped.
 POSTGRES_HOME ?= $(CURDIR)/.dagster_home_postgres
 ui-postgres: install
 	@eval "$$($(BIN)/lm-assets postgres-home $(POSTGRES_HOME))" && \
-	trap '$(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop' EXIT && \
+	trap '$(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop' EXIT && trap exit INT TERM HUP && \
 	$(UI_DEFAULTS) $(DAGSTER_DEV)
 
 # The bench extra: datatrove, trafilatura, lm-eval and the other packages bench/ imports.

@@ -22,6 +22,18 @@ def no_process_outlives_the_tests():
         print(f"\nstopped {len(left)} processes the tests left running: {sorted(left.values())[:5]}")
 
 
+@pytest.fixture
+def stops_started_processes():
+    """Stops, when the test ends, every process it started under this one and left running: a gRPC code
+    server (closing its workspace asks it to shut down and does not wait), with the run workers under it."""
+    from lm_assets.app.process_tree import descendants, stop_tree
+
+    before = descendants(os.getpid())
+    yield
+    for pid in descendants(os.getpid()) - before:
+        stop_tree(pid, grace_s=10)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -53,7 +53,7 @@ def test_assets_no_job_runs_together_are_refused():
         graph_steps(only_second, None, (), [])
 
 
-def test_a_launched_run_is_a_run_of_the_code_locations_job(tmp_path, monkeypatch):
+def test_a_launched_run_is_a_run_of_the_code_locations_job(stops_started_processes, tmp_path, monkeypatch):
     """`make demo`'s runs: launched by the instance's run launcher on workspace.yaml's code location, so
     they belong to its jobs (their pages, the timeline, re-execution) like runs the UI launches."""
     import shutil

@@ -2,6 +2,7 @@
 process the command started, those in sessions of their own, those that ignore SIGTERM and those whose parent
 already exited included."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from lm_assets.app.process_tree import alive, cmdline, descendants
+from lm_assets.app.process_tree import alive, cmdline, descendants, stop_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,13 +50,18 @@ def test_a_stop_ends_every_process_the_command_started(tmp_path):
          sys.executable, "-c", STUBBORN_TREE, str(pids)],
         cwd=ROOT, start_new_session=True,
     )
-    assert wait_until(lambda: len(list(pids.iterdir())) == 3, 30)
-    started = {int(p.name) for p in pids.iterdir()}
-    # The orphaned grandchild is still under the wrapper, which is its subreaper.
-    assert started <= descendants(wrapper.pid)
-    os.killpg(wrapper.pid, signal.SIGTERM)  # as a terminal or a supervisor stops `make ui`'s group
-    assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
-    assert not [pid for pid in started if alive(pid)]
+    try:
+        assert wait_until(lambda: len(list(pids.iterdir())) == 3, 30)
+        started = {int(p.name) for p in pids.iterdir()}
+        # The orphaned grandchild is still under the wrapper, which is its subreaper.
+        assert started <= descendants(wrapper.pid)
+        os.killpg(wrapper.pid, signal.SIGTERM)  # as a terminal or a supervisor stops `make ui`'s group
+        assert wrapper.wait(timeout=30) == 128 + signal.SIGTERM
+        assert not [pid for pid in started if alive(pid)]
+    finally:
+        if wrapper.poll() is None:  # a check failed before the stop
+            stop_tree(wrapper.pid, grace_s=1)
+            wrapper.wait()
 
 
 def free_port() -> int:
@@ -94,7 +100,35 @@ def test_dagster_dev_stops_whole_with_its_webserver_daemon_and_code_server(tmp_p
         assert all(name in commands for name in ("dagster dev", "dagster_webserver", "dagster._daemon", "api grpc"))
     finally:
         os.killpg(wrapper.pid, signal.SIGTERM)
-        returncode = wrapper.wait(timeout=60)
+        try:
+            returncode = wrapper.wait(timeout=60)
+        finally:
+            if wrapper.poll() is None:  # it did not stop
+                stop_tree(wrapper.pid, grace_s=1)
+                wrapper.wait()
     assert returncode == 128 + signal.SIGTERM
     assert wait_until(lambda: not [pid for pid in started if alive(pid)], 5), [cmdline(p) for p in started if alive(p)]
 
+
+
+def test_a_stopped_ui_postgres_stops_its_postgres_server(tmp_path):
+    # `make ui-postgres` with stand-ins for the virtualenv's commands: lm-assets starts and stops the server
+    # (writing `stopped`), python is the UI (writing `serving`, then waiting to be stopped).
+    bin_dir, home = tmp_path / "bin", tmp_path / "postgres_home"
+    bin_dir.mkdir()
+    home.mkdir()
+    (bin_dir / "lm-assets").write_text('#!/bin/sh\n[ "$3" = --stop ] && touch "$2/stopped" || echo "export PGPORT=1"\n')
+    (bin_dir / "python").write_text('#!/bin/sh\ntouch "$POSTGRES_HOME/serving"\nexec sleep 600\n')
+    for stub in bin_dir.iterdir():
+        stub.chmod(0o755)
+    make = subprocess.Popen(["make", "-s", "-o", ".venv/.installed", f"BIN={bin_dir}", "ui-postgres"], cwd=ROOT,
+                            env={**os.environ, "POSTGRES_HOME": str(home)}, start_new_session=True)
+    try:
+        assert wait_until((home / "serving").exists, 30)
+        os.killpg(make.pid, signal.SIGTERM)
+        make.wait(timeout=30)
+        assert wait_until((home / "stopped").exists, 30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(make.pid, signal.SIGKILL)
+        make.wait()

@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from lm_assets.app.process_tree import stop_tree
 from lm_assets.defs.training.assets import curves_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,14 +40,20 @@ def test_the_training_page_draws_its_curves_in_place(tmp_path):
         "training_run", metadata={"curves": dg.MetadataValue.md(curves), "final_loss": 4.3}))
     instance.dispose()
     out = tmp_path / "shots"
-    subprocess.run(
+    script = subprocess.Popen(
         [sys.executable, str(ROOT / "scripts/ui_screenshots.py"), str(out), "--only", "training_run",
          "--port", str(free_port()), "--chromium", CHROMIUM],
-        env={**os.environ, "DAGSTER_HOME": str(home)}, check=True, timeout=600,
+        env={**os.environ, "DAGSTER_HOME": str(home)},
     )
+    try:
+        assert script.wait(timeout=600) == 0
+    finally:
+        if script.poll() is None:  # `make ui` and Chromium, which the script stops once it ends
+            stop_tree(script.pid)
+            script.wait()
     page = json.loads((out / "report.json").read_text())["training_run"]
     assert not page["error"]
-    assert "loss and lr" in page["alts"]
+    assert curves.startswith("![") and curves[2:curves.index("]")] in page["alts"]  # the chart's alt text
     assert page["rendered"] >= 1 and page["rendered"] == page["images"]
     assert (out / "training_run.png").stat().st_size > 10_000
 

@@ -106,7 +106,7 @@ def test_a_killed_in_process_run_is_failed_by_run_monitoring(instance, monkeypat
     assert any("exceeding maximum runtime" in m for m in messages(instance, run.run_id))
 
 
-def test_a_killed_run_of_the_local_launcher_is_failed_by_its_code_server(instance):
+def test_a_killed_run_of_the_local_launcher_is_failed_by_its_code_server(stops_started_processes, instance):
     # `make ui`'s way: the run launcher starts the run in a child of the code server, which
     # notices the child's death without run monitoring.
     target = PythonFileTarget(__file__, attribute="defs", working_directory=str(ROOT), location_name="sleepy")

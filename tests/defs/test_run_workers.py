@@ -102,7 +102,7 @@ def test_a_killed_worker_is_failed_and_frees_its_slot_and_a_live_one_is_left_run
             os.killpg(doomed.pid, signal.SIGKILL)
 
 
-def test_a_queued_run_launches_once_the_killed_run_holding_the_only_slot_is_failed(tmp_path):
+def test_a_queued_run_launches_once_the_killed_run_holding_the_only_slot_is_failed(stops_started_processes, tmp_path):
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import PythonFileTarget
     from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon

