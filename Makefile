@@ -49,9 +49,12 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 # PostgreSQL server (the dev extra's pgserver binaries) under $(POSTGRES_HOME), stopped when the UI exits.
 # A shell killed by a signal skips its EXIT trap: Ctrl-C or SIGTERM makes it exit, once the UI has stopped.
 POSTGRES_HOME ?= $(CURDIR)/.dagster_home_postgres
+# The environment is read into a variable first: `eval "$$(...)"` would go on after the server failed, on
+# the SQLite instance that DAGSTER_HOME names otherwise; check-instance refuses anything but PostgreSQL.
 ui-postgres: install
-	@eval "$$($(BIN)/lm-assets postgres-home $(POSTGRES_HOME))" && \
+	@environment="$$($(BIN)/lm-assets postgres-home $(POSTGRES_HOME))" || exit 1; eval "$$environment" && \
 	trap '$(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop' EXIT && trap exit INT TERM HUP && \
+	$(BIN)/lm-assets check-instance --postgres && \
 	$(UI_DEFAULTS) $(DAGSTER_DEV)
 
 # The bench extra: datatrove, trafilatura, lm-eval and the other packages bench/ imports.

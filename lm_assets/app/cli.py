@@ -177,8 +177,35 @@ def postgres_home(args) -> int:
     if args.stop:
         postgres.stop(home / "pgdata")
         return 0
-    for key, value in postgres.prepare_home(home).items():
+    try:
+        environment = postgres.prepare_home(home)
+    except Exception as exc:  # noqa: BLE001 - whatever the server said, said once, without a traceback
+        print(f"lm-assets postgres-home: no PostgreSQL server under {home}: {exc}", file=sys.stderr)
+        return 1
+    for key, value in environment.items():
         print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+def check_instance(args) -> int:
+    """Refuse to go on unless the Dagster instance in $DAGSTER_HOME keeps its runs, events and schedules in
+    PostgreSQL: what starts on the production configuration must not fall back to SQLite unnoticed."""
+    import dagster as dg
+
+    home = os.environ.get("DAGSTER_HOME", "(unset)")
+    try:
+        with dg.DagsterInstance.get() as instance:
+            storages = {name: type(getattr(instance, name)).__name__
+                        for name in ("run_storage", "event_log_storage", "schedule_storage")}
+    except Exception as exc:  # noqa: BLE001 - an instance that does not load is refused with its reason
+        print(f"lm-assets check-instance: the instance in {home} does not load: {exc}", file=sys.stderr)
+        return 2
+    shown = ", ".join(f"{name} {kind}" for name, kind in storages.items())
+    if args.postgres and not all(kind.startswith("Postgres") for kind in storages.values()):
+        print(f"lm-assets check-instance: the instance in {home} is not on PostgreSQL ({shown}); refusing to start",
+              file=sys.stderr)
+        return 2
+    print(f"instance in {home}: {shown}")
     return 0
 
 
@@ -272,6 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("home", help="the Dagster home: dagster.yaml is written there, the server's data in pgdata/")
     p.add_argument("--stop", action="store_true")
     p.set_defaults(func=postgres_home)
+    p = sub.add_parser("check-instance", help="say which storage the Dagster instance in $DAGSTER_HOME uses; "
+                       "with --postgres, fail unless it is PostgreSQL")  # fmt: skip
+    p.add_argument("--postgres", action="store_true", help="fail unless runs, events and schedules are in PostgreSQL")
+    p.set_defaults(func=check_instance)
     args = parser.parse_args(argv)
     return args.func(args)
 

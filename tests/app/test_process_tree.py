@@ -132,3 +132,24 @@ def test_a_stopped_ui_postgres_stops_its_postgres_server(tmp_path):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(make.pid, signal.SIGKILL)
         make.wait()
+
+
+def test_ui_postgres_refuses_to_start_without_its_postgres_server(tmp_path):
+    # The server does not start: make fails with its message; the server starts but the instance is not on
+    # PostgreSQL: check-instance refuses. Either way no UI starts on the SQLite instance of DAGSTER_HOME.
+    for stub, refusal in (('[ "$1" = postgres-home ] && [ "$3" != --stop ] && { echo "no server: port taken" >&2; exit 1; }\n'
+                           'exit 0\n', "no server: port taken"),
+                          ('[ "$1" = check-instance ] && { echo "not on PostgreSQL" >&2; exit 2; }\n'
+                           '[ "$1" = postgres-home ] && [ "$3" != --stop ] && echo "export PGPORT=1"\nexit 0\n',
+                           "not on PostgreSQL")):  # fmt: skip
+        bin_dir, home = tmp_path / f"bin{len(refusal)}", tmp_path / f"home{len(refusal)}"
+        bin_dir.mkdir()
+        home.mkdir()
+        (bin_dir / "lm-assets").write_text("#!/bin/sh\n" + stub)
+        (bin_dir / "python").write_text('#!/bin/sh\ntouch "$POSTGRES_HOME/serving"\nexec sleep 600\n')
+        for command in bin_dir.iterdir():
+            command.chmod(0o755)
+        made = subprocess.run(["make", "-s", "-o", ".venv/.installed", f"BIN={bin_dir}", "ui-postgres"], cwd=ROOT,
+                              env={**os.environ, "POSTGRES_HOME": str(home)}, capture_output=True, text=True, timeout=60)
+        assert made.returncode != 0 and refusal in made.stderr
+        assert not (home / "serving").exists()

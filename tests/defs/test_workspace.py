@@ -45,3 +45,23 @@ def test_dagster_loads_the_workspace_file(tmp_path):
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     assert "Validation successful for code location lm_assets" in run.stdout + run.stderr
+
+
+def test_check_instance_refuses_an_instance_that_is_not_on_postgres(tmp_path, monkeypatch, capsys):
+    from lm_assets.app.cli import main
+
+    (tmp_path / "dagster.yaml").write_text((ROOT / "deploy" / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert main(["check-instance"]) == 0 and "SqliteRunStorage" in capsys.readouterr().out
+    assert main(["check-instance", "--postgres"]) == 2
+    assert "is not on PostgreSQL" in capsys.readouterr().err
+
+
+def test_postgres_home_says_why_no_server_started(tmp_path, capsys):
+    from lm_assets.app.cli import main
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert main(["postgres-home", str(blocked / "home")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lm-assets postgres-home: no PostgreSQL server under") and "Traceback" not in err

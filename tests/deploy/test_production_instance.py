@@ -120,6 +120,9 @@ def test_the_production_instance_runs_sensors_queued_runs_and_backfills_on_postg
     limits = instance.run_coordinator.get_run_queue_config().tag_concurrency_limits
     assert {"key": "lm-assets/stage", "value": "training", "limit": 1} in limits
     assert instance.run_monitoring_enabled
+    from lm_assets.app.cli import main as lm_assets
+
+    assert lm_assets(["check-instance", "--postgres"]) == 0  # what ui-postgres checks before it starts
 
     with code_server_workspace(instance) as workspace:
         daemon_tick(workspace, "landing_sensor")
