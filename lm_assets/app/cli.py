@@ -68,7 +68,8 @@ def add_shards(args) -> int:
     # A folder typed on the command line is relative to where it was typed.
     root = args.landing if not args.landing or args.landing.startswith("s3://") else os.path.abspath(args.landing)
     landing = LandingResource(root=root, s3=s3_resource_from_env()) if root else default_resources()["landing"]
-    shards, skipped = landing_shards(landing.storage())
+    settle_s = landing.settle_s if args.settle_s is None else args.settle_s
+    shards, skipped = landing_shards(landing.storage(), settle_s)
     new = add_new_partitions(dagster_instance(), shard_partitions, shards)
     print(f"{len(new)} new shard partitions added, {len(shards) - len(new)} already known")
     for shard in new:
@@ -255,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
                        help=f"dagster {' '.join(command)} on workspace.yaml's code location (its options follow)")
     p = sub.add_parser("add-shards", help="register every shard file in the landing location as a partition")
     p.add_argument("--landing", help="landing folder or s3:// prefix (default: $LM_ASSETS_LANDING_ROOT)")
+    p.add_argument("--settle-s", type=float, help="take a file once unchanged this many seconds, or marked complete "
+                   "by <name>.done (default: the landing resource's settle_s, 60)")  # fmt: skip
     p.set_defaults(func=add_shards)
     p = sub.add_parser("lineage", help="the documents (doc_id, URL, shard, WARC record, token span) in a packed sequence")
     p.add_argument("--split", default="train", choices=["train", "val"])

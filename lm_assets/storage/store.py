@@ -128,6 +128,15 @@ class Storage:
             return any(o["Key"] == obj for o in resp.get("Contents", []))
         return self.local_path(key).exists()
 
+    def file_state(self, key: str) -> tuple[int, float]:
+        """`key`'s size in bytes and its last modification (seconds since the epoch): what changes while a
+        writer is still at it."""
+        if self.is_s3:
+            head = self.s3.head_object(Bucket=self.bucket, Key=self._s3_object(key))
+            return int(head["ContentLength"]), head["LastModified"].timestamp()
+        stat = self.local_path(key).stat()
+        return stat.st_size, stat.st_mtime
+
     def delete_prefix(self, prefix: str) -> None:
         """Remove every object under `prefix`, so a re-materialization replaces and never appends."""
         if not prefix.strip("/"):

@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -240,7 +241,8 @@ def test_symlinks_out_of_the_landing_root_are_skipped_and_refused_unless_allowed
     (landing / "out.warc.gz").symlink_to(outside)
     (landing / "alias.warc.gz").symlink_to(landing / "inside.warc.gz")  # a link that stays inside is a file
     instance = dg.DagsterInstance.ephemeral()
-    with dg.build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(landing))}) as context:
+    now = LandingResource(root=str(landing), settle_s=0)
+    with dg.build_sensor_context(instance=instance, resources={"landing": now}) as context:
         result = landing_sensor(context)
     assert result.dynamic_partitions_requests[0].partition_keys == ["alias.warc.gz", "inside.warc.gz"]
     instance.add_dynamic_partitions("shards", ["out.warc.gz"])
@@ -250,7 +252,7 @@ def test_symlinks_out_of_the_landing_root_are_skipped_and_refused_unless_allowed
     failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
     assert f"is a symlink to {outside}, outside the root" in failure.event_specific_data.error.to_string()
     assert not (storage / "raw" / "out.warc.gz").exists()
-    allowed = LandingResource(root=str(landing), follow_links_outside=True)
+    allowed = LandingResource(root=str(landing), follow_links_outside=True, settle_s=0)
     with dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources={"landing": allowed}) as context:
         assert "out.warc.gz" in landing_sensor(context).dynamic_partitions_requests[0].partition_keys
 
@@ -265,7 +267,7 @@ def test_sensor_adds_new_shards_once(tmp_path):
     (landing / "nested").mkdir()
     (landing / "nested/d.warc.gz").write_bytes(b"x")
     instance = dg.DagsterInstance.ephemeral()
-    landing_resource = LandingResource(root=str(landing), s3=s3_resource_from_env())
+    landing_resource = LandingResource(root=str(landing), s3=s3_resource_from_env(), settle_s=0)
     with dg.build_sensor_context(instance=instance, resources={"landing": landing_resource}) as context:
         result = landing_sensor(context)
         assert [(r.partition_key, r.partition_key_range) for r in result.run_requests] == [
@@ -342,7 +344,8 @@ def test_materialize_raw_to_curated_on_s3(tmp_path, s3_server):
 def test_real_cli_materializes_a_partition(tmp_path):
     landing = tmp_path / "landing"
     landing.mkdir()
-    write_shard(landing / "cli.warc.gz")
+    written = write_shard(landing / "cli.warc.gz")
+    os.utime(written, (time.time() - 120,) * 2)  # complete: unchanged for longer than settle_s
     (landing / "old-crawl.arc.bz2").write_bytes(b"x")
     home = tmp_path / "home"
     home.mkdir()
@@ -494,7 +497,7 @@ def test_the_cli_makes_a_missing_dagster_home_and_explains_an_unset_one(tmp_path
     landing = tmp_path / "landing"
     landing.mkdir()
     write_shard(landing / "one.warc.gz")
-    cli = [Path(sys.executable).parent / "lm-assets", "add-shards", "--landing", str(landing)]
+    cli = [Path(sys.executable).parent / "lm-assets", "add-shards", "--landing", str(landing), "--settle-s", "0"]
     env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}
     unset = subprocess.run(cli, env=env, capture_output=True, text=True)
     assert unset.returncode != 0 and "DAGSTER_HOME is not set" in unset.stderr and "Traceback" not in unset.stderr
@@ -503,3 +506,48 @@ def test_the_cli_makes_a_missing_dagster_home_and_explains_an_unset_one(tmp_path
     assert f"created DAGSTER_HOME {home}" in made.stdout and "1 new shard partitions added" in made.stdout
     instance = dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home)))
     assert instance.get_dynamic_partitions("shards") == ["one.warc.gz"]
+
+
+def test_a_landing_file_is_taken_only_once_complete(tmp_path):
+    from lm_assets.corpus.ingest.readers import landing_shards
+    from lm_assets.storage.store import Storage
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    for name in ("growing.warc.gz", "settled.warc.gz", "marked.warc.gz"):
+        (landing / name).write_bytes(b"x")
+    os.utime(landing / "settled.warc.gz", (time.time() - 61,) * 2)
+    (landing / "marked.warc.gz.done").write_text("")
+    shards, skipped = landing_shards(Storage(str(landing)), settle_s=60)
+    assert shards == ["marked.warc.gz", "settled.warc.gz"]
+    assert skipped["growing.warc.gz"].startswith("changed 0 s ago, maybe still being written: taken once unchanged")
+    assert "marked.warc.gz.done" not in skipped  # a marker is no file to skip
+    assert landing_shards(Storage(str(landing)), settle_s=0)[0] == ["growing.warc.gz", "marked.warc.gz", "settled.warc.gz"]
+    instance = dg.DagsterInstance.ephemeral()
+    with dg.build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(landing))}) as context:
+        assert landing_sensor(context).dynamic_partitions_requests[0].partition_keys == ["marked.warc.gz", "settled.warc.gz"]
+
+
+def test_a_landing_file_that_changes_while_read_publishes_nothing(tmp_path, monkeypatch):
+    import lm_assets.defs.ingest.assets as ingest
+
+    landing, storage = tmp_path / "landing", tmp_path / "storage"
+    landing.mkdir()
+    shard = write_shard(landing / "growing.warc.gz")
+    first_read = ingest.ShardReading.batches
+
+    def batches_while_the_writer_appends(self):
+        for batch in first_read(self):
+            with open(shard, "ab") as writer:  # the crawler is still writing the file
+                writer.write(shard.read_bytes()[:200])
+            yield batch
+
+    monkeypatch.setattr(ingest.ShardReading, "batches", batches_while_the_writer_appends)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions("shards", ["growing.warc.gz"])
+    result = dg.materialize([raw_shard], partition_key="growing.warc.gz", instance=instance,
+                            resources=resources(str(storage), str(landing)), raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "landing file growing.warc.gz changed while it was read" in failure.event_specific_data.error.to_string()
+    assert not (storage / "raw" / "growing.warc.gz").exists()

@@ -51,6 +51,7 @@ def production_instance(tmp_path, postgres, s3_server, monkeypatch):
         for i in range(3):
             builder.response(f"https://s{number}.example/{i}", page(f"Page {i}", f"<p>{PROSE}</p><p>Shard {number}, page {i}.</p>"))
         builder.write(landing / f"shard-{number}.warc.gz")
+        (landing / f"shard-{number}.warc.gz.done").write_text("")  # complete: the sensor need not wait
     environment = {
         "DAGSTER_HOME": str(home), **postgres.environment(postgres.new_database()),
         "LM_ASSETS_LOG_BUCKET": s3_server.bucket, "AWS_ENDPOINT_URL": s3_server.endpoint, "LM_ASSETS_K8S_NAMESPACE": "unused",

@@ -13,6 +13,7 @@ import gzip
 import hashlib
 import json
 import re
+import time
 import zlib
 from dataclasses import dataclass, field
 from collections.abc import Iterator
@@ -131,15 +132,31 @@ class RawShard:
     records: int
 
 
-def landing_shards(storage) -> tuple[list[str], dict[str, str]]:
-    """The shard files at the top of a landing location (a `Storage`), and every other file there with
-    why it is skipped: a symlink out of a root that confines its links among them."""
-    shards, skipped = landing_files(storage.list(hidden=True), SUPPORTED_SUFFIXES)
+DONE_SUFFIX = ".done"
+
+
+def landing_shards(storage, settle_s: float = 0.0, now: float | None = None) -> tuple[list[str], dict[str, str]]:
+    """The complete shard files at the top of a landing location (a `Storage`), and every other file there
+    with why it is skipped: a symlink out of a root that confines its links, and a file that may still be
+    being written among them. A file is complete once `<name>.done` lies beside it, or once it has been
+    unchanged (size and modification time) for `settle_s` seconds; a writer that renames a finished file
+    into place from a hidden name (`.name.part`) needs neither."""
+    listed = storage.list(hidden=True)
+    markers = {key.removesuffix(DONE_SUFFIX) for key in listed if key.endswith(DONE_SUFFIX)}
+    shards, skipped = landing_files([key for key in listed if not key.endswith(DONE_SUFFIX)], SUPPORTED_SUFFIXES)
     if storage.confine_links:
         for key in list(shards):
             if target := storage.outside_link(key):
                 shards.remove(key)
                 skipped[key] = f"a symlink to {target}, outside the landing root (refused unless follow_links_outside)"
+    if settle_s > 0:
+        now = time.time() if now is None else now
+        for key in [k for k in shards if k not in markers]:
+            age = now - storage.file_state(key)[1]
+            if age < settle_s:
+                shards.remove(key)
+                skipped[key] = (f"changed {max(age, 0):.0f} s ago, maybe still being written: taken once unchanged for "
+                                f"{settle_s:g} s, or once {key}{DONE_SUFFIX} says it is complete")  # fmt: skip
     return shards, skipped
 
 

@@ -94,6 +94,12 @@ class LandingResource(StorageResource):
         description="a local folder (relative: inside the project folder) or s3://bucket/prefix; "
         + unset_means(LANDING_ROOT_VARIABLE, DEFAULT_LANDING_ROOT, project_path),
     )
+    settle_s: float = Field(
+        default=60.0,
+        description="a file is taken as a shard once unchanged (size and modification time) this many seconds, "
+        "or at once when `<name>.done` lies beside it; a writer can also rename a finished file into place from "
+        "a hidden name (`.name.part`); 0: at once",
+    )
     follow_links_outside: bool = Field(
         default=False,
         description="follow symlinks that lead outside the landing root; off, such files are skipped by the "

@@ -89,12 +89,20 @@ def raw_shard_of(shard: str, config: RawShardConfig, storage: StorageResource, l
     reader_config = to_dataclass(ReaderConfig, config)
     keys = raw_keys(shard)
     seen = StreamedDocuments(DOCUMENT_SCHEMA, length=pl.coalesce("html", "text").str.len_chars())
-    with landing.storage().local_copy(shard) as path, tempfile.TemporaryDirectory(prefix="raw-shard-") as work:
+    source = landing.storage()
+    before = source.file_state(shard)
+    with source.local_copy(shard) as path, tempfile.TemporaryDirectory(prefix="raw-shard-") as work:
         size = path.stat().st_size
         reading = ShardReading(path, source=shard, config=reader_config)
         documents = write_batches(seen.watch(reading.batches()), DOCUMENT_SCHEMA, Path(work) / "documents.parquet",
                                   DOCUMENT_ROW_GROUP_ROWS)  # fmt: skip
         shard_read = reading.read.frames()
+        # A file still being written is read only in part: nothing of it is published.
+        if (after := source.file_state(shard)) != before:
+            raise dg.Failure(
+                f"landing file {shard} changed while it was read (size {before[0]:,} -> {after[0]:,} bytes, modified "
+                f"{after[1] - before[1]:+.3f} s later): nothing was published; run it again once the file is complete "
+                "(the landing resource's settle_s, or a <name>.done marker)")
         dropped, quarantine = shard_read.dropped, shard_read.quarantine
         summary = json.dumps({"records": shard_read.records, "bytes": size}).encode()
         store.publish(stage_folder("raw", shard), {"documents.parquet": documents, "dropped.parquet": dropped,
