@@ -27,35 +27,66 @@ def data_uri(svg: str) -> str:
 
 
 # The plot's margins: tick labels left and below, room for an edge dot right and above.
-LEFT, RIGHT, TOP, BOTTOM = 26, 30, 5, 10
+LEFT, RIGHT, TOP, BOTTOM = 28, 30, 5, 11
 Ticks = Sequence[tuple[float, str]]  # (position on the plot, label)
 
 
-def tick(value: float) -> str:
-    """A tick label in a few characters: 0, 0.35, 2.5, 120, 3.1k, 1.2M, 7.5e-4."""
+def tick(value: float, digits: int = 2) -> str:
+    """A tick label in a few characters: 0, 0.35, 2.5, 120, 3.1k, 1.2M, 7.5e-4; `digits` significant
+    digits where more than two tell neighbouring ticks apart (1.05 beside 1.1)."""
     if value != value:
         return "nan"
     size = abs(value)
     if 0 < size < 0.01:
-        mantissa, exponent = f"{value:.1e}".split("e")
-        return f"{mantissa.removesuffix('.0')}e{int(exponent)}"
+        mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
     for limit, unit in ((1e6, "M"), (1e3, "k")):
         if size >= limit:
-            return f"{value / limit:.3g}{unit}"
-    return f"{value:.2g}" if size < 100 else f"{value:.0f}"
+            return f"{value / limit:.{max(digits, 3)}g}{unit}"
+    return f"{value:.{digits}g}" if size < 100 else f"{value:.0f}"
 
 
-def svg(body: str, left: Ticks = (), bottom: Ticks = (), right: Ticks = (), right_color: str = "grey") -> str:
-    """The plot drawn on a WIDTH × HEIGHT canvas framed by tick labels: `left` and `right` at y positions,
-    `bottom` at x positions of the canvas (labels end there)."""
-    labels = "".join(f"<text x='-2' y='{y + 3}'>{text}</text>" for y, text in left)
-    labels += "".join(f"<text x='{x}' y='{HEIGHT + 9}'>{text}</text>" for x, text in bottom)
-    labels = f"<g text-anchor='end'>{labels}</g>" if labels else ""
-    labels += "".join(f"<text x='{WIDTH + 2}' y='{y + 3}' fill='{COLORS[right_color]}'>{text}</text>" for y, text in right)
+def nice_ticks(low: float, high: float, most: int = 3) -> list[tuple[float, str]]:
+    """Round values from `low` to `high` (multiples of 1, 2, 2.5 or 5 times a power of ten), at most `most`
+    of them, each with its label."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return []
+    if high <= low:
+        return [(low, tick(low))]
+    exponent = math.floor(math.log10((high - low) / most))
+    # Steps grow until few enough fit (ten times the first always does); 2.5 keeps a third tick where
+    # steps of 2 give four and steps of 5 one.
+    for step in (m * 10.0**e for e in (exponent, exponent + 1) for m in (1, 2, 2.5, 5)):
+        first, last = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
+        if last - first + 1 <= most:
+            break
+    values = [k * step for k in range(first, last + 1)]
+    largest = max((abs(v) for v in values), default=0) or step
+    digits = max(2, math.floor(math.log10(largest) + 1e-9) - math.floor(math.log10(step) + 1e-9) + 1)
+    return [(v, tick(v, digits)) for v in values]
+
+
+def label(x: float, y: float, text: str, attributes: str = "") -> str:
+    """`text` centred on x by its width, a digit's being about 4.4 at the charts' font size: text-anchor
+    would cost each chart an attribute or a group of the few characters it has."""
+    return f"<text x='{round(x - 2.2 * len(text))}' y='{y}'{attributes}>{text}</text>"
+
+
+def svg(body: str, left: Ticks = (), bottom: Ticks = (), right: Ticks = (), right_color: str = "grey",
+        baseline: str = "") -> str:  # fmt: skip
+    """The plot drawn on a WIDTH × HEIGHT canvas, framed, with tick marks and their labels (centred on them,
+    those beside the plot in its margins): `left` and `right` at y positions, `bottom` at x positions of the
+    canvas; `baseline` is path commands drawn as the frame is."""
+    marks = baseline + "".join(f"M-2,{y}h2" for y, _ in left) + "".join(f"M{x},{HEIGHT}v2" for x, _ in bottom)
+    marks += "".join(f"M{WIDTH},{y}h2" for y, _ in right)
+    labels = "".join(label(-13, y + 3, text) for y, text in left)
+    labels += "".join(label(x, HEIGHT + 10, text) for x, text in bottom)
+    labels += "".join(label(WIDTH + 12, y + 3, text, f" fill='{COLORS[right_color]}'") for y, text in right)
     width, height = LEFT + WIDTH + RIGHT, TOP + HEIGHT + BOTTOM
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='{-LEFT} {-TOP} {width} {height}' width='{width * 2}' "
-            f"height='{height * 2}' font-size='8' style='background:#fff'><path d='M0,0H{WIDTH}V{HEIGHT}H0Z' "
-            f"fill='none' stroke='#ddd'/>{body}{labels}</svg>")  # fmt: skip
+    # Drawn twice its size, to be read; its height follows from the viewBox.
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='{-LEFT},{-TOP},{width},{height}' width='{width * 2}' "
+            f"font-size='8' style='background:#fff'><path d='M0,0H{WIDTH}V{HEIGHT}H0Z{marks}' fill='none' "
+            f"stroke='#bbb'/>{body}{labels}</svg>")  # fmt: skip
 
 
 def scale(values: Sequence[float], low: float, high: float, size: int, flip: bool = False) -> list[int]:
@@ -78,45 +109,49 @@ def finite(points: Series) -> list[tuple[float, float]]:
 
 
 def line_chart_svg(lines: list[tuple[Series, str]], dots: list[tuple[Series, str]] = (), count: int = 48,
-                   right_axis: tuple[Series, str] | None = None, band: Series = ()) -> str:  # fmt: skip
-    """Lines (and dots) sharing one x range and one y range, their ends as ticks on the axes; `right_axis` is
-    a line on its own y range (a learning rate beside a loss), ticked on the right; `band` is (x, low) and
-    (x, high) pairs' ranges, as (x, (low, high)) points, shaded (a chance band). `count` points at most per line."""
+                   band: Series = ()) -> str:  # fmt: skip
+    """Lines (and dots) sharing one x range and one y range, ticked at round values; `band` is (x, low) and
+    (x, high) pairs' ranges, as (x, (low, high)) points, shaded (a chance band). `count` points at most per
+    line, half as many dots (each costs more characters than a line's point)."""
     band = [(x, lows) for x, lows in band if all(map(math.isfinite, (x, *lows)))]
-    every = [p for series, _ in (*lines, *dots, *([right_axis] if right_axis else [])) for p in finite(series)]
-    if not every:
+    shared = [p for series, _ in (*lines, *dots) for p in finite(series)]
+    if not shared:
         return svg("")
-    x_low, x_high = min(x for x, _ in every), max(x for x, _ in every)
-    shared = [p for series, _ in (*lines, *dots) for p in finite(series)] + [(x, y) for x, ys in band for y in ys]
-    y_low, y_high = (min(y for _, y in shared), max(y for _, y in shared)) if shared else (0.0, 1.0)
-    body = []
+    x_low, x_high = min(x for x, _ in shared), max(x for x, _ in shared)
+    shared += [(x, y) for x, ys in band for y in ys]
+    y_low, y_high = min(y for _, y in shared), max(y for _, y in shared)
 
-    def coords(points, low, high):
+    def y_of(values):
+        return [y + 2 for y in scale(values, y_low, y_high, HEIGHT - 4, flip=True)]
+
+    def coords(points):
         xs = scale([x for x, _ in points], x_low, x_high, WIDTH)
-        ys = scale([y for _, y in points], low, high, HEIGHT - 4, flip=True)
-        return [(x, y + 2) for x, y in zip(xs, ys)]
+        return list(zip(xs, y_of([y for _, y in points])))
 
-    def polyline(points, color, low, high):
-        flat = ",".join(f"{x},{y}" for x, y in coords(thinned(finite(points), count), low, high))
-        return f"<polyline points='{flat}' fill='none' stroke='{COLORS[color]}' stroke-width='1.5'/>"
+    def relative(points, most):
+        """The first point's position, then each next one's step from the one before as `dx,dy`: small
+        numbers, so more points fit inline (drawn with the relative commands `l` and `m`)."""
+        xy = coords(thinned(finite(points), most))
+        return xy[0], [f"{x - a},{y - b}" for (a, b), (x, y) in zip(xy, xy[1:])]
 
+    body = []
     if band:
-        edge = coords([(x, ys[1]) for x, ys in band], y_low, y_high) + coords(
-            [(x, ys[0]) for x, ys in reversed(band)], y_low, y_high)
+        edge = coords([(x, ys[1]) for x, ys in band] + [(x, ys[0]) for x, ys in reversed(band)])
         body.append(f"<polygon points='{','.join(f'{x},{y}' for x, y in edge)}' fill='#999' fill-opacity='.3'/>")
-    right = []
-    if right_axis is not None and finite(right_axis[0]):
-        values = [y for _, y in finite(right_axis[0])]
-        body.append(polyline(right_axis[0], right_axis[1], min(values), max(values)))
-        right = [(2, tick(max(values))), (HEIGHT - 2, tick(min(values)))]
     for points, color in lines:
-        body.append(polyline(points, color, y_low, y_high))
+        if finite(points):
+            (x, y), steps = relative(points, count)
+            body.append(f"<path d='M{x},{y}{'l' if steps else ''}{','.join(steps)}' fill='none' "
+                        f"stroke='{COLORS[color]}' stroke-width='1.5'/>")  # fmt: skip
     for points, color in dots:
-        marks = "".join(f"M{x},{y}h0" for x, y in coords(thinned(finite(points), count), y_low, y_high))
-        body.append(f"<path d='{marks}' stroke='{COLORS[color]}' stroke-width='5' stroke-linecap='round'/>")
-    left = [(2, tick(y_high)), (HEIGHT - 2, tick(y_low))]
-    bottom = [(8, tick(x_low)), (WIDTH, tick(x_high))]  # end-anchored: the first reads from the left edge
-    return svg("".join(body), left, bottom, right, right_axis[1] if right_axis else "grey")
+        if finite(points):
+            (x, y), steps = relative(points, max(2, count // 2))
+            marks = f"M{x},{y}h0" + "".join(f"m{step}h0" for step in steps)
+            body.append(f"<path d='{marks}' stroke='{COLORS[color]}' stroke-width='5' stroke-linecap='round'/>")
+    values = nice_ticks(y_low, y_high, 3)
+    left = list(zip(y_of([v for v, _ in values]), (label for _, label in values)))
+    bottom = [(scale([x], x_low, x_high, WIDTH)[0], label) for x, label in nice_ticks(x_low, x_high, 3)]
+    return svg("".join(body), left, bottom)
 
 
 # The dash patterns that tell groups of thresholds apart (dashed, dotted, long dashes), in the order
@@ -124,35 +159,56 @@ def line_chart_svg(lines: list[tuple[Series, str]], dots: list[tuple[Series, str
 DASHES, DASH_NAMES = ("3", "1,2", "7,2"), ("dashed", "dotted", "long dashes")
 
 
-def histogram_svg(edges: Sequence[float], groups: list[tuple[Sequence[int], str]], marks: Sequence[float] = (),
+# Where a histogram's kept documents (drawn up) meet its dropped ones (drawn down).
+SPLIT = 42
+
+
+def histogram_svg(edges: Sequence[float], kept: Sequence[int], dropped: Sequence[int], marks: Sequence[float] = (),
                   bottom: Ticks = (), mark_styles: Sequence[int] = ()) -> str:  # fmt: skip
-    """Step outlines of binned counts (`groups`: the counts over `edges` and a colour), and vertical lines at
-    `marks` (thresholds) on the same x axis, each dashed as `DASHES[mark_styles[i]]` (so a caption can say
-    which is which). `bottom` labels x positions given in `edges`' units. The first group's counts are
-    ticked on the left; a later group too small to see beside it (under a quarter of its height) is drawn on
-    its own scale, ticked on the right in its colour."""
+    """Binned counts over `edges`: kept documents drawn up from a line, dropped ones down from it, each on a
+    scale of its own, so that a few dropped documents beside many kept ones still show (kept ticked on the
+    left, dropped on the right in red). Vertical lines at `marks` (thresholds) on the same x axis, each dashed
+    as `DASHES[mark_styles[i]]` (so a caption can say which is which). `bottom` labels x positions given in
+    `edges`' units."""
     low, high = edges[0], edges[-1]
     xs = scale(edges, low, high, WIDTH)
-    tops = [max(counts, default=0) or 1 for counts, _ in groups]
-    steps, right, right_color = [], [], "grey"
-    for i, (counts, color) in enumerate(groups):
-        top = tops[0]
-        if i and tops[i] * 4 < tops[0]:
-            top, right, right_color = tops[i], [(2, tick(tops[i]))], color
-        ys = scale(counts, 0, top, HEIGHT - 2, flip=True)
-        path = f"M0,{HEIGHT}" + "".join(f"V{y + 2}H{x}" for y, x in zip(ys, xs[1:])) + f"V{HEIGHT}"
-        steps.append(f"<path d='{path}' fill='{COLORS[color]}' stroke='{COLORS[color]}'/>")
-    body = [f"<g fill-opacity='.3'>{''.join(steps)}</g>"]
+
+    def drawn(counts, color, size, direction):
+        """The counts as a filled step outline from the line, `size` high at most, and its tallest bin's count
+        ticked at its end."""
+        most = max(counts, default=0)
+        top = most or 1
+        # One V and H per run of bins of one height: a run of empty bins costs no more than one.
+        runs = []
+        for x0, height, x in zip(xs, scale(counts, 0, top, size), xs[1:]):
+            if runs and runs[-1][1] == SPLIT + direction * height:
+                runs[-1][2] = x
+            else:
+                runs.append([x0, SPLIT + direction * height, x])
+        # Empty bins at either end are left out: the outline starts and ends on the line.
+        while runs and runs[-1][1] == SPLIT:
+            runs.pop()
+        while runs and runs[0][1] == SPLIT:
+            runs.pop(0)
+        start = runs[0][0] if runs else 0
+        path = f"M{start},{SPLIT}" + "".join(f"V{y}H{x}" for _, y, x in runs) + f"V{SPLIT}"
+        return f"<path d='{path}' fill='{COLORS[color]}'/>", [(SPLIT + direction * size, tick(most))]
+
+    kept_path, left = drawn(kept, "green", SPLIT - 2, -1)
+    dropped_path, right = drawn(dropped, "red", HEIGHT - SPLIT, 1)
+    body = [f"<g fill-opacity='.6'>{kept_path}{dropped_path}</g>"]
     styles = [*mark_styles, *[0] * len(marks)]
     dashed = ""
     for style, dash in enumerate(DASHES):
         lines = "".join(f"M{scale([mark], low, high, WIDTH)[0]},0V{HEIGHT}"
                         for mark, s in zip(marks, styles) if s == style and low <= mark <= high)
-        dashed += f"<path d='{lines}' stroke-dasharray='{dash}'/>" if lines else ""
+        own = f" stroke-dasharray='{dash}'" if style else ""
+        dashed += f"<path d='{lines}'{own}/>" if lines else ""
     if dashed:
-        body.append(f"<g stroke='#000'>{dashed}</g>")
+        # The first dash pattern is the group's, the others the paths' own.
+        body.append(f"<g stroke='#000' stroke-dasharray='{DASHES[0]}'>{dashed}</g>")
     ticks = [(scale([at], low, high, WIDTH)[0], text) for at, text in bottom]
-    return svg("".join(body), [(2, tick(tops[0]))], ticks, right, right_color)
+    return svg("".join(body), left, ticks, right, "red", f"M0,{SPLIT}H{WIDTH}")
 
 
 def inline_image(svg_text: str, alt: str, caption: str = "") -> str:
@@ -164,10 +220,10 @@ def fits_inline(markdown: str) -> bool:
     return len(markdown) <= INLINE_LIMIT
 
 
-def inline_line_chart(alt: str, caption: str, lines, dots=(), right_axis=None, band=()) -> str:
+def inline_line_chart(alt: str, caption: str, lines, dots=(), band=()) -> str:
     """A line chart's markdown with as many points per line as fit under the UI's inline limit."""
-    for count in (64, 48, 36, 28, 20, 14, 10, 6, 2):
-        markdown = inline_image(line_chart_svg(lines, dots, count, right_axis, band), alt, caption)
+    for count in range(64, 1, -1):
+        markdown = inline_image(line_chart_svg(lines, dots, count, band), alt, caption)
         if fits_inline(markdown):
             return markdown
     return markdown

@@ -7,12 +7,14 @@ import base64
 import json
 import re
 import shutil
+import urllib.parse
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
-from lm_assets.charts import INLINE_LIMIT, WIDTH
+from lm_assets.charts import COLORS, INLINE_LIMIT, WIDTH
 from lm_assets.corpus.curation.histograms import (
     LANG_SCORE,
     QUALITY_SCORE,
@@ -141,3 +143,35 @@ def test_threshold_pairs_are_told_apart_and_each_panel_says_what_it_counts():
     words.dropped = [i % 2 for i in range(len(words.kept))]
     markdown = inline_histogram(words, "caption")
     assert len(markdown) <= INLINE_LIMIT and "stroke-dasharray='1,2'" in markdown and "stroke-dasharray='3'" in markdown
+
+
+def test_thresholds_one_to_a_language_are_named_in_order_along_the_axis():
+    from lm_assets.corpus.curation.histograms import score_histogram
+    from lm_assets.defs.curation.assets import mark_styles, thresholds_legend
+
+    # The classifier's rule lists its languages as its config does; its lines lie in order of their cuts.
+    classifier = score_histogram(QUALITY_SCORE, "classifier: below_threshold others 0.401, en 0.38, zh 0.489",
+                                 [("others", 0.401), ("en", 0.38), ("zh", 0.489)], "the classifier")  # fmt: skip
+    assert mark_styles(classifier) == [0, 0, 0]  # one dash pattern: a pattern per line would not fit in place
+    assert thresholds_legend(classifier) == (
+        "classifier: below_threshold en 0.38, others 0.401, zh 0.489 (dashed, left to right)")
+
+
+def test_inline_histograms_tick_their_axes_at_round_values():
+    from lm_assets.corpus.curation.histograms import quality_histograms
+    from lm_assets.corpus.curation.rules import preset
+    from lm_assets.defs.curation.assets import inline_histogram, value_ticks
+
+    histograms = {h.signal: h for h in quality_histograms(preset("lm_assets"))}
+    words, share = histograms["q_word_count"], histograms["q_alpha_words_ratio"]
+    # Word counts binned as a log scale: 0 and powers of ten evenly apart; a share at round values.
+    assert [label for _, label in value_ticks(words)] == ["0", "1k", "1M"]
+    assert [label for _, label in value_ticks(share)] == ["0", "0.5", "1"]
+    words.kept = [0] * 10 + [2, 1, 1, 3, 21, 9, 45, 28] + [0] * (len(words.kept) - 18)
+    words.dropped = [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 4, 0, 0, 1, 0, 3, 1] + [0] * (len(words.kept) - 18)
+    markdown = inline_histogram(words, "caption")
+    svg = ET.fromstring(urllib.parse.unquote(re.search(r"data:image/svg\+xml,([^)]*)", markdown).group(1)))
+    labels = [(text.text, text.get("fill")) for text in svg.iter("{http://www.w3.org/2000/svg}text")]
+    # The tallest kept bin's count (45), the x axis's round values, the tallest dropped bin's count (4) in red.
+    assert len(markdown) <= INLINE_LIMIT
+    assert labels == [("45", None), ("0", None), ("1k", None), ("1M", None), ("4", COLORS["red"])]

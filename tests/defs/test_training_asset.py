@@ -91,7 +91,8 @@ def test_training_through_pipes_then_resume(packed_storage):
     # The curves drawn in place on the overview: an SVG image short enough for the UI to render inline.
     curves = run["curves"].value
     assert list(run)[:4] == ["curves", "final_loss", "min_loss", "min_loss_step"]  # the overview opens with the story
-    assert curves.startswith("![loss and lr](data:image/svg+xml,") and len(curves) < 1000
+    assert curves.startswith("![loss](data:image/svg+xml,") and len(curves) < 1000
+    assert run["lr_curve"].value.startswith("![lr](data:image/svg+xml,") and len(run["lr_curve"].value) < 1000
     # A validation loss at each checkpoint (steps 3 and 6), on the packed val split, in the curves too.
     vals = tensorboard_scalars(run["tensorboard_logdir"].value, "val/loss")
     assert [step for step, _ in vals] == [3, 6] and all(np.isfinite([v for _, v in vals]))

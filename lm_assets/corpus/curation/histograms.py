@@ -195,58 +195,72 @@ def summed(shards: list[dict[str, Histogram]]) -> tuple[dict[str, Histogram], in
     return total, left_out
 
 
-def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int = 4, dpi: int = 72) -> bytes:
-    """One panel per histogram in a grid: kept and dropped documents as steps (dropped ones drawn taller by a
-    factor the title gives where they would not show beside the kept ones), the thresholds as vertical lines
-    named at their top and dashed by group, each titled with its signal, the step whose documents it counts
-    and its rule, in type that reads at the figure's size; count signals on a logarithmic x axis."""
+# The figure's grid: three panels a row, each this wide and tall (inches), its title in type of this size
+# (points), which reads where the UI shows the figure scaled to its column.
+COLUMNS, PANEL_WIDTH, PANEL_HEIGHT, TITLE_SIZE = 3, 6.4, 4.6, 15
+
+
+def figure_title(histogram: Histogram, taller: int) -> str:
+    """A panel's title: its signal; the step whose documents it counts; how many of them it kept and dropped;
+    its rule, wrapped to the panel's width."""
+    counted = f"documents reaching {histogram.population}:" if histogram.population else "documents:"
+    counts = f"kept {sum(histogram.kept):,} · dropped {sum(histogram.dropped):,}"
+    counts += f" (drawn ×{taller})" if taller > 1 else ""
+    return "\n".join([histogram.signal, counted, counts, textwrap.fill(histogram.rule, 50)])
+
+
+def figure_png(histograms: dict[str, Histogram], title: str = "", columns: int = COLUMNS, dpi: int = 72) -> bytes:
+    """One panel per histogram in a grid: kept documents as steps up from a line, dropped ones down from it
+    (drawn taller by a factor the title gives where they would not show beside the kept ones), the
+    thresholds as vertical lines named at their top and dashed by group, each titled by `figure_title` in
+    type that reads at the figure's size; count signals on a logarithmic x axis."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
     from PIL import Image
 
     rows = max(1, math.ceil(len(histograms) / columns))
-    height = 3.9 * rows + 1.2
-    figure = Figure(figsize=(5.2 * columns, height), dpi=dpi)
+    height = PANEL_HEIGHT * rows + 1.2
+    figure = Figure(figsize=(PANEL_WIDTH * columns, height), dpi=dpi)
     FigureCanvasAgg(figure)
-    # A fixed layout: matplotlib's constrained one measures every tick label and takes half the time.
+    # A fixed layout: matplotlib's constrained one measures every tick label and takes half the time. Each
+    # panel's title (five lines, or six where a rule wraps twice) takes the top 40 % of its row.
     axes = figure.subplots(rows, columns, squeeze=False, gridspec_kw={
-        "left": 0.02, "right": 0.99, "bottom": 0.3 / height, "top": 1 - 2.0 / height, "wspace": 0.12, "hspace": 0.9,
+        "left": 0.02, "right": 0.98, "bottom": 0.35 / height, "top": 1 - 3.1 / height, "wspace": 0.1, "hspace": 0.75,
     }).ravel()
     for ax, histogram in zip(axes, histograms.values()):
         edges = np.array(histogram.edges)
         kept_top, dropped_top = max(histogram.kept, default=0), max(histogram.dropped, default=0)
         taller = max(1, kept_top // (2 * dropped_top)) if dropped_top else 1
-        ax.stairs(histogram.kept, edges, fill=True, alpha=0.35, color="#1e8e3e")
-        ax.stairs([n * taller for n in histogram.dropped], edges, fill=True, alpha=0.5, color="#d93025")
+        ax.stairs(histogram.kept, edges, fill=True, alpha=0.55, color="#1e8e3e")
+        ax.stairs([-n * taller for n in histogram.dropped], edges, fill=True, alpha=0.55, color="#d93025")
+        ax.axhline(0, color="#888", linewidth=0.8)
         groups = list(dict.fromkeys(histogram.mark_groups))
         for i, (mark, label, group) in enumerate(zip(histogram.marks, histogram.mark_labels, histogram.mark_groups)):
             ax.axvline(mark, color="black", linestyle=("--", ":", "-.")[groups.index(group) % 3], linewidth=1.2)
             # Left of the line in the right half of the axis, so that the label stays inside the panel.
             right_half = histogram.position(mark) > (len(edges) - 1) / 2
-            ax.annotate(label, (mark, 1 - 0.09 * (i % 4)), xycoords=("data", "axes fraction"), fontsize=10,
-                        xytext=(-2 if right_half else 2, -2), textcoords="offset points", va="top",
+            ax.annotate(label, (mark, 1 - 0.09 * (i % 4)), xycoords=("data", "axes fraction"), fontsize=12,
+                        xytext=(-3 if right_half else 3, -2), textcoords="offset points", va="top",
                         ha="right" if right_half else "left")
         if histogram.signal in COUNT_SIGNALS:
             ax.set_xscale("symlog", linthresh=1)
         else:
             ax.xaxis.set_major_locator(MaxNLocator(5))
         # Heights read against each other, the totals in the title: a y axis would double the time a figure of
-        # 26 panels takes to draw, which every shard pays.
+        # 26 panels takes to draw, which every shard pays. Room above the tallest bin for the threshold names.
         ax.yaxis.set_visible(False)
+        ax.set_ylim(-1.15 * (dropped_top * taller or 1), 1.5 * (kept_top or 1))
         ax.set_xlim(edges[0], edges[-1])
-        counts = f"kept {sum(histogram.kept):,} · dropped {sum(histogram.dropped):,}"
-        counts += f" (drawn ×{taller})" if taller > 1 else ""
-        counted = f"\nat {histogram.population}" if histogram.population else ""
-        ax.set_title(f"{histogram.signal}: {counts}{counted}\n{textwrap.fill(histogram.rule, 48)}", fontsize=12)
-        ax.tick_params(labelsize=10)
+        ax.set_title(figure_title(histogram, taller), fontsize=TITLE_SIZE)
+        ax.tick_params(labelsize=13)
     for ax in axes[len(histograms):]:
         ax.set_axis_off()
-    figure.suptitle(f"{title}\n(kept green, dropped red; values beyond an axis count in its end bin)".strip(), fontsize=15)
+    legend = "(kept green, up; dropped red, down; values beyond an axis count in its end bin)"
+    figure.suptitle(f"{title}\n{legend}".strip(), fontsize=18)
     drawn = io.BytesIO()
     figure.savefig(drawn, format="png")
     # 256 colours draw these plots as well as millions, in a third of the bytes.
     out = io.BytesIO()
     Image.open(drawn).convert("RGB").quantize(256).save(out, format="PNG", optimize=True)
     return out.getvalue()
-

@@ -318,7 +318,7 @@ def launch_training(
 
 # What training_run's overview shows first: how the loss went, then the rest as the run reported it.
 RUN_STORY = ("curves", "final_loss", "min_loss", "min_loss_step", "loss_rose_at_end", "val_loss", "val_loss_step",
-             "checkpoints", "steps", "tokens", "tokens_per_s", "mfu", "training_plan")
+             "lr_curve", "checkpoints", "steps", "tokens", "tokens_per_s", "mfu", "training_plan")
 
 
 def with_metadata(result: dg.MaterializeResult, extra: dict, first: tuple[str, ...] = ()) -> dg.MaterializeResult:
@@ -386,9 +386,9 @@ def with_spike_documents(result, store, run_dir: Path):
 
 
 def with_curves(result):
-    """training_run's result with its curves shown: `curves`, a small SVG of the train loss, the
-    validation losses (dots) and the lr (grey, on its own scale), drawn in place on the overview from the
-    run's `steps.jsonl`; `curves_detail`, the run's PNG with axes."""
+    """training_run's result with its curves shown: `curves`, a small SVG of the train loss and the
+    validation losses (dots), and `lr_curve`, one of the lr, drawn in place on the overview from the run's
+    `steps.jsonl`; `curves_detail`, the run's PNG with axes."""
     if not isinstance(result, dg.MaterializeResult):
         return result
     extra = {}
@@ -396,6 +396,8 @@ def with_curves(result):
     if steps is not None and Path(steps.value).exists():
         history = [json.loads(line) for line in Path(steps.value).read_text().splitlines() if line]
         extra["curves"] = dg.MetadataValue.md(curves_markdown(history))
+        if any(m.get("lr") is not None for m in history):
+            extra["lr_curve"] = dg.MetadataValue.md(lr_markdown(history))
     png = result.metadata.get("curves_png")
     if png is not None and Path(png.value).exists():
         data = base64.b64encode(Path(png.value).read_bytes()).decode()
@@ -404,18 +406,23 @@ def with_curves(result):
 
 
 def curves_markdown(history: list[dict]) -> str:
-    """The inline chart of a run's steps and its caption: first and last loss, the lowest and its step,
-    the last validation loss, the lr's range."""
+    """The inline chart of a run's train loss and validation losses (dots), and its caption: first and last
+    loss, the lowest and its step, the last validation loss. The lr is drawn apart (`lr_markdown`): on an
+    axis of its own beside the loss, the chart would only fit the UI's inline limit with a handful of points."""
     losses = [(m["step"], m["loss"]) for m in history if m.get("loss") is not None]
     vals = [(m["step"], m["val_loss"]) for m in history if m.get("val_loss") is not None]
-    lrs = [(m["step"], m["lr"]) for m in history if m.get("lr") is not None]
     if not losses:
         return "_no steps in this run_"
     low_step, low = min(losses, key=lambda item: item[1])
-    caption = f"loss {losses[0][1]:.3f} → {losses[-1][1]:.3f}, lowest {low:.3f} at step {low_step}"
+    caption = f"loss (blue) {losses[0][1]:.3f} → {losses[-1][1]:.3f}, lowest {low:.3f} at step {low_step}"
     if vals:
-        caption += f" · val loss {vals[-1][1]:.3f} at step {vals[-1][0]} (dots)"
-    if lrs:
-        caption += f" · lr (grey, right axis) peak {significant(max(v for _, v in lrs))}"
-    return inline_line_chart("loss and lr", caption, [(losses, "blue")],
-                             [(vals, "red")] if vals else [], (lrs, "grey") if lrs else None)  # fmt: skip
+        caption += f" · val loss {vals[-1][1]:.3f} at step {vals[-1][0]} (red dots)"
+    return inline_line_chart("loss", caption, [(losses, "blue")], [(vals, "red")] if vals else [])
+
+
+def lr_markdown(history: list[dict]) -> str:
+    """The inline chart of a run's learning rate by step, its peak and last value in the caption."""
+    lrs = [(m["step"], m["lr"]) for m in history if m.get("lr") is not None]
+    peak_step, peak = max(lrs, key=lambda item: item[1])
+    caption = f"lr peak {significant(peak)} at step {peak_step}, last {significant(lrs[-1][1])} at step {lrs[-1][0]}"
+    return inline_line_chart("lr", caption, [(lrs, "orange")])

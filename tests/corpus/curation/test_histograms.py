@@ -4,18 +4,24 @@ shard by shard; every column a curated table carries is described."""
 from __future__ import annotations
 
 import functools
+import io
 
 import polars as pl
 import pytest
+from PIL import Image
 
 from lm_assets.corpus.columns import column_description
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents
 from lm_assets.corpus.curation.histograms import (
+    COLUMNS,
     LANG_SCORE,
+    PANEL_WIDTH,
     QUALITY_SCORE,
+    TITLE_SIZE,
     Histogram,
     count_edges,
     figure_png,
+    figure_title,
     from_json,
     linear_edges,
     summed,
@@ -104,9 +110,26 @@ def test_the_histograms_of_all_shards_are_the_sum_of_each_shards():
     assert left_out == 1 and with_other["q_word_count"].kept == total["q_word_count"].kept
 
 
-def test_the_figure_is_a_png():
+def test_the_figure_is_a_png_whose_titles_read_where_it_is_shown_scaled():
     png = figure_png(curated(0, "classifier")[1], "a shard")
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    # Shown scaled to fit a column of the UI, a title's type keeps at least a hundredth of the figure's
+    # width (12-point type over four panels a row, 5.2 inches each, kept 0.8 %).
+    assert TITLE_SIZE / 72 / (PANEL_WIDTH * COLUMNS) >= 0.01 and COLUMNS <= 3
+    with Image.open(io.BytesIO(png)) as image:
+        assert image.width == round(PANEL_WIDTH * COLUMNS * 72)
+
+
+def test_each_panel_title_names_the_step_whose_documents_it_counts():
+    histograms = curated(0, "classifier")[1]
+    words, lang = histograms["q_word_count"], histograms[LANG_SCORE]
+    title = figure_title(words, 3).splitlines()
+    assert title[:3] == ["q_word_count", "documents reaching the quality rules:",
+                         f"kept {sum(words.kept):,} · dropped {sum(words.dropped):,} (drawn ×3)"]
+    assert all(len(line) <= 52 for line in title)  # the rule wrapped to the panel's width
+    assert figure_title(lang, 1).splitlines()[1:3] == [
+        "documents reaching language ID:", f"kept {sum(lang.kept):,} · dropped {sum(lang.dropped):,}"]
+    assert figure_title(histograms[QUALITY_SCORE], 1).splitlines()[1] == "documents reaching the classifier:"
 
 
 @pytest.mark.parametrize("quality_preset", ["lm_assets", "published"])
