@@ -138,8 +138,15 @@ def set_rng_state(state: dict) -> None:
 
 
 def latest_tag(ckpt_dir: str | os.PathLike) -> str | None:
+    """The tag `ckpt_dir/latest` names, or None without the file. Only a checkpoint folder of this run is a
+    tag: a path (`../other_run/step_N`, `/elsewhere`) would resume from outside it, and is refused."""
     path = Path(ckpt_dir) / "latest"
-    return path.read_text().strip() if path.exists() else None
+    if not path.exists():
+        return None
+    tag = path.read_text().strip()
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", tag) or not (Path(ckpt_dir) / tag).is_dir():
+        raise ValueError(f"{path} names {tag!r}, which is no checkpoint folder of this run (a name in {ckpt_dir})")
+    return tag
 
 
 def describe_layout(layout: dict, ds_config: dict) -> str:

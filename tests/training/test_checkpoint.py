@@ -133,3 +133,16 @@ def test_a_changed_layout_is_resharded_and_logged(tmp_path, monkeypatch, caplog)
         draws.append(random.random())
     assert draws[0] == draws[1] != expected
     assert calls == [("consolidate", "step_00000006"), ("load", 0)] + [("consolidate", "step_00000006"), ("load", 3)] * 2
+
+
+def test_latest_names_a_checkpoint_of_this_run_only(tmp_path):
+    run, other = tmp_path / "main", tmp_path / "other_run"
+    (run / "step_00000002").mkdir(parents=True)
+    (other / "step_00000009").mkdir(parents=True)
+    assert latest_tag(run) is None
+    (run / "latest").write_text("step_00000002\n")
+    assert latest_tag(run) == "step_00000002"
+    for outside in ("../other_run/step_00000009", str(other / "step_00000009"), "..", "step_00000007"):
+        (run / "latest").write_text(outside)
+        with pytest.raises(ValueError, match="no checkpoint folder of this run"):
+            latest_tag(run)
