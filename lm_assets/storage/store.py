@@ -179,6 +179,23 @@ class Storage:
                 return keys
             token = resp["NextContinuationToken"]
 
+    @contextmanager
+    def work_folder(self, prefix: str) -> Iterator[Path]:
+        """A scratch folder for what a stage writes before it publishes `prefix`. Under a local root it lies
+        beside the partition's folder, named as a staging folder, so that a later publish of the partition
+        sweeps it away when the process that made it was killed; for S3, in the system's temp folder."""
+        if self.is_s3:
+            with tempfile.TemporaryDirectory(prefix="lm-assets-work-") as folder:
+                yield Path(folder)
+            return
+        target = self.local_path(prefix)
+        folder = target.with_name(f".{target.name}.{uuid.uuid4().hex}.staging")
+        folder.mkdir(parents=True)
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def publish(self, prefix: str, files: dict[str, bytes | pl.DataFrame | Path]) -> str:
         """Make `files` (name -> bytes, a table, or a local file written already) the whole content of the
         folder `prefix`, in one step: a reader sees the earlier set or this one, never a mix, and a write

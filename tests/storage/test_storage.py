@@ -193,3 +193,26 @@ def test_s3_root_needs_a_client():
     with pytest.raises(ValueError, match="no S3 client"):
         Storage("s3://bucket/x")
     assert split_s3_url("s3://bucket/a/b/") == ("bucket", "a/b")
+
+
+def test_a_stage_works_beside_its_partition_and_a_killed_one_is_swept(tmp_path):
+    import os
+    import time
+
+    from lm_assets.storage.store import LEFTOVER_AFTER_S, Storage
+
+    store = Storage(str(tmp_path))
+    with store.work_folder("curated/s1") as work:
+        assert work.parent == tmp_path / "curated" and work.name.startswith(".s1.") and work.name.endswith(".staging")
+        (work / "documents.parquet").write_bytes(b"kept so far")
+    assert not work.exists()
+    # A stage killed mid-shard leaves its work folder: under the storage root, not in /tmp, and the next
+    # publish of the partition removes it once nothing was written in it for a while.
+    killed = tmp_path / "curated" / ".s1.deadbeef.staging"
+    killed.mkdir()
+    (killed / "documents.parquet").write_bytes(b"half")
+    old = time.time() - LEFTOVER_AFTER_S - 1
+    for path in (killed / "documents.parquet", killed):
+        os.utime(path, (old, old))
+    store.publish("curated/s1", {"summary.json": b"{}"})
+    assert not killed.exists() and (tmp_path / "curated" / "s1" / "summary.json").exists()

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import re
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -138,8 +137,9 @@ def extracted_shard(
 
 
 def extracted_shard_of(shard: str, config: ExtractedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
-    with tempfile.TemporaryDirectory(prefix="extracted-shard-") as work:  # the kept table, until it is published
-        return extract_shard(shard, config, storage, Path(work))
+    # The kept table, until it is published, beside the partition: the next publish sweeps it if this dies.
+    with storage.storage().work_folder(stage_folder("extracted", shard)) as work:
+        return extract_shard(shard, config, storage, work)
 
 
 def extract_shard(
@@ -387,8 +387,8 @@ def curated_shard(
 
 
 def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
-    with tempfile.TemporaryDirectory(prefix="curated-shard-") as work:  # the kept table, until it is published
-        return curate_shard(shard, config, storage, Path(work))
+    with storage.storage().work_folder(stage_folder("curated", shard)) as work:  # as extracted_shard's
+        return curate_shard(shard, config, storage, work)
 
 
 def curate_shard(shard: str, config: CuratedShardConfig, storage: StorageResource, work: Path) -> dg.MaterializeResult:

@@ -2,7 +2,6 @@
 
 
 import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -91,7 +90,7 @@ def raw_shard_of(shard: str, config: RawShardConfig, storage: StorageResource, l
     seen = StreamedDocuments(DOCUMENT_SCHEMA, length=pl.coalesce("html", "text").str.len_chars())
     source = landing.storage()
     before = source.file_state(shard)
-    with source.local_copy(shard) as path, tempfile.TemporaryDirectory(prefix="raw-shard-") as work:
+    with source.local_copy(shard) as path, store.work_folder(stage_folder("raw", shard)) as work:
         size = path.stat().st_size
         reading = ShardReading(path, source=shard, config=reader_config)
         documents = write_batches(seen.watch(reading.batches()), DOCUMENT_SCHEMA, Path(work) / "documents.parquet",
