@@ -552,3 +552,19 @@ def test_a_landing_file_that_changes_while_read_publishes_nothing(tmp_path, monk
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "landing file growing.warc.gz changed while it was read" in failure.event_specific_data.error.to_string()
     assert not (storage / "raw" / "growing.warc.gz").exists()
+
+
+def test_dangling_and_folder_symlinks_in_the_landing_folder_are_listed_as_skipped(tmp_path):
+    from lm_assets.corpus.ingest.readers import landing_shards
+    from lm_assets.storage.store import Storage
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    write_shard(landing / "real.warc.gz")
+    (landing / "gone.warc.gz").symlink_to(tmp_path / "deleted.warc.gz")
+    (tmp_path / "more").mkdir()
+    (landing / "more").symlink_to(tmp_path / "more")
+    shards, skipped = landing_shards(Storage(str(landing)))
+    assert shards == ["real.warc.gz"]
+    assert skipped["gone.warc.gz"] == f"a symlink to {tmp_path / 'deleted.warc.gz'}, which does not exist"
+    assert skipped["more/"].startswith("a symlink to the folder")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import re
 import time
 import zlib
@@ -149,6 +150,12 @@ def landing_shards(storage, settle_s: float = 0.0, now: float | None = None) -> 
             if target := storage.outside_link(key):
                 shards.remove(key)
                 skipped[key] = f"a symlink to {target}, outside the landing root (refused unless follow_links_outside)"
+    if not storage.is_s3:
+        for entry in Path(storage.root).iterdir():  # what a listing of files passes over without a word
+            if entry.is_symlink() and not entry.exists():
+                skipped[entry.name] = f"a symlink to {os.readlink(entry)}, which does not exist"
+            elif entry.is_symlink() and entry.is_dir():
+                skipped[entry.name + "/"] = f"a symlink to the folder {os.readlink(entry)}; only files at the top are shards"
     if settle_s > 0:
         now = time.time() if now is None else now
         for key in [k for k in shards if k not in markers]:
