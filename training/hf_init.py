@@ -94,16 +94,28 @@ def extend_vocabulary(state: dict[str, torch.Tensor], vocab_size: int) -> dict[s
     return out
 
 
-def weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
-    """The checkpoint's tensors under `Transformer` names (safetensors only: nothing is unpickled)."""
+def read_safetensors(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; one that is missing, pickled or corrupt fails naming its folder and
+    file (safetensors' own error names neither)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    path = Path(path)
+    try:
+        return load_file(path)
+    except (SafetensorError, OSError) as exc:
+        raise ValueError(f"{path.name} in {path.parent} is not a readable safetensors file "
+                         f"(pickled weights are never loaded): {exc}") from exc
+
+
+def weights(folder: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors under `Transformer` names (safetensors only: nothing is unpickled)."""
     folder = Path(folder)
     index = folder / f"{WEIGHTS_NAME}.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [WEIGHTS_NAME]
     state: dict[str, torch.Tensor] = {}
     for name in files:
-        state |= load_file(folder / name)
+        state |= read_safetensors(folder / name)
     return native_state_dict(state)
 
 

@@ -152,11 +152,11 @@ def load_model(
     hf_dir: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> EvalModel:
     """Our `Transformer` and the SentencePiece tokenizer from an exported HF folder (see the module docstring)."""
-    from safetensors.torch import load_file
+    from training.hf_init import read_safetensors
 
     path = Path(hf_dir)
     cfg = model_config_from_hf(json.loads((path / CONFIG_NAME).read_text()))
-    model = build_model(cfg, load_file(path / WEIGHTS_NAME), device=device, dtype=dtype)
+    model = build_model(cfg, read_safetensors(path / WEIGHTS_NAME), device=device, dtype=dtype)
     tokenizer = spm.SentencePieceProcessor(model_file=str(path / TOKENIZER_NAME))
     if tokenizer.get_piece_size() > cfg.vocab_size:
         raise ValueError(f"tokenizer has {tokenizer.get_piece_size()} pieces, the model {cfg.vocab_size}")

@@ -173,3 +173,17 @@ def test_rng_state_round_trips_through_a_weights_only_load(tmp_path):
     set_rng_state(torch.load(file, weights_only=True))
     got = (random.random(), np.random.standard_normal(3).tolist(), torch.rand(3))
     assert got[:2] == expected[:2] and torch.equal(got[2], expected[2])
+
+
+def test_a_pickled_or_corrupt_safetensors_file_fails_naming_its_folder_and_file(tmp_path):
+    import pickle
+
+    from training.hf_init import read_safetensors
+
+    pickled = tmp_path / "export" / "model.safetensors"
+    pickled.parent.mkdir()
+    pickled.write_bytes(pickle.dumps({"weight": [1.0, 2.0]}))
+    with pytest.raises(ValueError, match=r"model.safetensors in .*export is not a readable safetensors file"):
+        read_safetensors(pickled)
+    with pytest.raises(ValueError, match=r"model.safetensors in .*nowhere is not a readable safetensors file"):
+        read_safetensors(tmp_path / "nowhere" / "model.safetensors")
