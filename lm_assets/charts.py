@@ -149,8 +149,8 @@ def line_chart_svg(lines: list[tuple[Series, str]], dots: list[tuple[Series, str
             marks = f"M{x},{y}h0" + "".join(f"m{step}h0" for step in steps)
             body.append(f"<path d='{marks}' stroke='{COLORS[color]}' stroke-width='5' stroke-linecap='round'/>")
     values = nice_ticks(y_low, y_high, 3)
-    left = list(zip(y_of([v for v, _ in values]), (label for _, label in values)))
-    bottom = [(scale([x], x_low, x_high, WIDTH)[0], label) for x, label in nice_ticks(x_low, x_high, 3)]
+    left = list(zip(y_of([v for v, _ in values]), (text for _, text in values)))
+    bottom = [(scale([x], x_low, x_high, WIDTH)[0], text) for x, text in nice_ticks(x_low, x_high, 3)]
     return svg("".join(body), left, bottom)
 
 

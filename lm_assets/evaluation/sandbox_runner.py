@@ -148,16 +148,16 @@ def drop_privileges(folder: str) -> None:
     os.setuid(NOBODY)
 
 
-def isolate(folder: str) -> tuple[str, bool]:
+def isolate(folder: str) -> str:
     """Namespaces, the program's own root and an unprivileged user, for a process two forks down: the first
     fork is process 1 of the new PID namespace, which the kernel spares the signals it has no handler for
     (the limits' SIGXCPU and SIGXFSZ among them), so it only makes the root and waits; the second runs the
-    program. Each waits for the one below and passes on how it ended. Returns what happened, and whether
-    root was given up (the caller is the program's process)."""
+    program. Each waits for the one below and passes on how it ended. Returns what happened (the caller is
+    the program's process)."""
     uid, gid = os.geteuid(), os.getegid()
     why = unshare(uid, gid) if PIVOT_ROOT.get(platform.machine()) else f"no pivot_root for {platform.machine()}"
     if why:
-        return f"none: {why}; the audit hook and limits only", False
+        return f"none: {why}; the audit hook and limits only"
     ended_read, ended_write = os.pipe()  # process 1 tells the runner how the program's process ended
     init = os.fork()
     if init:
@@ -178,9 +178,9 @@ def isolate(folder: str) -> tuple[str, bool]:
         os._exit(0)
     os.close(ended_write)
     if made:
-        return f"network and PID namespaces only: {made}", False
+        return f"network and PID namespaces only: {made}"
     who = "nobody" if dropped else f"uid {uid}"
-    return f"namespaces: no network, own PID namespace and root (the folder writable, Python read-only), as {who}", dropped
+    return f"namespaces: no network, own PID namespace and root (the folder writable, Python read-only), as {who}"
 
 
 def wait_for(child: int) -> int:
@@ -342,7 +342,7 @@ def main() -> None:
     program = sys.stdin.read()
     del sys.argv[1:]
     folder = os.path.realpath(os.getcwd())
-    isolation = isolate(folder)[0] if settings.get("isolate", True) else "none: not asked for"
+    isolation = isolate(folder) if settings.get("isolate", True) else "none: not asked for"
     filtered = no_new_processes()
     limit(settings, seccomp=filtered.startswith("processes: none"))
     isolation += "; " + filtered

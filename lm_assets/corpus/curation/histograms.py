@@ -34,9 +34,9 @@ COUNT_STEPS = (1, 2, 3, 5, 7.5)
 @dataclass
 class Histogram:
     """A score's binned counts over `edges`, of kept and of dropped documents; `marks` are the thresholds and
-    `mark_labels` what each is (`min_doc_words 50`), `mark_groups` the pairs they form (a threshold
-    for zh, ja and ko beside one for the other languages, one per language), `rule` names the rules (or the filter) that compare the
-    score to them, `reasons` are those rules' drop reasons (quality rules only), and `population` names the
+    `mark_labels` what each is (`min_doc_words 50`), `mark_groups` the pairs they form (a threshold for zh,
+    ja and ko beside one for the other languages, one per language), `rule` names the rules (or the filter)
+    that compare the score to them, `reasons` are those rules' drop reasons (quality rules only), and `population` names the
     step whose documents are counted (those that reached it), so panels of different steps differ in total."""
 
     signal: str

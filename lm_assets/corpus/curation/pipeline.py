@@ -171,7 +171,7 @@ def step_histograms(config: CurationConfig, steps: list[str]) -> dict[str, Histo
         elif config.threshold is not None:
             rule, marks = f"classifier: below_threshold {config.threshold:g}", [("all", config.threshold)]
         else:
-            marks = [("others" if lang == policy.ANY else lang, cut) for lang, cut in config.classifier.thresholds.items()]
+            marks = [(policy.language_name(lang), cut) for lang, cut in config.classifier.thresholds.items()]
             rule = "classifier: below_threshold " + ", ".join(f"{lang} {cut:.3g}" for lang, cut in marks)
         planned.append(score_histogram(QUALITY_SCORE, rule, marks, "the classifier"))
     return {histogram.signal: histogram for histogram in planned}

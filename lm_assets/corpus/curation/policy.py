@@ -25,6 +25,11 @@ POLICIES = ("rules", "classifier", "both")
 # Who decides quality by default: see the README's "Curation defaults, and why".
 DEFAULT_QUALITY_POLICY = "classifier"
 ANY = "*"  # the threshold of the languages without one of their own
+
+
+def language_name(lang: str) -> str:
+    """A threshold's language as people read it: `others` for ANY."""
+    return "others" if lang == ANY else lang
 STAGE = "classifier"
 DISAGREEMENT_EXAMPLES = 10
 

@@ -29,8 +29,7 @@ from lm_assets.corpus.curation.histograms import (
 )
 from lm_assets.corpus.curation.pii import find_pii
 from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, CurationRun
-from lm_assets.corpus.curation.policy import ANY as ANY_LANGUAGE
-from lm_assets.corpus.curation.policy import POLICIES
+from lm_assets.corpus.curation.policy import POLICIES, language_name
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.curation.toxicity import BACKENDS, DETOXIFY_MODELS, ToxicityConfig
 from lm_assets.corpus.quality.classifier import QualityClassifier
@@ -598,7 +597,7 @@ def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
     return {
         # Every language's cut (the exact values are in the classifier's file), not only the others'.
         "classifier_threshold": dg.MetadataValue.text(", ".join(
-            f"{'others' if lang == ANY_LANGUAGE else lang} {cut:.4g}" for lang, cut in stats["thresholds"].items())),
+            f"{language_name(lang)} {cut:.4g}" for lang, cut in stats["thresholds"].items())),
         "rules_drop_classifier_keeps": stats["rules_drop_classifier_keeps"],
         "classifier_drops_rules_keep": stats["classifier_drops_rules_keep"],
         "disagreements": dg.MetadataValue.md(disagreement_list(examples)),

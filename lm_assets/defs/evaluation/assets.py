@@ -114,35 +114,45 @@ def publish_questions(store, checkpoint: str, result: dict) -> dict:
     return {"questions_parquet": dg.MetadataValue.path(store.uri(key))}
 
 
-def trend_table(instance: dg.DagsterInstance, asset: str, current: str, result: dict) -> dg.MetadataValue:
-    """Accuracy per category and subject (rows) on every evaluated checkpoint (columns), this one included."""
-    columns: dict[str, dict[str, float]] = {}
+def evaluated(instance: dg.DagsterInstance, asset: str, current: str) -> dict[str, dict | None]:
+    """The checkpoints `asset` was materialized for, in partition order, with their latest metadata, and
+    `current` with None (its scores are being made): read once for the trend table and the accuracy chart."""
+    found: dict[str, dict | None] = {}
     for checkpoint in instance.get_dynamic_partitions(checkpoint_partitions.name):
-        prefix = f"{parse_checkpoint_key(checkpoint)[0]}/{result['benchmark']}/"
         if checkpoint == current:
-            columns[checkpoint] = per_group_accuracy(result)
+            found[checkpoint] = None
         elif metadata := latest_metadata(instance, dg.AssetKey(asset), checkpoint):
-            columns[checkpoint] = {k[len(prefix):]: v.value for k, v in metadata.items() if k.startswith(prefix)}
+            found[checkpoint] = metadata
+    return found
+
+
+def trend_table(history: dict[str, dict | None], result: dict) -> dg.MetadataValue:
+    """Accuracy per category and subject (rows) on every evaluated checkpoint (columns) of `history`
+    (`evaluated`), this one's from `result`."""
+    columns: dict[str, dict[str, float]] = {}
+    for checkpoint, metadata in history.items():
+        prefix = f"{parse_checkpoint_key(checkpoint)[0]}/{result['benchmark']}/"
+        columns[checkpoint] = per_group_accuracy(result) if metadata is None else {
+            k[len(prefix):]: v.value for k, v in metadata.items() if k.startswith(prefix)}
     names = sorted({name for column in columns.values() for name in column})
     table = pl.DataFrame({"group": names, **{c: [round(col.get(n, float("nan")), 3) for n in names] for c, col in columns.items()}})
     return markdown_table(table, max_rows=120)
 
 
-def accuracy_chart(instance: dg.DagsterInstance, asset: str, current: str, result: dict) -> dg.MetadataValue:
-    """acc across the checkpoints of this one's run (this one included), the chance band shaded under it."""
+def accuracy_chart(history: dict[str, dict | None], current: str, result: dict) -> dg.MetadataValue:
+    """acc across the checkpoints of this one's run in `history` (`evaluated`), this one's from `result`, the
+    chance band shaded under it."""
     run, _ = parse_checkpoint_key(current)
     acc, band = [], []
-    for checkpoint in instance.get_dynamic_partitions(checkpoint_partitions.name):
+    for checkpoint, metadata in history.items():
         checkpoint_run, tag = parse_checkpoint_key(checkpoint)
         if checkpoint_run != run or not re.fullmatch(r"step_\d+", tag):
             continue
-        if checkpoint == current:
+        if metadata is None:
             overall = result["overall"]
             value, low, high = overall["acc"], overall["chance_low"], overall["chance_high"]
         else:
-            metadata = latest_metadata(instance, dg.AssetKey(asset), checkpoint)
-            value = series_value(metadata, checkpoint, "acc")
-            shown = metadata.get("chance_band") if metadata else None
+            value, shown = series_value(metadata, checkpoint, "acc"), metadata.get("chance_band")
             if value is None or shown is None:
                 continue
             low, high = map(float, shown.value.split("–"))
@@ -742,10 +752,10 @@ def benchmark_result(
 ) -> dg.MaterializeResult:
     """A benchmark's scores, what ran, its per-question file and trend as metadata, and its checks."""
     checkpoint = context.partition_key
+    history = evaluated(context.instance, context.asset_key.to_user_string(), checkpoint)
     return dg.MaterializeResult(
         metadata=score_metadata(result, checkpoint) | ran_on | publish_questions(store, checkpoint, result)
-        | {"trend": trend_table(context.instance, context.asset_key.to_user_string(), checkpoint, result),
-           "acc_by_checkpoint": accuracy_chart(context.instance, context.asset_key.to_user_string(), checkpoint, result)},
+        | {"trend": trend_table(history, result), "acc_by_checkpoint": accuracy_chart(history, checkpoint, result)},
         check_results=score_checks(result, expected, training_loss(store, checkpoint), em.cfg.vocab_size),
     )
 
