@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from lm_assets.defs.common.partitions import checkpoint_partitions, shard_partitions
+from lm_assets.corpus.curation.rules import STAGE as QUALITY_STAGE
 from lm_assets.storage.accounting import drop_examples, reason_counts, reason_totals
 from lm_assets.storage.layout import parse_checkpoint_key
 from lm_assets.text import hard_wrapped
@@ -137,13 +138,12 @@ def fenced(text: str, wrap: bool = True) -> str:
     return f"{fence}text\n{body}\n{fence}"
 
 
-# A quality rule's reason already names its family (`gopher_quality:min_doc_words`): its stage is left out.
-QUALITY_STAGE = "quality"
 
 
 def spelled(key: str) -> str:
     """A `stage:reason` as every table, key and line of the metadata spells it: `classifier:below_threshold`,
-    `langid:lang:ja`, and a quality rule by its family and rule, `gopher_quality:min_doc_words`."""
+    `langid:lang:ja`, and a quality rule, whose reason already names its family, by family and rule alone:
+    `gopher_quality:min_doc_words`."""
     return key.removeprefix(f"{QUALITY_STAGE}:")
 
 
