@@ -69,8 +69,10 @@ def add_shards(args) -> int:
     root = args.landing if not args.landing or args.landing.startswith("s3://") else os.path.abspath(args.landing)
     landing = LandingResource(root=root, s3=s3_resource_from_env()) if root else default_resources()["landing"]
     settle_s = landing.settle_s if args.settle_s is None else args.settle_s
-    shards, skipped = landing_shards(landing.storage(), settle_s)
-    new = add_new_partitions(dagster_instance(), shard_partitions, shards)
+    instance = dagster_instance()
+    known = set(instance.get_dynamic_partitions(shard_partitions.name))
+    shards, skipped = landing_shards(landing.storage(), settle_s, known=known)
+    new = add_new_partitions(instance, shard_partitions, shards)
     print(f"{len(new)} new shard partitions added, {len(shards) - len(new)} already known")
     for shard in new:
         print(f"  {shard}")

@@ -568,3 +568,14 @@ def test_dangling_and_folder_symlinks_in_the_landing_folder_are_listed_as_skippe
     assert shards == ["real.warc.gz"]
     assert skipped["gone.warc.gz"] == f"a symlink to {tmp_path / 'deleted.warc.gz'}, which does not exist"
     assert skipped["more/"].startswith("a symlink to the folder")
+
+
+def test_only_new_landing_files_are_waited_for(tmp_path):
+    from lm_assets.corpus.ingest.readers import landing_shards
+    from lm_assets.storage.store import Storage
+
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "registered.warc.gz").write_bytes(b"x")  # rewritten just now, but already a partition
+    shards, skipped = landing_shards(Storage(str(landing)), settle_s=60, known={"registered.warc.gz"})
+    assert shards == ["registered.warc.gz"] and skipped == {}

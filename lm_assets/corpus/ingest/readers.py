@@ -136,12 +136,14 @@ class RawShard:
 DONE_SUFFIX = ".done"
 
 
-def landing_shards(storage, settle_s: float = 0.0, now: float | None = None) -> tuple[list[str], dict[str, str]]:
+def landing_shards(storage, settle_s: float = 0.0, now: float | None = None,
+                   known: frozenset[str] | set[str] = frozenset()) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """The complete shard files at the top of a landing location (a `Storage`), and every other file there
     with why it is skipped: a symlink out of a root that confines its links, and a file that may still be
     being written among them. A file is complete once `<name>.done` lies beside it, or once it has been
     unchanged (size and modification time) for `settle_s` seconds; a writer that renames a finished file
-    into place from a hidden name (`.name.part`) needs neither."""
+    into place from a hidden name (`.name.part`) needs neither. Files `known` already (registered shards) are
+    taken as they are: only new ones are looked at, one stat (or S3 HEAD) each."""
     listed = storage.list(hidden=True)
     markers = {key.removesuffix(DONE_SUFFIX) for key in listed if key.endswith(DONE_SUFFIX)}
     shards, skipped = landing_files([key for key in listed if not key.endswith(DONE_SUFFIX)], SUPPORTED_SUFFIXES)
@@ -158,7 +160,7 @@ def landing_shards(storage, settle_s: float = 0.0, now: float | None = None) -> 
                 skipped[entry.name + "/"] = f"a symlink to the folder {os.readlink(entry)}; only files at the top are shards"
     if settle_s > 0:
         now = time.time() if now is None else now
-        for key in [k for k in shards if k not in markers]:
+        for key in [k for k in shards if k not in markers and k not in known]:
             age = now - storage.file_state(key)[1]
             if age < settle_s:
                 shards.remove(key)
