@@ -6,7 +6,7 @@
 
 A sheet line holds `sample_id` (`<checkpoint>/<prompt index>/<greedy|sampled>`), the checkpoint, the
 prompt, the decoding, the text, and `rating: null, note: ""` for the rater to fill in. Reading takes
-every line of every file; a line with a rating outside 1-5, or naming no known sample, is a problem
+every line of every file (as `lm_assets.jsonl` reads JSON Lines); a line with a rating outside 1-5, or naming no known sample, is a problem
 reported with its file and line, never dropped silently; a line left unrated counts as unrated. A
 sample rated twice (two raters, or two files) counts each rating.
 
@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import polars as pl
+
+from lm_assets.jsonl import BadLine, json_lines
 
 DECODINGS = ("greedy", "sampled")
 MIN_CHECKPOINTS = 3
@@ -47,14 +49,14 @@ def read_ratings(files: Iterable[tuple[str, bytes]], known: set[str] | None = No
     lines that are not JSON, ratings outside 1-5, and, given `known`, sample ids no checkpoint wrote."""
     rows, problems = [], []
     for name, data in files:
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            if not line.strip():
-                continue
+        for number, item in json_lines(data):
             where = {"file": name, "line": number}
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as exc:
-                problems.append(where | {"reason": f"not JSON: {exc.msg}"})
+            if isinstance(item, BadLine):
+                problems.append(where | {"reason": "not UTF-8: " + item.detail if item.reason == "not_utf8"
+                                         else f"not JSON: {item.detail}"})  # fmt: skip
+                continue
+            if not isinstance(item, dict):
+                problems.append(where | {"reason": f"not a JSON object but a {type(item).__name__}"})
                 continue
             rating, sid = item.get("rating"), item.get("sample_id")
             if not isinstance(sid, str) or not sid:

@@ -56,12 +56,22 @@ def encode_example(sp, messages: list[dict] | str) -> tuple[np.ndarray, np.ndarr
         messages = json.loads(messages)
     text, spans = render(messages)
     proto = sp.encode(text, return_type="proto")
-    # SentencePiece's offsets are in bytes of the text: turn the character spans into byte spans.
-    byte_spans = [(len(text[:a].encode("utf-8")), len(text[:b].encode("utf-8"))) for a, b in spans]
+    # SentencePiece's offsets are in bytes of the text: turn the character spans into byte spans, in one
+    # pass over the text (the spans are in order and do not overlap).
+    byte_at, chars_done, bytes_done = {}, 0, 0
+    for at in sorted({a for span in spans for a in span}):
+        bytes_done += len(text[chars_done:at].encode("utf-8"))
+        byte_at[at], chars_done = bytes_done, at
+    starts = np.array([byte_at[a] for a, _ in spans], dtype=np.int64)
+    ends = np.array([byte_at[b] for _, b in spans], dtype=np.int64)
     ids = np.array([p.id for p in proto.pieces], dtype=np.int64)
-    mask = np.array([any(a <= p.begin and p.end <= b and p.end > p.begin for a, b in byte_spans)
-                     for p in proto.pieces], dtype=np.uint8)  # fmt: skip
-    return ids, mask
+    begin = np.array([p.begin for p in proto.pieces], dtype=np.int64)
+    end = np.array([p.end for p in proto.pieces], dtype=np.int64)
+    # The span a piece could lie in is the last one starting at or before it.
+    span = np.searchsorted(starts, begin, side="right") - 1
+    inside = (span >= 0) & (end > begin)
+    inside[inside] &= end[inside] <= ends[span[inside]]
+    return ids, inside.astype(np.uint8)
 
 
 def chat_tokenizer(model: bytes) -> tuple[bytes, list[str]]:

@@ -4,10 +4,13 @@ An example is `{"messages": [{"role": ..., "content": ...}, ...]}` (other keys a
 given). It is valid when:
 - every message has a role of `system`, `user` or `assistant` and non-empty string content;
 - a system message, if any, comes first and only once;
-- then user and assistant alternate, starting with the user and ending with the assistant.
+- then user and assistant alternate, starting with the user and ending with the assistant;
+- no message spells a chat marker (`<|end|>`, ...), which the chat format keeps for itself;
+- it has at most `max_messages` messages and `max_chars` characters of content.
 
 Every row is accounted for: the valid ones become examples (`example_id`: a hash of the messages),
-the others a quarantine record with their file, line and reason. Exact duplicates (the same messages
+the others a quarantine record with their file, line (a Parquet file's row; 0 for the whole file) and
+reason. JSONL is read as `lm_assets.jsonl` reads it: a line that is not UTF-8 is `not_utf8`. Exact duplicates (the same messages
 after trimming whitespace) keep their first occurrence; the others are dropped as `duplicate`.
 """
 
@@ -20,21 +23,33 @@ from collections.abc import Iterable
 
 import polars as pl
 
+from lm_assets.jsonl import BadLine, json_lines
+from lm_assets.sft.chat import CHAT_PIECES
+
 ROLES = ("system", "user", "assistant")
 EXAMPLE_SCHEMA = {"example_id": pl.String, "file": pl.String, "line": pl.Int64, "lang": pl.String,
                   "messages": pl.String, "text": pl.String}  # fmt: skip
-DROPPED_SCHEMA = {"file": pl.String, "line": pl.Int64, "example_id": pl.String, "reason": pl.String}
+DROPPED_SCHEMA = {"file": pl.String, "line": pl.Int64, "example_id": pl.String, "reason": pl.String,
+                  "detail": pl.String}  # fmt: skip
+MAX_MESSAGES = 256
+MAX_CHARS = 200_000
 
 
-def problem(messages) -> str | None:
+def problem(messages, max_messages: int = MAX_MESSAGES, max_chars: int = MAX_CHARS) -> str | None:
     """Why `messages` is not a valid chat example, or None."""
     if not isinstance(messages, list) or not messages:
         return "messages_not_a_list"
+    if len(messages) > max_messages:
+        return "too_many_messages"
     for m in messages:
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             return "unknown_role"
         if not isinstance(m.get("content"), str) or not m["content"].strip():
             return "empty_content"
+        if any(piece in m["content"] for piece in CHAT_PIECES):
+            return "chat_marker"
+    if sum(len(m["content"]) for m in messages) > max_chars:
+        return "too_many_chars"
     roles = [m["role"] for m in messages]
     if "system" in roles[1:]:
         return "system_not_first"
@@ -52,30 +67,39 @@ def example_id(messages: list[dict]) -> str:
 
 
 def rows_of(name: str, data: bytes) -> Iterable[tuple[int, object]]:
-    """(line or row number, record) of a JSONL or Parquet file; a line that is not JSON gives its error."""
-    if name.endswith(".parquet"):
-        for i, row in enumerate(pl.read_parquet(io.BytesIO(data)).iter_rows(named=True), 1):
-            messages = row.get("messages")
-            yield i, {**row, "messages": json.loads(messages) if isinstance(messages, str) else messages}
+    """(line or row number, record) of a JSONL or Parquet file; what cannot be read gives a `BadLine`
+    (a Parquet file that cannot be read at all: row 0)."""
+    if not name.endswith(".parquet"):
+        yield from json_lines(data)
         return
-    for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-        if line.strip():
+    try:
+        rows = pl.read_parquet(io.BytesIO(data)).to_dicts()
+    except Exception as exc:  # polars raises several types for a corrupt file
+        yield 0, BadLine("not_parquet", f"{type(exc).__name__}: {exc}"[:300], "")
+        return
+    for i, row in enumerate(rows, 1):
+        messages = row.get("messages")
+        if isinstance(messages, str):
             try:
-                yield i, json.loads(line)
+                messages = json.loads(messages)
             except json.JSONDecodeError as exc:
-                yield i, ValueError(f"not_json: {exc.msg}")
+                yield i, BadLine("not_json", f"messages: {exc.msg}", messages[:200])
+                continue
+        yield i, {**row, "messages": messages}
 
 
-def read_examples(files: Iterable[tuple[str, bytes]]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def read_examples(files: Iterable[tuple[str, bytes]], max_messages: int = MAX_MESSAGES,
+                  max_chars: int = MAX_CHARS) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
     """The valid, first-seen examples of `(name, bytes)` files, and a record of every other row."""
     kept, dropped, seen = [], [], set()
     for name, data in files:
         for line, record in rows_of(name, data):
-            if isinstance(record, ValueError):
-                dropped.append({"file": name, "line": line, "example_id": None, "reason": "not_json"})
+            if isinstance(record, BadLine):
+                dropped.append({"file": name, "line": line, "example_id": None, "reason": record.reason,
+                                "detail": record.detail})  # fmt: skip
                 continue
             messages = record.get("messages") if isinstance(record, dict) else None
-            why = problem(messages)
+            why = problem(messages, max_messages, max_chars)
             if why:
                 dropped.append({"file": name, "line": line, "example_id": None, "reason": why})
                 continue
@@ -91,4 +115,4 @@ def read_examples(files: Iterable[tuple[str, bytes]]) -> tuple[pl.DataFrame, pl.
     return pl.DataFrame(kept, schema=EXAMPLE_SCHEMA), pl.DataFrame(dropped, schema=DROPPED_SCHEMA)
 
 
-__all__ = ["DROPPED_SCHEMA", "EXAMPLE_SCHEMA", "ROLES", "example_id", "problem", "read_examples", "rows_of"]
+__all__ = ["DROPPED_SCHEMA", "EXAMPLE_SCHEMA", "MAX_CHARS", "MAX_MESSAGES", "ROLES", "example_id", "problem", "read_examples", "rows_of"]

@@ -42,6 +42,40 @@ def test_rows_are_validated_and_every_one_is_accounted_for():
         (6, "unknown_role"), (7, "empty_content"), (8, "messages_not_a_list"), (9, "not_json")]
 
 
+def test_rows_that_would_crash_later_stages_are_quarantined_with_file_row_and_reason():
+    import io
+
+    ok = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]
+    marker = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello<|end|>x"}]
+    long_chat = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i}"} for i in range(10_000)]
+    wide = [{"role": "user", "content": "x" * 300}, {"role": "assistant", "content": "y" * 300}]
+    jsonl = "".join(json.dumps({"messages": m}) + "\n" for m in (ok, marker, long_chat, wide)).encode()
+    table = io.BytesIO()
+    pl.DataFrame({"messages": [json.dumps(ok), "{not json"]}).write_parquet(table)
+    files = [("a.jsonl", jsonl), ("b.parquet", table.getvalue()), ("c.parquet", b"PAR1 not really")]
+    kept, dropped = read_examples(files, max_messages=1000, max_chars=500)
+    assert kept.select("file", "line").rows() == [("a.jsonl", 1)]
+    assert dropped.select("file", "line", "reason").rows() == [
+        ("a.jsonl", 2, "chat_marker"), ("a.jsonl", 3, "too_many_messages"), ("a.jsonl", 4, "too_many_chars"),
+        ("b.parquet", 1, "duplicate"), ("b.parquet", 2, "not_json"), ("c.parquet", 0, "not_parquet")]
+    assert dropped["detail"][5].startswith(("ComputeError", "OSError", "PanicException"))
+
+
+def test_the_loss_mask_of_a_long_chat_is_the_spans_of_its_answers(tmp_path):
+    texts = [json.loads(line)["messages"][-1]["content"] for line in open(SHIPPED)] * 3
+    base = train_tokenizer(texts, TokenizerConfig(vocab_size=1000, num_threads=1, hard_vocab_limit=False), tmp_path)
+    from lm_assets.sft.chat import chat_tokenizer
+
+    sp = load_tokenizer(chat_tokenizer(base.model)[0])
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"第{i}轮 turn {i}."} for i in range(2000)]
+    ids, mask = encode_example(sp, messages)
+    text, spans = render(messages)
+    byte_spans = [(len(text[:a].encode()), len(text[:b].encode())) for a, b in spans]
+    pieces = sp.encode(text, return_type="proto").pieces
+    expected = [int(any(a <= p.begin and p.end <= b and p.end > p.begin for a, b in byte_spans)) for p in pieces]
+    assert mask.tolist() == expected and sum(expected) > 1000
+
+
 def test_the_loss_mask_covers_each_answer_and_its_end_marker_token_by_token(tmp_path):
     from lm_assets.sft.chat import chat_tokenizer
 

@@ -18,9 +18,10 @@ no document are reported; none is lost.
 from __future__ import annotations
 
 import hashlib
-import json
 
 import polars as pl
+
+from lm_assets.jsonl import BadLine, json_lines
 
 LABEL_SCHEMA = {
     "file": pl.String,
@@ -37,14 +38,10 @@ REJECTED_SCHEMA = {"file": pl.String, "line": pl.Int64, "reason": pl.String}
 KEEP_MIN_SCORE = 3
 
 
-def _parse_line(raw: str) -> tuple[dict | None, str | None]:
-    """One label row, or None with the reason it cannot be one (None, None: a blank or unlabelled line)."""
-    if not raw.strip():
-        return None, None
-    try:
-        obj = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        return None, f"not JSON: {exc.msg}"
+def _parse_line(obj: object) -> tuple[dict | None, str | None]:
+    """One label row, or None with the reason it cannot be one (None, None: an unlabelled line)."""
+    if isinstance(obj, BadLine):
+        return None, "not UTF-8: " + obj.detail if obj.reason == "not_utf8" else f"not JSON: {obj.detail}"
     if not isinstance(obj, dict):
         return None, "not a JSON object"
     label = obj.get("label")
@@ -79,14 +76,8 @@ def _parse_line(raw: str) -> tuple[dict | None, str | None]:
 def read_label_file(data: bytes, file: str) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The label rows of one JSONL file, and the lines rejected with their reason."""
     rows, rejected = [], []
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return pl.DataFrame(schema=LABEL_SCHEMA), pl.DataFrame(
-            [{"file": file, "line": 0, "reason": f"not UTF-8: {exc.reason}"}], schema=REJECTED_SCHEMA
-        )
-    for number, raw in enumerate(text.splitlines(), start=1):
-        row, reason = _parse_line(raw)
+    for number, obj in json_lines(data):
+        row, reason = _parse_line(obj)
         if row is not None:
             rows.append({"file": file, "line": number, **row})
         elif reason is not None:

@@ -13,6 +13,7 @@ from lm_assets.defs.common.resources import LandingResource, StorageResource
 from lm_assets.defs.common.sample_defaults import defaults_note, launchpad_default
 from lm_assets.defs.decontam.assets import DECONTAM_DEFAULTS, contamination_index
 from lm_assets.defs.training.assets import TRAIN_DEFAULTS, TrainingLauncher, TrainingRunConfig, launch_training
+from lm_assets.sft.instructions import MAX_CHARS, MAX_MESSAGES
 from lm_assets.storage.layout import INSTRUCTION_KEYS, INSTRUCTIONS_FOLDER, SFT_KEYS, TOKENIZER_KEYS
 
 SHIPPED_INSTRUCTIONS = "data/instructions/sample.jsonl"
@@ -28,6 +29,10 @@ class InstructionDataConfig(dg.Config):
         "$LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip; empty: not checked",
     )
     ceval_paths: list[str] = Field(default=[], description="C-Eval zips or folders checked the same way")
+    max_messages: int = Field(default=MAX_MESSAGES, ge=2, description="messages an example may have; more: quarantined as "
+                              "`too_many_messages`")  # fmt: skip
+    max_chars: int = Field(default=MAX_CHARS, ge=1, description="characters of content an example may have; more: "
+                           "quarantined as `too_many_chars`")  # fmt: skip
 
     @model_validator(mode="before")
     @classmethod
@@ -59,7 +64,7 @@ def instruction_data(
     if not files:
         raise dg.Failure(f"no instruction files: put JSONL or Parquet files under {incoming.uri(INSTRUCTIONS_FOLDER)}/ "
                          "or set include_shipped")  # fmt: skip
-    examples, dropped = read_examples(files)
+    examples, dropped = read_examples(files, config.max_messages, config.max_chars)
     paths = [p for p in (config.mmlu_path, *config.ceval_paths) if p]
     benchmarks = "none"
     if paths and examples.height:
@@ -67,7 +72,7 @@ def instruction_data(
         result = find_contamination(examples.rename({"example_id": "doc_id"}), index)
         contaminated = result.dropped.rename({"doc_id": "example_id"})
         lost = examples.join(contaminated, on="example_id").select(
-            "file", "line", "example_id", "reason").cast(DROPPED_SCHEMA)  # fmt: skip
+            "file", "line", "example_id", "reason", pl.lit(None).alias("detail")).cast(DROPPED_SCHEMA)  # fmt: skip
         dropped = pl.concat([dropped, lost])
         examples = examples.join(contaminated.select("example_id"), on="example_id", how="anti")
         benchmarks = ", ".join(index.benchmarks)
