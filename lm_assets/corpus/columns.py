@@ -18,6 +18,8 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "content_type": "MIME type of the payload, from the HTTP header or the input record.",
     "charset": "Character encoding the payload was decoded with.",
     "charset_detected": "Whether the encoding was detected from the bytes rather than declared.",
+    "replaced_chars": "Characters whose bytes were not valid in the charset, decoded as U+FFFD (a few damaged bytes "
+    "do not cost the page).",
     "html": "The page's HTML, decoded; null for plain-text records.",
     "text": "The document's text: as read for plain-text records, the extracted main text later, PII redacted "
     "after curation.",

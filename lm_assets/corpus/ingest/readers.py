@@ -34,6 +34,7 @@ DOCUMENT_SCHEMA = {
     "content_type": pl.String,
     "charset": pl.String,
     "charset_detected": pl.Boolean,
+    "replaced_chars": pl.Int64,
     "html": pl.String,
     "text": pl.String,
 }
@@ -82,7 +83,7 @@ class ShardRead:
     def doc_id(self, index: int) -> str:
         return make_doc_id(self.source, index)
 
-    def keep(self, index, url, fetched_at, content_type, html=None, text=None, charset=None, detected=False):
+    def keep(self, index, url, fetched_at, content_type, html=None, text=None, charset=None, detected=False, replaced=0):
         self.documents.append(
             {
                 "doc_id": self.doc_id(index),
@@ -93,6 +94,7 @@ class ShardRead:
                 "content_type": content_type,
                 "charset": charset,
                 "charset_detected": detected,
+                "replaced_chars": replaced,
                 "html": html,
                 "text": text,
             }
@@ -237,12 +239,14 @@ def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl
         start = 0
         while start < size:
             f.seek(start)
-            last_good = None
+            last_good = resume = None
             try:
                 for record in ArchiveIterator(f, parse_http=False, auto_decode="none"):
                     last_good = record.stream_pos  # absolute: fastwarc reads from the seeked file
-                    _handle_warc_record(record, last_good, read, config, gzipped)
+                    resume = _handle_warc_record(record, last_good, read, config, gzipped, f)
                     yield from read.full_batch()
+                    if resume is not None:
+                        break
             except Exception as exc:  # noqa: BLE001 - fastwarc raises OSError/ValueError on damage
                 reason, error = ("corrupt_gzip" if gzipped else "corrupt_record"), str(exc)
                 bad = start
@@ -254,6 +258,9 @@ def _read_warc(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator[pl
                         start = bad
                         continue
             else:
+                if resume is not None:
+                    start = resume
+                    continue
                 # fastwarc can end quietly before a record cut off mid-gzip: look for one after the last record.
                 reason, error = "truncated_record", "record cut off before its end"
                 bad = start if last_good is None else _next_member(f, last_good + 1, size, gzipped)
@@ -334,7 +341,10 @@ def _is_record_start(f, offset: int, gzipped: bool) -> bool:
             and re.search(rb"(?im)^content-length:", header) is not None)
 
 
-def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConfig, gzipped: bool = False) -> None:
+def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConfig, gzipped: bool = False,
+                        f=None) -> int | None:  # fmt: skip
+    """File the record at `offset`. Returns where reading must resume when the record's Content-Length
+    ran into the next record (None: go on)."""
     index = read.records
     read.records += 1
     headers = record.headers
@@ -344,7 +354,8 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
     if headers.get("Content-Length") is None:
         read.quarantine_record(index, "truncated_record", "WARC header cut off (no Content-Length)", offset, url)
         return
-    if rtype not in ("response", "conversion", "resource"):
+    document = rtype in ("response", "conversion", "resource")
+    if not document and gzipped:  # a plain record's block is read to see that it ends where it says
         read.drop(index, f"not_a_document:{rtype or 'unknown'}")
         return
     try:
@@ -353,6 +364,13 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
         read.quarantine_record(index, "corrupt_gzip" if gzipped else "corrupt_record", str(exc), offset, url)
         return
     expected = record.content_length
+    if not gzipped and f is not None and (next_start := _overrun(f, offset, block)) is not None:
+        read.quarantine_record(index, "bad_length", f"Content-Length {expected} runs into the next record, which "
+                               f"starts at byte {next_start}", offset, url)  # fmt: skip
+        return next_start
+    if not document:
+        read.drop(index, f"not_a_document:{rtype or 'unknown'}")
+        return
     if len(block) > config.max_doc_bytes:
         read.quarantine_record(
             index, "oversize", f"record larger than {config.max_doc_bytes} bytes", offset, url
@@ -369,6 +387,22 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
     else:
         content_type = headers.get("Content-Type") or ("text/plain" if rtype == "conversion" else "")
         _keep_payload(read, index, url, fetched_at, content_type, block, offset, config)
+
+
+def _overrun(f, offset: int, block: bytes) -> int | None:
+    """Where the next record starts inside `block`, read for the plain WARC record at `offset`, when its
+    Content-Length claims more bytes than the record has; else None."""
+    cut = block.find(b"\r\n\r\nWARC/1.")
+    if cut < 0:
+        return None
+    here = f.tell()
+    try:
+        f.seek(offset)
+        header_end = f.read(1 << 16).find(b"\r\n\r\n")
+        start = offset + header_end + 4 + cut + 4
+        return start if header_end > 0 and _is_record_start(f, start, False) else None
+    finally:
+        f.seek(here)
 
 
 def _keep_http_response(read, index, url, fetched_at, block, offset, config):
@@ -393,33 +427,39 @@ def _keep_payload(read, index, url, fetched_at, content_type, payload, offset, c
     except UndecodableError as exc:
         read.quarantine_record(index, "undecodable", str(exc), offset, url)
         return
-    if mime in HTML_TYPES:
-        read.keep(index, url, fetched_at, mime, html=decoded.text, charset=decoded.charset, detected=decoded.detected)
-    else:
-        read.keep(index, url, fetched_at, mime, text=decoded.text, charset=decoded.charset, detected=decoded.detected)
+    field = "html" if mime in HTML_TYPES else "text"
+    read.keep(index, url, fetched_at, mime, charset=decoded.charset, detected=decoded.detected,
+              replaced=decoded.replaced, **{field: decoded.text})  # fmt: skip
 
 
 _STATUS_LINE = re.compile(r"HTTP/\d(?:\.\d)? +(\d{3})(?: .*)?", re.IGNORECASE)
+# Control characters other than tab, which no header line holds (RFC 9110 field values).
+_HEADER_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def parse_http_response(block: bytes) -> tuple[int, dict[str, str], bytes]:
     """Split an HTTP response into status, lower-cased headers and the decoded body. Read leniently where
     the meaning is plain (blank lines before the status line, a lower-case protocol name, as warcio
-    does); any other status line is refused."""
+    does; folded header lines); any other status line, and a header line without a colon or holding
+    control characters, is refused."""
     block = block.lstrip(b"\r\n")
     head, sep, body = block.partition(b"\r\n\r\n")
     if not sep:
         head, sep, body = block.partition(b"\n\n")
-    lines = head.decode("latin-1").splitlines()
-    if not lines:
-        raise ValueError("empty HTTP head")
+    lines = [line.removesuffix("\r") for line in head.decode("latin-1").split("\n")]
     status = _STATUS_LINE.fullmatch(lines[0].strip())
     if status is None:
-        raise ValueError(f"bad HTTP status line {lines[0][:80]!r}")
-    headers = {}
+        raise ValueError(f"bad HTTP status line {lines[0][:80]!r}" if lines[0].strip() else "empty HTTP head")
+    headers, name = {}, None
     for line in lines[1:]:
+        if _HEADER_CONTROL.search(line) or not (":" in line or (name and line[:1] in " \t")):
+            raise ValueError(f"bad HTTP header line {line[:80]!r}")
+        if line[:1] in " \t":  # an obsolete folded continuation of the header above
+            headers[name] = f"{headers[name]} {line.strip()}".strip()
+            continue
         name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
+        name = name.strip().lower()
+        headers[name] = value.strip()
     if headers.get("transfer-encoding", "").lower() == "chunked":
         body = _dechunk(body)
     return int(status[1]), headers, _decode_content(body, headers.get("content-encoding", "").lower())
@@ -488,6 +528,8 @@ class Decoded:
     charset: str
     # True when the declared charset failed and the bytes' own encoding was detected instead.
     detected: bool
+    # Characters whose bytes were not valid in `charset`, decoded as U+FFFD.
+    replaced: int = 0
 
 
 # C0 and C1 controls other than tab, newline, carriage return and form feed: text has almost none.
@@ -497,17 +539,25 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f]")
 _NOT_C0_BYTES = bytes(b for b in range(256) if not (b <= 0x08 or b == 0x0B or 0x0E <= b <= 0x1F or b == 0x7F))
 _C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")
 MAX_CONTROL_SHARE = 0.001
+# Browsers decode a page with a few bad bytes with U+FFFD in their place; past this share of the
+# characters the charset is wrong rather than a few bytes damaged.
+MAX_REPLACED_SHARE = 0.01
 
 
 def decode_payload(payload: bytes, charset: str | None, is_html: bool, default: str = "utf-8") -> Decoded:
-    """Decode strictly with the declared charset (HTTP header, else `<meta charset>`, else `default`).
+    """Decode with the declared charset (HTTP header, else `<meta charset>`, else `default`).
 
-    When that fails (a GBK page declared as UTF-8, an unknown label), the encoding is detected from the
-    bytes (resiliparse's uchardet) and used if it decodes them strictly into plausible text: no NUL and
-    at most `MAX_CONTROL_SHARE` control characters, so binary data is never taken for text. UTF-8 with
-    a few damaged bytes (more valid multi-byte characters than invalid sequences) is not re-read in
-    another charset, which would garble every valid character.
-    Raises UndecodableError when neither works; the caller quarantines the record.
+    When the bytes are not valid in it:
+    - UTF-8 with a few damaged bytes (more valid multi-byte characters than invalid sequences) is
+      decoded with U+FFFD in their place, counted in `replaced`, as browsers do. It is never re-read in
+      another charset, which would garble every valid character.
+    - Otherwise (a GBK page declared as UTF-8, an unknown label) the encoding is detected from the bytes
+      (resiliparse's uchardet) and used if it decodes them strictly.
+    - Failing that, the declared charset with replacement, when at most `MAX_REPLACED_SHARE` of the
+      characters are replaced.
+    Text must be plausible: no NUL and at most `MAX_CONTROL_SHARE` control characters, so binary data
+    is never taken for text. Raises UndecodableError, with the share that could not be read, when
+    nothing works; the caller quarantines the record.
     """
     if charset is None and is_html:
         charset = _meta_charset(payload[:4096])
@@ -517,7 +567,7 @@ def decode_payload(payload: bytes, charset: str | None, is_html: bool, default: 
     except (UnicodeDecodeError, LookupError, UndecodableError) as exc:
         failure = _describe(exc, declared)
     if declared == "utf-8" and _mostly_utf8(payload):
-        raise UndecodableError(f"{failure}; the rest is UTF-8, so this is damaged UTF-8, not another charset")
+        return _with_replacement(payload, declared, failure + "; the rest is UTF-8, so this is damaged UTF-8")
     from resiliparse.parse.encoding import detect_encoding
 
     detected = detect_encoding(payload, html5_compatible=True)
@@ -527,7 +577,25 @@ def decode_payload(payload: bytes, charset: str | None, is_html: bool, default: 
             return Decoded(_as_text(payload, detected), detected, True)
         except (UnicodeDecodeError, LookupError, UndecodableError) as exc:
             failure += f"; detected {_describe(exc, detected)}"
-    raise UndecodableError(failure)
+    return _with_replacement(payload, declared, failure)
+
+
+def _with_replacement(payload: bytes, charset: str, failure: str) -> Decoded:
+    """`payload` in `charset` with U+FFFD for what is not valid in it, when that is a small share."""
+    try:
+        text = payload.decode(charset, errors="replace")
+    except LookupError:
+        raise UndecodableError(failure) from None
+    try:
+        own = payload.count("\ufffd".encode(charset))  # U+FFFD the page itself holds
+    except UnicodeEncodeError:
+        own = 0
+    replaced = text.count("\ufffd") - own
+    share = replaced / max(len(text), 1)
+    if share > MAX_REPLACED_SHARE:
+        raise UndecodableError(f"{failure}; {share:.1%} of the characters ({replaced:,}) cannot be read in {charset}")
+    _check_controls(text, len(_CONTROL.findall(text)), charset)
+    return Decoded(text, charset, False, replaced)
 
 
 def _mostly_utf8(payload: bytes) -> bool:
@@ -540,15 +608,17 @@ def _mostly_utf8(payload: bytes) -> bool:
 
 def _as_text(payload: bytes, charset: str) -> str:
     text = payload.decode(charset, errors="strict")
-    if "\x00" in text:
-        controls = len(text)
-    elif charset == "utf-8":
+    if charset == "utf-8":
         controls = len(payload.translate(None, _NOT_C0_BYTES))
         controls += len(_C1_UTF8.findall(payload)) if b"\xc2" in payload else 0
     else:
         controls = len(_CONTROL.findall(text))
-    if controls > MAX_CONTROL_SHARE * max(len(text), 1000):
-        raise UndecodableError(f"{charset}: {controls} control characters, binary rather than text")
+    return _check_controls(text, controls, charset)
+
+
+def _check_controls(text: str, controls: int, charset: str) -> str:
+    if "\x00" in text or controls > MAX_CONTROL_SHARE * max(len(text), 1000):
+        raise UndecodableError(f"{charset}: {max(controls, 1)} control characters, binary rather than text")
     return text
 
 

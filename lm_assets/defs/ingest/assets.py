@@ -82,12 +82,18 @@ def raw_shard(
     yield from each_shard(context, lambda shard: raw_shard_of(shard, config, storage, landing))
 
 
+def replacements(batch: pl.DataFrame) -> dict[str, int]:
+    """Documents kept with a few undecodable bytes replaced by U+FFFD, and how many characters."""
+    return {"docs_with_replaced_chars": int((batch["replaced_chars"] > 0).sum()),
+            "replaced_chars": int(batch["replaced_chars"].sum())}  # fmt: skip
+
+
 def raw_shard_of(shard: str, config: RawShardConfig, storage: StorageResource, landing: LandingResource) -> dg.MaterializeResult:
     store = storage.storage()
     started = time.perf_counter()
     reader_config = to_dataclass(ReaderConfig, config)
     keys = raw_keys(shard)
-    seen = StreamedDocuments(DOCUMENT_SCHEMA, length=pl.coalesce("html", "text").str.len_chars())
+    seen = StreamedDocuments(DOCUMENT_SCHEMA, length=pl.coalesce("html", "text").str.len_chars(), count=replacements)
     source = landing.storage()
     before = source.file_state(shard)
     with source.local_copy(shard) as path, store.work_folder(stage_folder("raw", shard)) as work:
@@ -117,6 +123,8 @@ def raw_shard_of(shard: str, config: RawShardConfig, storage: StorageResource, l
             "dropped": dropped.height,
             "quarantined": quarantine.height,
             "batches": seen.batches,
+            "docs_with_replaced_chars": seen.counts["docs_with_replaced_chars"],
+            "replaced_chars": seen.counts["replaced_chars"],
             **drop_metadata(dropped, quarantine),
             "payload_length_histogram": length_histogram(seen.lengths()),
             **document_previews(raw_text_sample(seen.first), ["doc_id", "url", "content_type", "text"]),

@@ -177,6 +177,65 @@ def test_malformed_http_is_quarantined_and_plain_variants_read_as_warcio_reads_t
     assert shard.dropped.height == 0 and conserved(shard)
 
 
+def test_garbled_http_header_lines_are_quarantined_with_the_line(tmp_path):
+    body = page("Page", ARTICLE).encode()
+    ok = b"\r\nContent-Type: text/html; charset=utf-8\r\n\r\n"
+    path = tmp_path / "s.warc"
+    path.write_bytes(b"".join([
+        raw_response("https://a.example/nocolon", b"HTTP/1.1 200 OK\r\nServer nginx" + ok + body),
+        raw_response("https://a.example/vt", b"HTTP/1.1 200 OK\r\nContent-\x0bType: text/html\r\n\r\n" + body),
+        raw_response("https://a.example/fs", b"HTTP/1.1 200 OK\r\nX-A: 1\x1cContent-Type: text/html\r\n\r\n" + body),
+        raw_response("https://a.example/folded", b"HTTP/1.1 200 OK\r\nX-Long: a\r\n  b" + ok + body),
+    ]))
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["https://a.example/folded"]
+    assert reasons(shard.quarantine) == ["bad_http"] * 3 and shard.dropped.height == 0 and conserved(shard)
+    assert shard.quarantine["detail"].to_list() == [
+        "bad HTTP header line 'Server nginx'", "bad HTTP header line 'Content-\\x0bType: text/html'",
+        "bad HTTP header line 'X-A: 1\\x1cContent-Type: text/html'"]
+
+
+def test_a_content_length_longer_than_the_record_costs_that_record_only(tmp_path):
+    block = http(page("Page", ARTICLE).encode())
+    records = [raw_response(f"https://a.example/{i}", block) for i in range(4)]
+    longer = b"Content-Length: %d" % (len(block) + 300)
+    records[1] = records[1].replace(b"Content-Length: %d" % len(block), longer)
+    request = (b"WARC/1.0\r\nWARC-Type: request\r\nWARC-Target-URI: https://a.example/r\r\n"
+               b"WARC-Record-ID: <urn:uuid:5>\r\nContent-Length: 900\r\n\r\nGET / HTTP/1.1\r\n\r\n\r\n\r\n")
+    path = tmp_path / "s.warc"
+    path.write_bytes(b"".join([records[0], records[1], records[2], request, records[3]]))
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["https://a.example/0", "https://a.example/2", "https://a.example/3"]
+    assert shard.quarantine.select("url", "reason").rows() == [("https://a.example/1", "bad_length"), ("https://a.example/r", "bad_length")]
+    assert shard.quarantine["byte_offset"][0] == len(records[0])
+    assert f"starts at byte {len(records[0]) + len(records[1])}" in shard.quarantine["detail"][0]
+    assert shard.records == 5 and conserved(shard)
+
+
+def test_a_few_bad_bytes_are_replaced_and_counted_and_only_what_stays_unreadable_is_quarantined(tmp_path):
+    article = page("Page", ARTICLE + "<p>Ünïcödé text, “quoted”.</p>").encode()
+    damaged = article.replace(b"history", b"hist\xffory", 3)
+    chinese = ("<html><body><p>" + "安裝 manpages 和 manpages-dev 包之後，就可以用 man 命令閱讀手冊頁。" * 20 + "</p></body></html>")
+    gb = chinese.encode("gb18030")
+    gb_damaged = gb[:200] + b"\x81\x20" + gb[200:]
+    broken = article[:200] + bytes(range(0x80, 0xA0)) * 10 + article[200:]
+    path = (
+        WarcBuilder()
+        .response("https://a.example/utf8", damaged)
+        .response("https://a.example/gb", gb_damaged, content_type="text/html; charset=gb18030")
+        .response("https://a.example/broken", broken)
+        .write(tmp_path / "s.warc.gz")
+    )
+    shard = read_shard(path)
+    docs = {row["url"]: row for row in shard.documents.iter_rows(named=True)}
+    assert docs["https://a.example/utf8"]["replaced_chars"] == 3 and "hist\ufffdory" in docs["https://a.example/utf8"]["html"]
+    assert "Ünïcödé text, “quoted”" in docs["https://a.example/utf8"]["html"]
+    assert docs["https://a.example/gb"]["replaced_chars"] >= 1 and docs["https://a.example/gb"]["charset"] == "gb18030"
+    assert "就可以用 man 命令閱讀手冊頁" in docs["https://a.example/gb"]["html"]
+    assert shard.quarantine.select("url", "reason").rows() == [("https://a.example/broken", "undecodable")]
+    assert "of the characters" in shard.quarantine["detail"][0]
+
+
 def test_record_truncated_mid_gzip_is_quarantined(tmp_path):
     builder = WarcBuilder()
     for i in range(3):
