@@ -7,14 +7,20 @@ run's worker records its process id in the run's RUN_START event. On an instance
 on this machine (the default run launcher), a started run whose process is gone, or is a newer process
 that reused the id, is reported failed, which frees its slot at the coordinator's next pass. A cluster's
 run launcher (Kubernetes) checks its workers itself through run monitoring, so there the sensor does
-nothing."""
+nothing.
+
+Runs of the implicit asset job carry no job tags, so run monitoring would bound them by the instance's
+max_runtime_seconds; `run_limit_sensor` gives them their stage's tags instead."""
 
 from __future__ import annotations
 
 import dagster as dg
 import psutil
 
+from lm_assets.defs.common.jobs import MAX_RUNTIME_TAG, run_stage, stage_tags
+
 WORKER_CHECK_INTERVAL_S = 60
+RUN_LIMIT_INTERVAL_S = 30
 
 
 def run_worker_pid(instance: dg.DagsterInstance, run_id: str) -> tuple[int, float] | None:
@@ -62,4 +68,36 @@ def run_worker_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     return dg.SkipReason(f"{len(failed)} run(s) with a dead worker marked failed" if failed else "every started run's worker is alive")
 
 
-defs = dg.Definitions(sensors=[run_worker_sensor])
+ACTIVE_STATUSES = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING,
+                   dg.DagsterRunStatus.STARTED]  # fmt: skip
+
+
+def tag_run_limits(instance: dg.DagsterInstance) -> dict[str, str]:
+    """Give every unfinished run without a `dagster/max_runtime` tag its stage's tags (a queued run then
+    also waits for its stage's concurrency limit); returns {run id: stage}."""
+    tagged = {}
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=ACTIVE_STATUSES)):
+        if MAX_RUNTIME_TAG in run.tags or not run.asset_selection:
+            continue
+        stage = run_stage(key.to_user_string() for key in run.asset_selection)
+        if stage is None:
+            continue
+        tags = {k: v for k, v in stage_tags(stage).items() if k not in run.tags}
+        instance.add_run_tags(run.run_id, tags)
+        tagged[run.run_id] = stage
+    return tagged
+
+
+@dg.sensor(minimum_interval_seconds=RUN_LIMIT_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Gives runs of the implicit asset job (`dagster asset materialize`, the UI's Materialize "
+           "button) the maximum runtime and stage tag of the stage their assets belong to, as the named jobs' runs "
+           "have them.")  # fmt: skip
+def run_limit_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
+    tagged = tag_run_limits(context.instance)
+    for run_id, stage in tagged.items():
+        context.log.info(f"run {run_id}: tagged with the {stage} stage's limits")
+    return dg.SkipReason(f"{len(tagged)} run(s) tagged with their stage's limits" if tagged
+                         else "every unfinished asset run has a maximum runtime")  # fmt: skip
+
+
+defs = dg.Definitions(sensors=[run_worker_sensor, run_limit_sensor])

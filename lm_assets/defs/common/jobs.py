@@ -1,4 +1,8 @@
-"""Jobs: a named selection of assets, tagged with the stage it belongs to and how long its runs may take."""
+"""Jobs: a named selection of assets, tagged with the stage it belongs to and how long its runs may take.
+
+A run of Dagster's implicit asset job (`dagster asset materialize`, `lm-assets materialize`, the UI's
+Materialize button) carries no job tags: `run_limit_sensor` (defs/run_workers.py) gives it those of
+the stage its assets belong to (`ASSET_STAGES`, from the named jobs)."""
 
 import dagster as dg
 
@@ -20,12 +24,26 @@ MAX_RUNTIME_S = {
 }
 
 
+# The stage of each asset, as its named jobs give it (the longest-running stage when several do).
+ASSET_STAGES: dict[str, str] = {}
+
+
 def stage_tags(stage: str) -> dict[str, str]:
     return {STAGE_TAG: stage, MAX_RUNTIME_TAG: str(MAX_RUNTIME_S[stage])}
 
 
+def run_stage(asset_keys) -> str | None:
+    """The stage whose limits a run of `asset_keys` (user strings) takes: the longest-running of theirs."""
+    stages = {ASSET_STAGES[key] for key in asset_keys if key in ASSET_STAGES}
+    return max(stages, key=MAX_RUNTIME_S.__getitem__) if stages else None
+
+
 def stage_job(name: str, stage: str, assets: tuple[str, ...], description: str):
     """The job `name` materializing `assets` (by key), its runs tagged with `stage` and its maximum runtime."""
+    for key in assets:
+        known = ASSET_STAGES.get(key)
+        if known is None or MAX_RUNTIME_S[stage] > MAX_RUNTIME_S[known]:
+            ASSET_STAGES[key] = stage
     return dg.define_asset_job(
         name, selection=dg.AssetSelection.assets(*assets), tags=stage_tags(stage), description=description
     )
