@@ -10,7 +10,7 @@ The documents are the first `--docs` extracted HTML documents of the development
 checkpoint cannot be downloaded here, so a randomly initialised BERT of the same shape in the same
 checkpoint format is built into `$OUT/toxicity_speed/` and loaded through the real loader: its speed is the
 real model's, its scores mean nothing (so the lines it would flag are not measured here, only how many
-reach it). Each backend runs `score_toxicity` on the same documents once warmed up; CPU seconds are this
+reach it). The default backend (`auto`) is the one of these that the device picks. Each backend runs `score_toxicity` on the same documents once warmed up; CPU seconds are this
 process's (all threads). `--smoke`: 20 documents of the test slice and a tiny BERT.
 
 It prints figures; it checks nothing. The last line is one JSON object.
@@ -35,7 +35,7 @@ from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents
 from lm_assets.corpus.curation.langid import LangIdConfig, identify_languages
 from lm_assets.corpus.curation.pipeline import CurationConfig, curate
 from lm_assets.corpus.ingest.readers import read_shard
-from lm_assets.corpus.curation.toxicity import ToxicityConfig, resolve_device, score_toxicity
+from lm_assets.corpus.curation.toxicity import ToxicityConfig, chosen_backend, resolve_device, score_toxicity
 
 TINY = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
         "max_position_embeddings": 64}  # fmt: skip
@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<32} {row['docs_per_cpu_s']:>8} docs/CPU-s {row['lines_per_s']:>9} lines/s  "
               f"{row['lines_scored_by_model']:>6} of {row['lines']} lines to the model", flush=True)
     shares = {name: curation_share(extracted, runs[name]) for name in ("alt-profanity-check", "detoxify behind the pre-screen")}
+    default, why = chosen_backend(ToxicityConfig(device=args.device))
+    shares[f"every default (auto: {default.backend})"] = shares["alt-profanity-check" if default.backend == "profanity_check"
+                                                               else "detoxify behind the pre-screen"]  # fmt: skip
+    print(f"  the default backend here: {default.backend} ({why})")
     for name, share in shares.items():
         print(f"  toxicity's share of curation, {name}: {share['toxicity_share']}")
     print(json.dumps({"command": command_line(), "device": resolve_device(args.device), "backends": figures,

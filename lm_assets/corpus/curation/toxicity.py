@@ -1,5 +1,8 @@
-"""Toxicity scoring, line by line, with an explicitly chosen backend.
+"""Toxicity scoring, line by line, with a backend chosen by name or by the device.
 
+- `auto` (the default): `detoxify` where torch sees a CUDA device, `profanity_check` on a CPU, where
+  Detoxify would take nearly all of curation's time even behind the pre-screen (`bench/toxicity_speed.py`).
+  Stats name the backend that ran and why.
 - `detoxify`: Unitary's Detoxify BERT models. Its release checkpoint is downloaded from GitHub
   unless `checkpoint` points at a local file in the same format (with `hf_config_path` holding the
   model's config.json and tokenizer files for offline use).
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import metadata
 
 import polars as pl
@@ -31,7 +34,7 @@ from lm_assets.corpus.stage import StageResult, split_by_reason
 from lm_assets.text import CJK
 
 STAGE = "toxicity"  # the `stage` of its drops
-BACKENDS = ("detoxify", "profanity_check")
+BACKENDS = ("auto", "detoxify", "profanity_check")
 
 
 class ToxicityModelError(RuntimeError):
@@ -44,7 +47,7 @@ DETOXIFY_MODELS = ("original", "unbiased", "multilingual", "original-small", "un
 
 @dataclass(frozen=True)
 class ToxicityConfig:
-    backend: str = "detoxify"
+    backend: str = "auto"  # one of BACKENDS
     detoxify_model_type: str = "original"  # one of DETOXIFY_MODELS
     detoxify_checkpoint: str | None = None
     detoxify_hf_config_path: str | None = None
@@ -185,8 +188,21 @@ def unassigned_characters() -> str:
     return "[" + "".join(f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges) + "]"
 
 
+def chosen_backend(config: ToxicityConfig) -> tuple[ToxicityConfig, str]:
+    """`config` with the backend that runs, and why it is that one."""
+    if config.backend != "auto":
+        return config, "set in the config"
+    device = resolve_device(config.device)
+    if device.startswith("cuda"):
+        return replace(config, backend="detoxify"), f"auto: a CUDA device ({device}) runs Detoxify"
+    return replace(config, backend="profanity_check"), (
+        f"auto: no CUDA device (device {config.device} is {device}), and Detoxify on a CPU takes nearly all of "
+        "curation's time; set backend detoxify to run it anyway")
+
+
 @functools.lru_cache(maxsize=4)
 def load_scorer(config: ToxicityConfig):
+    config, _ = chosen_backend(config)
     if config.backend == "detoxify":
         return DetoxifyScorer(config)
     if config.backend == "profanity_check":
@@ -205,6 +221,7 @@ def resolve_device(device: str) -> str:
 def line_scores(flat: list[str], config: ToxicityConfig) -> tuple[list[float], dict]:
     """Each line's score, and which model scored how many lines: with the pre-screen, the backend's model
     scores only the lines the screen does not clear; the cleared ones score 0."""
+    config, _ = chosen_backend(config)
     scorer = load_scorer(config)
     counts = {"lines": len(flat)}
     if config.backend != "detoxify" or config.prescreen_threshold is None:
@@ -259,7 +276,7 @@ def score_documents(texts: list[str], config: ToxicityConfig) -> tuple[list[floa
 
 
 def score_toxicity(docs: pl.DataFrame, config: ToxicityConfig | None = None) -> StageResult:
-    config = config or ToxicityConfig()
+    config, why = chosen_backend(config or ToxicityConfig())
     maxima, fractions, model_name, counts = score_documents(docs["text"].to_list(), config)
     scored = docs.with_columns(
         pl.Series("tox_max", maxima, dtype=pl.Float64), pl.Series("tox_frac", fractions, dtype=pl.Float64)
@@ -276,6 +293,7 @@ def score_toxicity(docs: pl.DataFrame, config: ToxicityConfig | None = None) -> 
     )
     result.stats = {
         "model": model_name,
+        "backend": f"{config.backend} ({why})",
         **counts,
         "docs_with_toxic_lines": int(sum(f > 0 for f in fractions)),
         "zh_lexicon": lexicon_name,

@@ -188,7 +188,9 @@ class ToxicityRulesConfig(dg.Config):
 
     backend: ToxicityBackend | None = Field(
         default=loaded_default("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
-        description="detoxify or profanity_check; " + unset_means("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
+        description="auto (detoxify where torch sees a CUDA device, profanity_check on a CPU, where Detoxify would "
+        "take nearly all of curation's time), detoxify or profanity_check; the metadata's toxicity_backend says which "
+        "ran and why; " + unset_means("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
     )
     detoxify_model_type: DetoxifyModel = Field(
         default=TOXICITY_DEFAULTS.detoxify_model_type,
@@ -441,6 +443,7 @@ def curate_shard(shard: str, config: CuratedShardConfig, storage: StorageResourc
             "language_shares": dg.MetadataValue.json({k: round(v, 4) for k, v in shares.items()}),
             "langid_model": step_stats.get("langid", {}).get("model", "not run"),
             "toxicity_model": step_stats.get("toxicity", {}).get("model", "not run"),
+            "toxicity_backend": step_stats.get("toxicity", {}).get("backend", "not run"),
             "zh_toxicity_lexicon": step_stats.get("toxicity", {}).get("zh_lexicon", "not run"),
             "pii_redacted": dg.MetadataValue.json(pii_totals),
             "text_length_histogram": length_histogram(seen.lengths()),

@@ -211,3 +211,16 @@ def test_the_prescreen_sends_every_planted_toxic_line_to_the_model_and_scores_th
     one_at_a_time = [alone.model.predict([line])["toxicity"] for line in lines[:5]]
     assert [s if isinstance(s, float) else s[0] for s in one_at_a_time] == pytest.approx(every[:5], abs=1e-5)
 
+
+
+def test_the_default_backend_follows_the_device():
+    from lm_assets.corpus.curation.toxicity import chosen_backend
+
+    assert ToxicityConfig().backend == "auto"
+    on_cpu, why = chosen_backend(ToxicityConfig(device="cpu"))
+    assert on_cpu.backend == "profanity_check" and "no CUDA device" in why
+    on_gpu, why = chosen_backend(ToxicityConfig(device="cuda:1"))
+    assert on_gpu.backend == "detoxify" and "cuda:1" in why
+    assert chosen_backend(ToxicityConfig(backend="detoxify", device="cpu"))[0].backend == "detoxify"
+    result = score_toxicity(docs(), ToxicityConfig(device="cpu"))
+    assert result.stats["model"].startswith("alt-profanity-check") and result.stats["backend"].startswith("profanity_check (auto")
