@@ -2,10 +2,13 @@
 
 Usage::
 
-    .venv/bin/python bench/extraction_quality.py [--pages PATH] [--extractors a,b,...] [--show N] [--smoke]
+    .venv/bin/python bench/extraction_quality.py --pages PATH [--extractors a,b,...] [--show N]
+    .venv/bin/python bench/extraction_quality.py --smoke
 
-`--pages` is the tar.gz of Readability's test pages (`<name>/source.html` and `<name>/expected.html`)
-or a folder holding them; the default is `/work/shared/data/readability-test-pages.tar.gz`. `--smoke`
+`--pages` is Readability's test pages (Apache-2.0): the `test/test-pages` folder of a clone of
+https://github.com/mozilla/readability (`<name>/source.html` and `<name>/expected.html`), or a tar.gz
+of it; `$READABILITY_TEST_PAGES` when not given. They are not shipped: the bench says where to get
+them when they are missing. `--smoke`
 scores two small pages written here instead (`SMOKE_PAGES`), with every extractor but rs_trafilatura,
 and fails if one of them is missing. It writes nothing.
 
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tarfile
 import time
@@ -48,7 +52,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-DEFAULT_PAGES = Path("/work/shared/data/readability-test-pages.tar.gz")
+PAGES_VARIABLE = "READABILITY_TEST_PAGES"
+MISSING_PAGES = (
+    "Readability's test pages are needed: git clone https://github.com/mozilla/readability (Apache-2.0) and pass "
+    "--pages readability/test/test-pages (a folder, or a tar.gz of it), or set $READABILITY_TEST_PAGES; "
+    "--smoke scores two pages of its own"
+)
 DEFAULT_EXTRACTORS = (
     "lm_assets,lm_assets:resiliparse,lm_assets:all_text,trafilatura,trafilatura:precision,trafilatura:recall,"
     "rs_trafilatura"
@@ -251,7 +260,8 @@ def run_extractor(name: str, pages, show: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--pages", type=Path, default=DEFAULT_PAGES)
+    parser.add_argument("--pages", type=Path, default=os.environ.get(PAGES_VARIABLE) or None,
+                        help=f"Readability's test-pages folder or a tar.gz of it (default: ${PAGES_VARIABLE})")
     parser.add_argument("--extractors", default=DEFAULT_EXTRACTORS)
     parser.add_argument("--show", type=int, default=5, help="list the N worst pages of each extractor")
     parser.add_argument("--smoke", action="store_true", help="two built-in pages; fail if an extractor is missing")
@@ -261,8 +271,14 @@ def main(argv: list[str] | None = None) -> int:
         pages, where = SMOKE_PAGES, "SMOKE_PAGES"
         if args.extractors == DEFAULT_EXTRACTORS:
             args.extractors = DEFAULT_EXTRACTORS.replace(",rs_trafilatura", "")
+    elif args.pages is None or not args.pages.exists():
+        print(f"{args.pages or 'no --pages given'}: not found. {MISSING_PAGES}", file=sys.stderr)
+        return 2
     else:
         pages, where = load_pages(args.pages), args.pages
+        if not pages:
+            print(f"{args.pages}: no <name>/source.html with its expected.html. {MISSING_PAGES}", file=sys.stderr)
+            return 2
     html_mb = sum(len(p[1].encode()) for p in pages) / 1e6
     print(f"{len(pages)} test pages, {html_mb:.1f} MB of HTML, from {where}")
     results = [run_extractor(name, pages, args.show) for name in args.extractors.split(",") if name]
