@@ -60,6 +60,7 @@ LANE_A=(
     "$PY bench/humaneval_agreement.py --smoke"
     "$PY bench/tokens.py --smoke"
     "$PY bench/reliability.py --smoke"
+    "$PY bench/wcxb_extraction.py --smoke"
 )
 LANE_B=(
     "$PY bench/quality_classifier.py --smoke"

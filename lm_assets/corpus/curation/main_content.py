@@ -175,6 +175,10 @@ PAGE_SIGNALS = {
 }
 
 
+# A `<noscript>` holding more text than this ("Please enable JavaScript", a tracking pixel) may hold the page.
+NOSCRIPT_MIN_BYTES = 500
+
+
 def extract_main_text(html: str, config: MainContentConfig | None = None) -> str:
     """The main content of an HTML page as plain text, with its paragraphs, headings, lists and code."""
     return extract_main_content(html, config)[0]
@@ -194,6 +198,11 @@ def extract_main_content(
         # Nothing left but what inline styles or `hidden` hide: the page shows its content with a script
         # (LibreOffice's help shows the text written for the application it is opened from).
         page = _Page(body, read_hidden=True)
+        text = page.main_text(config)
+    if page.noscript_text > max(NOSCRIPT_MIN_BYTES, len(text.encode())):
+        # The page's content is what it shows without scripts: a forum's or a shop's copy for crawlers
+        # and script-less browsers (Discourse's crawler view), its own page an empty shell for a script.
+        page = _Page(body, read_hidden=page.hid_content and not text.strip(), read_noscript=True)
         text = page.main_text(config)
     return text, page_signals(page, text, html, html_bytes)
 
@@ -285,7 +294,7 @@ class _Page:
     # than Python's stack.
     MAX_DEPTH = 200
 
-    def __init__(self, body, read_hidden: bool = False):
+    def __init__(self, body, read_hidden: bool = False, read_noscript: bool = False):
         self.tag: list[str] = []
         self.parent: list[int] = []
         self.attrs: list[dict] = []
@@ -304,12 +313,13 @@ class _Page:
         self.kept_beside: set[int] = set()
         self.link_blocks = 0
         self.hid_content = False  # whether `hidden` or an inline style hid an element from the walk
-        self._walk(body, read_hidden)
+        self.noscript_text = 0  # text bytes in the `<noscript>` elements the walk skipped
+        self._walk(body, read_hidden, read_noscript)
         self.walked_text = self.text[:]  # before anything is removed
         self.visible_text, self.visible_links = self.text[0], self.links[0]
         self.anchors = self.tag.count("a")
 
-    def _walk(self, body, read_hidden: bool) -> None:
+    def _walk(self, body, read_hidden: bool, read_noscript: bool) -> None:
         tags, parents, attrs, text, links = self.tag, self.parent, self.attrs, self.text, self.links
         has_block, starts, ends, lasts, events = self.has_block, self.start, self.end, self.last, self.events
         chrome, named, pres = self.chrome, self.named, self.pre
@@ -328,7 +338,9 @@ class _Page:
                                 links[index] += length
                     continue
                 tag = child.tag
-                if not tag or tag[0] == "-" or tag in _UNREAD:
+                if not tag or tag[0] == "-" or tag in _UNREAD and not (read_noscript and tag == "noscript"):
+                    if tag == "noscript":
+                        self.noscript_text += len(child.text(deep=True).encode())
                     continue
                 attributes = child.attributes
                 if attributes and (tag == "a" or not _HIDING.isdisjoint(attributes)):

@@ -101,6 +101,19 @@ def test_a_page_whose_content_is_all_hidden_for_a_script_is_read_but_chrome_besi
     assert PROSE.strip() in text and PROSE.upper().strip() not in text
 
 
+def test_a_page_that_keeps_its_content_for_script_less_readers_in_noscript_is_read_from_there():
+    # Discourse's crawler view: an empty shell for the script, the thread in <noscript>.
+    posts = "".join(f'<div class="topic-body crawler-post"><div class="post"><p>{PROSE * 2}</p></div></div>' for _ in range(3))
+    shell = ("<html><body><noscript><p>Please enable JavaScript to use this site.</p></noscript><div id='app'></div>"
+             f"<noscript data-path='/t/1'><div id='main-outlet'><h1>Upgrading the package database</h1>{posts}</div>"
+             "</noscript></body></html>")
+    text = extract_main_text(shell)
+    assert text.count(PROSE.strip()) >= 3 and "Upgrading the package database" in text
+    # A page with content of its own leaves a short notice and a copy in <noscript> out.
+    own = f"<html><body><noscript><p>Please enable JavaScript to use this site.</p></noscript><p>{PROSE * 6}</p></body></html>"
+    assert "JavaScript" not in extract_main_text(own)
+
+
 def test_a_form_that_wraps_the_page_is_its_wrapper_but_a_form_beside_it_goes():
     links = "".join(f'<li><a href="/s{i}">Section number {i}</a></li>' for i in range(60))
     article = f"<div id='content'><h1>Story</h1><p>{PROSE * 4}</p><p>{PROSE * 3}</p></div>"
