@@ -73,6 +73,7 @@ LANE_B=(
     "$PY bench/build_crawl.py --smoke"
     "$PY bench/extraction_quality.py --smoke"
     "$PY bench/dev_set/make_test_slice.py --smoke"
+    "$PY bench/quality_transfer.py --smoke"
 )
 ran=("${LANE_A[@]}" "${LANE_B[@]}")
 

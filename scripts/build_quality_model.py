@@ -28,6 +28,42 @@ from lm_assets.corpus.audit.curation_eval import read_labels  # noqa: E402
 from lm_assets.corpus.quality import shipped as quality_model  # noqa: E402
 
 
+# The real-web set's collections, as bench/web_set/README.md lists them: each repository of saved pages
+# is one, the repositories of a few portal test pages together are one, and every other repository is
+# one of the blogs, which are one collection (one template family, one era, one labeller).
+WEB_COLLECTIONS = {
+    repo: repo for repo in ("marridG/2019-EE208", "charnugagoo/WebCrawler", "microlinkhq/metascraper",
+                            "hhursev/recipe-scrapers", "postlight/parser", "scrapinghub/autopager",
+                            "virus-warnning/twnews")
+} | {
+    repo: "portal test pages" for repo in ("zhxieml/IEE-homework", "FenTheFox/499T", "jhy/jsoup", "google/gumbo-parser",
+                                           "scrapinghub/extruct", "Justinyj/ruyiwebcrawl", "jianglibo/resp-me-templates")
+}
+
+
+def collections(label_set: str, labels_path: Path) -> dict[str, str]:
+    """The collection (source) of every labelled URL: a Debian package for the manuals, a repository (or
+    the blogs) for the real web."""
+    out = {}
+    for line in labels_path.read_text(encoding="utf-8").split("\n"):
+        if line.strip():
+            row = json.loads(line)
+            out[row["url"]] = (WEB_COLLECTIONS.get(row["repo"], "blogs") if label_set == "web"
+                               else f"{label_set}:{row['package']}")  # fmt: skip
+    return out
+
+
+def with_collections(pages, sets) -> "quality_model.pl.DataFrame":
+    """`pages` with the `collection` of each page, from its label set's labels."""
+    import polars as pl
+
+    found = {(name, url): source for name, _, labels_path in sets for url, source in collections(name, labels_path).items()}
+    column = [found.get((label_set, url)) for label_set, url in zip(pages["label_set"], pages["url"])]
+    if None in column:
+        raise SystemExit(f"{column.count(None)} training pages match no label's URL")
+    return pages.with_columns(pl.Series("collection", column, dtype=pl.String))
+
+
 def labelled_sets() -> list[tuple[str, Path, Path]]:
     """(label set, crawl folder, labels) of every labelled crawl, building the crawls that are missing."""
     from benchlib.paths import out_dir
@@ -57,7 +93,7 @@ def build_pages() -> "quality_model.pl.DataFrame":
         # Shards of different crawls share names, so doc_ids are made unique by the label set.
         examples = examples.with_columns(pl.concat_str(pl.lit(f"{name}/"), "doc_id").alias("doc_id"))
         frames.append(quality_model.compact_pages(examples, name))
-    return pl.concat(frames, how="diagonal_relaxed")
+    return with_collections(pl.concat(frames, how="diagonal_relaxed"), labelled_sets())
 
 
 def main(argv=None) -> int:
@@ -73,11 +109,14 @@ def main(argv=None) -> int:
         print(f"retrained {trained.hash}, shipped {shipped}: {'same' if trained.hash == shipped else 'DIFFERENT'}")
         return 0 if trained.hash == shipped else 1
     info = quality_model.write(args.out, pages, trained)
-    cv = info["metrics"]["cross_validated"]
-    print(f"quality classifier {info['hash']} on {info['pages']} pages ({info['by_label_set']}): "
-          f"cross-validated by site, balanced accuracy {cv['balanced_accuracy']}, per language "
-          + ", ".join(f"{lang} {v['balanced_accuracy']}" for lang, v in cv["per_language"].items())
-          + f"; thresholds {info['metrics']['thresholds']}; written to {args.out}")
+    metrics = info["metrics"]
+    print(f"quality classifier {info['hash']} on {info['pages']} pages ({info['by_label_set']}); "
+          f"thresholds {metrics['thresholds']}; written to {args.out}")
+    for name, cv in (("source-out", metrics["cross_validated"]), ("by site", metrics["cross_validated_by_site"])):
+        print(f"  {name:<10} balanced accuracy {cv['balanced_accuracy']}, per language "
+              + ", ".join(f"{lang} {v['balanced_accuracy']}" for lang, v in cv["per_language"].items())
+              + ", per set " + ", ".join(f"{s} {v['balanced_accuracy']}" for s, v in cv["per_label_set"].items()))
+    print(f"  gap (by site - source-out): {metrics['transfer_gap']}")
     return 0
 
 

@@ -191,7 +191,9 @@ def main() -> int:
         f"\nQuality classifier {classifier['classifier_hash'].value}: trained on the sample crawl's "
         f"{trained_on['your labelled pages']} labelled pages and the {trained_on['shipped labelled pages']} the package "
         f"ships; on {classifier['n_test'].value} held back, balanced accuracy {classifier['balanced_accuracy'].value:.3f}, "
-        f"ROC AUC {classifier['roc_auc'].value:.3f}, thresholds {thresholds}. "
+        f"ROC AUC {classifier['roc_auc'].value:.3f}, thresholds {thresholds}; cross-validated with each labelled "
+        f"source left out, {classifier['source_out_balanced_accuracy'].value:.3f} (by site "
+        f"{classifier['by_site_balanced_accuracy'].value:.3f}). "
         f"Curation policy: {curated['quality_policy'].value}."
     )
     manifest = json.loads(store.read_bytes(PACKED_MANIFEST))

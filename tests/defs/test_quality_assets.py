@@ -74,7 +74,12 @@ def test_the_classifier_is_trained_on_the_shipped_pages_plus_the_users_and_made_
     expected = shipped.filter(~pl.col("url").is_in(list(slice_urls))).height + 50
     assert meta["n_test"].value + meta["n_train"].value == expected
     assert meta["trained_on"].value == {"your labelled pages": 50, "shipped labelled pages": expected - 50}
-    assert set(meta["cross_validated_by_site"].value["per_language"]) == {"en", "zh"}
+    # Source-out beside by site, per labelled set and language (the user's labels are a source of their own).
+    table = meta["source_out_vs_by_site"].value
+    for row in ("| all |", "| en |", "| zh |", "| set user |", "| set web, zh |"):
+        assert row in table, row
+    assert 0.5 <= meta["source_out_balanced_accuracy"].value <= meta["by_site_balanced_accuracy"].value + 0.1
+    assert "| en | 0.0-0.1 |" in meta["reliability"].value or "| en | 0.1-0.2 |" in meta["reliability"].value
     assert 0.5 <= meta["balanced_accuracy"].value <= 1.0 and meta["current"].value is True
     assert "predicted KEEP" in meta["confusion_matrix"].value and meta["threshold_reason"].value
     assert check_results(loop["trained"])[("quality_classifier", "held_back_balanced_accuracy")]

@@ -53,6 +53,9 @@ class CurationConfig:
     policy: str = DEFAULT_QUALITY_POLICY
     classifier: Scorer | None = None
     threshold: float | None = None
+    # The classifier's cut as a target per language (`*`: the others): see policy.py.
+    retention: dict[str, float] | None = None
+    keep_rate: dict[str, float] | None = None
 
     @property
     def uses_classifier(self) -> bool:
@@ -65,7 +68,7 @@ def run_step(name: str, docs: pl.DataFrame, config: CurationConfig) -> StageResu
     if name == "quality":
         return apply_quality_rules(docs, config.quality, defer=config.uses_classifier)
     if name == "classifier":
-        return decide_quality(docs, config.policy, config.classifier, config.threshold)
+        return decide_quality(docs, config.policy, config.classifier, config.threshold, config.retention, config.keep_rate)
     if name == "toxicity":
         return score_toxicity(docs, config.toxicity)
     if name == "pii":
@@ -170,6 +173,15 @@ def step_histograms(config: CurationConfig, steps: list[str]) -> dict[str, Histo
             rule, marks = "classifier: scores only (policy rules)", []
         elif config.threshold is not None:
             rule, marks = f"classifier: below_threshold {config.threshold:g}", [("all", config.threshold)]
+        elif config.keep_rate:
+            rule = "classifier: below_threshold at keep rate " + ", ".join(
+                f"{policy.language_name(lang)} {share:g}" for lang, share in config.keep_rate.items())
+            marks = []
+        elif config.retention:
+            marks = [(policy.language_name(lang), config.classifier.cut_for_retention(lang, share))
+                     for lang, share in config.retention.items()]  # fmt: skip
+            rule = "classifier: below_threshold at retention " + ", ".join(
+                f"{lang} {share:g} ({cut:.3g})" for (lang, cut), share in zip(marks, config.retention.values()))
         else:
             marks = [(policy.language_name(lang), cut) for lang, cut in config.classifier.thresholds.items()]
             rule = "classifier: below_threshold " + ", ".join(f"{lang} {cut:.3g}" for lang, cut in marks)

@@ -8,6 +8,12 @@ hard rules (a minimum length) and left every other document with the rules' verd
 - `classifier`: drops what scores below the threshold (stage `classifier`, `below_threshold`);
 - `both`: drops what either drops, the rules first.
 
+The classifier's cut in each language is, by default, the one chosen when it was trained. A user can
+set it instead as a score for every language (`threshold`), or as a target per language (a `*` entry
+for the others): `retention`, the share of good pages to keep, which the classifier's source-out
+scores of good pages turn into a cut; or `keep_rate`, the share of the documents to keep, cut at that
+quantile of the scores of each batch's documents in that language.
+
 Dropped rows carry the score that dropped them: the failing signal's value (`rules_score`) for a
 rule, P(KEEP) for the classifier. The stats list where the rules and the classifier disagree.
 """
@@ -20,6 +26,7 @@ import numpy as np
 import polars as pl
 
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
+from lm_assets.text import base_lang
 
 POLICIES = ("rules", "classifier", "both")
 # Who decides quality by default: see the README's "Curation defaults, and why".
@@ -43,6 +50,42 @@ class Scorer(Protocol):
 
     def thresholds_for(self, langs: list[str | None]) -> np.ndarray: ...
 
+    def cut_for_retention(self, lang: str | None, retention: float) -> float: ...
+
+
+def check_targets(threshold: float | None, retention: dict | None, keep_rate: dict | None) -> None:
+    """At most one way of setting the cut, and every target a share in (0, 1]."""
+    given = [name for name, value in (("threshold", threshold), ("retention", retention), ("keep_rate", keep_rate)) if value]
+    if len(given) > 1:
+        raise ValueError(f"set the classifier's cut one way, not by {' and '.join(given)}")
+    for name, target in (("retention", retention), ("keep_rate", keep_rate)):
+        for lang, share in (target or {}).items():
+            if not 0.0 < share <= 1.0:
+                raise ValueError(f"{name} {lang}: a share in (0, 1], not {share}")
+
+
+def target_share(target: dict[str, float], lang: str) -> float | None:
+    return target.get(lang, target.get(ANY))
+
+
+def classifier_cuts(docs: pl.DataFrame, scores: np.ndarray, classifier: Scorer, threshold: float | None = None,
+                    retention: dict[str, float] | None = None, keep_rate: dict[str, float] | None = None) -> tuple[np.ndarray, dict]:  # fmt: skip
+    """The cut of each row, and the cut of each language seen (`*`: the others)."""
+    langs = [base_lang(lang) or "unknown" for lang in docs["lang"].to_list()]
+    if threshold is not None:
+        return np.full(docs.height, threshold), {ANY: threshold}
+    cuts = classifier.thresholds_for(langs)
+    by_language = {lang: classifier.thresholds.get(lang, classifier.thresholds.get(ANY, classifier.threshold))
+                   for lang in sorted(set(langs))}  # fmt: skip
+    rows_of = {lang: np.asarray([value == lang for value in langs]) for lang in by_language}
+    for lang, rows in rows_of.items():
+        if retention and (share := target_share(retention, lang)) is not None:
+            by_language[lang] = classifier.cut_for_retention(lang, share)
+        elif keep_rate and (share := target_share(keep_rate, lang)) is not None:
+            by_language[lang] = float(np.quantile(scores[rows], 1.0 - share)) if share < 1.0 else 0.0
+        cuts[rows] = by_language[lang]
+    return cuts, by_language
+
 
 def check_policy(policy: str) -> str:
     if policy not in POLICIES:
@@ -50,9 +93,11 @@ def check_policy(policy: str) -> str:
     return policy
 
 
-def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, threshold: float | None = None) -> StageResult:
+def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, threshold: float | None = None,
+                   retention: dict[str, float] | None = None, keep_rate: dict[str, float] | None = None) -> StageResult:  # fmt: skip
     """Apply `policy` to documents that carry `rules_reason` (see the module docstring)."""
     check_policy(policy)
+    check_targets(threshold, retention, keep_rate)
     if classifier is None and policy != "rules":
         raise ValueError(
             f"quality policy {policy!r} needs a classifier: pass the shipped one (quality_model.shipped_classifier()) "
@@ -60,10 +105,9 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
         )
     scores = classifier.score(docs) if classifier is not None else np.full(docs.height, np.nan)
     if classifier is not None:
-        # The threshold given applies to every language; unset, each language's trained one.
-        cuts = np.full(docs.height, threshold) if threshold is not None else classifier.thresholds_for(docs["lang"].to_list())
+        cuts, by_language = classifier_cuts(docs, scores, classifier, threshold, retention, keep_rate)
     else:
-        cuts = np.full(docs.height, np.nan)
+        cuts, by_language = np.full(docs.height, np.nan), {}
     scored = docs.with_columns(
         pl.Series("quality_score", scores, dtype=pl.Float64).fill_nan(None),
         pl.Series("_threshold", cuts, dtype=pl.Float64),
@@ -93,6 +137,9 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
         stats |= {
             "threshold": threshold if threshold is not None else classifier.threshold,
             "thresholds": {ANY: threshold} if threshold is not None else dict(classifier.thresholds),
+            "cuts_applied": {lang: round(float(cut), 6) for lang, cut in by_language.items()},
+            "cut_by": ("threshold" if threshold is not None else f"retention {retention}" if retention
+                       else f"keep_rate {keep_rate}" if keep_rate else "the thresholds chosen in training"),
             **disagreements(scored, low),
         }
     return StageResult(kept=kept, dropped=dropped, stats=stats)

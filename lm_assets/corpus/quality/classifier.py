@@ -4,12 +4,22 @@ fastText reads the normalized text (lower case, white space collapsed, punctuati
 character split into tokens, so `wordNgrams=2` gives Chinese its character bigrams) and gives
 P(KEEP). With `features="text+signals"` that probability, as a logit, is stacked with the `q_*` rule
 signals of `quality.py` by small gradient-boosted trees (or a logistic regression); the fastText
-probability the stacker learns from is cross-fitted on the training split with each site (URL host)
-whole in one fold, so the stacker learns how far fastText carries to sites it never saw, which is
-what a new crawl is made of. bench/quality_classifier.py measured these choices.
+probability the stacker learns from is cross-fitted on the training split with each source whole in
+one fold, so the stacker learns how far fastText carries to sources it never saw, which is what a new
+crawl is made of. bench/quality_classifier.py and bench/quality_transfer.py measured these choices.
 
-The threshold maximizes balanced accuracy over the out-of-fold scores of the training split; the
-figures in `metrics` come from a held-back split, stratified by (lang, keep). The artefact is a zip
+A page's source is the collection it was labelled in (`collection`: a Debian package, a repository of
+saved pages, the blogs; a user's labels are one), else its site. Pages of one collection share their
+layout, era and labeller, so figures cross-validated by site flatter a model: only source-out
+figures say what a crawl nobody labelled will get.
+
+The model's scores are calibrated per language (Platt scaling) on its source-out scores, so that a
+score means the same share of good pages whatever source it comes from; each language's threshold
+maximizes balanced accuracy over those calibrated source-out scores. The artefact keeps the
+quantiles of the good pages' source-out scores per language, so that a decision can be asked for as
+a target (keep at least this share of good pages) instead of a score. The figures in `metrics` come
+from a held-back split, stratified by (lang, keep), and from the cross-validations by source and by
+site side by side. The artefact is a zip
 with fixed timestamps holding `classifier.json` (normalization, threshold, stacker weights) and the
 fastText model; loading it parses JSON and reads fastText's binary format, never a pickle.
 """
@@ -44,8 +54,12 @@ FEATURES = ("text", "text+signals")
 STACKERS = ("logistic", "boosting")
 FORMAT = "lm_assets.quality_classifier"
 # 2: fastText reads tokens as their CRC-32 (so that training pages can ship without their text), and
-# thresholds are per language.
-FORMAT_VERSION = 2
+# thresholds are per language. 3: scores calibrated per language, good pages' score quantiles.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # a version 2 artefact's scores are read as they are (no calibration)
+FOLD_GROUPS = ("source", "site", "page")
+QUANTILES = 101  # of the good pages' source-out scores per language: 0 %, 1 %, ..., 100 %
+RELIABILITY_BINS = 10
 ANY_LANGUAGE = "*"
 KEEP_LABEL, DROP_LABEL = "__label__keep", "__label__drop"
 FASTTEXT_ENTRY, MANIFEST_ENTRY = "fasttext.bin", "classifier.json"
@@ -66,8 +80,9 @@ class ClassifierConfig:
     seed: int = 0
     test_fraction: float = 0.3  # held-back split, stratified by (lang, keep); 0: out-of-fold figures instead
     features: str = "text+signals"  # or "text": fastText alone
-    folds: int = 5  # cross-fitting and threshold choice on the training split
-    folds_by_site: bool = True  # each site's pages in one fold (`group_fold_ids`)
+    folds: int = 5  # cross-fitting, calibration and threshold choice on the training split
+    folds_by: str = "source"  # each source's (or site's) pages whole in one fold (`group_fold_ids`), or "page"
+    calibrate: bool = True  # Platt scaling per language on the out-of-fold scores (`fit_calibration`)
     min_per_class: int = 5  # KEEP and DROP examples the training split needs at least
     max_chars: int = 3000  # text read per document
     # fastText
@@ -485,12 +500,14 @@ class _Examples:
     strata: list = field(default_factory=list)
     groups: list = field(default_factory=list)  # the site of each page
     label_sets: list = field(default_factory=list)  # which labelled crawl each page comes from, when known
+    sources: list = field(default_factory=list)  # the collection each page was labelled in (`sources`)
 
     def take(self, rows: np.ndarray) -> _Examples:
         idx = np.flatnonzero(rows) if rows.dtype == bool else rows
         return _Examples([self.texts[i] for i in idx], [self.langs[i] for i in idx], self.keep[idx],
                          self.weight[idx], self.signals[idx], [self.strata[i] for i in idx],
-                         [self.groups[i] for i in idx], [self.label_sets[i] for i in idx])
+                         [self.groups[i] for i in idx], [self.label_sets[i] for i in idx],
+                         [self.sources[i] for i in idx])
 
 
 def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
@@ -498,6 +515,8 @@ def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
         raise ValueError(f"features must be one of {FEATURES}, not {config.features!r}")
     if config.stacker not in STACKERS:
         raise ValueError(f"stacker must be one of {STACKERS}, not {config.stacker!r}")
+    if config.folds_by not in FOLD_GROUPS:
+        raise ValueError(f"folds_by must be one of {FOLD_GROUPS}, not {config.folds_by!r}")
     missing = [c for c in ("doc_id", "lang", "keep") if c not in examples.columns]
     if "text" not in examples.columns and "tokens" not in examples.columns:
         missing.append("text (or tokens)")
@@ -550,6 +569,7 @@ def prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples
         groups=sites(examples),
         label_sets=examples["label_set"].fill_null("user").to_list() if "label_set" in examples.columns
         else ["user"] * examples.height,
+        sources=sources(examples),
     )
     return data, signals.columns, log_columns
 
@@ -574,6 +594,12 @@ def sites(examples: pl.DataFrame) -> list[str]:
     ]
 
 
+def sources(examples: pl.DataFrame) -> list[str]:
+    """The source of each page: the collection it was labelled in (`collection`) where given, else its site."""
+    given = examples["collection"].to_list() if "collection" in examples.columns else [None] * examples.height
+    return [collection or site for collection, site in zip(given, sites(examples))]
+
+
 def _site(host: str | None) -> str | None:
     return host[4:] if host and host.startswith("www.") else host
 
@@ -589,10 +615,16 @@ def _stack_inputs(fasttext_keep: np.ndarray, signals: np.ndarray) -> np.ndarray:
     return np.column_stack([_logit(fasttext_keep), signals])
 
 
-def _out_of_fold(train: _Examples, config: ClassifierConfig) -> tuple[np.ndarray, np.ndarray]:
-    """Cross-fitted fastText P(KEEP) and, stacked, the final out-of-fold score of every training row."""
-    folds = (group_fold_ids(train.groups, train.strata, config.folds, config.seed) if config.folds_by_site
-             else fold_ids(train.strata, config.folds, config.seed))
+def _folds(train: _Examples, by: str, config: ClassifierConfig) -> np.ndarray:
+    if by == "page":
+        return fold_ids(train.strata, config.folds, config.seed)
+    return group_fold_ids(train.sources if by == "source" else train.groups, train.strata, config.folds, config.seed)
+
+
+def _out_of_fold(train: _Examples, config: ClassifierConfig, by: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Cross-fitted fastText P(KEEP) and, stacked, the final out-of-fold score of every training row, with
+    each source (or site, or page: `by`, default `config.folds_by`) whole in one fold."""
+    folds = _folds(train, by or config.folds_by, config)
     fasttext_keep = np.zeros(len(train.texts))
     for fold in range(config.folds):
         inside, outside = train.take(folds != fold), folds == fold
@@ -610,9 +642,11 @@ def _out_of_fold(train: _Examples, config: ClassifierConfig) -> tuple[np.ndarray
     return fasttext_keep, scores
 
 
-def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = ClassifierConfig()) -> TrainedClassifier:
-    """Train on labelled pages (doc_id, text, lang, keep; optional q_* columns and `weight`) and measure the
-    model on a held-back split. Same examples and config give the same bytes."""
+def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = ClassifierConfig(),
+                     cross_validations: tuple[str, ...] = ("source", "site")) -> TrainedClassifier:  # fmt: skip
+    """Train on labelled pages (doc_id, text, lang, keep; optional q_* columns, `weight`, `collection`) and
+    measure the model on a held-back split and by the `cross_validations` (source-out and by site; none
+    when a caller measures it itself). Same examples and config give the same bytes."""
     _check_examples(examples, config)
     data, signal_names, log_columns = prepare(examples, config)
     held_back = stratified_split(data.strata, config.test_fraction, config.seed)
@@ -623,7 +657,9 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
                 f"too few {label} examples in the training split ({int(rows.sum())}) to train a quality classifier"
             )
 
-    fasttext_keep, oof_scores = _out_of_fold(train, config)
+    fasttext_keep, oof_raw = _out_of_fold(train, config)
+    calibration = fit_calibration(train, oof_raw, config) if config.calibrate else IDENTITY_CALIBRATION
+    oof_scores = calibrate(calibration, oof_raw, train.langs)
     threshold = best_threshold(train.keep, oof_scores, config.min_keep_retention)
     thresholds = language_thresholds(train, oof_scores, threshold, config)
     lines = fasttext_lines(train.texts, train.keep, train.weight, config.balance_classes)
@@ -635,7 +671,7 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     manifest = {
         "format": FORMAT, "version": FORMAT_VERSION, "features": config.features, "threshold": threshold,
         "thresholds": thresholds, "tokens": "crc32", "max_chars": config.max_chars, "config": asdict(config),
-        "stacker": None,
+        "stacker": None, "calibration": calibration, "keep_quantiles": keep_quantiles(train, oof_scores, calibration),
     }
     if config.features == "text+signals":
         stacker = _fit_stacker(_stack_inputs(fasttext_keep, train.signals), train.keep, train.weight, config)
@@ -645,36 +681,69 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     classifier = QualityClassifier.from_bytes(model)
     if len(test.texts):
         evaluated_on = "held-back split"
-        keep, scores, langs = test.keep, classifier._score_normalized(test.texts, test.signals), test.langs
+        keep, scores, langs = test.keep, classifier._score_normalized(test.texts, test.signals, test.langs), test.langs
     else:
-        evaluated_on = "out-of-fold scores of the training split (test_fraction=0)"
+        evaluated_on = f"out-of-fold scores of the training split, by {config.folds_by} (test_fraction=0)"
         keep, scores, langs = train.keep, oof_scores, train.langs
     metrics = decision_metrics(keep, scores, classifier.thresholds_for(langs), langs)
-    cross_validated = decision_metrics(train.keep, oof_scores, classifier.thresholds_for(train.langs), train.langs)
+    cross_validated = {config.folds_by: (oof_scores, cross_validation_figures(train, oof_scores, classifier, config, config.folds_by))}
+    for by in cross_validations:
+        if by not in cross_validated:
+            scores_by = calibrate(calibration, _out_of_fold(train, config, by)[1], train.langs)
+            cross_validated[by] = (scores_by, cross_validation_figures(train, scores_by, classifier, config, by))
+    if {"source", "site"} <= cross_validated.keys():
+        metrics |= {
+            "cross_validated": cross_validated["source"][1],
+            "cross_validated_by_site": cross_validated["site"][1],
+            "transfer_gap": transfer_gap(cross_validated["site"][1], cross_validated["source"][1]),
+            "reliability": reliability(train, cross_validated["source"][0]),
+        }
     metrics |= {
         "evaluated_on": evaluated_on,
-        "cross_validated": {
-            "evaluated_on": f"out-of-fold scores of a {config.folds}-fold cross-validation on the training split"
-            + (", each site's pages in one fold" if config.folds_by_site else ""),
-            **{k: cross_validated[k] for k in ("balanced_accuracy", "drop_rejection", "recall", "roc_auc", "per_language")},
-            "per_label_set": per_label_set(train, oof_scores, classifier),
-        },
         "threshold": _round(threshold, 6),
         "thresholds": {lang: _round(value, 6) for lang, value in thresholds.items()},
         "threshold_reason": (
-            f"maximizes balanced accuracy over the out-of-fold scores of a {config.folds}-fold cross-validation "
-            "on the training split" + (", each site's pages in one fold" if config.folds_by_site else "")
+            f"maximizes balanced accuracy over the calibrated out-of-fold scores of a {config.folds}-fold "
+            f"cross-validation on the training split, each {config.folds_by}'s pages in one fold"
             + (f", among the cuts that keep {config.min_keep_retention:.0%} of the KEEP pages"
                if config.min_keep_retention is not None else "")
         ),
         "n_train": len(train.texts),
         "n_test": len(test.texts),
-        "train_out_of_fold_balanced_accuracy": cross_validated["balanced_accuracy"],
+        "n_sources": len(set(train.sources)),
+        "train_out_of_fold_balanced_accuracy": cross_validated[config.folds_by][1]["balanced_accuracy"],
         "model_bytes": len(model),
         "features": config.features,
         "fasttext": fasttext_package(),
     }
     return TrainedClassifier(model=model, metrics=metrics, hash=model_hash(model))
+
+
+def cross_validation_figures(train: _Examples, scores: np.ndarray, classifier: QualityClassifier,
+                             config: ClassifierConfig, by: str) -> dict:  # fmt: skip
+    """The figures of out-of-fold `scores` (calibrated) at the classifier's thresholds, pooled, per
+    language and per labelled set."""
+    figures = decision_metrics(train.keep, scores, classifier.thresholds_for(train.langs), train.langs)
+    return {
+        "evaluated_on": f"out-of-fold scores of a {config.folds}-fold cross-validation on the training split, "
+        f"each {by}'s pages whole in one fold",
+        **{k: figures[k] for k in ("balanced_accuracy", "drop_rejection", "recall", "roc_auc", "per_language")},
+        "per_label_set": per_label_set(train, scores, classifier),
+    }
+
+
+def transfer_gap(by_site: dict, source_out: dict) -> dict:
+    """By-site balanced accuracy minus source-out, pooled, per language and per labelled set: how much
+    the by-site figure flatters the model."""
+    def gap(a, b):
+        return _round(a - b) if a is not None and b is not None else None
+
+    out = {"all": gap(by_site["balanced_accuracy"], source_out["balanced_accuracy"])}
+    for lang, row in source_out["per_language"].items():
+        out[lang] = gap(by_site["per_language"].get(lang, {}).get("balanced_accuracy"), row["balanced_accuracy"])
+    for name, row in source_out["per_label_set"].items():
+        out[f"set {name}"] = gap(by_site["per_label_set"].get(name, {}).get("balanced_accuracy"), row["balanced_accuracy"])
+    return out
 
 
 def per_label_set(train: _Examples, scores: np.ndarray, classifier: QualityClassifier) -> dict:
@@ -688,17 +757,80 @@ def per_label_set(train: _Examples, scores: np.ndarray, classifier: QualityClass
     return out
 
 
+def _calibration_languages(train: _Examples, config: ClassifierConfig) -> tuple[np.ndarray, list[str]]:
+    """Each row's base language, and the languages with `language_threshold_min_per_class` pages of each label."""
+    langs = np.asarray([base_lang(lang) or "unknown" for lang in train.langs], dtype=object)
+    enough = [lang for lang in sorted(set(langs)) if min(int(train.keep[langs == lang].sum()),
+              int((~train.keep[langs == lang]).sum())) >= config.language_threshold_min_per_class]  # fmt: skip
+    return langs, enough if config.thresholds_by_language else []
+
+
+def fit_calibration(train: _Examples, raw: np.ndarray, config: ClassifierConfig) -> dict:
+    """Platt scaling of the out-of-fold scores, P(KEEP) = sigmoid(a * logit(score) + b): pooled (`*`) and
+    per language with enough pages of both labels. The pages are weighted so that KEEP and DROP weigh
+    the same in each language: a calibrated 0.5 is as far from a typical good page as from a junk one,
+    whatever the mix of the labelled set."""
+    from sklearn.linear_model import LogisticRegression
+
+    langs, enough = _calibration_languages(train, config)
+    out = {}
+    for lang in [ANY_LANGUAGE, *enough]:
+        rows = np.ones(len(langs), dtype=bool) if lang == ANY_LANGUAGE else langs == lang
+        model = LogisticRegression(C=1e4, class_weight="balanced", max_iter=1000)
+        model.fit(_logit(raw[rows]).reshape(-1, 1), train.keep[rows])
+        out[lang] = {"a": round(float(model.coef_[0][0]), 6), "b": round(float(model.intercept_[0]), 6)}
+    return out
+
+
+IDENTITY_CALIBRATION = {ANY_LANGUAGE: {"a": 1.0, "b": 0.0}}
+
+
+def calibrate(calibration: dict, raw: np.ndarray, langs: list[str | None]) -> np.ndarray:
+    """The calibrated P(KEEP) of raw scores, each by its language's scaling (else the pooled one)."""
+    pooled = calibration[ANY_LANGUAGE]
+    params = [calibration.get(base_lang(lang) or "unknown", pooled) for lang in langs]
+    a = np.asarray([p["a"] for p in params], dtype=float)
+    b = np.asarray([p["b"] for p in params], dtype=float)
+    return _sigmoid(a * _logit(raw) + b)
+
+
+def keep_quantiles(train: _Examples, scores: np.ndarray, calibration: dict) -> dict:
+    """Per calibrated language (and pooled), the 0 %, 1 %, ..., 100 % quantiles of the KEEP pages'
+    calibrated out-of-fold scores: the cut that keeps a share r of the good pages is the (1 - r) quantile."""
+    langs = np.asarray([base_lang(lang) or "unknown" for lang in train.langs], dtype=object)
+    out = {}
+    for lang in calibration:
+        rows = train.keep & (np.ones(len(langs), dtype=bool) if lang == ANY_LANGUAGE else langs == lang)
+        out[lang] = [round(float(v), 6) for v in np.quantile(scores[rows], np.linspace(0, 1, QUANTILES))]
+    return out
+
+
+def reliability(train: _Examples, scores: np.ndarray) -> dict:
+    """Per language, the calibrated source-out scores in `RELIABILITY_BINS` equal bins: pages, mean score
+    and the share of them labelled KEEP (a calibrated model's two columns agree)."""
+    langs = [base_lang(lang) or "unknown" for lang in train.langs]
+    bins = np.minimum((scores * RELIABILITY_BINS).astype(int), RELIABILITY_BINS - 1)
+    out = {}
+    for lang in sorted(set(langs)):
+        rows = np.asarray([value == lang for value in langs])
+        table = []
+        for b in range(RELIABILITY_BINS):
+            inside = rows & (bins == b)
+            if inside.any():
+                table.append({"bin": f"{b / RELIABILITY_BINS:.1f}-{(b + 1) / RELIABILITY_BINS:.1f}", "pages": int(inside.sum()),
+                              "mean_score": _round(scores[inside].mean(), 3), "keep_share": _round(train.keep[inside].mean(), 3)})  # fmt: skip
+        out[lang] = table
+    return out
+
+
 def language_thresholds(train: _Examples, scores: np.ndarray, pooled: float, config: ClassifierConfig) -> dict:
     """The pooled cut, and one per language whose out-of-fold scores hold `language_threshold_min_per_class`
     pages of each label."""
     thresholds = {ANY_LANGUAGE: pooled}
-    if not config.thresholds_by_language:
-        return thresholds
-    langs = np.asarray([base_lang(lang) or "unknown" for lang in train.langs], dtype=object)
-    for lang in sorted(set(langs)):
+    langs, enough = _calibration_languages(train, config)
+    for lang in enough:
         rows = langs == lang
-        if min(int(train.keep[rows].sum()), int((~train.keep[rows]).sum())) >= config.language_threshold_min_per_class:
-            thresholds[lang] = best_threshold(train.keep[rows], scores[rows], config.min_keep_retention)
+        thresholds[lang] = best_threshold(train.keep[rows], scores[rows], config.min_keep_retention)
     return thresholds
 
 
@@ -745,10 +877,22 @@ def _unpack(data: bytes) -> tuple[dict, bytes]:
 def _check_manifest(manifest) -> None:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError("not a quality classifier: classifier.json has no lm_assets.quality_classifier format")
-    if manifest.get("version") != FORMAT_VERSION:
+    if manifest.get("version") not in READABLE_VERSIONS:
         raise ValueError(
-            f"quality classifier format version {manifest.get('version')}; this code reads {FORMAT_VERSION}"
+            f"quality classifier format version {manifest.get('version')}; this code reads {READABLE_VERSIONS}"
         )
+    if manifest["version"] >= 3:
+        calibration, quantiles = manifest.get("calibration"), manifest.get("keep_quantiles")
+        if not isinstance(calibration, dict) or ANY_LANGUAGE not in calibration or not all(
+            isinstance(v, dict) and all(isinstance(v.get(k), (int, float)) and math.isfinite(v[k]) for k in "ab")
+            for v in calibration.values()
+        ):
+            raise ValueError("quality classifier: calibration is not a table of language -> {a, b}")
+        if not isinstance(quantiles, dict) or not all(
+            isinstance(v, list) and len(v) == QUANTILES and all(isinstance(x, (int, float)) for x in v)
+            for v in quantiles.values()
+        ):
+            raise ValueError(f"quality classifier: keep_quantiles is not a table of language -> {QUANTILES} numbers")
     if manifest.get("features") not in FEATURES:
         raise ValueError(f"quality classifier: unknown features {manifest.get('features')!r}")
     if not isinstance(manifest.get("threshold"), (int, float)) or not isinstance(manifest.get("max_chars"), int):
@@ -778,6 +922,8 @@ class QualityClassifier:
         self.features: str = manifest["features"]
         self.threshold: float = float(manifest["threshold"])
         self.thresholds: dict[str, float] = {k: float(v) for k, v in manifest["thresholds"].items()}
+        self.calibration: dict | None = manifest.get("calibration")
+        self.keep_quantiles: dict[str, list[float]] = manifest.get("keep_quantiles") or {}
         self.hash = model_hash(data)
         self._fasttext = fasttext_model
 
@@ -790,7 +936,7 @@ class QualityClassifier:
         return cls(manifest, _load_fasttext(fasttext_bytes), data)
 
     def score(self, docs: pl.DataFrame) -> np.ndarray:
-        """P(KEEP) per row of `docs` (text, lang; `q_*` columns are reused when present)."""
+        """Calibrated P(KEEP) per row of `docs` (text, lang; `q_*` columns are reused when present)."""
         max_chars = self.manifest["max_chars"]
         texts = [token_line(ids) if ids is not None else text_token_line(text, max_chars)
                  for ids, text in _tokens_and_texts(docs)]
@@ -798,7 +944,8 @@ class QualityClassifier:
         stacker = self.manifest["stacker"]
         if self.features == "text+signals":
             signals = _signal_matrix(signal_frame(docs, stacker["signals"]), stacker["log_columns"])
-        return self._score_normalized(texts, signals)
+        langs = docs["lang"].to_list() if "lang" in docs.columns else [None] * docs.height
+        return self._score_normalized(texts, signals, langs)
 
     def keep(self, docs: pl.DataFrame) -> np.ndarray:
         """The keep/drop decision per row at the trained threshold of its language."""
@@ -809,8 +956,18 @@ class QualityClassifier:
         pooled = self.thresholds.get(ANY_LANGUAGE, self.threshold)
         return np.asarray([self.thresholds.get(base_lang(lang) or "unknown", pooled) for lang in langs], dtype=float)
 
-    def _score_normalized(self, texts: list[str], signals: np.ndarray | None) -> np.ndarray:
+    def cut_for_retention(self, lang: str | None, retention: float) -> float:
+        """The score cut that keeps a share `retention` of a language's good pages, as its source-out
+        scores say (the pooled ones for a language without its own)."""
+        if not self.keep_quantiles:
+            raise ValueError("this classifier has no score quantiles (format version 2): retrain it to decide by retention")
+        if not 0.0 < retention <= 1.0:
+            raise ValueError(f"a retention is a share in (0, 1], not {retention}")
+        quantiles = self.keep_quantiles.get(base_lang(lang) or "unknown", self.keep_quantiles[ANY_LANGUAGE])
+        return float(np.interp(1.0 - retention, np.linspace(0, 1, QUANTILES), quantiles))
+
+    def _score_normalized(self, texts: list[str], signals: np.ndarray | None, langs: list[str | None]) -> np.ndarray:
         fasttext_keep = _keep_probability(self._fasttext, texts)
-        if self.features == "text":
-            return fasttext_keep
-        return _apply_stacker(self.manifest["stacker"], _stack_inputs(fasttext_keep, signals))
+        raw = fasttext_keep if self.features == "text" else _apply_stacker(
+            self.manifest["stacker"], _stack_inputs(fasttext_keep, signals))  # fmt: skip
+        return raw if self.calibration is None else calibrate(self.calibration, raw, langs)

@@ -3,11 +3,13 @@
 `lm_assets/quality_model/` holds three files:
 
 - `training_pages.parquet`: every labelled page of the project's dev sets (English and Chinese
-  manuals, real web pages) in a compact form: the page's site, language, label and label set, its
+  manuals, real web pages) in a compact form: the page's site, language, label, label set and
+  collection (the Debian package or repository it comes from; the blogs are one), its
   tokens as fastText reads them (CRC-32 ids of the normalized text, `quality_classifier.token_ids`),
   and its `q_*` signals (the rules' and extraction's page signals), but not its text or HTML;
 - `classifier.zip`: the classifier trained on all of them with a fixed seed (`build`);
-- `classifier.json`: its hash, the training pages' hash, and its figures cross-validated by site.
+- `classifier.json`: its hash, the training pages' hash, and its figures cross-validated by source
+  and by site.
 
 `curated_shard` uses the shipped classifier whenever the storage has no classifier of its own. A
 user's labels train a classifier on the shipped pages plus theirs (`with_user_examples`). The same
@@ -36,11 +38,11 @@ from lm_assets.corpus.quality.classifier import (
 
 SHIPPED_FOLDER = Path(__file__).resolve().parents[2] / "quality_model"
 PAGES_FILE, MODEL_FILE, INFO_FILE = "training_pages.parquet", "classifier.zip", "classifier.json"
-# Every page trains the shipped model; its figures come from the cross-validation by site.
+# Every page trains the shipped model; its figures come from the cross-validations by source and by site.
 SHIPPED_CONFIG = ClassifierConfig(test_fraction=0.0)
 PAGE_COLUMNS = {
     "doc_id": pl.String, "url": pl.String, "site": pl.String, "lang": pl.String, "keep": pl.Boolean,
-    "confidence": pl.String, "label_set": pl.String, "tokens": pl.List(pl.UInt32),
+    "confidence": pl.String, "label_set": pl.String, "collection": pl.String, "tokens": pl.List(pl.UInt32),
 }
 
 
@@ -58,6 +60,8 @@ def compact_pages(examples: pl.DataFrame, label_set: str, max_chars: int = SHIPP
             "keep": examples["keep"],
             "confidence": confidence,
             "label_set": [label_set] * examples.height,
+            # The source cross-validation keeps whole: a user's labels are one collection.
+            "collection": examples["collection"] if "collection" in examples.columns else [label_set] * examples.height,
             "tokens": example_tokens(examples, max_chars),
         },
         schema=PAGE_COLUMNS,

@@ -29,7 +29,7 @@ from lm_assets.corpus.curation.histograms import (
 )
 from lm_assets.corpus.curation.pii import find_pii
 from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, CurationRun
-from lm_assets.corpus.curation.policy import POLICIES, language_name
+from lm_assets.corpus.curation.policy import POLICIES, check_targets, language_name
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
 from lm_assets.corpus.curation.toxicity import BACKENDS, DETOXIFY_MODELS, ToxicityConfig
 from lm_assets.corpus.quality.classifier import QualityClassifier
@@ -293,6 +293,14 @@ class CuratedShardConfig(dg.Config):
                                                "in every language; unset: each language's threshold chosen when it "
                                                "was trained, listed in quality_classifier's metadata and in each "
                                                "curated_shard's classifier_threshold")
+    classifier_retention: dict[str, float] | None = Field(
+        default=None, description="the classifier's cut as the share of good pages to keep, per language (`*`: the "
+        "others), e.g. `{en: 0.9, zh: 0.95}`: the classifier's source-out scores of good pages give the cut; "
+        "set at most one of classifier_threshold, classifier_retention and classifier_keep_rate")
+    classifier_keep_rate: dict[str, float] | None = Field(
+        default=None, description="the classifier's cut as the share of documents to keep, per language (`*`: the "
+        "others), e.g. `{zh: 0.5}`: the highest-scoring share of each batch of 2,048 documents in that language is "
+        "kept; set at most one of classifier_threshold, classifier_retention and classifier_keep_rate")
     # A factory, so that the backend's environment default is read when a run starts, not at import.
     toxicity: ToxicityRulesConfig = Field(
         default_factory=ToxicityRulesConfig, description="the toxicity step: line scores and the document drop rule"
@@ -303,6 +311,11 @@ class CuratedShardConfig(dg.Config):
     def _environment_defaults(cls, data):
         return fill_from_environment(data, {"quality_policy": ("LM_ASSETS_QUALITY_POLICY", CURATION_DEFAULTS.policy)})
 
+    @model_validator(mode="after")
+    def _one_cut(self):
+        check_targets(self.classifier_threshold, self.classifier_retention, self.classifier_keep_rate)
+        return self
+
     def curation_config(self, classifier: QualityClassifier | None = None) -> CurationConfig:
         return to_dataclass(CurationConfig, {
             "order": self.order,
@@ -312,6 +325,8 @@ class CuratedShardConfig(dg.Config):
             "policy": self.quality_policy,
             "classifier": classifier,
             "threshold": self.classifier_threshold,
+            "retention": self.classifier_retention,
+            "keep_rate": self.classifier_keep_rate,
         })
 
 

@@ -38,6 +38,9 @@ class KeywordScorer:
     def thresholds_for(self, langs) -> np.ndarray:
         return np.array([self.thresholds.get(lang, self.thresholds["*"]) for lang in langs])
 
+    def cut_for_retention(self, lang, retention) -> float:
+        return 1.0 - retention
+
 
 def docs() -> pl.DataFrame:
     texts = [PROSE + MORE, LINKS, "Too short.", PROSE.replace("scheduler", "planner") + MORE, "Chapter one. " + PROSE + MORE]
@@ -120,6 +123,24 @@ def test_each_language_is_cut_at_its_own_threshold_unless_one_is_given():
     assert "d3" in as_zh.dropped["doc_id"].to_list() and as_zh.stats["thresholds"] == {"*": 0.5, "zh": 0.7}
     given = decide_quality(quality, "classifier", scorer, threshold=0.55)
     assert "d3" in given.kept["doc_id"].to_list() and given.stats["thresholds"] == {"*": 0.55}
+
+
+def test_the_cut_can_be_a_share_of_good_pages_or_of_documents_to_keep_per_language():
+    frame = docs().with_columns(pl.Series("lang", ["en", "en", "en", "zh", "en"]))
+    quality = apply_quality_rules(frame, preset(), defer=True).kept  # d0 0.9, d1 0.1, d4 0.9 (en); d3 0.6 (zh)
+    scorer = KeywordScorer()
+    # Keep 20 % of English good pages: the cut 0.8; Chinese keeps its trained 0.7, and drops d3.
+    by_retention = decide_quality(quality, "classifier", scorer, retention={"en": 0.2})
+    assert sorted(by_retention.kept["doc_id"]) == ["d0", "d4"]
+    assert by_retention.stats["cuts_applied"] == {"en": 0.8, "zh": 0.7}
+    # Keep the best half of the English documents (the cut is their median, 0.9), and every Chinese one.
+    by_rate = decide_quality(quality, "classifier", scorer, keep_rate={"en": 0.5, "*": 1.0})
+    assert sorted(by_rate.kept["doc_id"]) == ["d0", "d3", "d4"] and by_rate.stats["cut_by"].startswith("keep_rate")
+    assert by_rate.stats["cuts_applied"] == {"en": 0.9, "zh": 0.0}
+    with pytest.raises(ValueError, match="one way, not by threshold and retention"):
+        decide_quality(quality, "classifier", scorer, threshold=0.5, retention={"en": 0.9})
+    with pytest.raises(ValueError, match=r"keep_rate zh: a share in \(0, 1\]"):
+        decide_quality(quality, "classifier", scorer, keep_rate={"zh": 1.5})
 
 
 @pytest.mark.parametrize("policy", ["rules", "classifier", "both"])

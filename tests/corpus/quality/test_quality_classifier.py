@@ -5,6 +5,7 @@ import json
 import random
 import re
 import zipfile
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from lm_assets.corpus.quality.classifier import (
     group_fold_ids,
     normalize_text,
     sites,
+    sources,
     text_token_line,
     token_ids,
     token_line,
@@ -232,3 +234,45 @@ def test_the_site_of_a_page_is_its_url_host_else_its_doc_id():
                           "url": ["https://Docs.Example/a", None, "http://[::1/x", "https://docs.example/b"]})
     assert sites(frame) == ["docs.example", "2", "3", "docs.example"]
     assert sites(frame.drop("url")) == ["1", "2", "3", "4"]
+
+
+def test_the_source_of_a_page_is_its_collection_else_its_site():
+    frame = pl.DataFrame({"doc_id": ["1", "2", "3"], "url": ["https://a.example/x", "https://b.example/y", None],
+                          "collection": ["blogs", None, None]})  # fmt: skip
+    assert sources(frame) == ["blogs", "b.example", "3"]
+    assert sources(frame.drop("collection")) == ["a.example", "b.example", "3"]
+
+
+def test_figures_come_source_out_and_by_site_side_by_side_and_scores_are_calibrated(examples):
+    collection = [f"c{zlib.crc32(d.encode()) % 4}" for d in examples["doc_id"]]
+    trained = train_classifier(examples.with_columns(pl.Series("collection", collection)), replace(CONFIG, folds=3))
+    metrics = trained.metrics
+    assert "each source's pages whole" in metrics["cross_validated"]["evaluated_on"]
+    assert "each site's pages whole" in metrics["cross_validated_by_site"]["evaluated_on"]
+    assert metrics["transfer_gap"]["all"] == pytest.approx(
+        metrics["cross_validated_by_site"]["balanced_accuracy"] - metrics["cross_validated"]["balanced_accuracy"], abs=1e-3)
+    assert metrics["n_sources"] == 4 and set(metrics["reliability"]) == {"en", "zh"}
+    assert sum(row["pages"] for table in metrics["reliability"].values() for row in table) == metrics["n_train"]
+    classifier = QualityClassifier.from_bytes(trained.model)
+    scaling = classifier.calibration["*"]
+    assert classifier.manifest["version"] == 3 and scaling["a"] > 0
+    # The scores are the model's raw P(KEEP) scaled: sigmoid(a logit(p) + b).
+    raw = QualityClassifier.from_bytes(repack(trained.model, **{MANIFEST_ENTRY: json.dumps(
+        {**classifier.manifest, "version": 2, "calibration": None, "keep_quantiles": None}).encode()}))
+    assert raw.calibration is None
+    p = np.clip(raw.score(examples), 1e-4, 1 - 1e-4)
+    expected = 1 / (1 + np.exp(-(scaling["a"] * np.log(p / (1 - p)) + scaling["b"])))
+    assert np.allclose(classifier.score(examples), expected)
+    with pytest.raises(ValueError, match="format version 2"):
+        raw.cut_for_retention("en", 0.9)
+
+
+def test_a_retention_target_is_a_quantile_of_the_good_pages_source_out_scores(stacked):
+    classifier = QualityClassifier.from_bytes(stacked.model)
+    quantiles = classifier.keep_quantiles["*"]
+    assert len(quantiles) == 101 and quantiles == sorted(quantiles)
+    assert classifier.cut_for_retention("en", 1.0) == quantiles[0]
+    assert classifier.cut_for_retention("fr", 0.5) == pytest.approx(quantiles[50])
+    assert classifier.cut_for_retention("en", 0.9) <= classifier.cut_for_retention("en", 0.5)
+    with pytest.raises(ValueError, match="share in"):
+        classifier.cut_for_retention("en", 0.0)

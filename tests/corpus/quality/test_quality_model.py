@@ -44,7 +44,7 @@ def test_the_stored_pages_are_what_the_pipeline_computes_today(pages):
     fresh = quality_model.compact_pages(quality_model.labelled_examples([SLICE / "slice.warc.gz"], labels), "dev")
     shipped = pages.filter(pl.col("label_set") == "dev").filter(pl.col("url").is_in(fresh["url"].implode()))
     assert shipped.height == fresh.height >= 45
-    columns = [c for c in fresh.columns if c not in ("doc_id", "confidence", "site")]
+    columns = [c for c in fresh.columns if c not in ("doc_id", "confidence", "site", "collection")]
     left, right = fresh.sort("url").select(columns), shipped.sort("url").select(columns)
     for name in columns:
         if left.schema[name].is_float():
@@ -62,10 +62,17 @@ def test_real_web_pages_of_unseen_sites_on_a_slice(pages):
     chosen = [name for name in set(web["site"]) if zlib.crc32(name.encode()) % 3 == 0]
     sample = web.filter(pl.col("site").is_in(chosen))
     assert sample.height == 415
-    metrics = train_classifier(sample, ClassifierConfig(test_fraction=0.0, folds=3)).metrics
-    per_language = metrics["cross_validated"]["per_language"]
+    metrics = train_classifier(sample, ClassifierConfig(test_fraction=0.0, folds=3, folds_by="site")).metrics
+    per_language = metrics["cross_validated_by_site"]["per_language"]
     assert per_language["en"]["balanced_accuracy"] >= 0.83 and per_language["zh"]["balanced_accuracy"] >= 0.93
-    assert metrics["cross_validated"]["drop_rejection"] >= 0.85
+    assert metrics["cross_validated_by_site"]["drop_rejection"] >= 0.85
+
+
+def test_every_training_page_names_its_source_collection(pages):
+    collections = pages.group_by("label_set").agg(pl.col("collection").n_unique()).sort("label_set").rows()
+    assert collections == [("dev", 11), ("transfer", 12), ("web", 9)] and pages["collection"].null_count() == 0
+    web = pages.filter(pl.col("label_set") == "web")
+    assert web.filter(pl.col("collection") == "blogs")["site"].n_unique() >= 150
 
 
 def test_a_user_label_replaces_the_shipped_page_of_its_url_and_the_rest_stay(pages):
@@ -79,6 +86,7 @@ def test_a_user_label_replaces_the_shipped_page_of_its_url_and_the_rest_stay(pag
     assert combined.height == pages.height - 1 + 2
     mine = combined.filter(pl.col("label_set") == "user").sort("doc_id")
     assert mine["doc_id"].to_list() == ["u1", "u2"] and mine["site"].to_list() == [sites(shipped.head(1))[0], "mine.example"]
+    assert mine["collection"].to_list() == ["user", "user"]
     assert combined.filter(pl.col("url") == shipped["url"][0])["keep"].to_list() == [False]
 
 
