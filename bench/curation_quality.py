@@ -213,7 +213,7 @@ def cross_validated_run(crawl: Path, storage_root: Path, run_config: dict, label
     for fold in range(folds):
         held = {site for site, k in fold_of.items() if k == fold}
         train = pages.filter(pl.Series([site not in held for site in page_sites]))
-        classifier = quality_model.build(train)
+        classifier = quality_model.build(train, cross_validations=())
         trained.append({"fold": fold, "hash": classifier.hash, "pages": train.height, "sites_held_out": len(held)})
         keys = classifier_keys(classifier.hash)
         store.write_bytes(keys["model"], classifier.model)

@@ -142,7 +142,7 @@ def load_pages(crawl: Path, labels: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
 
 def classifier_variant(config: ClassifierConfig):
     def fit(train: pl.DataFrame):
-        trained = train_classifier(train, replace(config, test_fraction=0.0))
+        trained = train_classifier(train, replace(config, test_fraction=0.0), cross_validations=())
         classifier = QualityClassifier.from_bytes(trained.model)
         return lambda test: (classifier.score(test), classifier.thresholds_for(test["lang"].to_list())), len(trained.model)
     return fit
@@ -155,7 +155,7 @@ def per_language_variant(config: ClassifierConfig):
         for lang in [*train["lang"].unique().sort().to_list(), None]:
             pages = train if lang is None else train.filter(pl.col("lang") == lang)
             try:
-                trained = train_classifier(pages, replace(config, test_fraction=0.0))
+                trained = train_classifier(pages, replace(config, test_fraction=0.0), cross_validations=())
             except ValueError:
                 continue
             models[lang] = QualityClassifier.from_bytes(trained.model)
@@ -290,7 +290,7 @@ def held_back(pages: pl.DataFrame, config: ClassifierConfig) -> tuple[dict, byte
     started = time.process_time()
     trained = train_classifier(examples, config)
     seconds = time.process_time() - started
-    again = train_classifier(examples.reverse(), config)
+    again = train_classifier(examples.reverse(), config, cross_validations=())
     return {"metrics": trained.metrics, "hash": trained.hash, "train_cpu_s": round(seconds, 2),
             "same_bytes_on_a_second_run": again.model == trained.model}, trained.model
 
@@ -356,7 +356,7 @@ def wheel_probe(pages_path: Path, model_path: Path, config: ClassifierConfig) ->
     result["train_cpu_s"] = round(time.process_time() - started, 2)
     result["hash"], result["model_bytes"] = first.hash, len(first.model)
     result["held_back_balanced_accuracy"] = first.metrics["balanced_accuracy"]
-    result["same_bytes_on_a_second_run"] = train_classifier(examples, config).model == first.model
+    result["same_bytes_on_a_second_run"] = train_classifier(examples, config, cross_validations=()).model == first.model
     # The same fastText training with malloc's memory as it comes.
     data, _, _ = qc.prepare(examples, config)
     lines = qc.fasttext_lines(data.texts, data.keep, data.weight, config.balance_classes)

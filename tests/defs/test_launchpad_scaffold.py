@@ -179,7 +179,7 @@ def test_the_scaffold_writes_the_choices_an_unset_field_would_take(workspace):
     scaffold = execute_dagster_graphql(workspace, SCAFFOLD, {"selector": selector}).data["runConfigSchemaOrError"]
     config = yaml.safe_load(scaffold["rootDefaultYaml"])["ops"]["curated_shard"]["config"]
     assert config["quality_policy"] == loaded_default("LM_ASSETS_QUALITY_POLICY", "classifier")
-    assert config["toxicity"]["backend"] == loaded_default("LM_ASSETS_TOXICITY_BACKEND", "detoxify")
+    assert config["toxicity"]["backend"] == loaded_default("LM_ASSETS_TOXICITY_BACKEND", "auto")
 
 
 SAMPLE_LAUNCHPAD = """
