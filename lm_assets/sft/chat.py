@@ -32,11 +32,16 @@ CHAT_TEMPLATE = (
 )
 
 
+def spells_marker(text: str) -> bool:
+    """Whether `text` spells one of the chat markers, which the format keeps for itself."""
+    return any(piece in text for piece in CHAT_PIECES)
+
+
 def render(messages: list[dict], add_generation_prompt: bool = False) -> tuple[str, list[tuple[int, int]]]:
     """The rendered text and the character spans the loss scores (each assistant message and its END)."""
     parts, spans, at = [], [], 0
     for m in messages:
-        if any(piece in m["content"] for piece in CHAT_PIECES):
+        if spells_marker(m["content"]):
             raise ValueError("a message contains a chat marker")
         head = MARKERS[m["role"]] + "\n"
         body = m["content"] + END
@@ -82,4 +87,4 @@ def chat_tokenizer(model: bytes) -> tuple[bytes, list[str]]:
     return extended, added
 
 
-__all__ = ["CHAT_PIECES", "CHAT_TEMPLATE", "END", "MARKERS", "chat_tokenizer", "encode_example", "render"]
+__all__ = ["CHAT_PIECES", "CHAT_TEMPLATE", "END", "MARKERS", "chat_tokenizer", "encode_example", "render", "spells_marker"]

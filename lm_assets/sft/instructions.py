@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import polars as pl
 
 from lm_assets.jsonl import BadLine, json_lines
-from lm_assets.sft.chat import CHAT_PIECES
+from lm_assets.sft.chat import spells_marker
 
 ROLES = ("system", "user", "assistant")
 EXAMPLE_SCHEMA = {"example_id": pl.String, "file": pl.String, "line": pl.Int64, "lang": pl.String,
@@ -46,7 +46,7 @@ def problem(messages, max_messages: int = MAX_MESSAGES, max_chars: int = MAX_CHA
             return "unknown_role"
         if not isinstance(m.get("content"), str) or not m["content"].strip():
             return "empty_content"
-        if any(piece in m["content"] for piece in CHAT_PIECES):
+        if spells_marker(m["content"]):
             return "chat_marker"
     if sum(len(m["content"]) for m in messages) > max_chars:
         return "too_many_chars"

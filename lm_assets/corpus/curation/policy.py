@@ -32,13 +32,13 @@ POLICIES = ("rules", "classifier", "both")
 # Who decides quality by default: see the README's "Curation defaults, and why".
 DEFAULT_QUALITY_POLICY = "classifier"
 ANY = "*"  # the threshold of the languages without one of their own
+STAGE = "classifier"
+DISAGREEMENT_EXAMPLES = 10
 
 
 def language_name(lang: str) -> str:
     """A threshold's language as people read it: `others` for ANY."""
     return "others" if lang == ANY else lang
-STAGE = "classifier"
-DISAGREEMENT_EXAMPLES = 10
 
 
 class Scorer(Protocol):
@@ -74,16 +74,14 @@ def classifier_cuts(docs: pl.DataFrame, scores: np.ndarray, classifier: Scorer, 
     langs = [base_lang(lang) or "unknown" for lang in docs["lang"].to_list()]
     if threshold is not None:
         return np.full(docs.height, threshold), {ANY: threshold}
-    cuts = classifier.thresholds_for(langs)
-    by_language = {lang: classifier.thresholds.get(lang, classifier.thresholds.get(ANY, classifier.threshold))
-                   for lang in sorted(set(langs))}  # fmt: skip
-    rows_of = {lang: np.asarray([value == lang for value in langs]) for lang in by_language}
-    for lang, rows in rows_of.items():
+    cuts, by_language = classifier.thresholds_for(langs), {}
+    for lang in sorted(set(langs)):
+        rows = np.asarray([value == lang for value in langs])
         if retention and (share := target_share(retention, lang)) is not None:
-            by_language[lang] = classifier.cut_for_retention(lang, share)
+            cuts[rows] = classifier.cut_for_retention(lang, share)
         elif keep_rate and (share := target_share(keep_rate, lang)) is not None:
-            by_language[lang] = float(np.quantile(scores[rows], 1.0 - share)) if share < 1.0 else 0.0
-        cuts[rows] = by_language[lang]
+            cuts[rows] = float(np.quantile(scores[rows], 1.0 - share)) if share < 1.0 else 0.0
+        by_language[lang] = float(cuts[rows][0])
     return cuts, by_language
 
 

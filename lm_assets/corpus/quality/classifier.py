@@ -757,9 +757,13 @@ def per_label_set(train: _Examples, scores: np.ndarray, classifier: QualityClass
     return out
 
 
+def _base_langs(train: _Examples) -> np.ndarray:
+    return np.asarray([base_lang(lang) or "unknown" for lang in train.langs], dtype=object)
+
+
 def _calibration_languages(train: _Examples, config: ClassifierConfig) -> tuple[np.ndarray, list[str]]:
     """Each row's base language, and the languages with `language_threshold_min_per_class` pages of each label."""
-    langs = np.asarray([base_lang(lang) or "unknown" for lang in train.langs], dtype=object)
+    langs = _base_langs(train)
     enough = [lang for lang in sorted(set(langs)) if min(int(train.keep[langs == lang].sum()),
               int((~train.keep[langs == lang]).sum())) >= config.language_threshold_min_per_class]  # fmt: skip
     return langs, enough if config.thresholds_by_language else []
@@ -797,7 +801,7 @@ def calibrate(calibration: dict, raw: np.ndarray, langs: list[str | None]) -> np
 def keep_quantiles(train: _Examples, scores: np.ndarray, calibration: dict) -> dict:
     """Per calibrated language (and pooled), the 0 %, 1 %, ..., 100 % quantiles of the KEEP pages'
     calibrated out-of-fold scores: the cut that keeps a share r of the good pages is the (1 - r) quantile."""
-    langs = np.asarray([base_lang(lang) or "unknown" for lang in train.langs], dtype=object)
+    langs = _base_langs(train)
     out = {}
     for lang in calibration:
         rows = train.keep & (np.ones(len(langs), dtype=bool) if lang == ANY_LANGUAGE else langs == lang)
@@ -808,11 +812,11 @@ def keep_quantiles(train: _Examples, scores: np.ndarray, calibration: dict) -> d
 def reliability(train: _Examples, scores: np.ndarray) -> dict:
     """Per language, the calibrated source-out scores in `RELIABILITY_BINS` equal bins: pages, mean score
     and the share of them labelled KEEP (a calibrated model's two columns agree)."""
-    langs = [base_lang(lang) or "unknown" for lang in train.langs]
+    langs = _base_langs(train)
     bins = np.minimum((scores * RELIABILITY_BINS).astype(int), RELIABILITY_BINS - 1)
     out = {}
     for lang in sorted(set(langs)):
-        rows = np.asarray([value == lang for value in langs])
+        rows = langs == lang
         table = []
         for b in range(RELIABILITY_BINS):
             inside = rows & (bins == b)
