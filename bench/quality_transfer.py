@@ -29,6 +29,10 @@ Variants (`--variants`, comma-separated):
 - `retention-90`: the same among the cuts that keep 90 % of them;
 - `no-calibration`: inner folds by source, scores not calibrated;
 - `site-folds`: inner folds by site, scores calibrated.
+- `ngram-lm`: the shipped config plus one page signal, the mean token log-probability under a bigram
+  language model of the KEEP pages of other sources in the page's language (`benchlib/ngram_lm.py`, the
+  CCNet perplexity signal with those pages as reference text): for the training pages from models of the
+  other sources of the training folds, for the scored fold from a model of all training folds.
 
 `--smoke`: 300 pages, 3 folds, the default variant. The last line printed is one JSON object.
 """
@@ -58,7 +62,11 @@ VARIANTS = {
     "retention-90": {"min_keep_retention": 0.9},
     "no-calibration": {"calibrate": False},
     "site-folds": {"folds_by": "site"},
+    "ngram-lm": {},
 }
+# Variants that add a signal computed from the training folds' pages.
+LM_SIGNAL = "q_lm_keep_log_prob"
+WITH_LM_SIGNAL = {"ngram-lm"}
 
 
 def outer_folds(pages: pl.DataFrame, by: str, folds: int, seed: int = 7) -> np.ndarray:
@@ -67,15 +75,32 @@ def outer_folds(pages: pl.DataFrame, by: str, folds: int, seed: int = 7) -> np.n
     return qc.group_fold_ids(groups, strata, folds, seed)
 
 
-def nested_decisions(pages: pl.DataFrame, config: qc.ClassifierConfig, by: str, folds: int) -> tuple[np.ndarray, np.ndarray]:
+def with_lm_signal(pages: pl.DataFrame, reference: np.ndarray, scored: np.ndarray, inner_folds: int) -> pl.DataFrame:
+    """`pages` with LM_SIGNAL: the `scored` pages' from a model of all `reference` pages, each reference
+    page's from a model of the reference pages of the other sources (`inner_folds` folds by source)."""
+    from benchlib.ngram_lm import keep_lm_signal
+
+    tokens, langs, keep = pages["tokens"].to_list(), pages["lang"].to_list(), pages["keep"].to_numpy()
+    values = keep_lm_signal(tokens, langs, keep, reference, scored)
+    inner = np.full(pages.height, -1)
+    inner[reference] = outer_folds(pages.filter(pl.Series(reference)), "source", inner_folds, seed=11)
+    for f in range(inner_folds):
+        values[inner == f] = keep_lm_signal(tokens, langs, keep, reference & (inner != f), inner == f)[inner == f]
+    return pages.with_columns(pl.Series(LM_SIGNAL, np.nan_to_num(values, nan=float(np.nanmedian(values)))))
+
+
+def nested_decisions(pages: pl.DataFrame, config: qc.ClassifierConfig, by: str, folds: int,
+                     lm_signal: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Calibrated scores and keep decisions of every page, each by a classifier trained on the other folds."""
     fold = outer_folds(pages, by, folds)
     scores, keep = np.zeros(pages.height), np.zeros(pages.height, dtype=bool)
     for f in range(folds):
         inside = fold != f
-        trained = qc.train_classifier(pages.filter(pl.Series(inside)), replace(config, test_fraction=0.0), cross_validations=())
+        fold_pages = with_lm_signal(pages, inside, ~inside, folds) if lm_signal else pages
+        trained = qc.train_classifier(fold_pages.filter(pl.Series(inside)), replace(config, test_fraction=0.0),
+                                      cross_validations=())  # fmt: skip
         classifier = qc.QualityClassifier.from_bytes(trained.model)
-        held = pages.filter(pl.Series(~inside))
+        held = fold_pages.filter(pl.Series(~inside))
         scores[~inside] = classifier.score(held)
         keep[~inside] = scores[~inside] >= classifier.thresholds_for(held["lang"].to_list())
     return scores, keep
@@ -136,7 +161,8 @@ def main(argv=None) -> int:
     for name in args.variants.split(","):
         config = replace(qc.ClassifierConfig(), **VARIANTS[name])
         started = time.process_time()
-        runs = {by: figures(pages, *nested_decisions(pages, config, by, args.folds)) for by in ("source", "site")}
+        runs = {by: figures(pages, *nested_decisions(pages, config, by, args.folds, name in WITH_LM_SIGNAL))
+                for by in ("source", "site")}
         print_variant(name, runs["source"], runs["site"])
         print(f"  ({time.process_time() - started:.0f} CPU-s)", flush=True)
         results[name] = {"config": VARIANTS[name], "source_out": runs["source"], "by_site": runs["site"]}

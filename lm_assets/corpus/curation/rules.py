@@ -277,8 +277,9 @@ _JAVASCRIPT_NOTICE_RE = re.compile(
 _LIST_MARKER_RE = re.compile(r"^(?:[•\-*·]|\d{1,3}[.)])\s+")
 _MARKER_STARTS = frozenset("•-*·0123456789")
 STRUCTURE_LINE_WORDS = 12
-# Signals that extraction measures on the HTML and the address (`extract.PAGE_COLUMNS`), not the rules.
-PAGE_SIGNAL_PREFIXES = ("q_html_", "q_url_", "q_title_")
+# Signals that extraction measures on the HTML and the address (`extract.PAGE_COLUMNS`), not the rules, and
+# a language model's (q_lm_: bench/quality_transfer.py's ngram-lm variant).
+PAGE_SIGNAL_PREFIXES = ("q_html_", "q_url_", "q_title_", "q_lm_")
 
 
 def is_structure_line(line: str) -> bool:
