@@ -220,6 +220,37 @@ def export_hf(
     return out
 
 
+ADAPTER_CONFIG_NAME, ADAPTER_WEIGHTS_NAME = "adapter_config.json", "adapter_model.safetensors"
+
+
+def peft_name(name: str) -> str:
+    """PEFT's saved name of an adapter weight: `layers.0.attn.q_proj.lora_A` ->
+    `base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight`."""
+    layer, part = name.rsplit(".", 1)
+    return f"base_model.model.{hf_name(layer + '.weight').removesuffix('.weight')}.{part}.weight"
+
+
+def export_peft_adapter(adapter_state: Mapping[str, torch.Tensor], rank: int, alpha: float, dropout: float,
+                        target_modules: Iterable[str], out_dir: str | os.PathLike,
+                        base_model: str | os.PathLike | None = None) -> Path:  # fmt: skip
+    """Write LoRA weights (consolidated, under the model's names) as a PEFT adapter folder, which
+    `peft.PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained(base), out_dir)` loads."""
+    from safetensors.torch import save
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    weights = {peft_name(k): v.detach().to("cpu").contiguous() for k, v in adapter_state.items()}
+    config = {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": alpha, "lora_dropout": dropout,
+        "target_modules": sorted(target_modules), "bias": "none", "fan_in_fan_out": False, "inference_mode": True,
+        "use_rslora": False, "init_lora_weights": True, "modules_to_save": None,
+        "base_model_name_or_path": str(base_model) if base_model is not None else None,
+    }
+    _atomic_write(out / ADAPTER_WEIGHTS_NAME, save(weights, metadata={"format": "pt"}))
+    _atomic_write(out / ADAPTER_CONFIG_NAME, _json(config))
+    return out
+
+
 def _torch_dtype(dtype) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
