@@ -105,3 +105,65 @@ def test_bad_adapter_settings_are_refused_before_training(cfg):
                          (LoRAConfig(target_modules=["wq"]), "target_modules")):
         with pytest.raises(ValueError, match=message):
             apply_lora(Transformer(cfg, seed=0), bad)
+
+
+def _tensor_parallel_rank(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from training.parallel import ColumnParallelLinear, RowParallelLinear
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    w1, w2, b1, b2 = torch.randn(16, 8), torch.randn(8, 16), torch.randn(16, 4), torch.randn(8, 4)
+    x = torch.randn(3, 8)
+    lora = LoRAConfig(rank=4, alpha=8)
+
+    def pair(first, second):
+        first, second = LoRALinear(first, lora, torch.Generator().manual_seed(1)), LoRALinear(second, lora, torch.Generator().manual_seed(2))
+        return first, second
+
+    group = dist.new_group(list(range(world)))
+    column, row = ColumnParallelLinear(8, 16, group), RowParallelLinear(16, 8, group)
+    column.load_full_weight(w1)
+    row.load_full_weight(w2)
+    column, row = pair(column, row)
+    with torch.no_grad():
+        column.lora_B.copy_(b1.chunk(world, 0)[rank])
+        row.lora_B.copy_(b2)
+    y = row(column(x))
+    (y * torch.arange(1.0, 9.0)).sum().backward()
+    grads = [column.lora_A.grad, column.lora_B.grad, row.lora_A.grad, row.lora_B.grad]
+    gathered = [[torch.empty_like(g) for _ in range(world)] for g in grads]
+    for g, into in zip(grads, gathered):
+        dist.all_gather(into, g.contiguous())
+    if rank == 0:
+        first, second = pair(torch.nn.Linear(8, 16, bias=False), torch.nn.Linear(16, 8, bias=False))
+        with torch.no_grad():
+            first.base.weight.copy_(w1)
+            second.base.weight.copy_(w2)
+            first.lora_B.copy_(b1)
+            second.lora_B.copy_(b2)
+        ref = second(first(x))
+        (ref * torch.arange(1.0, 9.0)).sum().backward()
+        whole = [gathered[0][0], torch.cat(gathered[1], 0), torch.cat(gathered[2], 1), gathered[3][0]]
+        expected = [first.lora_A.grad, first.lora_B.grad, second.lora_A.grad, second.lora_B.grad]
+        torch.save({"output": float((y - ref).detach().abs().max()),
+                    "grads": [float((a - b).abs().max() / b.abs().max()) for a, b in zip(whole, expected)],
+                    "replicated": [float((g[0] - g[1]).abs().max()) for g in (gathered[0], gathered[3])]}, out)
+    dist.destroy_process_group()
+
+
+def test_adapters_on_tensor_parallel_layers_equal_one_device(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = str(tmp_path / "result.pt")
+    mp.spawn(_tensor_parallel_rank, args=(2, port, out), nprocs=2, join=True)
+    result = torch.load(out)
+    assert result["output"] <= 1e-5
+    assert max(result["grads"]) <= 1e-6, result["grads"]  # relative to the largest gradient
+    assert max(result["replicated"]) == 0.0  # whole A (column) and whole B (row) get the same gradient on every rank
