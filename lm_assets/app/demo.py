@@ -263,6 +263,9 @@ def main() -> int:
         f"with its chat template: {sft_checkpoint['hf_export'].value}; asked \"{SAMPLE_PROMPTS[0]}\" it answers "
         f"{sample.strip()[:60]!r}"
     )
+    preferences = instance.get_latest_materialization_event(dg.AssetKey("preference_data")).asset_materialization.metadata
+    print(f"Preferences:      {preferences['pairs'].value} preference pairs (shipped, English and Chinese), "
+          f"{preferences['dropped'].value} quarantined")
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.uri(CLUSTERS_KEY)}, {store.uri('tokenizer')}/, {store.uri(PACKED_FOLDER)}/")
     print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")

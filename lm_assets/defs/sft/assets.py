@@ -14,9 +14,17 @@ from lm_assets.defs.common.sample_defaults import defaults_note, launchpad_defau
 from lm_assets.defs.decontam.assets import DECONTAM_DEFAULTS, contamination_index
 from lm_assets.defs.training.assets import TRAIN_DEFAULTS, TrainingLauncher, TrainingRunConfig, launch_training
 from lm_assets.sft.instructions import MAX_CHARS, MAX_MESSAGES
-from lm_assets.storage.layout import INSTRUCTION_KEYS, INSTRUCTIONS_FOLDER, SFT_KEYS, TOKENIZER_KEYS
+from lm_assets.storage.layout import (
+    INSTRUCTION_KEYS,
+    INSTRUCTIONS_FOLDER,
+    PREFERENCE_KEYS,
+    PREFERENCES_FOLDER,
+    SFT_KEYS,
+    TOKENIZER_KEYS,
+)
 
 SHIPPED_INSTRUCTIONS = "data/instructions/sample.jsonl"
+SHIPPED_PREFERENCES = "data/preferences/sample.jsonl"
 
 
 class InstructionDataConfig(dg.Config):
@@ -50,44 +58,110 @@ class InstructionDataConfig(dg.Config):
 def instruction_data(
     context: dg.AssetExecutionContext, config: InstructionDataConfig, storage: StorageResource, landing: LandingResource
 ) -> dg.MaterializeResult:
-    from lm_assets.corpus.decontam.contamination import find_contamination
-    from lm_assets.sft.instructions import DROPPED_SCHEMA, read_examples
+    from lm_assets.sft.instructions import read_examples
 
-    store, incoming = storage.storage(), landing.storage()
-    files = []
-    if config.include_shipped:
-        with open(project_path(SHIPPED_INSTRUCTIONS), "rb") as f:
-            files.append((SHIPPED_INSTRUCTIONS, f.read()))
-    theirs = [k for k in incoming.list(INSTRUCTIONS_FOLDER) if k.endswith((".jsonl", ".parquet"))] if incoming.exists(
-        INSTRUCTIONS_FOLDER) else []  # fmt: skip
-    files += [(incoming.uri(k), incoming.read_bytes(k)) for k in sorted(theirs)]
-    if not files:
-        raise dg.Failure(f"no instruction files: put JSONL or Parquet files under {incoming.uri(INSTRUCTIONS_FOLDER)}/ "
-                         "or set include_shipped")  # fmt: skip
+    files = chat_files(landing, INSTRUCTIONS_FOLDER, SHIPPED_INSTRUCTIONS if config.include_shipped else None,
+                       "instruction", "include_shipped")  # fmt: skip
     examples, dropped = read_examples(files, config.max_messages, config.max_chars)
-    paths = [p for p in (config.mmlu_path, *config.ceval_paths) if p]
-    benchmarks = "none"
-    if paths and examples.height:
-        index = contamination_index(config.mmlu_path or None, tuple(config.ceval_paths), DECONTAM_DEFAULTS)
-        result = find_contamination(examples.rename({"example_id": "doc_id"}), index)
-        contaminated = result.dropped.rename({"doc_id": "example_id"})
-        lost = examples.join(contaminated, on="example_id").select(
-            "file", "line", "example_id", "reason", pl.lit(None).alias("detail")).cast(DROPPED_SCHEMA)  # fmt: skip
-        dropped = pl.concat([dropped, lost])
-        examples = examples.join(contaminated.select("example_id"), on="example_id", how="anti")
-        benchmarks = ", ".join(index.benchmarks)
+    examples, dropped, benchmarks = drop_contaminated(examples, dropped, "example_id", config.mmlu_path,
+                                                      config.ceval_paths)  # fmt: skip
+    store = storage.storage()
     store.write_parquet(INSTRUCTION_KEYS["examples"], examples)
     store.write_parquet(INSTRUCTION_KEYS["dropped"], dropped)
-    reasons = dropped.group_by("reason").len().sort("reason")
     return dg.MaterializeResult(metadata={
         "examples": examples.height,
-        "rows_read": examples.height + dropped.height,
+        **accounting(examples, dropped, files, benchmarks),
+        "path": dg.MetadataValue.path(store.uri(INSTRUCTION_KEYS["examples"])),
+    })
+
+
+def chat_files(landing: LandingResource, folder: str, shipped: str | None, what: str, switch: str) -> list[tuple[str, bytes]]:
+    """(name, bytes) of the shipped file (when given) and of every JSONL or Parquet file under the landing
+    location's `folder`."""
+    incoming, files = landing.storage(), []
+    if shipped:
+        with open(project_path(shipped), "rb") as f:
+            files.append((shipped, f.read()))
+    theirs = [k for k in incoming.list(folder) if k.endswith((".jsonl", ".parquet"))] if incoming.exists(folder) else []
+    files += [(incoming.uri(k), incoming.read_bytes(k)) for k in sorted(theirs)]
+    if not files:
+        raise dg.Failure(f"no {what} files: put JSONL or Parquet files under {incoming.uri(folder)}/ or set {switch}")
+    return files
+
+
+def drop_contaminated(rows: pl.DataFrame, dropped: pl.DataFrame, id_column: str, mmlu_path: str | None,
+                      ceval_paths: list[str]) -> tuple[pl.DataFrame, pl.DataFrame, str]:  # fmt: skip
+    """`rows` (with a `text` column) less those sharing n-grams with the benchmarks, which join `dropped`
+    with their reason; and the benchmarks checked."""
+    from lm_assets.corpus.decontam.contamination import find_contamination
+    from lm_assets.sft.instructions import DROPPED_SCHEMA
+
+    paths = [p for p in (mmlu_path, *ceval_paths) if p]
+    if not paths or not rows.height:
+        return rows, dropped, "none"
+    index = contamination_index(mmlu_path or None, tuple(ceval_paths), DECONTAM_DEFAULTS)
+    result = find_contamination(rows.select(pl.col(id_column).alias("doc_id"), "text"), index)
+    contaminated = result.dropped.rename({"doc_id": id_column})
+    lost = rows.join(contaminated, on=id_column).select(
+        "file", "line", pl.col(id_column).alias("example_id"), "reason", pl.lit(None).alias("detail")).cast(DROPPED_SCHEMA)  # fmt: skip
+    return (rows.join(contaminated.select(id_column), on=id_column, how="anti"), pl.concat([dropped, lost]),
+            ", ".join(index.benchmarks))  # fmt: skip
+
+
+def accounting(kept: pl.DataFrame, dropped: pl.DataFrame, files: list, benchmarks: str) -> dict:
+    reasons = dropped.group_by("reason").len().sort("reason")
+    return {
+        "rows_read": kept.height + dropped.height,
         "dropped": dropped.height,
         "files": len(files),
-        "by_language": dg.MetadataValue.json(dict(examples.group_by("lang").len().sort("lang").iter_rows())),
+        "by_language": dg.MetadataValue.json(dict(kept.group_by("lang").len().sort("lang").iter_rows())),
         "dropped_by_reason": markdown_table(reasons) if dropped.height else "_none_",
         "checked_against": benchmarks,
-        "path": dg.MetadataValue.path(store.uri(INSTRUCTION_KEYS["examples"])),
+    }
+
+
+class PreferenceDataConfig(dg.Config):
+    include_shipped: bool = Field(
+        default=True, description=f"also the preference pairs the project ships ({SHIPPED_PREFERENCES}: 32 pairs, "
+        "English and Chinese)",
+    )
+    mmlu_path: str | None = Field(
+        default=None, description="MMLU's zip, whose questions no pair may share n-grams with; unset: "
+        "$LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip; empty: not checked",
+    )
+    ceval_paths: list[str] = Field(default=[], description="C-Eval zips or folders checked the same way")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_defaults(cls, data):
+        return fill_from_environment(data, {"mmlu_path": ("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)},
+                                     paths=("mmlu_path", "ceval_paths"))  # fmt: skip
+
+
+@dg.asset(
+    group_name="sft", kinds={"polars"},
+    description="Preference pairs (a prompt, a chosen and a rejected answer) from the landing location's "
+    "preferences/ folder (JSONL or Parquet; HH-RLHF's whole conversations or UltraFeedback-binarized's prompt and "
+    "answers) and the shipped set: validated, exact duplicates and pairs sharing n-grams with the benchmarks "
+    "dropped, every other row quarantined with its file, line and reason.",
+)
+def preference_data(
+    context: dg.AssetExecutionContext, config: PreferenceDataConfig, storage: StorageResource, landing: LandingResource
+) -> dg.MaterializeResult:
+    from lm_assets.sft.preferences import read_pairs
+
+    files = chat_files(landing, PREFERENCES_FOLDER, SHIPPED_PREFERENCES if config.include_shipped else None,
+                       "preference", "include_shipped")  # fmt: skip
+    pairs, dropped = read_pairs(files)
+    pairs, dropped, benchmarks = drop_contaminated(pairs, dropped, "pair_id", config.mmlu_path, config.ceval_paths)
+    store = storage.storage()
+    store.write_parquet(PREFERENCE_KEYS["pairs"], pairs)
+    store.write_parquet(PREFERENCE_KEYS["dropped"], dropped)
+    return dg.MaterializeResult(metadata={
+        "pairs": pairs.height,
+        **accounting(pairs, dropped, files, benchmarks),
+        "by_layout": dg.MetadataValue.json(dict(pairs.group_by("source").len().sort("source").iter_rows())),
+        "path": dg.MetadataValue.path(store.uri(PREFERENCE_KEYS["pairs"])),
     })
 
 

@@ -1,12 +1,14 @@
-"""The fine-tuning jobs: the instruction examples, the fine-tuning dataset, and the run."""
+"""The fine-tuning jobs: the instruction examples, the preference pairs, the fine-tuning dataset, and the run."""
 
 from lm_assets.defs.common.jobs import stage_job
 
 instruction_data_job = stage_job("instruction_data_job", "sft", ("instruction_data",),
                                  "Instruction examples read, validated, deduplicated and decontaminated.")
+preference_data_job = stage_job("preference_data_job", "sft", ("preference_data",),
+                                 "Preference pairs read, validated, deduplicated and decontaminated.")
 sft_dataset_job = stage_job("sft_dataset_job", "sft", ("sft_dataset",),
                             "The instruction examples templated, tokenized with loss masks and packed for fine-tuning.")
 sft_job = stage_job("sft_job", "training", ("sft_run", "sft_checkpoint"),
                     "Supervised fine-tuning of a pretraining checkpoint on sft_dataset.")
 
-JOBS = [instruction_data_job, sft_dataset_job, sft_job]
+JOBS = [instruction_data_job, preference_data_job, sft_dataset_job, sft_job]
