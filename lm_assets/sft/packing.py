@@ -93,4 +93,59 @@ def write_sft_packed(packed: dict, out_dir: str | Path, vocab_size: int, eos_id:
     return manifest
 
 
-__all__ = ["SPLITS", "best_fit", "pack_examples", "split_of", "write_sft_packed"]
+# A preference row's side of each token: the chosen answer's scored tokens, the rejected answer's, or neither.
+UNSCORED, CHOSEN, REJECTED = 0, 1, 2
+
+
+def pack_pairs(pairs: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]], seq_len: int, eos_id: int,
+               pad_id: int, val_fraction: float = 0.1) -> tuple[dict, list[str]]:  # fmt: skip
+    """Preference pairs `(pair_id, chosen ids, chosen mask, rejected ids, rejected mask)`, one pair to a
+    row: the chosen conversation, EOS, the rejected one, EOS, then PAD (the document masks keep the two
+    apart, so each is scored as if alone). Returns `{split: (tokens [n, seq_len], sides [n, seq_len],
+    placement frame)}`, `sides` CHOSEN or REJECTED on each answer's scored tokens, and the ids of the
+    pairs too long for a row."""
+    fits = [p for p in pairs if len(p[1]) + len(p[3]) + 2 <= seq_len]
+    too_long = [p[0] for p in pairs if len(p[1]) + len(p[3]) + 2 > seq_len]
+    out = {}
+    for split in SPLITS:
+        mine = [p for p in fits if split_of(p[0], val_fraction) == split]
+        tokens = np.full((len(mine), seq_len), pad_id, dtype=np.int64)
+        sides = np.zeros((len(mine), seq_len), dtype=np.uint8)
+        placed = []
+        for row, (pid, chosen, chosen_mask, rejected, rejected_mask) in enumerate(mine):
+            at = len(chosen) + 1
+            tokens[row, : len(chosen)], tokens[row, len(chosen)] = chosen, eos_id
+            tokens[row, at : at + len(rejected)], tokens[row, at + len(rejected)] = rejected, eos_id
+            sides[row, : len(chosen)] = np.where(chosen_mask > 0, CHOSEN, UNSCORED)
+            sides[row, at : at + len(rejected)] = np.where(rejected_mask > 0, REJECTED, UNSCORED)
+            placed.append({"pair_id": pid, "seq_index": row, "chosen_length": len(chosen), "rejected_length": len(rejected)})
+        out[split] = (tokens, sides, pl.DataFrame(placed, schema={"pair_id": pl.String, "seq_index": pl.Int64,
+                                                                  "chosen_length": pl.Int64, "rejected_length": pl.Int64}))  # fmt: skip
+    return out, too_long
+
+
+def write_preference_packed(packed: dict, out_dir: str | Path, vocab_size: int, eos_id: int, pad_id: int,
+                            extra: dict) -> dict:  # fmt: skip
+    """`pack_pairs`' rows as `<split>.bin` tokens, `<split>_sides.bin` (one uint8 per token: 0, 1 chosen,
+    2 rejected), `<split>_pairs.parquet` and `manifest.json`, written last; returns the manifest."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    dtype = np.dtype("<u2") if vocab_size <= 2**16 else np.dtype("<u4")
+    manifest = {"format": "lm-assets-preference/1", "dtype": dtype.name, "byte_order": "little",
+                "vocab_size": vocab_size, "eos_id": eos_id, "pad_id": pad_id, "sides": {"chosen": CHOSEN, "rejected": REJECTED},
+                "splits": {}, "files": {}, **extra}  # fmt: skip
+    for split, (tokens, sides, placed) in packed.items():
+        manifest["seq_len"] = int(tokens.shape[1])
+        tokens.astype(dtype).tofile(out / f"{split}.bin")
+        sides.astype(np.uint8).tofile(out / f"{split}_sides.bin")
+        placed.write_parquet(out / f"{split}_pairs.parquet")
+        manifest["splits"][split] = {"pairs": placed.height, "tokens": int((tokens != pad_id).sum()),
+                                     "chosen_tokens": int((sides == CHOSEN).sum()),
+                                     "rejected_tokens": int((sides == REJECTED).sum())}  # fmt: skip
+        manifest["files"][split] = {"bin": f"{split}.bin", "sides": f"{split}_sides.bin", "pairs": f"{split}_pairs.parquet"}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+__all__ = ["CHOSEN", "REJECTED", "SPLITS", "UNSCORED", "best_fit", "pack_examples", "pack_pairs", "split_of",
+           "write_preference_packed", "write_sft_packed"]
