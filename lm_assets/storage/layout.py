@@ -92,7 +92,8 @@ def packed_key(name: str) -> str:
 INSTRUCTIONS_FOLDER = "instructions"  # in the landing location: a team's instruction files (JSONL, Parquet)
 INSTRUCTION_KEYS = {"examples": "instructions/examples.parquet", "dropped": "instructions/dropped.parquet"}
 PREFERENCES_FOLDER = "preferences"  # in the landing location: preference pairs (JSONL, Parquet)
-PREFERENCE_KEYS = {"pairs": "preferences/pairs.parquet", "dropped": "preferences/dropped.parquet"}
+PREFERENCE_KEYS = {"pairs": "preferences/pairs.parquet", "dropped": "preferences/dropped.parquet",
+                   "packed": "preferences/packed"}
 SFT_KEYS = {"tokenizer": "sft/tokenizer.model", "chat_template": "sft/chat_template.jinja", "packed": "sft/packed"}
 LABELS_FOLDER = "labels"
 RATINGS_FOLDER = "ratings"  # rating sheets people filled in (`lm-assets rate`), read by human_ratings

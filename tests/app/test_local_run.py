@@ -20,7 +20,7 @@ def test_the_whole_graph_in_topological_order():
         ("instruction_data_job", None), ("preference_data_job", None), ("shard_ingest_job", "a"), ("shard_ingest_job", "b"), ("quality_classifier_job", None),
         ("shard_curation_job", "a"), ("shard_curation_job", "b"), ("curation_summary_job", None),
         ("dedup_edges_job", "every dedup_bands"), ("dedup_job", None),
-        ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None), ("sft_dataset_job", None),
+        ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None), ("preference_dataset_job", None), ("sft_dataset_job", None),
         ("tokenized_shard_job", "a"), ("tokenized_shard_job", "b"), ("packing_job", None), ("training_job", None),
         ("sft_job", None), ("evaluation_job", "every checkpoint"), ("human_ratings_job", None),
     ]

@@ -3,11 +3,15 @@
 import json
 
 import dagster as dg
+import numpy as np
 import polars as pl
+
+from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
 
 from lm_assets.corpus.decontam.contamination import load_mmlu
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
-from lm_assets.defs.sft.assets import SHIPPED_PREFERENCES, preference_data
+from lm_assets.defs.sft.assets import SHIPPED_PREFERENCES, preference_data, preference_dataset
+from lm_assets.sft.chat import chat_tokenizer
 from lm_assets.storage.layout import PREFERENCE_KEYS
 from lm_assets.storage.store import Storage
 
@@ -32,3 +36,23 @@ def test_shipped_and_team_pairs_are_validated_decontaminated_and_accounted_for(t
     assert dropped.filter(pl.col("file").str.ends_with("team.jsonl")).select("line", "reason").sort("line").rows() == [
         (1, "duplicate"), (2, "contamination:mmlu"), (3, "missing_side"), (4, "not_utf8")]
     assert store.read_parquet(PREFERENCE_KEYS["pairs"]).height == 32
+
+    # preference_dataset: each pair one row, the chat format of sft_dataset, each answer's tokens marked
+    texts = [json.dumps(r, ensure_ascii=False) for r in shipped]
+    tok = train_tokenizer(texts * 4, TokenizerConfig(vocab_size=1200, num_threads=1, hard_vocab_limit=False), tmp_path / "tok")
+    store.write_bytes("tokenizer/tokenizer.model", tok.model)
+    packed = dg.materialize([preference_dataset], instance=dg.DagsterInstance.ephemeral(), resources={"storage": resources["storage"]},
+                            run_config={"ops": {"preference_dataset": {"config": {"seq_len": 160, "val_fraction": 0.25}}}})
+    meta = packed.get_asset_materialization_events()[0].materialization.metadata
+    assert sum(meta["pairs"].value.values()) + meta["too_long"].value == 32 and meta["pairs"].value["val"] > 0
+    folder = store.local_path(PREFERENCE_KEYS["packed"])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    rows = np.fromfile(folder / "train.bin", dtype=manifest["dtype"]).reshape(-1, 160)
+    sides = np.fromfile(folder / "train_sides.bin", dtype=np.uint8).reshape(-1, 160)
+    placed = pl.read_parquet(folder / "train_pairs.parquet")
+    pairs = store.read_parquet(PREFERENCE_KEYS["pairs"])
+    sp = load_tokenizer(chat_tokenizer(tok.model)[0])
+    for i in range(3):
+        chosen = pairs.filter(pl.col("pair_id") == placed["pair_id"][i])["chosen"][0]
+        assert sp.decode(rows[i][sides[i] == 1].tolist()).strip() == chosen + "<|end|>"
+        assert (sides[i] == 2).sum() > 0 and rows[i][placed["chosen_length"][i]] == manifest["eos_id"]

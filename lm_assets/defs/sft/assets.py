@@ -227,6 +227,59 @@ def sft_dataset(context: dg.AssetExecutionContext, config: SftDatasetConfig, sto
     })
 
 
+class PreferenceDatasetConfig(dg.Config):
+    seq_len: int = Field(default=1025, ge=4, description="tokens per row: a pair's two conversations, each with its EOS, "
+                         "must fit in one; longer pairs are listed as too long")  # fmt: skip
+    val_fraction: float = Field(default=0.2, ge=0.0, lt=1.0,
+                                description="share of pairs (by a hash of their id) held back to measure the alignment")
+
+
+@dg.asset(
+    group_name="sft", kinds={"sentencepiece", "numpy"}, deps=[preference_data, "tokenizer"],
+    description="The preference pairs in sft_dataset's chat format and tokenizer, one pair to a row: the chosen "
+    "conversation and the rejected one, each ending in EOS (the document masks keep them apart), each answer's "
+    "scored tokens marked as chosen or rejected; a val split of held-back pairs.",
+)
+def preference_dataset(context: dg.AssetExecutionContext, config: PreferenceDatasetConfig,
+                       storage: StorageResource) -> dg.MaterializeResult:  # fmt: skip
+    import json
+
+    from lm_assets.corpus.tokens.tokenizer import load_tokenizer, special_ids, tokenizer_hash
+    from lm_assets.sft.chat import chat_tokenizer, encode_example
+    from lm_assets.sft.packing import pack_pairs, write_preference_packed
+
+    store = storage.storage()
+    if not store.exists(TOKENIZER_KEYS["model"]) or not store.exists(PREFERENCE_KEYS["pairs"]):
+        raise dg.Failure("materialize tokenizer and preference_data first")
+    model, added = chat_tokenizer(store.read_bytes(TOKENIZER_KEYS["model"]))
+    sp = load_tokenizer(model)
+    ids = special_ids(sp)
+    pairs = store.read_parquet(PREFERENCE_KEYS["pairs"])
+    encoded = []
+    for row in pairs.iter_rows(named=True):
+        prompt = json.loads(row["prompt"])
+        chosen = encode_example(sp, prompt + [{"role": "assistant", "content": row["chosen"]}])
+        rejected = encode_example(sp, prompt + [{"role": "assistant", "content": row["rejected"]}])
+        encoded.append((row["pair_id"], *chosen, *rejected))
+    packed, too_long = pack_pairs(encoded, config.seq_len, ids["eos"], ids["pad"], config.val_fraction)
+    folder = store.local_path(PREFERENCE_KEYS["packed"])
+    manifest = write_preference_packed(packed, folder, sp.get_piece_size(), ids["eos"], ids["pad"], {
+        "tokenizer_hash": tokenizer_hash(model), "chat_pieces_added": added, "too_long": too_long})  # fmt: skip
+    splits = manifest["splits"]
+    first = next((e for e in encoded if e[0] not in too_long), None)
+    return dg.MaterializeResult(metadata={
+        "pairs": dg.MetadataValue.json({s: v["pairs"] for s, v in splits.items()}),
+        "too_long": len(too_long),
+        "seq_len": config.seq_len,
+        "answer_tokens": dg.MetadataValue.json({s: {"chosen": v["chosen_tokens"], "rejected": v["rejected_tokens"]}
+                                                for s, v in splits.items()}),  # fmt: skip
+        "tokenizer_hash": tokenizer_hash(model),
+        "chosen_as_scored": dg.MetadataValue.md(fenced(masked_view(sp, first[1], first[2]))) if first else "_none_",
+        "rejected_as_scored": dg.MetadataValue.md(fenced(masked_view(sp, first[3], first[4]))) if first else "_none_",
+        "path": dg.MetadataValue.path(str(folder)),
+    })
+
+
 def sft_default(field: str, fallback):
     """sft_run's default for `field`: the sample crawl's under `make ui`, else its own."""
     return launchpad_default("sft_run", field, fallback)

@@ -6,9 +6,11 @@ instruction_data_job = stage_job("instruction_data_job", "sft", ("instruction_da
                                  "Instruction examples read, validated, deduplicated and decontaminated.")
 preference_data_job = stage_job("preference_data_job", "sft", ("preference_data",),
                                  "Preference pairs read, validated, deduplicated and decontaminated.")
+preference_dataset_job = stage_job("preference_dataset_job", "sft", ("preference_dataset",),
+                                    "The preference pairs templated, tokenized with each answer marked, one pair to a row.")
 sft_dataset_job = stage_job("sft_dataset_job", "sft", ("sft_dataset",),
                             "The instruction examples templated, tokenized with loss masks and packed for fine-tuning.")
 sft_job = stage_job("sft_job", "training", ("sft_run", "sft_checkpoint"),
                     "Supervised fine-tuning of a pretraining checkpoint on sft_dataset.")
 
-JOBS = [instruction_data_job, preference_data_job, sft_dataset_job, sft_job]
+JOBS = [instruction_data_job, preference_data_job, preference_dataset_job, sft_dataset_job, sft_job]
