@@ -76,6 +76,27 @@ def read_ratings(files: Iterable[tuple[str, bytes]], known: set[str] | None = No
     return pl.DataFrame(rows, schema=schema), problems
 
 
+def rated_pairs(ratings: pl.DataFrame, samples: Mapping[str, pl.DataFrame], margin: float) -> list[dict]:
+    """Preference pairs from people's ratings: for each checkpoint and prompt whose two decodings were both
+    rated (the mean of a sample's ratings), and `margin` or more apart, the prompt with the higher-rated
+    text chosen and the lower rejected (`lm_assets.sft.preferences`' prompt-and-answers layout, with the
+    sample ids and ratings beside them)."""
+    rated = ratings.filter(pl.col("rating").is_not_null()).group_by("sample_id").agg(pl.col("rating").mean())
+    means = dict(rated.iter_rows())
+    pairs = []
+    for checkpoint, table in sorted(samples.items()):
+        for i, row in enumerate(table.iter_rows(named=True)):
+            ids = [sample_id(checkpoint, i, decoding) for decoding in DECODINGS]
+            scores = [means.get(sid) for sid in ids]
+            if None in scores or abs(scores[0] - scores[1]) < margin:
+                continue
+            better = 0 if scores[0] > scores[1] else 1
+            pairs.append({"prompt": row["prompt"], "chosen": row[DECODINGS[better]], "rejected": row[DECODINGS[1 - better]],
+                          "chosen_sample": ids[better], "rejected_sample": ids[1 - better],
+                          "chosen_rating": scores[better], "rejected_rating": scores[1 - better]})  # fmt: skip
+    return pairs
+
+
 def per_checkpoint(ratings: pl.DataFrame) -> pl.DataFrame:
     """Mean rating, rated and unrated lines per checkpoint."""
     return ratings.group_by("checkpoint").agg(
@@ -120,4 +141,4 @@ def write_sheet(path: str | Path, lines: list[dict], force: bool = False) -> Non
     path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
 
 
-__all__ = ["DECODINGS", "agreement", "per_checkpoint", "rating_sheet", "read_ratings", "sample_id", "write_sheet"]
+__all__ = ["DECODINGS", "agreement", "per_checkpoint", "rated_pairs", "rating_sheet", "read_ratings", "sample_id", "write_sheet"]

@@ -12,7 +12,7 @@ from lm_assets.corpus.decontam.contamination import load_mmlu
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.sft.assets import SHIPPED_PREFERENCES, preference_data, preference_dataset
 from lm_assets.sft.chat import chat_tokenizer
-from lm_assets.storage.layout import PREFERENCE_KEYS
+from lm_assets.storage.layout import PREFERENCE_KEYS, samples_key
 from lm_assets.storage.store import Storage
 
 
@@ -24,18 +24,29 @@ def test_shipped_and_team_pairs_are_validated_decontaminated_and_accounted_for(t
     (tmp_path / "landing" / "preferences").mkdir(parents=True)
     (tmp_path / "landing" / "preferences" / "team.jsonl").write_text(
         "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ours) + "\xff-not-json\n", encoding="latin-1")
+    # two checkpoints' samples rated by people: prompt 0's decodings 4 and 1 (a pair), prompt 1's 3 and 2 (too close)
+    store = Storage(str(tmp_path / "store"))
+    store.write_parquet(samples_key("sft-step_00000002"), pl.DataFrame({
+        "prompt": ["Name a colour.", "Count to three."], "greedy": ["Blue is a colour.", "One, two, three."],
+        "sampled": ["xq zzv", "One two."]}))
+    sheet = [{"sample_id": "sft-step_00000002/0/greedy", "rating": 5}, {"sample_id": "sft-step_00000002/0/greedy", "rating": 3},
+             {"sample_id": "sft-step_00000002/0/sampled", "rating": 1}, {"sample_id": "sft-step_00000002/1/greedy", "rating": 3},
+             {"sample_id": "sft-step_00000002/1/sampled", "rating": 2}]
+    store.write_bytes("ratings/alice.jsonl", "".join(json.dumps(r) + "\n" for r in sheet).encode())
     resources = {"storage": StorageResource(root=str(tmp_path / "store"), s3=s3_resource_from_env()),
                  "landing": LandingResource(root=str(tmp_path / "landing"), s3=s3_resource_from_env())}
     result = dg.materialize([preference_data], instance=dg.DagsterInstance.ephemeral(), resources=resources)
     meta = result.get_asset_materialization_events()[0].materialization.metadata
-    assert meta["pairs"].value == len(shipped) == 32
-    assert meta["rows_read"].value == len(shipped) + 4 and meta["checked_against"].value == "mmlu"
-    assert meta["by_language"].value == {"en": 16, "zh": 16}
-    store = Storage(str(tmp_path / "store"))
+    assert meta["pairs"].value == len(shipped) + 1 == 33
+    assert meta["rows_read"].value == len(shipped) + 5 and meta["checked_against"].value == "mmlu"
+    assert meta["by_language"].value == {"": 1, "en": 16, "zh": 16}
+    assert meta["from_ratings"].value.startswith("1 pair(s) from 5 rated samples")
+    rated = store.read_parquet(PREFERENCE_KEYS["pairs"]).filter(pl.col("file").str.contains("rated samples"))
+    assert rated.select("chosen", "rejected").rows() == [("Blue is a colour.", "xq zzv")]
     dropped = store.read_parquet(PREFERENCE_KEYS["dropped"])
     assert dropped.filter(pl.col("file").str.ends_with("team.jsonl")).select("line", "reason").sort("line").rows() == [
         (1, "duplicate"), (2, "contamination:mmlu"), (3, "missing_side"), (4, "not_utf8")]
-    assert store.read_parquet(PREFERENCE_KEYS["pairs"]).height == 32
+    assert store.read_parquet(PREFERENCE_KEYS["pairs"]).height == 33
 
     # preference_dataset: each pair one row, the chat format of sft_dataset, each answer's tokens marked
     texts = [json.dumps(r, ensure_ascii=False) for r in shipped]
@@ -44,7 +55,7 @@ def test_shipped_and_team_pairs_are_validated_decontaminated_and_accounted_for(t
     packed = dg.materialize([preference_dataset], instance=dg.DagsterInstance.ephemeral(), resources={"storage": resources["storage"]},
                             run_config={"ops": {"preference_dataset": {"config": {"seq_len": 160, "val_fraction": 0.25}}}})
     meta = packed.get_asset_materialization_events()[0].materialization.metadata
-    assert sum(meta["pairs"].value.values()) + meta["too_long"].value == 32 and meta["pairs"].value["val"] > 0
+    assert sum(meta["pairs"].value.values()) + meta["too_long"].value == 33 and meta["pairs"].value["val"] > 0
     folder = store.local_path(PREFERENCE_KEYS["packed"])
     manifest = json.loads((folder / "manifest.json").read_text())
     rows = np.fromfile(folder / "train.bin", dtype=manifest["dtype"]).reshape(-1, 160)

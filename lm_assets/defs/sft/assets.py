@@ -19,8 +19,10 @@ from lm_assets.storage.layout import (
     INSTRUCTIONS_FOLDER,
     PREFERENCE_KEYS,
     PREFERENCES_FOLDER,
+    RATINGS_FOLDER,
     SFT_KEYS,
     TOKENIZER_KEYS,
+    samples_key,
 )
 
 SHIPPED_INSTRUCTIONS = "data/instructions/sample.jsonl"
@@ -75,15 +77,16 @@ def instruction_data(
     })
 
 
-def chat_files(landing: LandingResource, folder: str, shipped: str | None, what: str, switch: str) -> list[tuple[str, bytes]]:
-    """(name, bytes) of the shipped file (when given) and of every JSONL or Parquet file under the landing
-    location's `folder`."""
+def chat_files(landing: LandingResource, folder: str, shipped: str | None, what: str, switch: str,
+               also: list[tuple[str, bytes]] = ()) -> list[tuple[str, bytes]]:  # fmt: skip
+    """(name, bytes) of the shipped file (when given), of every JSONL or Parquet file under the landing
+    location's `folder`, and `also`."""
     incoming, files = landing.storage(), []
     if shipped:
         with open(project_path(shipped), "rb") as f:
             files.append((shipped, f.read()))
     theirs = [k for k in incoming.list(folder) if k.endswith((".jsonl", ".parquet"))] if incoming.exists(folder) else []
-    files += [(incoming.uri(k), incoming.read_bytes(k)) for k in sorted(theirs)]
+    files += [(incoming.uri(k), incoming.read_bytes(k)) for k in sorted(theirs)] + list(also)
     if not files:
         raise dg.Failure(f"no {what} files: put JSONL or Parquet files under {incoming.uri(folder)}/ or set {switch}")
     return files
@@ -130,6 +133,10 @@ class PreferenceDataConfig(dg.Config):
         "$LM_ASSETS_MMLU_PATH, else data/eval/mmlu.zip; empty: not checked",
     )
     ceval_paths: list[str] = Field(default=[], description="C-Eval zips or folders checked the same way")
+    rating_margin: float | None = Field(
+        default=2.0, ge=0.5, le=4.0, description="pairs from people's ratings (human_ratings' sheets under ratings/): "
+        "a checkpoint's two decodings of one prompt rated at least this far apart; null: none",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -138,11 +145,28 @@ class PreferenceDataConfig(dg.Config):
                                      paths=("mmlu_path", "ceval_paths"))  # fmt: skip
 
 
+def rated_pair_file(store, margin: float) -> tuple[str, bytes, int] | None:
+    """The pairs people's ratings make, as one JSONL "file" for `read_pairs` (its name says where they come
+    from), and how many rated samples there were; None without rating sheets."""
+    import json
+
+    from lm_assets.evaluation.ratings import rated_pairs, read_ratings
+
+    if not store.exists(RATINGS_FOLDER):
+        return None
+    files = sorted(k for k in store.list(RATINGS_FOLDER) if k.endswith(".jsonl"))
+    ratings, _ = read_ratings((k, store.read_bytes(k)) for k in files)
+    checkpoints = {c for c in ratings["checkpoint"].unique().to_list() if store.exists(samples_key(c))}
+    pairs = rated_pairs(ratings, {c: store.read_parquet(samples_key(c)) for c in checkpoints}, margin)
+    data = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs).encode()
+    return f"{store.uri(RATINGS_FOLDER)}/ (pairs of rated samples)", data, int(ratings["rating"].is_not_null().sum())
+
+
 @dg.asset(
-    group_name="sft", kinds={"polars"},
+    group_name="sft", kinds={"polars"}, deps=["human_ratings"],
     description="Preference pairs (a prompt, a chosen and a rejected answer) from the landing location's "
     "preferences/ folder (JSONL or Parquet; HH-RLHF's whole conversations or UltraFeedback-binarized's prompt and "
-    "answers) and the shipped set: validated, exact duplicates and pairs sharing n-grams with the benchmarks "
+    "answers), the shipped set, and pairs made from people's ratings of a checkpoint's samples: validated, exact duplicates and pairs sharing n-grams with the benchmarks "
     "dropped, every other row quarantined with its file, line and reason.",
 )
 def preference_data(
@@ -150,17 +174,21 @@ def preference_data(
 ) -> dg.MaterializeResult:
     from lm_assets.sft.preferences import read_pairs
 
+    store = storage.storage()
+    rated = rated_pair_file(store, config.rating_margin) if config.rating_margin is not None else None
     files = chat_files(landing, PREFERENCES_FOLDER, SHIPPED_PREFERENCES if config.include_shipped else None,
-                       "preference", "include_shipped")  # fmt: skip
+                       "preference", "include_shipped", also=[rated[:2]] if rated else [])  # fmt: skip
     pairs, dropped = read_pairs(files)
     pairs, dropped, benchmarks = drop_contaminated(pairs, dropped, "pair_id", config.mmlu_path, config.ceval_paths)
-    store = storage.storage()
     store.write_parquet(PREFERENCE_KEYS["pairs"], pairs)
     store.write_parquet(PREFERENCE_KEYS["dropped"], dropped)
     return dg.MaterializeResult(metadata={
         "pairs": pairs.height,
         **accounting(pairs, dropped, files, benchmarks),
         "by_layout": dg.MetadataValue.json(dict(pairs.group_by("source").len().sort("source").iter_rows())),
+        "from_ratings": dg.MetadataValue.md(
+            f"{pairs.filter(pl.col('file') == rated[0]).height} pair(s) from {rated[2]} rated samples "
+            f"(decodings rated at least {config.rating_margin} apart)" if rated else "no rating sheets under ratings/"),
         "path": dg.MetadataValue.path(store.uri(PREFERENCE_KEYS["pairs"])),
     })
 
