@@ -17,6 +17,13 @@ the output head on the last):
   layer keeps only its 16-bit input (`2 * s * b * h`) and one layer is recomputed at a time. The first
   pipeline stage holds `min(pp, grad_accum)` micro-batches in flight (1F1B). The last stage also holds
   the fp32 logits of a micro-batch, `4 * s * b * vocab / tp`.
+- with low-rank adapters (`Tuning.adapter_params`), only the adapters carry gradients and Adam's states:
+  the frozen base holds its weights alone (2 bytes in mixed precision, 4 in fp32; ZeRO-3 divides them
+  by dp), the adapters the full per-parameter cost above.
+- for DPO with a reference model held beside the trained one (`Tuning.reference="held"`), a frozen
+  copy of the weights (2 or 4 bytes per parameter, ZeRO-3: divided by dp); with the reference's
+  log-probabilities precomputed, or with adapters (the base with the adapter disabled is the
+  reference), nothing more.
 - a fixed reserve for the CUDA context, kernels' workspaces and fragmentation (`RESERVE_GIB`); a layout
   fits when the sum is within `HEADROOM` of the GPU's memory.
 
@@ -54,6 +61,35 @@ class ModelShape:
     def layer_params(self) -> float:
         """One transformer block's parameters, from the total less the embedding and the output head."""
         return max(0.0, (self.params - 2 * self.embedding_params) / self.layers)
+
+
+LORA_LAYER_SHAPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What is trained beside the layout: adapters of `adapter_params` parameters in all (None: every
+    weight trains), and DPO's reference model: "none" (not DPO, or its log-probabilities precomputed)
+    or "held" (a frozen copy in memory)."""
+
+    adapter_params: float | None = None
+    reference: str = "none"
+
+    def __post_init__(self):
+        if self.reference not in ("none", "held"):
+            raise ValueError(f"reference must be 'none' or 'held', got {self.reference!r}")
+
+
+def lora_params(shape: ModelShape, rank: int, targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")) -> float:
+    """Parameters of rank-`rank` adapters on `targets` of every layer: rank * (in + out) each (k and v
+    counted full width: an upper bound under grouped-query attention)."""
+    h, f = shape.hidden, shape.ffn_hidden or 4 * shape.hidden
+    sizes = {"q_proj": 2 * h, "k_proj": 2 * h, "v_proj": 2 * h, "o_proj": 2 * h, "gate_proj": h + f, "up_proj": h + f,
+             "down_proj": h + f}
+    unknown = sorted(set(targets) - sizes.keys())
+    if unknown:
+        raise ValueError(f"unknown adapter targets {unknown}; choose from {list(LORA_LAYER_SHAPES)}")
+    return shape.layers * rank * sum(sizes[t] for t in targets)
 
 
 @dataclass(frozen=True)
@@ -110,14 +146,22 @@ def model_state_bytes_per_param(zero_stage: int, dp: int, mixed: bool, offload_o
 
 
 def estimate(shape: ModelShape, layout: Layout, seq: int, micro_batch: int, grad_accum: int, gpu_memory_gib: float,
-             mixed: bool = True) -> Estimate:
+             mixed: bool = True, tuning: Tuning = Tuning()) -> Estimate:
     """Memory per GPU of `layout` on its busiest pipeline stage."""
     t, p = layout.tp, layout.pp
     stage_layers = -(-shape.layers // p)
     stage_params = stage_layers * shape.layer_params + shape.embedding_params * (2 if p == 1 else 1)
     local = stage_params / t
-    states = local * model_state_bytes_per_param(layout.zero_stage, layout.dp, mixed, layout.offload_optimizer,
-                                                 layout.offload_param)
+    per_param = model_state_bytes_per_param(layout.zero_stage, layout.dp, mixed, layout.offload_optimizer,
+                                            layout.offload_param)
+    weight_bytes = 2.0 if mixed else 4.0
+    frozen_bytes = 0.0 if layout.offload_param else weight_bytes / (layout.dp if layout.zero_stage >= 3 else 1)
+    if tuning.adapter_params is None:
+        states = local * per_param
+    else:  # the base frozen: its weights only; the adapters (this stage's share) train
+        states = local * frozen_bytes + tuning.adapter_params * stage_layers / shape.layers / t * per_param
+    if tuning.reference == "held" and tuning.adapter_params is None:
+        states += local * frozen_bytes
     if layout.zero_stage == 3:
         states += 4 * shape.layer_params / t  # one layer gathered in fp32
     s, b, h = seq, micro_batch, shape.hidden
@@ -157,9 +201,9 @@ def cost(layout: Layout) -> tuple:
 
 
 def plan(shape: ModelShape, gpus: int, gpu_memory_gib: float, seq: int, micro_batch: int = 1, grad_accum: int = 8,
-         gpus_per_node: int = 8, mixed: bool = True) -> list[Estimate]:
+         gpus_per_node: int = 8, mixed: bool = True, tuning: Tuning = Tuning()) -> list[Estimate]:
     """Every layout's estimate, those that fit first, cheapest first."""
-    estimates = [estimate(shape, layout, seq, micro_batch, grad_accum, gpu_memory_gib, mixed)
+    estimates = [estimate(shape, layout, seq, micro_batch, grad_accum, gpu_memory_gib, mixed, tuning)
                  for layout in layouts(shape, gpus, gpus_per_node)]
     return sorted(estimates, key=lambda e: (not e.fits, cost(e.layout), e.total_gib))
 

@@ -222,8 +222,13 @@ def plan_training(args) -> int:
 
     shape = planner.ModelShape(params=args.params, layers=args.layers, hidden=args.hidden,
                                heads=args.heads or max(1, args.hidden // 128), vocab=args.vocab)
+    adapter = planner.lora_params(shape, args.adapter_rank, tuple(args.adapter_targets.split(","))) if args.adapter_rank else None
+    tuning = planner.Tuning(adapter_params=adapter, reference=args.dpo_reference)
+    if adapter is not None:
+        print(f"adapters of rank {args.adapter_rank} on {args.adapter_targets}: {adapter / 1e6:.1f} M parameters trained "
+              f"({adapter / args.params:.2%} of {args.params / 1e9:g} B)")
     estimates = planner.plan(shape, args.gpus, args.gpu_memory, args.seq, args.micro_batch, args.grad_accum,
-                             args.gpus_per_node, mixed=args.precision != "fp32")
+                             args.gpus_per_node, mixed=args.precision != "fp32", tuning=tuning)
     fitting = [e for e in estimates if e.fits]
     print(f"{len(fitting)} of {len(estimates)} layouts fit {args.gpu_memory:g} GiB per GPU; the cheapest {args.top}:")
     print(f"{'layout':64} {'states':>7} {'activ.':>7} {'total':>7}  GiB per GPU")
@@ -292,6 +297,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--grad-accum", type=int, default=8)
     p.add_argument("--precision", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--top", type=int, default=10, help="layouts listed")
+    p.add_argument("--adapter-rank", type=int, default=0, help="train low-rank adapters of this rank instead of every "
+                   "weight (0: a full fine-tune)")  # fmt: skip
+    p.add_argument("--adapter-targets", default="q_proj,k_proj,v_proj,o_proj", help="the layers adapted, comma-separated")
+    p.add_argument("--dpo-reference", default="none", choices=["none", "held"], help="DPO's reference model: held in "
+                   "memory beside the trained one, or none (not DPO; or its log-probabilities precomputed; or adapters)")  # fmt: skip
     p.add_argument("--write", metavar="FILE", help="write the recommended layout as training_run's run config (JSON)")
     p.set_defaults(func=plan_training)
     p = sub.add_parser("rate", help="a sheet of a checkpoint's samples to rate by hand (1-5 and a note) for human_ratings")

@@ -109,3 +109,35 @@ def test_the_command_prints_the_recommendation_and_writes_it(tmp_path, capsys):
     assert (written["dp"], written["tp"], written["pp"], written["zero_stage"]) == (best.dp, best.tp, best.pp, best.zero_stage)
     assert main(["plan-training", "--params", "7e11", "--layers", "32", "--hidden", "4096", "--seq", "4096",
                  "--gpus", "1", "--gpu-memory", "8"]) == 2
+
+
+def test_adapters_leave_the_frozen_base_its_weights_only_and_a_held_reference_adds_a_copy():
+    from training.planner import Layout, ModelShape, Tuning, estimate, lora_params
+
+    shape = ModelShape(params=7e9, layers=32, hidden=4096, heads=32, ffn_hidden=11008)
+    adapter = lora_params(shape, 8)
+    assert adapter == 32 * 8 * 4 * 2 * 4096 and adapter / shape.params < 0.005
+    layout = Layout(dp=8, tp=1, pp=1, zero_stage=1)
+    full = estimate(shape, layout, 2048, 1, 8, 80)
+    lora = estimate(shape, layout, 2048, 1, 8, 80, tuning=Tuning(adapter_params=adapter))
+    held = estimate(shape, layout, 2048, 1, 8, 80, tuning=Tuning(reference="held"))
+    gib = 2**30
+    # full: 4 + 16 / 8 bytes per parameter; adapters: 2 bytes per frozen parameter, the full cost on the adapters
+    assert abs(full.model_states_gib - 7e9 * 6 / gib) < 0.01
+    assert abs(lora.model_states_gib - (7e9 * 2 + adapter * 6) / gib) < 0.01
+    assert abs(held.model_states_gib - full.model_states_gib - 7e9 * 2 / gib) < 0.01
+    # with adapters the base (adapter off) is the reference: nothing more is held
+    both = estimate(shape, layout, 2048, 1, 8, 80, tuning=Tuning(adapter_params=adapter, reference="held"))
+    assert both.model_states_gib == lora.model_states_gib
+    zero3 = estimate(shape, Layout(dp=8, tp=1, pp=1, zero_stage=3), 2048, 1, 8, 80, tuning=Tuning(adapter_params=adapter))
+    assert zero3.model_states_gib < lora.model_states_gib
+
+
+def test_plan_training_reports_the_adapters(capsys):
+    from lm_assets.app.cli import main
+
+    assert main(["plan-training", "--params", "7e9", "--layers", "32", "--hidden", "4096", "--seq", "2048", "--gpus", "8",
+                 "--gpu-memory", "24", "--adapter-rank", "8", "--dpo-reference", "held"]) == 0
+    out = capsys.readouterr().out
+    assert "adapters of rank 8 on q_proj,k_proj,v_proj,o_proj: 8.4 M parameters trained (0.12% of 7 B)" in out
+    assert "recommended: dp=8 tp=1 pp=1" in out
