@@ -203,6 +203,7 @@ class CheckpointManager:
     layout: dict
     train_config: dict
     ds_config: dict
+    trained_only: bool = False  # adapters: the frozen weights come from the run's init_from, not the checkpoint
 
     def save(self, step: int, state: dict, metrics: dict) -> str:
         """Save the checkpoint of `step` completed steps; returns its tag. `state` is the loop's
@@ -213,7 +214,11 @@ class CheckpointManager:
         if self.rank == 0:
             self._save_run_files(path, metrics)
         client_state = {"trainer": state, "optimizer_param_names": reshard.optimizer_param_names(self.engine)}
-        self.engine.save_checkpoint(str(self.folder), tag=tag, client_state=client_state, save_latest=False)
+        if self.trained_only:
+            self.engine.save_checkpoint(str(self.folder), tag=tag, client_state=client_state, save_latest=False,
+                                        exclude_frozen_parameters=True)  # fmt: skip
+        else:
+            self.engine.save_checkpoint(str(self.folder), tag=tag, client_state=client_state, save_latest=False)
         dist.barrier()
         if self.rank == 0:
             self._mark_complete(path, tag)
@@ -233,6 +238,9 @@ class CheckpointManager:
         if saved == self.layout and optimizer_format(saved_ds) == optimizer_format(self.ds_config):
             state = self._load_engine(path, tag)
             set_rng_state(load_weights_only(self._rng_file(path)))
+        elif self.trained_only:
+            raise NotImplementedError(f"checkpoint {path} holds adapter weights only; resume it with the layout it was "
+                                      f"saved with ({describe_layout(saved, saved_ds)})")
         else:
             state = self._load_resharded(path, saved_ds)
             if self._rng_file(path).exists():
@@ -289,7 +297,9 @@ class CheckpointManager:
     def _load_engine(self, path: Path, tag: str) -> dict:
         # DeepSpeed's own engine unpickles with weights_only=False: a planted file would run.
         self.engine.checkpoint_engine = weights_only_checkpoint_engine(getattr(self.engine, "_config", None))
-        load_path, client_state = self.engine.load_checkpoint(str(self.folder), tag=tag)
+        # An adapter checkpoint holds the trained weights only; the frozen ones are already in the model.
+        load_path, client_state = self.engine.load_checkpoint(str(self.folder), tag=tag,
+                                                              load_module_strict=not self.trained_only)
         if load_path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {path}")
         return client_state["trainer"]

@@ -62,7 +62,14 @@ def weights_only_checkpoint_engine(config=None):
 
 
 def tp_dim(name: str) -> int | None:
-    """The dimension a tensor-parallel parameter is split along (None: replicated)."""
+    """The dimension a tensor-parallel parameter is split along (None: replicated). An adapter
+    (`training.lora`) follows its layer: `B` of a column-parallel layer by its output rows, `A` of a
+    row-parallel one by its input columns; the base weight it wraps (`q_proj.base.weight`) as the layer's."""
+    name = name.replace(".base.", ".")
+    if name.endswith(".lora_B"):
+        return 0 if (name[: -len("lora_B")] + "weight").endswith(COLUMN_PARALLEL) else None
+    if name.endswith(".lora_A"):
+        return 1 if (name[: -len("lora_A")] + "weight").endswith(ROW_PARALLEL) else None
     if name.endswith(COLUMN_PARALLEL):
         return 0
     if name.endswith(ROW_PARALLEL):
@@ -74,11 +81,8 @@ def merge_tp(name: str, shards: list[torch.Tensor]) -> torch.Tensor:
     """One tensor from its tensor-parallel shards (in rank order), by the name's split dimension."""
     if len(shards) == 1:
         return shards[0]
-    if name.endswith(COLUMN_PARALLEL):
-        return torch.cat(shards, dim=0)
-    if name.endswith(ROW_PARALLEL):
-        return torch.cat(shards, dim=1)
-    return shards[0]  # replicated
+    dim = tp_dim(name)
+    return shards[0] if dim is None else torch.cat(shards, dim=dim)  # None: replicated
 
 
 def module_pieces(path: Path, layout: dict, cfg: ModelConfig, keep=None) -> dict[str, list[torch.Tensor]]:

@@ -290,6 +290,64 @@ class KernelConfig:
     fused_adamw: bool = True  # torch's fused AdamW (one kernel for all parameters; CPU and CUDA)
 
 
+ADAPTER_TYPES = ("none", "lora")
+ADAPTER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+DPO_LOSS_TYPES = ("sigmoid", "robust")
+OBJECTIVES = ("lm", "dpo")
+DPO_REFERENCES = ("precomputed", "adapter-disabled")
+
+
+def check_adapter_settings(rank: int, alpha: float, dropout: float, target_modules) -> None:
+    if rank < 1:
+        raise ValueError(f"adapter.rank must be at least 1, got {rank}")
+    if not alpha > 0:
+        raise ValueError(f"adapter.alpha must be positive, got {alpha}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"adapter.dropout must be in [0, 1), got {dropout}")
+    unknown = sorted(set(target_modules) - set(ADAPTER_TARGETS))
+    if unknown or not target_modules:
+        raise ValueError(f"adapter.target_modules must be a non-empty subset of {list(ADAPTER_TARGETS)}; unknown: {unknown}")
+
+
+def check_loss_settings(beta: float, label_smoothing: float, loss_type: str) -> None:
+    if loss_type not in DPO_LOSS_TYPES:
+        raise ValueError(f"dpo.loss_type must be one of {list(DPO_LOSS_TYPES)}, got {loss_type!r}")
+    if not beta > 0:
+        raise ValueError(f"dpo.beta must be positive, got {beta}")
+    if not 0.0 <= label_smoothing < 0.5:
+        raise ValueError(f"dpo.label_smoothing must be in [0, 0.5), got {label_smoothing}")
+
+
+@dataclass
+class AdapterConfig:
+    """Low-rank adapters (`training/lora.py`): with `type="lora"` the model's weights are frozen and
+    only a rank-`rank` update of each of `target_modules` trains (scaled by alpha / rank) and is saved."""
+
+    type: str = "none"  # none | lora
+    rank: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+    @property
+    def enabled(self) -> bool:
+        return self.type != "none"
+
+
+@dataclass
+class DpoConfig:
+    """Direct preference optimization (`training/preference.py`), with `objective="dpo"` on preference
+    data (a pair to a row). The reference is the model the run starts from: `precomputed`, its
+    log-probabilities of every pair computed once before the first step and kept beside the
+    checkpoints (so one model is held, and a resume reads the same numbers); `adapter-disabled`, with
+    an adapter, the same model with the adapter switched off, run beside each step."""
+
+    beta: float = 0.1
+    label_smoothing: float = 0.0  # > 0: conservative DPO (labels flipped with this probability)
+    loss_type: str = "sigmoid"  # sigmoid | robust
+    reference: str = "precomputed"  # precomputed | adapter-disabled
+
+
 @dataclass
 class DebugConfig:
     """Fault injection for tests, and a profiled step."""
@@ -335,6 +393,9 @@ class TrainConfig:
     # torch.compile's mode: default | reduce-overhead (CUDA graphs: CUDA only) | max-autotune
     compile_mode: str = "default"
     document_mask: bool = True  # attend within documents only, positions restarting per document
+    objective: str = "lm"  # lm: next-token loss (pretraining, SFT) | dpo: preference pairs
+    dpo: DpoConfig = field(default_factory=DpoConfig)  # read with objective=dpo only
+    adapter: AdapterConfig = field(default_factory=AdapterConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
     seed: int = 0
     steps: int = 100
@@ -410,6 +471,38 @@ class TrainConfig:
             if getattr(self.kernels, op) not in ("auto", *choices):
                 raise ValueError(f"kernels.{op}={getattr(self.kernels, op)!r}: choose one of {('auto', *choices)}")
         self.debug.loss_scales()
+        self._validate_objective()
+
+    def _validate_objective(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        a = self.adapter
+        if a.type not in ADAPTER_TYPES:
+            raise ValueError(f"adapter.type must be one of {ADAPTER_TYPES}, got {a.type!r}")
+        if a.enabled:
+            check_adapter_settings(a.rank, a.alpha, a.dropout, a.target_modules)
+            if not self.init_from:
+                raise ValueError("an adapter adapts a trained model: set init_from (a Hugging Face Llama folder)")
+            if self.parallel.pp > 1:
+                raise ValueError(f"adapter with pipeline parallelism (pp={self.parallel.pp}) is refused: adapters wrap "
+                                 "the layers of the plain model; use pp=1 (tp, dp and ZeRO 0-2 are fine)")
+            if self.zero_stage == 3:
+                raise ValueError("adapter with ZeRO stage 3 is refused: adapter checkpoints hold the trained weights "
+                                 "only, and ZeRO-3 partitions the frozen ones too; use zero_stage 0, 1 or 2")
+        if self.objective != "dpo":
+            return
+        d = self.dpo
+        check_loss_settings(d.beta, d.label_smoothing, d.loss_type)
+        if d.reference not in DPO_REFERENCES:
+            raise ValueError(f"dpo.reference must be one of {DPO_REFERENCES}, got {d.reference!r}")
+        if d.reference == "adapter-disabled" and not a.enabled:
+            raise ValueError("dpo.reference=adapter-disabled needs an adapter (adapter.type=lora); without one use "
+                             "precomputed")
+        if self.parallel.pp > 1:
+            raise ValueError(
+                f"objective=dpo with pipeline parallelism (pp={self.parallel.pp}) is refused: DPO's loss compares the "
+                "two answers of each pair, and DeepSpeed's pipeline engine hands the last stage one loss per "
+                "micro-batch, not the per-pair rewards the run reports; use pp=1 with tp, dp and ZeRO")
 
     def _validate_offload(self) -> None:
         o = self.offload
@@ -571,8 +664,10 @@ def to_dict(cfg) -> dict:
 
 
 __all__ = [
+    "AdapterConfig",
     "CheckpointConfig",
     "DebugConfig",
+    "DpoConfig",
     "KERNEL_CHOICES",
     "KernelConfig",
     "ModelConfig",

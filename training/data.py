@@ -29,7 +29,9 @@ Inputs and targets. A row of `seq_len` tokens gives `inputs = row[:-1]` and `tar
 (`seq_len - 1` positions; packing with `seq_len = context + 1` gives full-context rows). Targets
 equal to `pad_id` are replaced by -100 (`ignore_index` of `torch.nn.functional.cross_entropy`).
 Fine-tuning data (`files.<split>.loss_mask`: a `<split>_mask.bin` of one uint8 per token) scores only
-the targets whose mask is 1, the assistant's tokens; the rest become -100 too.
+the targets whose mask is 1, the assistant's tokens; the rest become -100 too. Preference data
+(`files.<split>.sides`: a `<split>_sides.bin` of one uint8 per token, 0 unscored, 1 chosen, 2 rejected;
+a pair to a row) scores the answers' tokens, and `rows` also gives each target's side.
 The packer writes an EOS after every document; with `document_mask` the trainer derives each
 row's document ids from those (`training.kernels.document_ids`) and attention stays within
 documents.
@@ -156,6 +158,14 @@ class PackedDataset:
             if mask_file.stat().st_size != n * self.seq_len:
                 raise ValueError(f"{mask_file} has {mask_file.stat().st_size} bytes; the manifest implies {n * self.seq_len}")
             self.loss_mask = np.memmap(mask_file, dtype=np.uint8, mode="r", shape=(n, self.seq_len)) if n else None
+        # Preference data (a pair to a row) says which answer each scored token belongs to.
+        sides_name = self.manifest.get("files", {}).get(split, {}).get("sides")
+        self.sides = None
+        if sides_name:
+            sides_file = self.path / sides_name
+            if sides_file.stat().st_size != n * self.seq_len:
+                raise ValueError(f"{sides_file} has {sides_file.stat().st_size} bytes; the manifest implies {n * self.seq_len}")
+            self.sides = np.memmap(sides_file, dtype=np.uint8, mode="r", shape=(n, self.seq_len)) if n else None
         # An easy-to-hard curriculum the packer scored this split for (train only): the first epoch's order.
         self.curriculum = self.manifest.get("curriculum") if split == "train" else None
         self.first_epoch = None
@@ -183,18 +193,29 @@ class PackedDataset:
         self, step: int, dp_rank: int, dp_size: int, micro_batch_size: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """`(inputs, targets)`, int64 tensors of shape `[micro_batch_size, seq_len - 1]`."""
-        idx = self.batch_indices(step, dp_rank, dp_size, micro_batch_size)
-        order = np.argsort(idx, kind="stable")  # read the memmap in file order
-        rows = np.empty((len(idx), self.seq_len), dtype=np.int64)
-        rows[order] = self.data[idx[order]]
+        return self.rows(self.batch_indices(step, dp_rank, dp_size, micro_batch_size))[:2]
+
+    def rows(self, idx: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """`(inputs, targets, sides)` of rows `idx`; `sides` (preference data only, else None) is the side
+        of each target: 0 unscored, 1 the chosen answer's, 2 the rejected answer's."""
+        idx = np.asarray(idx, dtype=np.int64)
+        rows = self._read(self.data, idx, np.int64)
         inputs = rows[:, :-1]
         targets = rows[:, 1:].copy()
         targets[targets == self.pad_id] = IGNORE_INDEX
-        if self.loss_mask is not None:
-            scored = np.empty((len(idx), self.seq_len), dtype=np.uint8)
-            scored[order] = self.loss_mask[idx[order]]
-            targets[scored[:, 1:] == 0] = IGNORE_INDEX
-        return torch.from_numpy(np.ascontiguousarray(inputs)), torch.from_numpy(targets)
+        scored = self.loss_mask if self.loss_mask is not None else self.sides
+        if scored is not None:
+            targets[self._read(scored, idx, np.uint8)[:, 1:] == 0] = IGNORE_INDEX
+        sides = None
+        if self.sides is not None:
+            sides = torch.from_numpy(np.ascontiguousarray(self._read(self.sides, idx, np.int64)[:, 1:]))
+        return torch.from_numpy(np.ascontiguousarray(inputs)), torch.from_numpy(targets), sides
+
+    def _read(self, array: np.ndarray, idx: np.ndarray, dtype) -> np.ndarray:
+        order = np.argsort(idx, kind="stable")  # read the memmap in file order
+        out = np.empty((len(idx), self.seq_len), dtype=dtype)
+        out[order] = array[idx[order]]
+        return out
 
 
 class StepPrefetcher:

@@ -56,6 +56,7 @@ stdout by default, dagster-pipes on rank 0 later).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -65,6 +66,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -352,6 +354,12 @@ class Trainer:
             if self.rank == 0:
                 log.info("initialized %d parameter tensors from %s, %d vocabulary rows added (mean of the rest)",
                          loaded, cfg.init_from, self.vocab_added)  # fmt: skip
+        self.adapter_counts = None
+        if cfg.adapter.enabled:
+            from training.lora import LoRAConfig, apply_lora
+
+            a = cfg.adapter
+            self.adapter_counts = apply_lora(model, LoRAConfig(a.rank, a.alpha, a.dropout, list(a.target_modules)), cfg.seed)
         if self.compiled:
             compile_blocks(model, **({} if self.compile_mode == "default" else {"mode": self.compile_mode}))
         self.ds_config = deepspeed_config(cfg, dims.dp, self.model_cfg.dim)
@@ -368,6 +376,17 @@ class Trainer:
         )
         self.pipeline = isinstance(self.engine, PipelineEngine)
         self.dims = dims
+        self.dpo = None
+        if cfg.objective == "dpo":
+            from training.dpo import DpoObjective
+
+            if self.dataset.sides is None and len(self.dataset):
+                raise ValueError(f"objective=dpo needs preference data (a pair to a row, with sides); {cfg.data} has none")
+            dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
+            self.dpo = DpoObjective(cfg.dpo, self.engine.module, self.engine.device, self.state.dp_rank, dims.dp,
+                                    dp_group, cfg.micro_batch_size, self.eos_id)  # fmt: skip
+        self._dpo_sums = None
+        self.dpo_val_start: dict | None = None  # DPO's validation figures before the first update
         self.spikes = SpikeDetector(cfg.spike)
         self.step = 0  # completed steps == the next step's index
         self.tokens_seen = 0
@@ -398,21 +417,24 @@ class Trainer:
             layout=run_layout(self.dims, self.world, self.model_cfg),
             train_config=to_dict(self.cfg),
             ds_config=self.ds_config,
+            trained_only=self.cfg.adapter.enabled,
         )
 
     # -- data ----------------------------------------------------------------------------------
 
     def host_batches(self, step: int) -> list[tuple]:
-        """`(inputs, doc_ids, targets)` of each micro-batch of `step`, in host memory (pinned when the
-        loader pins); `doc_ids` is None without document masks. Made by the loader's threads."""
+        """`(inputs, doc_ids, targets, pairs)` of each micro-batch of `step`, in host memory (pinned when the
+        loader pins); `doc_ids` is None without document masks, `pairs` None but for DPO, where it is the
+        rows' indices and each target's side. Made by the loader's threads."""
         g = self.cfg.grad_accum
         out = []
         for i in range(g):
-            x, y = self.dataset.get_batch(step * g + i, self.state.dp_rank, self.dims.dp, self.cfg.micro_batch_size)
+            rows = self.dataset.batch_indices(step * g + i, self.state.dp_rank, self.dims.dp, self.cfg.micro_batch_size)
+            x, y, sides = self.dataset.rows(rows)
             doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id)
             if self.pin_memory:
                 x, y, doc = x.pin_memory(), y.pin_memory(), doc.pin_memory() if doc is not None else None
-            out.append((x, doc, y))
+            out.append((x, doc, y, (rows, sides) if self.dpo is not None else None))
         return out
 
     def micro_batches(self, step: int) -> tuple[list[tuple], float]:
@@ -425,7 +447,8 @@ class Trainer:
         batches, waited = self._loader.get(step)
         device = self.engine.device
         move = lambda t: None if t is None else t.to(device, non_blocking=self.pin_memory)  # noqa: E731
-        return [(move(x), move(doc), move(y)) for x, doc, y in batches], waited
+        return [(move(x), move(doc), move(y), None if pairs is None else (pairs[0], move(pairs[1])))
+                for x, doc, y, pairs in batches], waited
 
     def run_info(self) -> dict:
         """How this run computes: compilation, kernels, document masks, the profiled step's kernels
@@ -442,6 +465,19 @@ class Trainer:
             info["peak_memory_gib"] = round(torch.cuda.max_memory_allocated(self.engine.device) / 2**30, 2)
         if self.model_state_bytes is not None:
             info["model_state_bytes"] = self.model_state_bytes
+        info["objective"] = self.cfg.objective
+        if self.dpo is not None:
+            info["dpo"] = to_dict(self.cfg.dpo)
+        if self.adapter_counts is not None:
+            from training.lora import optimizer_state_bytes
+
+            counts = self.adapter_counts
+            info["adapter"] = to_dict(self.cfg.adapter) | counts | {
+                # AdamW's two fp32 moments and an fp32 gradient per trained parameter, against a full fine-tune's.
+                "optimizer_state_bytes": optimizer_state_bytes(counts["trained_parameters"]),
+                "optimizer_state_bytes_full": optimizer_state_bytes(counts["frozen_parameters"]),
+                "memory_saved_bytes": optimizer_state_bytes(counts["frozen_parameters"] - counts["trained_parameters"], 12),
+            }
         return info
 
     @property
@@ -516,11 +552,17 @@ class Trainer:
     def _run_step(self, batches: list[tuple]) -> None:
         engine = self.engine
         if self.pipeline:
-            engine.train_batch(iter(((x, doc) if doc is not None else x, y) for x, doc, y in batches))
+            engine.train_batch(iter(((x, doc) if doc is not None else x, y) for x, doc, y, _ in batches))
         else:
             losses = []
-            for i, (x, doc, y) in enumerate(batches):
-                loss = self.loss_fn(engine(x, doc), y)
+            self._dpo_sums = None
+            for i, (x, doc, y, pairs) in enumerate(batches):
+                if self.dpo is None:
+                    loss = self.loss_fn(engine(x, doc), y)
+                else:
+                    loss, sums = self.dpo.loss(engine(x, doc), y, pairs[1], pairs[0], self.cfg.split, x, doc)
+                    loss = self.loss_fn.scaled(loss)
+                    self._dpo_sums = sums if self._dpo_sums is None else self._dpo_sums + sums
                 engine.backward(loss)
                 losses.append(loss.detach().float())
                 if i < len(batches) - 1:
@@ -528,6 +570,8 @@ class Trainer:
             mean = torch.stack(losses).mean()
             dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
             dist.all_reduce(mean, group=dp_group)
+            if self._dpo_sums is not None and self.dims.dp > 1:
+                dist.all_reduce(self._dpo_sums, group=dp_group)
             self._pending_loss = float(mean) / self.dims.dp
             engine.step()
 
@@ -555,6 +599,10 @@ class Trainer:
         }
         if last["reason"] is not None:
             metrics["spike_reason"] = last["reason"]
+        if self._dpo_sums is not None:
+            from training.dpo import stats_dict
+
+            metrics |= stats_dict(self._dpo_sums)
         if self.cfg.precision == "fp16":
             scale = getattr(engine.optimizer, "cur_scale", None) or getattr(engine.optimizer, "loss_scale", None)
             metrics["loss_scale"] = _finite_or_none(scale)
@@ -574,12 +622,52 @@ class Trainer:
     # -- the run -------------------------------------------------------------------------------
 
     def trainer_state(self) -> dict:
-        return {"step": self.step, "tokens": self.tokens_seen, "spikes": self.spikes.state_dict()}
+        state = {"step": self.step, "tokens": self.tokens_seen, "spikes": self.spikes.state_dict()}
+        return state | ({"dpo_val_start": self.dpo_val_start} if self.dpo_val_start is not None else {})
 
     def load_trainer_state(self, state: dict) -> None:
         self.step = int(state["step"])
         self.tokens_seen = int(state["tokens"])
         self.spikes.load_state_dict(state["spikes"])
+        self.dpo_val_start = state.get("dpo_val_start")
+
+    # -- DPO's reference -----------------------------------------------------------------------
+
+    def dpo_val_rows(self) -> list[list[int]]:
+        from training.dpo import validation_rows
+
+        if self.val_dataset is None:
+            return []
+        return validation_rows(len(self.val_dataset), self.cfg.validation.batches, self.dims.dp, self.cfg.micro_batch_size)
+
+    def prepare_reference(self, resumed: bool) -> None:
+        """DPO's precomputed reference: read from `<checkpoint.dir>/reference/` when a run in this folder
+        scored it, else scored now by the model the run starts from (refused after a resume: that model is gone)."""
+        from training.dpo import REFERENCE_FOLDER, ReferenceScores
+
+        if self.cfg.dpo.reference != "precomputed":
+            return
+        val_split = self.val_dataset.split if self.val_dataset is not None else None
+        datasets = {self.cfg.split: self.dataset} | ({val_split: self.val_dataset} if val_split else {})
+        manifest = (self.dataset.path / "manifest.json").read_bytes()
+        identity = {"data_manifest_sha256": hashlib.sha256(manifest).hexdigest(), "init_from": self.cfg.init_from,
+                    "model": to_dict(self.model_cfg), "splits": {k: len(v) for k, v in datasets.items()},
+                    "val_rows": self.dpo_val_rows()}  # fmt: skip
+        folder = Path(self.cfg.checkpoint.dir) / REFERENCE_FOLDER if self.cfg.checkpoint.dir else None
+        if folder is not None and (folder / "identity.json").exists():
+            self.dpo.reference = ReferenceScores.load(folder, identity)
+            return
+        if resumed:
+            raise RuntimeError(f"resumed at step {self.step}, but the reference scores the run started with are not in "
+                               f"{folder}; without them DPO cannot continue exactly")
+        started = time.perf_counter()
+        self.dpo.reference = self.dpo.score_reference(datasets, val_split, self.dpo_val_rows())
+        if folder is not None:
+            if self.rank == 0:
+                self.dpo.reference.save(folder, identity)
+            dist.barrier()
+        if self.rank == 0:
+            log.info("scored the reference on %s pairs in %.1f s", identity["splits"], time.perf_counter() - started)
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -607,6 +695,12 @@ class Trainer:
     def validation_batches(self) -> int:
         per_batch = self.dims.dp * self.cfg.micro_batch_size
         return min(self.cfg.validation.batches, len(self.val_dataset) // per_batch)
+
+    def validation_figures(self) -> dict:
+        """The validation loss (`val_loss`), and for DPO its reward and KL figures (`val_*`)."""
+        if self.dpo is not None:
+            return self.dpo.validate(self.val_dataset, self.dpo_val_rows())
+        return {"val_loss": self.validation_loss()}
 
     @torch.no_grad()
     def validation_loss(self) -> float:
@@ -653,6 +747,10 @@ class Trainer:
                 self.load_trainer_state(state)
                 if self.rank == 0:
                     log.info("resumed from %s at step %d", c.dir, self.step)
+        if self.dpo is not None:
+            self.prepare_reference(resumed=self.step > 0)
+            if self.dpo_val_start is None and self.val_dataset is not None and self.dpo_val_rows():
+                self.dpo_val_start = self.dpo.validate(self.val_dataset, self.dpo_val_rows())  # before any update
         reported = []
         self.started_at = self.step
         self._last_skipped_steps = getattr(self.engine, "skipped_steps", 0)  # a resume restores DeepSpeed's count
@@ -661,7 +759,7 @@ class Trainer:
             metrics = self.train_step()
             saving = bool(c.dir and c.save_every and self.step % c.save_every == 0)
             if self.validating(saving):
-                metrics["val_loss"] = self.validation_loss()
+                metrics |= self.validation_figures()
                 self.val_losses.append((self.step, metrics["val_loss"]))
             self.last_metrics = metrics
             if self.rank == 0:

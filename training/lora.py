@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from training.config import check_adapter_settings
+
 ADAPTER_PARAMS = ("lora_A", "lora_B")
 
 
@@ -40,15 +42,7 @@ class LoRAConfig:
         return self.alpha / self.rank
 
     def validate(self) -> None:
-        if self.rank < 1:
-            raise ValueError(f"adapter.rank must be at least 1, got {self.rank}")
-        if self.alpha <= 0:
-            raise ValueError(f"adapter.alpha must be positive, got {self.alpha}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"adapter.dropout must be in [0, 1), got {self.dropout}")
-        unknown = sorted(set(self.target_modules) - set(TARGETS))
-        if unknown or not self.target_modules:
-            raise ValueError(f"adapter.target_modules must be a non-empty subset of {list(TARGETS)}; unknown: {unknown}")
+        check_adapter_settings(self.rank, self.alpha, self.dropout, self.target_modules)
 
 
 class LoRALinear(nn.Module):
@@ -59,6 +53,7 @@ class LoRALinear(nn.Module):
         from training.parallel import ColumnParallelLinear, RowParallelLinear
 
         self.base = base
+        self.disabled = False
         self.scaling = config.scaling
         self.dropout = nn.Dropout(config.dropout) if config.dropout else nn.Identity()
         self.style = ("column" if isinstance(base, ColumnParallelLinear) else
@@ -97,6 +92,8 @@ class LoRALinear(nn.Module):
         from training.parallel import copy_to_tp, reduce_from_tp
 
         y = self.base(x)
+        if self.disabled:
+            return y
         h = F.linear(self.dropout(x), self.lora_A)
         if self.style == "column":
             h = copy_to_tp(h, self.group)  # A is whole: its gradient sums every rank's output rows
@@ -123,6 +120,20 @@ def apply_lora(model: nn.Module, config: LoRAConfig, seed: int = 0) -> dict:
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {"adapted_layers": wrapped, "trained_parameters": trained, "frozen_parameters": total,
             "trained_share": trained / total}  # fmt: skip
+
+
+@contextmanager
+def adapters_disabled(model: nn.Module):
+    """Within: every adapter of `model` is switched off, so the model is its frozen base (DPO's reference
+    with adapters, as PEFT's `disable_adapter()`)."""
+    layers = [m for m in model.modules() if isinstance(m, LoRALinear)]
+    for layer in layers:
+        layer.disabled = True
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.disabled = False
 
 
 def is_adapter_param(name: str) -> bool:

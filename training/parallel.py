@@ -320,7 +320,10 @@ class LossFn:
         self.step = 0
 
     def __call__(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        loss = cross_entropy(logits, targets, kernel=self.kernels)
+        return self.scaled(cross_entropy(logits, targets, kernel=self.kernels))
+
+    def scaled(self, loss: torch.Tensor) -> torch.Tensor:
+        """`loss` times this step's injected factor, if any (any objective's loss)."""
         scale = self.scales.get(self.step)
         return loss if scale is None else loss * scale
 

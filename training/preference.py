@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-LOSS_TYPES = ("sigmoid", "robust")
+from training.config import check_loss_settings
 
 
 @dataclass
@@ -35,15 +35,6 @@ class PreferenceLoss:
         return {"loss": float(self.loss.detach()), "reward_accuracy": float((margin > 0).float().mean()),
                 "reward_margin": float(margin.mean()), "chosen_reward": float(self.chosen_rewards.mean()),
                 "rejected_reward": float(self.rejected_rewards.mean())}  # fmt: skip
-
-
-def check_loss_settings(beta: float, label_smoothing: float, loss_type: str) -> None:
-    if loss_type not in LOSS_TYPES:
-        raise ValueError(f"dpo.loss_type must be one of {list(LOSS_TYPES)}, got {loss_type!r}")
-    if not beta > 0:
-        raise ValueError(f"dpo.beta must be positive, got {beta}")
-    if not 0.0 <= label_smoothing < 0.5:
-        raise ValueError(f"dpo.label_smoothing must be in [0, 0.5), got {label_smoothing}")
 
 
 def dpo_loss(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor, ref_chosen: torch.Tensor,

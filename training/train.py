@@ -130,6 +130,9 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
             summary["steps_jsonl"] = str(monitor.write_steps(monitor.folder.parent / "steps.jsonl"))
     summary["val_losses"] = [[step, loss] for step, loss in trainer.val_losses]
     summary["validation"] = trainer.validation_status()
+    if trainer.dpo is not None:
+        end = {k: v for k, v in trainer.last_metrics.items() if k.startswith("val_")}
+        summary["dpo_validation"] = {"start": trainer.dpo_val_start, "end": end or None}
     ckpt_dir = trainer.cfg.checkpoint.dir
     if not ckpt_dir:
         return summary
@@ -142,11 +145,36 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
     tag = checkpoint.latest_tag(ckpt_dir)
     out = os.path.join(ckpt_dir, tag, "hf")
     state = checkpoint.consolidated_state_dict(ckpt_dir, tag)
+    if trainer.cfg.adapter.enabled:
+        state, summary["peft_adapter"] = export_adapter(trainer, state, os.path.join(ckpt_dir, tag))
     export_hf(state, checkpoint.model_config(ckpt_dir, tag), out, tokenizer_model_path=trainer.cfg.tokenizer_model or None)
     tags = sorted(p.name for p in Path(ckpt_dir).iterdir() if (p / "layout.json").exists())
     return summary | {"checkpoint_dir": ckpt_dir, "tag": tag, "tags": tags, "hf_export": out,
                       "checkpoints": checkpoint.describe_checkpoints(ckpt_dir, tags),
                       "parameters": sum(t.numel() for t in state.values())}
+
+
+def export_adapter(trainer, adapter_state: dict, tag_dir: str) -> tuple[dict, str]:
+    """An adapter checkpoint as a PEFT folder (`<tag>/adapter/`) over the frozen base, and the merged
+    weights `export_hf` writes as the checkpoint's model. The base is `init_from` with the vocabulary
+    rows the run added; when it added any, that base is exported once beside the run (`base_hf/`), so
+    `PeftModel.from_pretrained` has a base of the right shape."""
+    from training import hf_init
+    from training.export import export_hf, export_peft_adapter
+    from training.lora import LoRAConfig, merged_state_dict
+
+    cfg = trainer.cfg
+    a = cfg.adapter
+    base = hf_init.extend_vocabulary(hf_init.weights(cfg.init_from), trainer.model_cfg.vocab_size)
+    base_folder = cfg.init_from
+    if trainer.vocab_added:
+        base_folder = os.path.join(cfg.checkpoint.dir, "base_hf")
+        if not os.path.exists(os.path.join(base_folder, "config.json")):
+            export_hf(base, trainer.model_cfg, base_folder, tokenizer_model_path=cfg.tokenizer_model or None)
+    folder = export_peft_adapter(adapter_state, a.rank, a.alpha, a.dropout, a.target_modules,
+                                 os.path.join(tag_dir, "adapter"), base_model=os.path.abspath(base_folder))  # fmt: skip
+    merged = merged_state_dict(base | adapter_state, LoRAConfig(a.rank, a.alpha, a.dropout, list(a.target_modules)))
+    return merged, str(folder)
 
 
 def _record_error(rank: str, err: BaseException) -> None:

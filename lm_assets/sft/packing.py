@@ -139,7 +139,7 @@ def write_preference_packed(packed: dict, out_dir: str | Path, vocab_size: int, 
         tokens.astype(dtype).tofile(out / f"{split}.bin")
         sides.astype(np.uint8).tofile(out / f"{split}_sides.bin")
         placed.write_parquet(out / f"{split}_pairs.parquet")
-        manifest["splits"][split] = {"pairs": placed.height, "tokens": int((tokens != pad_id).sum()),
+        manifest["splits"][split] = {"pairs": placed.height, "sequences": int(tokens.shape[0]), "tokens": int((tokens != pad_id).sum()),
                                      "chosen_tokens": int((sides == CHOSEN).sum()),
                                      "rejected_tokens": int((sides == REJECTED).sum())}  # fmt: skip
         manifest["files"][split] = {"bin": f"{split}.bin", "sides": f"{split}_sides.bin", "pairs": f"{split}_pairs.parquet"}

@@ -36,7 +36,7 @@ class FakeEngine:
         assert save_latest is False  # the manager writes `latest` itself, after the barrier
         torch.save(client_state, Path(save_dir) / tag / "client_state.pt")
 
-    def load_checkpoint(self, load_dir, tag):
+    def load_checkpoint(self, load_dir, tag, load_module_strict=True):
         self.loads += 1
         path = Path(load_dir) / tag
         return str(path), torch.load(path / "client_state.pt", weights_only=True)

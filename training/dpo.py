@@ -1,0 +1,206 @@
+"""DPO in the training loop: each pair's log-probabilities, the reference's, and the per-step and
+validation figures a run reports (the loss itself is `training.preference.dpo_loss`).
+
+Data. Preference data holds a pair to a row: the chosen conversation, EOS, the rejected one, EOS,
+PAD (`lm_assets.sft.packing.pack_pairs`). With document masks each conversation attends to itself
+only, positions restarting, so one forward scores both answers as if each were alone. `sides` marks
+each target as the chosen answer's (1) or the rejected answer's (2); a side's log-probability is the
+sum over its tokens.
+
+The reference is the model the run starts from, without a second copy in memory:
+
+- `precomputed`: before the first step, the starting model scores every row of the train and val
+  splits (each data-parallel rank a share, tensor-parallel ranks together), and the table is kept in
+  `<checkpoint.dir>/reference/`. A resumed run reads that table, so it continues exactly. For the
+  KL on validation pairs the reference's log-probabilities over the vocabulary at each scored
+  position of the validation rows are kept too, in float16 (rows x answer tokens x vocabulary x 2
+  bytes: validation reads at most `validation.batches` micro-batches per rank);
+- `adapter-disabled`: with a LoRA adapter, the same model with the adapter switched off, run without
+  gradients beside each micro-batch (PEFT's `disable_adapter()`).
+
+Figures. Per step: the loss, reward accuracy (the share of pairs whose chosen reward is higher), the
+mean reward margin, the mean chosen and rejected rewards and log-probabilities. On validation pairs
+the same, and the mean per-token KL(policy || reference) over the answers' tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from training.config import DpoConfig
+from training.data import PackedDataset
+from training.preference import dpo_loss, kl_to_reference
+
+CHOSEN, REJECTED = 1, 2
+STATS = ("reward_accuracy", "reward_margin", "chosen_reward", "rejected_reward", "chosen_logp", "rejected_logp")
+REFERENCE_FOLDER = "reference"
+
+
+def side_log_probs(logits: torch.Tensor, targets: torch.Tensor, sides: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's summed log-probability of its chosen and of its rejected answer: `[rows]` each."""
+    logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    return (logp * (sides == CHOSEN)).sum(-1), (logp * (sides == REJECTED)).sum(-1)
+
+
+def pair_stats(out, policy_chosen: torch.Tensor, policy_rejected: torch.Tensor) -> torch.Tensor:
+    """The sums over a batch's pairs of the figures in `STATS`, and the pair count last (to be summed over
+    ranks and micro-batches, then divided)."""
+    margin = out.chosen_rewards - out.rejected_rewards
+    return torch.stack([(margin > 0).double().sum(), margin.double().sum(), out.chosen_rewards.double().sum(),
+                        out.rejected_rewards.double().sum(), policy_chosen.detach().double().sum(),
+                        policy_rejected.detach().double().sum(), torch.tensor(float(len(margin)), dtype=torch.float64,
+                                                                            device=margin.device)])  # fmt: skip
+
+
+def stats_dict(sums: torch.Tensor, prefix: str = "") -> dict[str, float]:
+    count = max(float(sums[-1]), 1.0)
+    return {prefix + name: float(sums[i]) / count for i, name in enumerate(STATS)}
+
+
+class ReferenceScores:
+    """The reference's summed log-probabilities of each row's chosen and rejected answer, per split
+    (`precomputed`), and its log-probabilities over the vocabulary at the validation rows' answer tokens."""
+
+    def __init__(self, logps: dict[str, torch.Tensor], val_logprobs: dict[int, torch.Tensor]):
+        self.logps = logps  # split -> [rows, 2] float64: chosen, rejected
+        self.val_logprobs = val_logprobs  # val row -> [scored positions, vocab] float16
+
+    def pairs(self, split: str, rows) -> tuple[torch.Tensor, torch.Tensor]:
+        table = self.logps[split][torch.as_tensor(rows, dtype=torch.long)]
+        return table[:, 0], table[:, 1]
+
+    def save(self, folder: Path, identity: dict) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save({"logps": self.logps, "val_logprobs": self.val_logprobs}, folder / "scores.pt")
+        (folder / "identity.json").write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, folder: Path, identity: dict) -> ReferenceScores:
+        saved = json.loads((folder / "identity.json").read_text())
+        if saved != identity:
+            raise ValueError(f"the reference scores in {folder} were computed for {saved}, this run is {identity}; "
+                             "they cannot serve it (start the run in a new checkpoint folder)")
+        data = torch.load(folder / "scores.pt", weights_only=True)
+        return cls(data["logps"], data["val_logprobs"])
+
+
+def validation_rows(n_rows: int, batches: int, dp: int, micro_batch_size: int) -> list[list[int]]:
+    """The validation rows of each micro-batch, for every data-parallel rank: `out[i * dp + r]` is rank r's
+    i-th micro-batch. The first `batches * dp * micro_batch_size` rows (fewer when the split is shorter),
+    in file order, whole micro-batches only."""
+    per = dp * micro_batch_size
+    n = min(batches, n_rows // per)
+    return [list(range(k * micro_batch_size, (k + 1) * micro_batch_size)) for k in range(n * dp)]
+
+
+class DpoObjective:
+    """DPO's loss and figures for `Trainer` (`training.engine`): `cfg` the run's `DpoConfig`."""
+
+    def __init__(self, cfg: DpoConfig, model: torch.nn.Module, device: torch.device, dp_rank: int, dp: int,
+                 dp_group, micro_batch_size: int, eos_id: int | None):  # fmt: skip
+        self.cfg = cfg
+        self.model = model  # the module the engine wraps: forwards without the engine's hooks
+        self.device = device
+        self.dp_rank, self.dp, self.dp_group = dp_rank, dp, dp_group
+        self.micro_batch_size = micro_batch_size
+        self.eos_id = eos_id
+        self.reference: ReferenceScores | None = None
+
+    # -- inputs --------------------------------------------------------------------------------
+
+    def _inputs(self, dataset: PackedDataset, rows) -> tuple:
+        from training import kernels
+
+        x, y, sides = dataset.rows(rows)
+        doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id)
+        move = lambda t: None if t is None else t.to(self.device)  # noqa: E731
+        return move(x), move(doc), move(y), move(sides)
+
+    @torch.no_grad()
+    def _reference_logits(self, x, doc) -> torch.Tensor:
+        from training.lora import adapters_disabled
+
+        with adapters_disabled(self.model):
+            return self.model(x, doc)
+
+    # -- the reference ---------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def score_reference(self, datasets: dict[str, PackedDataset], val_split: str | None,
+                        val_rows: list[list[int]]) -> ReferenceScores:  # fmt: skip
+        """The starting model's scores of every row of `datasets` (each data-parallel rank a share, summed
+        over the ranks) and its log-probabilities at the answer tokens of `val_split`'s rows `val_rows`."""
+        was_training = self.model.training
+        self.model.eval()
+        logps = {}
+        for split, dataset in datasets.items():
+            table = torch.zeros(len(dataset), 2, dtype=torch.float64, device=self.device)
+            mine = list(range(self.dp_rank, len(dataset), self.dp))
+            for start in range(0, len(mine), self.micro_batch_size):
+                rows = mine[start : start + self.micro_batch_size]
+                x, doc, y, sides = self._inputs(dataset, rows)
+                chosen, rejected = side_log_probs(self.model(x, doc), y, sides)
+                table[rows, 0], table[rows, 1] = chosen.double(), rejected.double()
+            if self.dp > 1:
+                dist.all_reduce(table, group=self.dp_group)
+            logps[split] = table.cpu()
+        val_logprobs = {}
+        if val_split is not None:
+            for rows in val_rows:  # every rank keeps all of them: a few micro-batches, and a resume may change dp
+                x, doc, y, sides = self._inputs(datasets[val_split], rows)
+                logprobs = torch.log_softmax(self.model(x, doc).float(), dim=-1)
+                for row, lp, s in zip(rows, logprobs, sides):
+                    val_logprobs[row] = lp[s > 0].half().cpu()
+        self.model.train(was_training)
+        return ReferenceScores(logps, val_logprobs)
+
+    # -- a micro-batch ---------------------------------------------------------------------------
+
+    def loss(self, logits: torch.Tensor, y: torch.Tensor, sides: torch.Tensor, rows, split: str, x, doc,
+             ref_logits: torch.Tensor | None = None):  # fmt: skip
+        """DPO's loss of one micro-batch, and its `pair_stats`; `ref_logits`, the reference's, when known."""
+        chosen, rejected = side_log_probs(logits, y, sides)
+        if self.cfg.reference == "precomputed":
+            ref_chosen, ref_rejected = (t.to(chosen.device, chosen.dtype) for t in self.reference.pairs(split, rows))
+        else:
+            if ref_logits is None:
+                ref_logits = self._reference_logits(x, doc)
+            ref_chosen, ref_rejected = side_log_probs(ref_logits, y, sides)
+        out = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, self.cfg.beta, self.cfg.label_smoothing,
+                       self.cfg.loss_type)  # fmt: skip
+        return out.loss, pair_stats(out, chosen, rejected)
+
+    @torch.no_grad()
+    def validate(self, dataset: PackedDataset, val_rows: list[list[int]]) -> dict[str, float]:
+        """DPO's loss, figures and KL to the reference over this rank's share of `val_rows` (micro-batch
+        `i * dp + dp_rank`), summed over the data-parallel ranks."""
+        was_training = self.model.training
+        self.model.eval()
+        sums = torch.zeros(len(STATS) + 1, dtype=torch.float64, device=self.device)
+        extra = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, KL sum, micro-batches
+        for rows in val_rows[self.dp_rank :: self.dp]:
+            x, doc, y, sides = self._inputs(dataset, rows)
+            logits = self.model(x, doc)
+            ref_logits = None if self.cfg.reference == "precomputed" else self._reference_logits(x, doc)
+            loss, stats = self.loss(logits, y, sides, rows, dataset.split, x, doc, ref_logits)
+            sums += stats
+            extra[0] += float(loss)
+            extra[2] += 1
+            for i, row in enumerate(rows):
+                mask = sides[i] > 0
+                if self.cfg.reference == "precomputed":
+                    ref = self.reference.val_logprobs[row].to(logits.device).float()
+                else:
+                    ref = ref_logits[i][mask]
+                extra[1] += float(kl_to_reference(logits[i][mask], ref, torch.ones(int(mask.sum()), device=logits.device)))
+        if self.dp > 1:
+            dist.all_reduce(sums, group=self.dp_group)
+            dist.all_reduce(extra, group=self.dp_group)
+        self.model.train(was_training)
+        pairs = max(float(sums[-1]), 1.0)
+        return {"val_loss": float(extra[0]) / max(float(extra[2]), 1.0), **stats_dict(sums, "val_"),
+                "val_kl": float(extra[1]) / pairs}  # fmt: skip
