@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 
 SCALARS = ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "data_wait_s", "mfu", "loss_scale",
-           "overflow_skipped_steps")
+           "overflow_skipped_steps",
+           # DPO's (training/dpo.py)
+           "reward_accuracy", "reward_margin", "chosen_reward", "rejected_reward", "chosen_logp", "rejected_logp")
 NO_PEAK_FLOPS = ("n/a: no peak FLOP/s known for this device; set `peak_flops` in training_run's config (the Launchpad, "
                  "or `peak_flops=` on the command line), per device: H100 SXM and H200 989e12, A100 312e12 (dense bf16)")
 
@@ -44,8 +46,10 @@ class RunMonitor:
             for name in SCALARS:
                 if metrics.get(name) is not None:
                     self._writer.add_scalar(f"train/{name}", metrics[name], metrics["step"])
-        if self._writer is not None and metrics.get("val_loss") is not None:
-            self._writer.add_scalar("val/loss", metrics["val_loss"], metrics["step"])
+        if self._writer is not None:
+            for name, value in metrics.items():
+                if name.startswith("val_") and value is not None:  # val_loss, and DPO's val_reward_accuracy, val_kl, ...
+                    self._writer.add_scalar(f"val/{name[4:]}", value, metrics["step"])
         step = metrics["step"]
         if step % self.log_every == 0 or step == self.total_steps or len(self.history) == 1:
             self.print_line(self.progress_line(metrics))
@@ -55,6 +59,10 @@ class RunMonitor:
         elapsed = time.perf_counter() - self._started
         eta = elapsed / done * (self.total_steps - step) if done else 0.0
         val = f"  val_loss {metrics['val_loss']:.4f}" if metrics.get("val_loss") is not None else ""
+        if metrics.get("reward_accuracy") is not None:
+            val += f"  reward acc {metrics['reward_accuracy']:.2f} margin {metrics['reward_margin']:.3f}"
+        if metrics.get("val_reward_accuracy") is not None:
+            val += f"  val reward acc {metrics['val_reward_accuracy']:.2f} kl {metrics['val_kl']:.4f}"
         return (f"step {step}/{self.total_steps}  loss {metrics['loss']:.4f}{val}  "
                 f"tokens/s {metrics['tokens_per_s']:,.0f}  eta {eta:.0f} s")
 

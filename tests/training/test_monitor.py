@@ -43,3 +43,20 @@ def test_mfu_is_averaged_when_known_and_nothing_is_written_without_a_folder(tmp_
     assert abs(monitor.summary()["mfu_mean"] - 0.3) < 1e-12
     assert list(tmp_path.iterdir()) == []
     assert RunMonitor(None, total_steps=1, print_line=lambda line: None).plot(tmp_path / "none.png") is None
+
+
+def test_dpo_figures_reach_tensorboard_and_the_progress_line(tmp_path):
+    lines = []
+    monitor = RunMonitor(tmp_path / "tb", total_steps=2, log_every=1, print_line=lines.append)
+    dpo = {"reward_accuracy": 0.75, "reward_margin": 0.125, "chosen_reward": 0.1, "rejected_reward": -0.025,
+           "chosen_logp": -30.0, "rejected_logp": -31.0}
+    monitor.step(metrics(1) | dpo)
+    monitor.step(metrics(2) | dpo | {"val_loss": 0.6, "val_reward_accuracy": 0.5, "val_kl": 0.25})
+    monitor.close()
+    assert "reward acc 0.75 margin 0.125" in lines[0] and "val" not in lines[0]
+    assert "val_loss 0.6000  reward acc 0.75 margin 0.125  val reward acc 0.50 kl 0.2500" in lines[1]
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.value for e in events.Scalars("train/reward_margin")] == [0.125, 0.125]
+    assert [(e.step, e.value) for e in events.Scalars("val/kl")] == [(2, 0.25)]
+    assert [(e.step, e.value) for e in events.Scalars("val/reward_accuracy")] == [(2, 0.5)]
