@@ -356,8 +356,36 @@ def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None)
     return {k: merge_tp(k, v).float().clone() for k, v in pieces.items()}
 
 
+def adapter_settings(ckpt_dir: str | os.PathLike, tag: str) -> tuple[dict, str] | None:
+    """An adapter checkpoint's `adapter` settings and the `init_from` folder of its frozen base; None for a
+    checkpoint of whole weights."""
+    config = json.loads((Path(ckpt_dir) / tag / "train_config.json").read_text())
+    adapter = config.get("adapter") or {}
+    return (adapter, config["init_from"]) if adapter.get("type", "none") != "none" else None
+
+
+def model_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None) -> dict[str, torch.Tensor]:
+    """The whole model a checkpoint stands for: `consolidated_state_dict`, and for an adapter checkpoint
+    (which holds the adapter only) its base, `init_from` with the rows the run added to the vocabulary,
+    with the adapter merged in."""
+    tag = tag or latest_tag(ckpt_dir)
+    state = consolidated_state_dict(ckpt_dir, tag)
+    settings = adapter_settings(ckpt_dir, tag)
+    if settings is None:
+        return state
+    from training import hf_init
+    from training.lora import LoRAConfig, merged_state_dict
+
+    adapter, init_from = settings
+    base = hf_init.extend_vocabulary(hf_init.weights(init_from), model_config(ckpt_dir, tag).vocab_size)
+    lora = LoRAConfig(adapter["rank"], adapter["alpha"], adapter["dropout"], list(adapter["target_modules"]))
+    return merged_state_dict(base | state, lora)
+
+
 __all__ = [
     "TAG_FORMAT",
+    "adapter_settings",
+    "model_state_dict",
     "CheckpointManager",
     "consolidated_state_dict",
     "describe_layout",

@@ -99,6 +99,7 @@ class PipesReporter:
             metadata["init_from"] = {"raw_value": summary["init_from"], "type": "json"}
         if summary.get("peak_memory_gib") is not None:
             metadata["peak_memory_gib"] = summary["peak_memory_gib"]
+        metadata |= objective_metadata(summary)
         if summary.get("profile"):
             metadata["profiled_kernels"] = {"raw_value": summary["profile"], "type": "json"}
         if summary.get("tensorboard"):
@@ -115,6 +116,34 @@ class PipesReporter:
         self.pipes.report_asset_materialization(
             asset_key=summary.get("checkpoint_asset", "checkpoint"), metadata=checkpoint_metadata(summary)
         )
+
+
+def objective_metadata(summary: dict) -> dict:
+    """DPO's settings and its figures on the held-back pairs at the start and the end (each a number the UI
+    plots), and an adapter's settings, trained parameters and what it saves of a full fine-tune's gradients and
+    AdamW moments (`memory_saved_mib`)."""
+    out: dict = {"objective": summary.get("objective", "lm")}
+    if summary.get("dpo"):
+        out["dpo"] = {"raw_value": summary["dpo"], "type": "json"}
+        validation = summary.get("dpo_validation") or {}
+        start, end = validation.get("start") or {}, validation.get("end") or {}
+        for name in ("reward_accuracy", "reward_margin", "kl"):
+            if f"val_{name}" in start:
+                out[f"val_{name}_start"] = rounded(start[f"val_{name}"], 4)
+            if f"val_{name}" in end:
+                out[f"val_{name}"] = rounded(end[f"val_{name}"], 4)
+        if start and end:
+            out["dpo_validation"] = {"raw_value": (
+                "| held-back pairs | reward accuracy | reward margin | KL to the reference |\n|---|---|---|---|\n"
+                + "\n".join(f"| {when} | {v['val_reward_accuracy']:.3f} | {v['val_reward_margin']:.4f} | {v['val_kl']:.5f} |"
+                             for when, v in (("start", start), ("end", end)))), "type": "md"}  # fmt: skip
+    adapter = summary.get("adapter")
+    if adapter:
+        out["adapter"] = {"raw_value": adapter, "type": "json"}
+        out["trained_parameters"] = count(adapter["trained_parameters"])
+        out["trained_share"] = rounded(adapter["trained_share"], 5)
+        out["memory_saved_mib"] = rounded(adapter["memory_saved_bytes"] / 2**20, 2)
+    return out
 
 
 def checkpoint_metadata(summary: dict) -> dict:
@@ -134,6 +163,8 @@ def checkpoint_metadata(summary: dict) -> dict:
         "checkpoint_dir": {"raw_value": summary["checkpoint_dir"], "type": "path"},
         "tags": {"raw_value": summary["tags"], "type": "json"},
     }
+    if summary.get("peft_adapter"):
+        metadata["peft_adapter"] = {"raw_value": summary["peft_adapter"], "type": "path"}
     if summary.get("checkpoints"):
         metadata["checkpoints"] = {"raw_value": checkpoint_table(summary["checkpoints"]), "type": "md"}
     return {name: value for name, value in metadata.items() if value is not None}

@@ -144,9 +144,9 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
         summary["spiked_steps"] = len({row["step"] for row in spikes})
     tag = checkpoint.latest_tag(ckpt_dir)
     out = os.path.join(ckpt_dir, tag, "hf")
-    state = checkpoint.consolidated_state_dict(ckpt_dir, tag)
+    state = checkpoint.model_state_dict(ckpt_dir, tag)
     if trainer.cfg.adapter.enabled:
-        state, summary["peft_adapter"] = export_adapter(trainer, state, os.path.join(ckpt_dir, tag))
+        summary["peft_adapter"] = export_adapter(trainer, os.path.join(ckpt_dir, tag))
     export_hf(state, checkpoint.model_config(ckpt_dir, tag), out, tokenizer_model_path=trainer.cfg.tokenizer_model or None)
     tags = sorted(p.name for p in Path(ckpt_dir).iterdir() if (p / "layout.json").exists())
     return summary | {"checkpoint_dir": ckpt_dir, "tag": tag, "tags": tags, "hf_export": out,
@@ -154,27 +154,27 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
                       "parameters": sum(t.numel() for t in state.values())}
 
 
-def export_adapter(trainer, adapter_state: dict, tag_dir: str) -> tuple[dict, str]:
-    """An adapter checkpoint as a PEFT folder (`<tag>/adapter/`) over the frozen base, and the merged
-    weights `export_hf` writes as the checkpoint's model. The base is `init_from` with the vocabulary
-    rows the run added; when it added any, that base is exported once beside the run (`base_hf/`), so
-    `PeftModel.from_pretrained` has a base of the right shape."""
-    from training import hf_init
+def export_adapter(trainer, tag_dir: str) -> str:
+    """An adapter checkpoint's adapter as a PEFT folder, `<tag>/adapter/`, over its frozen base: `init_from`,
+    or when the run added vocabulary rows that base with them, exported once beside the run (`base_hf/`), so
+    that `PeftModel.from_pretrained` has a base of the right shape."""
+    from training import checkpoint, hf_init
     from training.export import export_hf, export_peft_adapter
-    from training.lora import LoRAConfig, merged_state_dict
+    from training.lora import is_adapter_param
 
     cfg = trainer.cfg
     a = cfg.adapter
-    base = hf_init.extend_vocabulary(hf_init.weights(cfg.init_from), trainer.model_cfg.vocab_size)
     base_folder = cfg.init_from
     if trainer.vocab_added:
         base_folder = os.path.join(cfg.checkpoint.dir, "base_hf")
         if not os.path.exists(os.path.join(base_folder, "config.json")):
+            base = hf_init.extend_vocabulary(hf_init.weights(cfg.init_from), trainer.model_cfg.vocab_size)
             export_hf(base, trainer.model_cfg, base_folder, tokenizer_model_path=cfg.tokenizer_model or None)
-    folder = export_peft_adapter(adapter_state, a.rank, a.alpha, a.dropout, a.target_modules,
-                                 os.path.join(tag_dir, "adapter"), base_model=os.path.abspath(base_folder))  # fmt: skip
-    merged = merged_state_dict(base | adapter_state, LoRAConfig(a.rank, a.alpha, a.dropout, list(a.target_modules)))
-    return merged, str(folder)
+    tag = os.path.basename(tag_dir)
+    adapter = {k: v for k, v in checkpoint.consolidated_state_dict(cfg.checkpoint.dir, tag).items() if is_adapter_param(k)}
+    folder = export_peft_adapter(adapter, a.rank, a.alpha, a.dropout, a.target_modules, os.path.join(tag_dir, "adapter"),
+                                 base_model=os.path.abspath(base_folder))  # fmt: skip
+    return str(folder)
 
 
 def _record_error(rank: str, err: BaseException) -> None:

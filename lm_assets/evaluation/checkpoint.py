@@ -176,7 +176,7 @@ def ensure_hf_export(checkpoint_dir: str | Path, tag: str, tokenizer_model: str 
     if not (out / "config.json").exists():
         if not (checkpoint_dir / tag / "layout.json").exists():
             raise FileNotFoundError(checkpoint_dir / tag / "layout.json")
-        state = checkpoint.consolidated_state_dict(checkpoint_dir, tag)
+        state = checkpoint.model_state_dict(checkpoint_dir, tag)  # an adapter checkpoint: merged into its base
         export_hf(state, checkpoint.model_config(checkpoint_dir, tag), out, tokenizer_model_path=str(tokenizer_model))
     return out
 

@@ -113,8 +113,8 @@ def test_dpo_with_a_lora_adapter_on_two_tensor_parallel_ranks(dpo_inputs, tmp_pa
     lora = ["adapter.type=lora", "adapter.rank=4", "adapter.alpha=8", "adapter.target_modules=q_proj,v_proj,o_proj,down_proj",
             "optim.lr=2e-2", "dpo.beta=0.5"]  # fmt: skip
     summaries: list = []
-    live = run_ok(2, dpo_args(data, base, tmp_path / "live", "parallel.tp=2", "dpo.reference=adapter-disabled", *lora),
-                  summaries=summaries)  # fmt: skip
+    live = run_ok(2, dpo_args(data, base, tmp_path / "live", "parallel.tp=2", "dpo.reference=adapter-disabled",
+                              "checkpoint.save_every=5", *lora), summaries=summaries)  # fmt: skip
     precomputed = run_ok(2, dpo_args(data, base, None, "parallel.tp=2", *lora))
     assert losses(live) == pytest.approx(losses(precomputed), abs=1e-5)  # the same reference, either way
     assert np.mean(losses(live)[-3:]) < np.log(2) - 0.01
@@ -142,6 +142,14 @@ def test_dpo_with_a_lora_adapter_on_two_tensor_parallel_ranks(dpo_inputs, tmp_pa
         plain = LlamaForCausalLM.from_pretrained(base, torch_dtype=torch.float32)(ids).logits
     assert torch.allclose(theirs, ours, atol=1e-5)
     assert (theirs - plain).abs().max() > 1e-4  # the adapter is not a no-op
+
+    from training import checkpoint, hf_init
+
+    earlier = checkpoint.model_state_dict(tmp_path / "live", "step_00000005")  # what evaluation exports of any tag
+    frozen = hf_init.weights(base)
+    assert set(earlier) == set(frozen)
+    assert torch.equal(earlier["layers.0.attn.k_proj.weight"], frozen["layers.0.attn.k_proj.weight"])  # not a target
+    assert not torch.allclose(earlier["layers.0.attn.q_proj.weight"], frozen["layers.0.attn.q_proj.weight"])
 
 
 def config(*assignments: str) -> TrainConfig:

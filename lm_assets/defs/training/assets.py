@@ -317,7 +317,7 @@ def launch_training(
 
 
 # What training_run's overview shows first: how the loss went, then the rest as the run reported it.
-RUN_STORY = ("curves", "final_loss", "min_loss", "min_loss_step", "loss_rose_at_end", "val_loss", "val_loss_step",
+RUN_STORY = ("curves", "reward_curve", "dpo_validation", "adapter", "final_loss", "min_loss", "min_loss_step", "loss_rose_at_end", "val_loss", "val_loss_step",
              "lr_curve", "checkpoints", "steps", "tokens", "tokens_per_s", "mfu", "training_plan")
 
 
@@ -398,6 +398,8 @@ def with_curves(result):
         extra["curves"] = dg.MetadataValue.md(curves_markdown(history))
         if any(m.get("lr") is not None for m in history):
             extra["lr_curve"] = dg.MetadataValue.md(lr_markdown(history))
+        if any(m.get("reward_margin") is not None for m in history):
+            extra["reward_curve"] = dg.MetadataValue.md(reward_markdown(history))
     png = result.metadata.get("curves_png")
     if png is not None and Path(png.value).exists():
         data = base64.b64encode(Path(png.value).read_bytes()).decode()
@@ -418,6 +420,20 @@ def curves_markdown(history: list[dict]) -> str:
     if vals:
         caption += f" · val loss {vals[-1][1]:.3f} at step {vals[-1][0]} (red dots)"
     return inline_line_chart("loss", caption, [(losses, "blue")], [(vals, "red")] if vals else [])
+
+
+def reward_markdown(history: list[dict]) -> str:
+    """DPO's inline chart: the reward margin per step (chosen minus rejected reward), the validation margins
+    as dots, the last reward accuracies in the caption."""
+    margins = [(m["step"], m["reward_margin"]) for m in history if m.get("reward_margin") is not None]
+    vals = [(m["step"], m["val_reward_margin"]) for m in history if m.get("val_reward_margin") is not None]
+    last = history[-1]
+    caption = (f"reward margin (green) {margins[0][1]:.3f} → {margins[-1][1]:.3f}, reward accuracy of the last step "
+               f"{last.get('reward_accuracy', 0):.2f}")  # fmt: skip
+    val = next((m for m in reversed(history) if m.get("val_reward_accuracy") is not None), None)
+    if val is not None:
+        caption += f" · held-back pairs: accuracy {val['val_reward_accuracy']:.2f}, margin {val['val_reward_margin']:.3f} (red dots)"
+    return inline_line_chart("reward margin", caption, [(margins, "green")], [(vals, "red")] if vals else [])
 
 
 def lr_markdown(history: list[dict]) -> str:
