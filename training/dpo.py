@@ -89,12 +89,11 @@ class ReferenceScores:
 
 
 def validation_rows(n_rows: int, batches: int, dp: int, micro_batch_size: int) -> list[list[int]]:
-    """The validation rows of each micro-batch, for every data-parallel rank: `out[i * dp + r]` is rank r's
-    i-th micro-batch. The first `batches * dp * micro_batch_size` rows (fewer when the split is shorter),
-    in file order, whole micro-batches only."""
-    per = dp * micro_batch_size
-    n = min(batches, n_rows // per)
-    return [list(range(k * micro_batch_size, (k + 1) * micro_batch_size)) for k in range(n * dp)]
+    """The validation rows by micro-batch: the first `batches * dp * micro_batch_size` rows (all, when the split
+    is shorter), in file order, in micro-batches of `micro_batch_size` (the last may be short); data-parallel
+    rank r reads micro-batches r, r + dp, ... Every held-back pair counts, however few there are."""
+    rows = list(range(min(n_rows, batches * dp * micro_batch_size)))
+    return [rows[k : k + micro_batch_size] for k in range(0, len(rows), micro_batch_size)]
 
 
 class DpoObjective:

@@ -693,6 +693,8 @@ class Trainer:
         return None
 
     def validation_batches(self) -> int:
+        if self.dpo is not None:  # DPO reads every held-back pair, in micro-batches the last of which may be short
+            return len(self.dpo_val_rows())
         per_batch = self.dims.dp * self.cfg.micro_batch_size
         return min(self.cfg.validation.batches, len(self.val_dataset) // per_batch)
 

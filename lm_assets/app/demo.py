@@ -266,6 +266,17 @@ def main() -> int:
     preferences = instance.get_latest_materialization_event(dg.AssetKey("preference_data")).asset_materialization.metadata
     print(f"Preferences:      {preferences['pairs'].value} preference pairs (shipped, English and Chinese), "
           f"{preferences['dropped'].value} quarantined")
+    dpo = instance.get_latest_materialization_event(dg.AssetKey("dpo_run")).asset_materialization.metadata
+    dpo_checkpoint = instance.get_latest_materialization_event(dg.AssetKey("dpo_checkpoint")).asset_materialization.metadata
+    aligned = next(k for k in reversed(instance.get_dynamic_partitions("checkpoints")) if k.startswith("dpo-"))
+    if "val_reward_accuracy" in dpo:
+        held_back = (f"on held-back pairs reward accuracy {dpo['val_reward_accuracy_start'].value:.2f} → "
+                     f"{dpo['val_reward_accuracy'].value:.2f}, margin {dpo['val_reward_margin_start'].value:.3f} → "
+                     f"{dpo['val_reward_margin'].value:.3f}, KL to the reference {dpo['val_kl'].value:.4f}")  # fmt: skip
+    else:
+        held_back = f"no held-back pairs measured ({dpo['validation'].value})"
+    print(f"Alignment (DPO):  {dpo['steps'].value} steps from {tuned}, {held_back}; {aligned} exported: "
+          f"{dpo_checkpoint['hf_export'].value}")
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.uri(CLUSTERS_KEY)}, {store.uri('tokenizer')}/, {store.uri(PACKED_FOLDER)}/")
     print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")

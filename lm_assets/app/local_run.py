@@ -40,6 +40,7 @@ DEMO_RUN_CONFIG = {
         # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
         "sft_dataset": {"config": {"seq_len": 257}},
         "sft_run": {"config": SAMPLE["sft_run"]},
+        "dpo_run": {"config": SAMPLE["dpo_run"]},
     }
 }
 

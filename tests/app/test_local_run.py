@@ -23,10 +23,10 @@ def test_the_whole_graph_in_topological_order():
         ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None), ("sft_dataset_job", None),
         ("tokenized_shard_job", "a"), ("tokenized_shard_job", "b"), ("packing_job", None), ("training_job", None),
         ("sft_job", None), ("evaluation_job", "every checkpoint"), ("human_ratings_job", None),
-        ("preference_data_job", None), ("preference_dataset_job", None),
+        ("preference_data_job", None), ("preference_dataset_job", None), ("dpo_job", None),
     ]
     assert steps[1][2] == "raw_shard → extracted_shard"
-    assert steps[-4][2] == ("ceval_score, checkpoint_samples, continuation_scores, humaneval_score, mmlu_score, perplexity, "
+    assert steps[-5][2] == ("ceval_score, checkpoint_samples, continuation_scores, humaneval_score, mmlu_score, perplexity, "
                             "position_perplexity")
     # Every asset of the graph is materialized by exactly one of the runs' jobs.
     covered = [key for job in {job.name: job for job, _, _ in steps}.values() for key in job.asset_layer.executable_asset_keys]

@@ -343,11 +343,22 @@ class SftRunConfig(TrainingRunConfig):
                                   description="sequences per rank per micro-step")
     max_seq_len: int | None = Field(default=sft_default("max_seq_len", None),
                                     description="the model's context; unset: the base checkpoint's")
+    adapter: str = Field(default="none", description="`lora`: low-rank adapters on the target layers, the rest frozen; "
+                         "only the adapters train and are saved, exported as a PEFT folder and merged. `none`: every weight")
+    adapter_rank: int = Field(default=8, ge=1, description="the adapters' rank r")
+    adapter_alpha: float = Field(default=16.0, gt=0, description="the adapters' alpha: their update is scaled by alpha / r")
+    adapter_dropout: float = Field(default=0.0, ge=0, lt=1, description="dropout on the adapters' input while training")
+    adapter_targets: list[str] = Field(default=["q_proj", "k_proj", "v_proj", "o_proj"],
+                                       description="the layers adapted, of q_proj, k_proj, v_proj, o_proj, gate_proj, "
+                                       "up_proj, down_proj")  # fmt: skip
 
     def train_config(self, data: str, checkpoint_dir: str, tokenizer_model: str, seq_len: int) -> dict:
         # The base checkpoint's architecture and context, unless max_seq_len says otherwise.
         base = super().train_config(data, checkpoint_dir, tokenizer_model, seq_len)
-        return base | {"model_overrides": [f"max_seq_len={self.max_seq_len}"] if self.max_seq_len else []}
+        adapter = {"type": self.adapter, "rank": self.adapter_rank, "alpha": self.adapter_alpha,
+                   "dropout": self.adapter_dropout, "target_modules": list(self.adapter_targets)}  # fmt: skip
+        return base | {"model_overrides": [f"max_seq_len={self.max_seq_len}"] if self.max_seq_len else [],
+                       "adapter": adapter}  # fmt: skip
 
 
 def base_checkpoint(context: dg.AssetExecutionContext, store, config: SftRunConfig) -> tuple[str, str]:
@@ -394,4 +405,77 @@ def sft_run_and_checkpoint(
         context, config, storage, training_launcher, pipes_subprocess_client, data_key=SFT_KEYS["packed"],
         tokenizer_key=SFT_KEYS["tokenizer"], path_settings={"init_from": base_key},
         settings={"run_asset": "sft_run", "checkpoint_asset": "sft_checkpoint"},
+    )
+
+
+def dpo_default(field: str, fallback):
+    """dpo_run's default for `field`: the sample crawl's under `make ui`, else its own."""
+    return launchpad_default("dpo_run", field, fallback)
+
+
+class DpoRunConfig(SftRunConfig):
+    """Direct preference optimization: sft_run's knobs, DPO's own, starting from a fine-tuned checkpoint."""
+
+    run_name: str = Field(
+        default="dpo", description="the alignment run's name: its checkpoints go under `checkpoints/<run_name>/` and "
+        "their partitions are `<run_name>-step_<n>`, evaluated as every checkpoint is",
+    )
+    base_run: str = Field(default="sft", description="with base_checkpoint empty: the run whose latest checkpoint is "
+                          "taken (the reference DPO stays near)")  # fmt: skip
+    steps: int = Field(default=dpo_default("steps", 100), description="optimizer steps the run ends at" + defaults_note("dpo_run"))
+    lr: float = Field(default=dpo_default("lr", 5e-6), description="peak learning rate, after warmup, decayed by a cosine "
+                      "to a tenth of it (DPO's is far below fine-tuning's; with adapters, higher)")  # fmt: skip
+    warmup_steps: int = Field(default=dpo_default("warmup_steps", 10), description="steps of linear warmup to lr")
+    micro_batch_size: int = Field(default=dpo_default("micro_batch_size", TRAIN_DEFAULTS.micro_batch_size),
+                                  description="preference pairs per rank per micro-step (a pair to a row)")
+    beta: float = Field(default=dpo_default("beta", 0.1), gt=0, description="DPO's beta: how far from the reference "
+                        "the policy may move (higher: closer)")  # fmt: skip
+    label_smoothing: float = Field(default=0.0, ge=0, lt=0.5, description="conservative DPO: the probability that a "
+                                   "pair's preference is flipped (0: plain DPO)")  # fmt: skip
+    loss_type: str = Field(default="sigmoid", description="`sigmoid` (DPO, and cDPO with label_smoothing) or `robust` (rDPO)")
+    reference: str = Field(
+        default="precomputed", description="the reference is the checkpoint DPO starts from: `precomputed`, its "
+        "log-probabilities of every pair computed once before the first step (one model held, a resume exact), or "
+        "with an adapter `adapter-disabled`, the base with the adapter switched off beside each step",
+    )
+
+    def train_config(self, data: str, checkpoint_dir: str, tokenizer_model: str, seq_len: int) -> dict:
+        dpo = {"beta": self.beta, "label_smoothing": self.label_smoothing, "loss_type": self.loss_type,
+               "reference": self.reference}  # fmt: skip
+        return super().train_config(data, checkpoint_dir, tokenizer_model, seq_len) | {"objective": "dpo", "dpo": dpo}
+
+
+@dg.multi_asset(
+    name="dpo_run",  # the op, and the key of its run config: `ops: {dpo_run: {config: ...}}`
+    specs=[
+        dg.AssetSpec("dpo_run", deps=[preference_dataset, "sft_checkpoint"], group_name="sft", kinds={"deepspeed", "pytorch"},
+                     description="Direct preference optimization of a fine-tuned checkpoint (default: sft's latest) on "
+                     "preference_dataset: the same training program, engine, layouts (data and tensor parallel, ZeRO) "
+                     "and Pipes; the reference is the starting checkpoint, its scores precomputed; reward accuracy, "
+                     "margin and KL to the reference on held-back pairs at the start and the end."),
+        dg.AssetSpec("dpo_checkpoint", deps=[preference_dataset, "sft_checkpoint"], group_name="sft",
+                     kinds={"deepspeed", "safetensors"},
+                     description="The alignment run's checkpoints, each a `checkpoints` partition (`dpo-step_N`) "
+                     "evaluated like any other, the latest exported for HF with the chat template (with an adapter: "
+                     "a PEFT adapter folder too)."),
+    ],
+)
+def dpo_run_and_checkpoint(
+    context: dg.AssetExecutionContext,
+    config: DpoRunConfig,
+    storage: StorageResource,
+    training_launcher: TrainingLauncher,
+    pipes_subprocess_client: dg.PipesSubprocessClient,
+):
+    store = storage.storage()
+    if not store.exists(f"{PREFERENCE_KEYS['packed']}/manifest.json"):
+        raise dg.Failure("no preference_dataset yet: materialize it first")
+    if not store.exists(SFT_KEYS["tokenizer"]):
+        raise dg.Failure("no sft_dataset yet (its tokenizer, with the chat markers, is the pairs'): materialize it first")
+    base_key, chosen = base_checkpoint(context, store, config)
+    context.log.info(f"aligning {chosen} ({base_key}) with preference pairs")
+    yield from launch_training(
+        context, config, storage, training_launcher, pipes_subprocess_client, data_key=PREFERENCE_KEYS["packed"],
+        tokenizer_key=SFT_KEYS["tokenizer"], path_settings={"init_from": base_key},
+        settings={"run_asset": "dpo_run", "checkpoint_asset": "dpo_checkpoint"},
     )

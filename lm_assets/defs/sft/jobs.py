@@ -13,4 +13,7 @@ sft_dataset_job = stage_job("sft_dataset_job", "sft", ("sft_dataset",),
 sft_job = stage_job("sft_job", "training", ("sft_run", "sft_checkpoint"),
                     "Supervised fine-tuning of a pretraining checkpoint on sft_dataset.")
 
-JOBS = [instruction_data_job, preference_data_job, preference_dataset_job, sft_dataset_job, sft_job]
+dpo_job = stage_job("dpo_job", "training", ("dpo_run", "dpo_checkpoint"),
+                    "Direct preference optimization of a fine-tuned checkpoint on preference_dataset.")
+
+JOBS = [instruction_data_job, preference_data_job, preference_dataset_job, sft_dataset_job, sft_job, dpo_job]
