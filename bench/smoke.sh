@@ -74,6 +74,7 @@ LANE_B=(
     "$PY bench/extraction_quality.py --smoke"
     "$PY bench/dev_set/make_test_slice.py --smoke"
     "$PY bench/quality_transfer.py --smoke"
+    "$PY bench/lora_footprint.py --smoke"
 )
 ran=("${LANE_A[@]}" "${LANE_B[@]}")
 

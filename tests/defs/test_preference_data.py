@@ -37,16 +37,16 @@ def test_shipped_and_team_pairs_are_validated_decontaminated_and_accounted_for(t
                  "landing": LandingResource(root=str(tmp_path / "landing"), s3=s3_resource_from_env())}
     result = dg.materialize([preference_data], instance=dg.DagsterInstance.ephemeral(), resources=resources)
     meta = result.get_asset_materialization_events()[0].materialization.metadata
-    assert meta["pairs"].value == len(shipped) + 1 == 33
+    assert meta["pairs"].value == len(shipped) + 1 == 65
     assert meta["rows_read"].value == len(shipped) + 5 and meta["checked_against"].value == "mmlu"
-    assert meta["by_language"].value == {"": 1, "en": 16, "zh": 16}
+    assert meta["by_language"].value == {"": 1, "en": 32, "zh": 32}
     assert meta["from_ratings"].value.startswith("1 pair(s) from 5 rated samples")
     rated = store.read_parquet(PREFERENCE_KEYS["pairs"]).filter(pl.col("file").str.contains("rated samples"))
     assert rated.select("chosen", "rejected").rows() == [("Blue is a colour.", "xq zzv")]
     dropped = store.read_parquet(PREFERENCE_KEYS["dropped"])
     assert dropped.filter(pl.col("file").str.ends_with("team.jsonl")).select("line", "reason").sort("line").rows() == [
         (1, "duplicate"), (2, "contamination:mmlu"), (3, "missing_side"), (4, "not_utf8")]
-    assert store.read_parquet(PREFERENCE_KEYS["pairs"]).height == 33
+    assert store.read_parquet(PREFERENCE_KEYS["pairs"]).height == 65
 
     # preference_dataset: each pair one row, the chat format of sft_dataset, each answer's tokens marked
     texts = [json.dumps(r, ensure_ascii=False) for r in shipped]
@@ -55,7 +55,7 @@ def test_shipped_and_team_pairs_are_validated_decontaminated_and_accounted_for(t
     packed = dg.materialize([preference_dataset], instance=dg.DagsterInstance.ephemeral(), resources={"storage": resources["storage"]},
                             run_config={"ops": {"preference_dataset": {"config": {"seq_len": 160, "val_fraction": 0.25}}}})
     meta = packed.get_asset_materialization_events()[0].materialization.metadata
-    assert sum(meta["pairs"].value.values()) + meta["too_long"].value == 33 and meta["pairs"].value["val"] > 0
+    assert sum(meta["pairs"].value.values()) + meta["too_long"].value == 65 and meta["pairs"].value["val"] > 0
     folder = store.local_path(PREFERENCE_KEYS["packed"])
     manifest = json.loads((folder / "manifest.json").read_text())
     rows = np.fromfile(folder / "train.bin", dtype=manifest["dtype"]).reshape(-1, 160)

@@ -190,3 +190,28 @@ def test_lm_data_is_refused_for_dpo(tmp_path):
     rc, _, stderr = launch(1, [f"data={packed}", "objective=dpo", "steps=1", "vocab_size=300"], launcher="python")
     assert rc != 0 and "objective=dpo needs preference data" in stderr
     assert json.loads((packed / "manifest.json").read_text())["splits"]["train"]["sequences"] == 16
+
+
+@slow
+def test_fine_tuning_with_a_lora_adapter_resumes_exactly_from_adapter_only_checkpoints(tmp_path):
+    """`sft_run`'s adapter path: the next-token objective, the adapters alone trained and saved, and a killed run
+    resumed over the frozen base (loaded from init_from again) continuing as if never interrupted."""
+    from tests.training.test_training_parallel import write_packed
+
+    data = write_packed(tmp_path / "lm", n_seq=64)
+    base = tiny_hf_llama(tmp_path / "base", 300)
+    args = [f"data={data}", f"init_from={base}", "steps=8", "micro_batch_size=4", "optim.lr=1e-2", "optim.warmup_steps=1",
+            "adapter.type=lora", "adapter.rank=4", "adapter.target_modules=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+            "checkpoint.save_every=4", "loader.num_workers=0", "validation.batches=0"]  # fmt: skip
+    whole = run_ok(2, args + [f"checkpoint.dir={tmp_path / 'whole'}"])
+    assert np.mean(losses(whole)[-2:]) < losses(whole)[0] - 0.05
+    killed = tmp_path / "killed"
+    rc, _, stderr = launch(2, args + [f"checkpoint.dir={killed}", "debug.fail_at_step=6"])
+    assert rc != 0 and "injected failure before step 6" in stderr
+    after = run_ok(2, args + [f"checkpoint.dir={killed}"])
+    assert [m["step"] for m in after] == [5, 6, 7, 8]
+    assert losses(after) == losses(whole)[4:]
+    for module in saved_modules(killed / "step_00000008"):
+        assert module and all(k.endswith((".lora_A", ".lora_B")) for k in module)
+    rc, _, stderr = launch(1, args + [f"checkpoint.dir={killed}", "steps=10", "micro_batch_size=8"])
+    assert rc != 0 and "holds adapter weights only; resume it with the layout it was saved with" in stderr

@@ -19,7 +19,7 @@ SAMPLE = {
     # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
     "sft_run": {"steps": 40, "lr": 3e-3, "micro_batch_size": 4, "warmup_steps": 4},
     # Aligning the fine-tuned checkpoint on the shipped preference pairs: a few passes over them, one process.
-    "dpo_run": {"steps": 30, "lr": 1e-3, "micro_batch_size": 4, "warmup_steps": 3},
+    "dpo_run": {"steps": 30, "lr": 1e-4, "micro_batch_size": 4, "warmup_steps": 3},
 }
 PROFILES = {"sample": SAMPLE}
 

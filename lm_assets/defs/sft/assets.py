@@ -125,7 +125,7 @@ def accounting(kept: pl.DataFrame, dropped: pl.DataFrame, files: list, benchmark
 
 class PreferenceDataConfig(dg.Config):
     include_shipped: bool = Field(
-        default=True, description=f"also the preference pairs the project ships ({SHIPPED_PREFERENCES}: 32 pairs, "
+        default=True, description=f"also the preference pairs the project ships ({SHIPPED_PREFERENCES}: 64 pairs, "
         "English and Chinese)",
     )
     mmlu_path: str | None = Field(
