@@ -575,7 +575,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="score a seeded noisy copy of the export instead (noise std = SCALE x each matrix's std)")
     p.add_argument("--write-tasks", action="store_true", help="only write the task files (into the output folder)")
     p.add_argument("--smoke", action="store_true", help="seconds: a tiny random model, 2 questions of one subject")
+    p.add_argument("--tasks", default=None, help="the task suite instead of MMLU: comma-separated names of "
+                   "lm_assets.evaluation.tasks (or 'all'), each read from --task-data/<name> folders or the shipped "
+                   "samples; --num-fewshot then defaults to 0")  # fmt: skip
+    p.add_argument("--task-data", type=Path, default=None,
+                   help="a folder holding each task's release in a folder named as the shipped samples are")
     args = p.parse_args(argv)
+    if args.tasks is not None:
+        return suite_main(args)
     if args.smoke:
         args.subjects, args.limit = DEFAULT_SUBJECTS[0], 2
 
@@ -646,6 +653,56 @@ def main(argv: list[str] | None = None) -> int:
           f"log-likelihoods: {report['lm_eval_per_sample_acc_mismatches']} mismatches; "
           f"time lm-eval {report['seconds']['lm_eval']} s, ours {report['seconds']['ours']} s")
     print(json.dumps(report, sort_keys=True))
+    return 0
+
+
+def suite_checkpoint(out: Path) -> Path:
+    """A tiny random model with a byte-fallback tokenizer trained on the shipped task samples (English and
+    Chinese), exported to `out/suite-hf/`."""
+    from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
+    from training.config import from_preset
+    from training.export import export_hf
+    from training.model import Transformer
+
+    hf_dir = out / "suite-hf"
+    if is_export(hf_dir):
+        return hf_dir
+    texts = [p.read_text(encoding="utf-8") for p in sorted((REPO / "data/eval/tasks").rglob("*")) if p.suffix in
+             (".jsonl", ".csv", ".tsv")]  # fmt: skip
+    trained = train_tokenizer(texts * 3, TokenizerConfig(vocab_size=1500, num_threads=1, hard_vocab_limit=False),
+                              out / "suite-tokenizer")  # fmt: skip
+    cfg = from_preset("tiny", trained.vocab_size, max_seq_len=2048)
+    return export_hf(Transformer(cfg, seed=0).eval(), cfg, hf_dir, tokenizer_model_path=trained.path)
+
+
+def suite_main(args) -> int:
+    """The task suite, lm-eval against ours (bench/benchlib/task_agreement.py)."""
+    from benchlib.task_agreement import agreement
+
+    from lm_assets.defs.evaluation.tasks import SAMPLE_FOLDERS
+    from lm_assets.evaluation.tasks import TASK_NAMES
+
+    out = out_dir("eval_agreement") / "suite"
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_DATASETS_CACHE", str(out / "hf_datasets"))
+    tasks = list(TASK_NAMES) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = sorted(set(tasks) - set(TASK_NAMES))
+    if unknown:
+        sys.exit(f"unknown tasks: {', '.join(unknown)}; the suite: {', '.join(TASK_NAMES)}")
+    root = args.task_data or REPO / "data/eval/tasks"
+    paths = {t: root / SAMPLE_FOLDERS[t] for t in tasks}
+    shots = 0 if args.num_fewshot == NUM_FEWSHOT else args.num_fewshot
+    limit = 2 if args.smoke and args.limit is None else args.limit
+    hf_dir = args.hf_dir or suite_checkpoint(out)
+    rows = agreement(hf_dir, tasks, paths, out, shots, limit, args.batch_size)
+    print(f"\nThe task suite {shots}-shot, lm-eval against ours, model {hf_dir}, data {root}")
+    print(f"{'task':<16} {'questions':>9} {'prompts identical':>18} {'predictions agree':>18} {'max |Δ loglik|':>15}")
+    for r in rows:
+        print(f"{r['task']:<16} {r['questions']:>9} {r['prompts_identical']:>18} {r['predictions_agree']:>18} "
+              f"{r['max_abs_loglikelihood_diff']:>15.3g}")
+    print(json.dumps({"shots": shots, "hf_dir": str(hf_dir), "data": str(root), "tasks": rows}, sort_keys=True))
     return 0
 
 

@@ -23,6 +23,7 @@ from lm_assets.app.local_run import DEMO_RUN_CONFIG, LaunchedRuns, run_shard_gra
 from lm_assets.defs.common.environment import project_path
 from lm_assets.defs.common.reporting import latest_metadata, series_value
 from lm_assets.defs.common.resources import default_resources
+from lm_assets.defs.evaluation.tasks import SCORE_ASSETS
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS
 from lm_assets.storage.accounting import reason_counts
 from lm_assets.storage.layout import (
@@ -249,6 +250,13 @@ def main() -> int:
         f"HumanEval pass@1 {score('humaneval_score', 'pass@1'):.3f} on {scores['humaneval_score']['subset'].value}, "
         "run in the sandbox"
     )
+    suite = latest_metadata(instance, dg.AssetKey("benchmark_suite"), pretrained)
+    if suite is not None:
+        tasks = [name.removesuffix("_score") for name in SCORE_ASSETS]
+        shown = [f"{t} {series_value(suite, pretrained, f'{t}/acc'):.2f}" for t in tasks
+                 if series_value(suite, pretrained, f"{t}/acc") is not None]  # fmt: skip
+        print(f"Task suite:       {', '.join(shown)} (acc, zero-shot, on the shipped samples; chance beside each in "
+              "benchmark_suite)")
     instructions = instance.get_latest_materialization_event(dg.AssetKey("instruction_data")).asset_materialization.metadata
     sft = instance.get_latest_materialization_event(dg.AssetKey("sft_run")).asset_materialization.metadata
     sft_checkpoint = instance.get_latest_materialization_event(dg.AssetKey("sft_checkpoint")).asset_materialization.metadata

@@ -55,7 +55,8 @@ class MCQuestion:
     """One multiple-choice question, ready to score.
 
     `context` is the whole prompt; the continuations scored are `TARGET_DELIMITER + c` for `c` in
-    `choices`; `gold` is the index of the right choice. `index` is the question's row number within
+    `choices` (a multiple-input question instead scores `TARGET_DELIMITER + target` after each of
+`contexts`); `gold` is the index of the right choice. `index` is the question's row number within
     its subject's split (file order, from 0). `shots` is the number of worked examples in `context`.
     """
 
@@ -68,10 +69,21 @@ class MCQuestion:
     choices: tuple[str, ...]
     gold: int
     shots: int
+    # A multiple-input question (lm-eval's WinoGrande): each choice is a whole context (few-shot examples and
+    # all), every one continued by the same `target`. Empty for the usual one context, several answers.
+    contexts: tuple[str, ...] = ()
+    target: str = ""
 
     @property
     def continuations(self) -> list[str]:
         return [TARGET_DELIMITER + c for c in self.choices]
+
+    @property
+    def items(self) -> list[tuple[str, list[str]]]:
+        """`(context, continuations)` to score, in choice order: one item, or one per context."""
+        if self.contexts:
+            return [(context, [TARGET_DELIMITER + self.target]) for context in self.contexts]
+        return [(self.context, self.continuations)]
 
 
 def mmlu_description(subject: str) -> str:

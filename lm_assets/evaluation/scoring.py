@@ -271,7 +271,12 @@ def score_questions(
     out: list[dict] = []
     for lo in range(0, len(questions), chunk_questions):
         chunk = questions[lo : lo + chunk_questions]
-        encoded = encode_many(em, [(q.context, q.continuations) for q in chunk])
+        items = [q.items for q in chunk]
+        flat = encode_many(em, [item for question in items for item in question])
+        encoded, at = [], 0
+        for question in items:  # each question's pairs, in choice order, whether it has one context or several
+            encoded.append([pair for pairs in flat[at : at + len(question)] for pair in pairs])
+            at += len(question)
         requests, groups = [], []
         for q_index, pairs in enumerate(encoded):
             requests.extend(pairs)
@@ -299,7 +304,7 @@ def score_questions(
                     "pred_norm": pred_norm,
                     "acc": float(pred == q.gold),
                     "acc_norm": float(pred_norm == q.gold),
-                    "context_tokens": len(pairs[0][0]),
+                    "context_tokens": max(len(ctx) for ctx, _ in pairs),
                     "truncated": longest > em.max_length + 1,
                 }
             )

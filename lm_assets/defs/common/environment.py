@@ -29,6 +29,7 @@ VARIABLES = {
     "LM_ASSETS_QUALITY_POLICY": "who decides quality in curated_shard",
     "LM_ASSETS_MMLU_PATH": "MMLU, for decontamination and the MMLU score",
     "LM_ASSETS_CEVAL_PATH": "C-Eval, for the C-Eval score",
+    "LM_ASSETS_EVAL_TASKS_DIR": "the task suite's releases, a folder each (hellaswag/, arc/ARC-Easy/, ..., as data/eval/tasks/)",
     "LM_ASSETS_VOCAB_SIZE": "the tokenizer's vocabulary",
     "LM_ASSETS_SEQ_LEN": "the packed sequence length",
     "LM_ASSETS_DUCKDB_TEMP_DIR": "where dedup's DuckDB spills",

@@ -30,7 +30,7 @@ from lm_assets.defs.common.reporting import (
 )
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.curation.assets import ToxicityRulesConfig
-from lm_assets.defs.evaluation.jobs import evaluation_job
+from lm_assets.defs.evaluation.jobs import EVALUATION_ASSET_NAMES, evaluation_job
 from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings
 from lm_assets.evaluation.stats import question_blind_chance
@@ -102,7 +102,9 @@ def question_table(result: dict) -> pl.DataFrame:
         "gold": [r["gold"] for r in rows],
         "prediction": [r["pred"] for r in rows],
         "prediction_norm": [r["pred_norm"] for r in rows],
-        **{f"loglikelihood_{letter}": [float(r["loglikelihoods"][i]) for r in rows] for i, letter in enumerate("ABCD")},
+        # One column per choice (A, B, ...); a question with fewer choices than the widest leaves the rest empty.
+        **{f"loglikelihood_{chr(65 + i)}": [float(r["loglikelihoods"][i]) if i < len(r["loglikelihoods"]) else None
+                                            for r in rows] for i in range(max(len(r["loglikelihoods"]) for r in rows))},
         "context_tokens": [r["context_tokens"] for r in rows],
         "truncated": [bool(r["truncated"]) for r in rows],
     })
@@ -780,8 +782,7 @@ def benchmark_selection(path: str, benchmark: str, split: str, subjects: list[st
     return expected, f"{chosen}{per_subject}{data}, {split} split"
 
 
-EVALUATION_ASSETS = (perplexity, position_perplexity, mmlu_score, ceval_score, humaneval_score, continuation_scores,
-                     checkpoint_samples)
+EVALUATION_KEYS = tuple(dg.AssetKey(name) for name in EVALUATION_ASSET_NAMES)  # the evaluation job's assets
 
 
 
@@ -794,7 +795,7 @@ def checkpoint_evaluation_sensor(context: dg.SensorEvaluationContext) -> dg.Sens
     A checkpoint missing all of them gets the whole job (run key `evaluate:<checkpoint>`); one missing
     some, e.g. an asset added since it was evaluated, gets those alone, under a run key that names them."""
     checkpoints = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
-    done = {a.key: context.instance.get_materialized_partitions(a.key) for a in EVALUATION_ASSETS}
+    done = {key: context.instance.get_materialized_partitions(key) for key in EVALUATION_KEYS}
     requests = []
     for k in checkpoints:
         missing = [key for key, partitions in done.items() if k not in partitions]
