@@ -578,6 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", default=None, help="the task suite instead of MMLU: comma-separated names of "
                    "lm_assets.evaluation.tasks (or 'all'), each read from --task-data/<name> folders or the shipped "
                    "samples; --num-fewshot then defaults to 0")  # fmt: skip
+    p.add_argument("--bias-data", type=Path, default=None, help="folder with crows_pairs/, bbq/ and cbbq/ as the releases "
+                   "ship them (default: the shipped samples, data/eval/bias)")
     p.add_argument("--task-data", type=Path, default=None,
                    help="a folder holding each task's release in a folder named as the shipped samples are")
     args = p.parse_args(argv)
@@ -677,7 +679,7 @@ def suite_checkpoint(out: Path) -> Path:
 
 def suite_main(args) -> int:
     """The task suite, lm-eval against ours (bench/benchlib/task_agreement.py)."""
-    from benchlib.task_agreement import agreement
+    from benchlib.task_agreement import BIAS_FOLDERS, BIAS_TASKS, agreement, bias_agreement
 
     from lm_assets.defs.evaluation.tasks import SAMPLE_FOLDERS
     from lm_assets.evaluation.tasks import TASK_NAMES
@@ -687,22 +689,31 @@ def suite_main(args) -> int:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("HF_DATASETS_CACHE", str(out / "hf_datasets"))
-    tasks = list(TASK_NAMES) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",") if t.strip()]
-    unknown = sorted(set(tasks) - set(TASK_NAMES))
+    every = (*TASK_NAMES, *BIAS_TASKS)
+    tasks = list(every) if args.tasks == "all" else [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = sorted(set(tasks) - set(every))
     if unknown:
-        sys.exit(f"unknown tasks: {', '.join(unknown)}; the suite: {', '.join(TASK_NAMES)}")
+        sys.exit(f"unknown tasks: {', '.join(unknown)}; the suite: {', '.join(every)}")
+    suite, bias = [t for t in tasks if t in TASK_NAMES], [t for t in tasks if t in BIAS_TASKS]
     root = args.task_data or REPO / "data/eval/tasks"
-    paths = {t: root / SAMPLE_FOLDERS[t] for t in tasks}
+    bias_root = args.bias_data or REPO / "data/eval/bias"
     shots = 0 if args.num_fewshot == NUM_FEWSHOT else args.num_fewshot
     limit = 2 if args.smoke and args.limit is None else args.limit
     hf_dir = args.hf_dir or suite_checkpoint(out)
-    rows = agreement(hf_dir, tasks, paths, out, shots, limit, args.batch_size)
-    print(f"\nThe task suite {shots}-shot, lm-eval against ours, model {hf_dir}, data {root}")
-    print(f"{'task':<16} {'questions':>9} {'prompts identical':>18} {'predictions agree':>18} {'max |Δ loglik|':>15}")
+    rows = agreement(hf_dir, suite, {t: root / SAMPLE_FOLDERS[t] for t in suite}, out, shots, limit, args.batch_size) if suite else []
+    if bias:
+        rows += bias_agreement(hf_dir, bias, {t: bias_root / BIAS_FOLDERS[t] for t in bias}, out / "bias", limit, args.batch_size)
+    print(f"\nThe task suite {shots}-shot (bias sets 0-shot), lm-eval against ours, model {hf_dir}, data {root}, {bias_root}")
+    print(f"{'task':<20} {'questions':>9} {'prompts identical':>18} {'predictions agree':>18} {'max |Δ loglik|':>15} {'max |Δ metric|':>15}")
     for r in rows:
-        print(f"{r['task']:<16} {r['questions']:>9} {r['prompts_identical']:>18} {r['predictions_agree']:>18} "
-              f"{r['max_abs_loglikelihood_diff']:>15.3g}")
-    print(json.dumps({"shots": shots, "hf_dir": str(hf_dir), "data": str(root), "tasks": rows}, sort_keys=True))
+        metric = f"{r['max_abs_metric_diff']:>15.3g}" if "max_abs_metric_diff" in r else f"{'':>15}"
+        print(f"{r['task']:<20} {r['questions']:>9} {r['prompts_identical']:>18} {r['predictions_agree']:>18} "
+              f"{r['max_abs_loglikelihood_diff']:>15.3g} {metric}")
+    for r in rows:
+        for metric, (lm_eval_value, ours) in r.get("metrics", {}).items():
+            print(f"  {r['task']} {metric}: lm-eval {lm_eval_value} ours {ours}")
+    print(json.dumps({"shots": shots, "hf_dir": str(hf_dir), "data": str(root), "bias_data": str(bias_root), "tasks": rows},
+                     sort_keys=True, default=str))
     return 0
 
 

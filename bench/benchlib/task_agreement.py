@@ -150,3 +150,110 @@ def agreement(hf_dir: Path, tasks: list[str], paths: dict[str, Path], out: Path,
     for row in rows:
         row["lm_eval_seconds_all_tasks"] = round(their_seconds, 1)
     return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Bias: crows_pairs_english, bbq, and cbbq (lm-eval's bbq with Chinese unknown answers)
+# ---------------------------------------------------------------------------------------------
+
+BIAS_TASKS = ("crows_pairs_english", "bbq", "cbbq")
+BIAS_FOLDERS = {"crows_pairs_english": "crows_pairs", "bbq": "bbq", "cbbq": "cbbq"}
+BIAS_METRICS = {"crows_pairs_english": ("likelihood_diff", "pct_stereotype"),
+                "bbq": ("acc", "accuracy_amb", "accuracy_disamb", "amb_bias_score", "disamb_bias_score")}  # fmt: skip
+BIAS_METRICS["cbbq"] = BIAS_METRICS["bbq"]
+
+
+def _cbbq_utils(upstream: Path, categories: list[str]) -> str:
+    """lm-eval's bbq utils with its unknown answers and categories swapped for the Chinese set's."""
+    from lm_assets.evaluation.bias import UNKNOWN_ZH
+
+    source = (upstream / "bbq" / "utils.py").read_text()
+    start = source.index("UNKNOWN_RESPONSES = [")
+    end = source.index("]", start) + 1
+    source = source[:start] + f"UNKNOWN_RESPONSES = {list(UNKNOWN_ZH)!r}" + source[end:]
+    start = source.index("    CATEGORIES = [")
+    end = source.index("]", start) + 1
+    return source[:start] + f"    CATEGORIES = {categories!r}" + source[end:]
+
+
+def write_bias_tasks(tasks: list[str], paths: dict[str, Path], out: Path) -> dict[str, str]:
+    """A local lm-eval task per bias set, reading the release's rows as JSON lines; returns the local names."""
+    import lm_eval
+
+    from lm_assets.evaluation.bias import read_bbq, read_crows_pairs
+
+    upstream = Path(lm_eval.__file__).parent / "tasks"
+    task_dir = out / "tasks"
+    task_dir.mkdir(parents=True, exist_ok=True)
+    names = {}
+    for name in tasks:
+        local = f"local_{name}"
+        rows = read_crows_pairs(paths[name]) if name == "crows_pairs_english" else read_bbq(paths[name])
+        files = {"test": _jsonl(out / "data" / name / "test.jsonl", rows)}
+        if name == "cbbq":
+            categories = list(dict.fromkeys(r["category"] for r in rows))
+            (task_dir / "cbbq_utils.py").write_text(_cbbq_utils(upstream, categories))
+            metrics = [(m, f"agg_{m if m.endswith('bias_score') else m}") for m in BIAS_METRICS["bbq"][1:]]
+            metrics += [(f"{kind}_bias_score_{c}", f"agg_{kind}_bias_scores") for c in categories for kind in ("amb", "disamb")]
+            lines = [f"task: {local}", f"include: {(upstream / 'bbq' / 'bbq_multiple_choice.yaml').as_posix()}",
+                     "dataset_path: json", "dataset_name: null", "dataset_kwargs:", "  data_files:",
+                     f"    test: {files['test']}", "process_docs: !function cbbq_utils.process_docs",
+                     "process_results: !function cbbq_utils.process_results_multiple_choice",
+                     "doc_to_target: !function cbbq_utils.doc_to_target", "doc_to_choice: !function cbbq_utils.doc_to_choice",
+                     "metric_list:", "  - metric: acc", "    aggregation: mean", "    higher_is_better: true"]  # fmt: skip
+            aggregation = {"accuracy_amb": "agg_accuracy_amb", "accuracy_disamb": "agg_accuracy_disamb",
+                           "amb_bias_score": "agg_amb_bias_scores", "disamb_bias_score": "agg_disamb_bias_scores"}  # fmt: skip
+            for metric, _ in metrics:
+                agg = aggregation.get(metric) or ("agg_amb_bias_scores" if metric.startswith("amb") else "agg_disamb_bias_scores")
+                lines += [f"  - metric: {metric}", f"    aggregation: !function cbbq_utils.{agg}", "    higher_is_better: false"]
+            (task_dir / f"{local}.yaml").write_text("\n".join(lines) + "\n")
+        else:
+            _write_yaml(task_dir / f"{local}.yaml", local, upstream / ("crows_pairs/crows_pairs_english.yaml" if name ==
+                        "crows_pairs_english" else "bbq/bbq_multiple_choice.yaml"), files)  # fmt: skip
+        names[name] = local
+    return names
+
+
+def bias_agreement(hf_dir: Path, tasks: list[str], paths: dict[str, Path], out: Path, limit: int | None = None,
+                   batch_size: int = 16) -> list[dict]:  # fmt: skip
+    """Both sides on each bias set: per question, identical requests, the same choice and log-likelihoods; and
+    lm-eval's aggregated metrics against ours."""
+    import torch
+
+    from lm_assets.evaluation.bias import (UNKNOWN_EN, UNKNOWN_ZH, bbq_summary, crows_pairs_questions,
+                                           crows_pairs_summary, load_bbq, read_crows_pairs)  # fmt: skip
+    from lm_assets.evaluation.checkpoint import load_model
+    from lm_assets.evaluation.scoring import score_questions
+
+    names = write_bias_tasks(tasks, paths, out)
+    theirs = run_lm_eval(hf_dir, out / "tasks", list(names.values()), 0, limit, batch_size)
+    em = load_model(hf_dir, device="cpu", dtype=torch.float32)
+    rows = []
+    for name in tasks:
+        if name == "crows_pairs_english":
+            docs = read_crows_pairs(paths[name])[:limit]
+            questions = crows_pairs_questions(docs)
+            scored = score_questions(em, questions)
+            summary = crows_pairs_summary(docs, scored)["overall"]
+        else:
+            unknowns = UNKNOWN_EN if name == "bbq" else UNKNOWN_ZH
+            docs, questions = load_bbq(paths[name], name, unknowns)
+            docs, questions = docs[:limit], questions[:limit]
+            scored = score_questions(em, questions)
+            summary = bbq_summary(docs, scored, unknowns)["overall"]
+        samples = theirs["samples"][names[name]]
+        same_prompt = same_pred = 0
+        max_diff = 0.0
+        for i, (q, s) in enumerate(zip(questions, scored)):
+            sample = samples[i]
+            same_prompt += [tuple(a) for a in sample["arguments"]] == [(q.context, c) for c in q.continuations]
+            lls = [float(r[0]) for r in sample["filtered_resps"]]
+            same_pred += int(np.argmax(lls)) == s["pred"]
+            max_diff = max(max_diff, max(abs(a - b) for a, b in zip(lls, s["loglikelihoods"])))
+        result = theirs["results"][names[name]]
+        metrics = {m: (result.get(f"{m},none"), summary[m]) for m in BIAS_METRICS[name]}
+        metric_diff = max((abs(a - b) for a, b in metrics.values() if a is not None and a == a and b == b), default=0.0)
+        rows.append({"task": name, "questions": len(questions), "prompts_identical": same_prompt,
+                     "predictions_agree": same_pred, "max_abs_loglikelihood_diff": max_diff,
+                     "agreement": same_pred / len(questions), "metrics": metrics, "max_abs_metric_diff": metric_diff})  # fmt: skip
+    return rows

@@ -37,6 +37,7 @@ DEMO_RUN_CONFIG = {
         # A few MMLU subjects keep the demo quick; the asset's default is all 57.
         "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
         "continuation_scores": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
+        "safety_score": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
         # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
         "sft_dataset": {"config": {"seq_len": 257}},
         "sft_run": {"config": SAMPLE["sft_run"]},

@@ -73,16 +73,17 @@ class MCQuestion:
     # all), every one continued by the same `target`. Empty for the usual one context, several answers.
     contexts: tuple[str, ...] = ()
     target: str = ""
+    delimiter: str = TARGET_DELIMITER  # lm-eval's target_delimiter (CrowS-Pairs: "", whole sentences scored)
 
     @property
     def continuations(self) -> list[str]:
-        return [TARGET_DELIMITER + c for c in self.choices]
+        return [self.delimiter + c for c in self.choices]
 
     @property
     def items(self) -> list[tuple[str, list[str]]]:
         """`(context, continuations)` to score, in choice order: one item, or one per context."""
         if self.contexts:
-            return [(context, [TARGET_DELIMITER + self.target]) for context in self.contexts]
+            return [(context, [self.delimiter + self.target]) for context in self.contexts]
         return [(self.context, self.continuations)]
 
 

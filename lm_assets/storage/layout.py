@@ -118,6 +118,11 @@ def question_results_key(checkpoint: str, benchmark: str) -> str:
     return f"evaluation/{checkpoint}/{benchmark}_questions.parquet"
 
 
+def safety_answers_key(checkpoint: str) -> str:
+    """Every safety prompt a checkpoint answered, with the answer's verdict and the reason for it."""
+    return f"evaluation/{checkpoint}/safety_answers.parquet"
+
+
 def continuations_key(checkpoint: str) -> str:
     """Held-out documents' true and generated continuations, with their scores, for a checkpoint."""
     return f"evaluation/{checkpoint}/continuations.parquet"

@@ -26,9 +26,10 @@ def test_the_whole_graph_in_topological_order():
         ("preference_data_job", None), ("preference_dataset_job", None), ("dpo_job", None),
     ]
     assert steps[1][2] == "raw_shard → extracted_shard"
-    assert steps[-5][2] == ("arc_challenge_score, arc_easy_score, boolq_score, ceval_score, checkpoint_samples, cmmlu_score, "
-                            "continuation_scores, hellaswag_score, humaneval_score, mmlu_score, perplexity, piqa_score, "
-                            "position_perplexity, winogrande_score, xcopa_zh_score, xstorycloze_zh_score → benchmark_suite")
+    assert steps[-5][2] == ("arc_challenge_score, arc_easy_score, bbq_score, boolq_score, cbbq_score, ceval_score, "
+                            "checkpoint_samples, cmmlu_score, continuation_scores, crows_pairs_score, hellaswag_score, "
+                            "humaneval_score, mmlu_score, perplexity, piqa_score, position_perplexity, safety_score, "
+                            "winogrande_score, xcopa_zh_score, xstorycloze_zh_score → benchmark_suite")
     # Every asset of the graph is materialized by exactly one of the runs' jobs.
     covered = [key for job in {job.name: job for job, _, _ in steps}.values() for key in job.asset_layer.executable_asset_keys]
     assert sorted(covered) == sorted(defs.resolve_asset_graph().get_all_asset_keys())

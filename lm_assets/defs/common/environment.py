@@ -30,6 +30,8 @@ VARIABLES = {
     "LM_ASSETS_MMLU_PATH": "MMLU, for decontamination and the MMLU score",
     "LM_ASSETS_CEVAL_PATH": "C-Eval, for the C-Eval score",
     "LM_ASSETS_EVAL_TASKS_DIR": "the task suite's releases, a folder each (hellaswag/, arc/ARC-Easy/, ..., as data/eval/tasks/)",
+    "LM_ASSETS_SAFETY_DIR": "harmful and benign look-alike prompts (AdvBench, Do-Not-Answer, XSTest layouts), as data/eval/safety/",
+    "LM_ASSETS_BIAS_DIR": "the bias sets, a folder each (crows_pairs/, bbq/, cbbq/), as data/eval/bias/",
     "LM_ASSETS_VOCAB_SIZE": "the tokenizer's vocabulary",
     "LM_ASSETS_SEQ_LEN": "the packed sequence length",
     "LM_ASSETS_DUCKDB_TEMP_DIR": "where dedup's DuckDB spills",
