@@ -569,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--subjects", default=",".join(DEFAULT_SUBJECTS), help="comma-separated, or 'all' (57 subjects)")
     p.add_argument("--limit", type=int, default=None, help="at most N test questions per subject")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--num-fewshot", type=int, default=NUM_FEWSHOT, help="shots from dev (the task files say 5)")
+    p.add_argument("--num-fewshot", type=int, default=None, help="shots (MMLU: from dev, default 5, as the task files "
+                   "say; --tasks: default 0)")
     p.add_argument("--ours", choices=["auto", "lm_assets", "reference"], default="lm_assets")
     p.add_argument("--perturb", type=float, default=None, metavar="SCALE",
                    help="score a seeded noisy copy of the export instead (noise std = SCALE x each matrix's std)")
@@ -585,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.tasks is not None:
         return suite_main(args)
+    args.num_fewshot = NUM_FEWSHOT if args.num_fewshot is None else args.num_fewshot
     if args.smoke:
         args.subjects, args.limit = DEFAULT_SUBJECTS[0], 2
 
@@ -697,9 +699,11 @@ def suite_main(args) -> int:
     suite, bias = [t for t in tasks if t in TASK_NAMES], [t for t in tasks if t in BIAS_TASKS]
     root = args.task_data or REPO / "data/eval/tasks"
     bias_root = args.bias_data or REPO / "data/eval/bias"
-    shots = 0 if args.num_fewshot == NUM_FEWSHOT else args.num_fewshot
+    shots = args.num_fewshot or 0
     limit = 2 if args.smoke and args.limit is None else args.limit
     hf_dir = args.hf_dir or suite_checkpoint(out)
+    if args.perturb is not None:  # answers that depend on the question, so that the bias scores are not all 0
+        hf_dir = perturbed_copy(hf_dir, out, args.perturb)
     rows = agreement(hf_dir, suite, {t: root / SAMPLE_FOLDERS[t] for t in suite}, out, shots, limit, args.batch_size) if suite else []
     if bias:
         rows += bias_agreement(hf_dir, bias, {t: bias_root / BIAS_FOLDERS[t] for t in bias}, out / "bias", limit, args.batch_size)

@@ -57,6 +57,7 @@ LANE_A=(
     "$PY bench/train_cpu.py --smoke"
     "$PY bench/curation.py --smoke"
     "$PY bench/eval_agreement.py --smoke"
+    "$PY bench/eval_agreement.py --tasks all --smoke"
     "$PY bench/humaneval_agreement.py --smoke"
     "$PY bench/tokens.py --smoke"
     "$PY bench/reliability.py --smoke"

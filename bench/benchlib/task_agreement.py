@@ -60,20 +60,21 @@ def write_local_tasks(tasks: list[str], paths: dict[str, Path], out: Path) -> di
             continue
         docs = task.read(find(path, task.eval_files, name))
         files = {scored: _jsonl(out / "data" / name / f"{scored}.jsonl", docs)}
+        extra = []
         try:
             examples = task.read(find(path, task.fewshot_files, name))
             files[fewshot] = _jsonl(out / "data" / name / f"{fewshot}.jsonl", examples)
-        except FileNotFoundError:
-            pass
+        except FileNotFoundError:  # zero-shot only: lm-eval would still load the split its yaml names
+            extra = [f"{'training' if fewshot == 'train' else 'validation'}_split: null"]
         local = f"local_{name}"
-        _write_yaml(task_dir / f"{local}.yaml", local, upstream / UPSTREAM[name], files)
+        _write_yaml(task_dir / f"{local}.yaml", local, upstream / UPSTREAM[name], files, extra)
         names[name] = [local]
     return names
 
 
-def _write_yaml(path: Path, task: str, include: Path, files: dict[str, str]) -> None:
+def _write_yaml(path: Path, task: str, include: Path, files: dict[str, str], extra: list[str] = ()) -> None:
     lines = [f"task: {task}", f"include: {include.as_posix()}", "dataset_path: json", "dataset_name: null",
-             "dataset_kwargs:", "  data_files:"] + [f"    {split}: {file}" for split, file in files.items()]  # fmt: skip
+             "dataset_kwargs:", "  data_files:"] + [f"    {split}: {file}" for split, file in files.items()] + list(extra)  # fmt: skip
     path.write_text("\n".join(lines) + "\n")
 
 
