@@ -118,3 +118,20 @@ def test_every_shipped_sample_loads_zero_and_few_shot():
         assert all(0 <= q.gold < len(q.choices) for q in zero), name
         assert all(q.shots == 2 and len(q.context) > len(z.context) for q, z in zip(few, zero)), name
     assert read_rows(__import__("pathlib").Path(f"{SAMPLES}/piqa/valid.jsonl"))[0].keys() == {"goal", "sol1", "sol2"}
+
+
+def test_the_hugging_face_parquet_copies_load_as_the_releases_do(tmp_path):
+    """The copies lm-eval loads (`validation-*.parquet`): HellaSwag's fields, BoolQ's super_glue `label`."""
+    import polars as pl
+
+    (tmp_path / "hellaswag").mkdir()
+    pl.DataFrame([{"ind": 1, "activity_label": "Cooking", "ctx_a": "A man cracks an egg.", "ctx_b": "he", "ctx": "",
+                   "endings": ["whisks it.", "eats the shell.", "sings.", "sleeps."], "source_id": "x", "split": "val",
+                   "split_type": "indomain", "label": "0"}]).write_parquet(tmp_path / "hellaswag" / "validation-00000-of-00001.parquet")
+    (q,) = load_task(TASKS["hellaswag"], tmp_path / "hellaswag")
+    assert q.context == "Cooking: A man cracks an egg. He" and q.gold == 0 and q.choices[0] == "whisks it."
+    (tmp_path / "boolq").mkdir()
+    pl.DataFrame([{"question": "is ice cold", "passage": "Ice is frozen water.", "idx": 0, "label": 1}]).write_parquet(
+        tmp_path / "boolq" / "validation-00000-of-00001.parquet")
+    (q,) = load_task(TASKS["boolq"], tmp_path / "boolq")
+    assert q.context == "Ice is frozen water.\nQuestion: is ice cold?\nAnswer:" and q.gold == 1
