@@ -76,8 +76,11 @@ def _prompts_of(path: Path, rows: list[dict]) -> list[SafetyPrompt]:
     else:
         raise ValueError(f"{path}: not a prompt set this reads (AdvBench: goal, target; Do-Not-Answer: question, "
                          f"risk_area; XSTest: prompt, type, label); its columns are {sorted(columns)}")  # fmt: skip
+    empty = [i for i, (text, *_) in enumerate(made) if not (text or "").strip()]
+    if empty:
+        raise ValueError(f"{path}: rows {empty} (from 0, after the header) have no prompt")
     return [SafetyPrompt(text.strip(), harmful, source, category, language_of(text), path.name, i)
-            for i, (text, harmful, source, category) in enumerate(made) if text and text.strip()]  # fmt: skip
+            for i, (text, harmful, source, category) in enumerate(made)]  # fmt: skip
 
 
 def read_safety_prompts(path: str | Path) -> list[SafetyPrompt]:
