@@ -194,8 +194,7 @@ def write_bias_tasks(tasks: list[str], paths: dict[str, Path], out: Path) -> dic
         if name == "cbbq":
             categories = list(dict.fromkeys(r["category"] for r in rows))
             (task_dir / "cbbq_utils.py").write_text(_cbbq_utils(upstream, categories))
-            metrics = [(m, f"agg_{m if m.endswith('bias_score') else m}") for m in BIAS_METRICS["bbq"][1:]]
-            metrics += [(f"{kind}_bias_score_{c}", f"agg_{kind}_bias_scores") for c in categories for kind in ("amb", "disamb")]
+            metrics = [*BIAS_METRICS["bbq"][1:], *(f"{kind}_bias_score_{c}" for c in categories for kind in ("amb", "disamb"))]
             lines = [f"task: {local}", f"include: {(upstream / 'bbq' / 'bbq_multiple_choice.yaml').as_posix()}",
                      "dataset_path: json", "dataset_name: null", "dataset_kwargs:", "  data_files:",
                      f"    test: {files['test']}", "process_docs: !function cbbq_utils.process_docs",
@@ -204,7 +203,7 @@ def write_bias_tasks(tasks: list[str], paths: dict[str, Path], out: Path) -> dic
                      "metric_list:", "  - metric: acc", "    aggregation: mean", "    higher_is_better: true"]  # fmt: skip
             aggregation = {"accuracy_amb": "agg_accuracy_amb", "accuracy_disamb": "agg_accuracy_disamb",
                            "amb_bias_score": "agg_amb_bias_scores", "disamb_bias_score": "agg_disamb_bias_scores"}  # fmt: skip
-            for metric, _ in metrics:
+            for metric in metrics:
                 agg = aggregation.get(metric) or ("agg_amb_bias_scores" if metric.startswith("amb") else "agg_disamb_bias_scores")
                 lines += [f"  - metric: {metric}", f"    aggregation: !function cbbq_utils.{agg}", "    higher_is_better: false"]
             (task_dir / f"{local}.yaml").write_text("\n".join(lines) + "\n")

@@ -296,37 +296,32 @@ def main() -> int:
 
 def print_safety_and_bias(instance: dg.DagsterInstance, pretrained: str) -> None:
     """Refusal on the latest fine-tuned checkpoint (a chat model), toxicity on the base one, and the bias scores."""
+
+    def shown(asset: str, checkpoint: str, name: str) -> str:
+        value = series_value(latest_metadata(instance, dg.AssetKey(asset), checkpoint), checkpoint, name)
+        return "n/a" if value is None else f"{value:.2f}"
+
     tuned = [k for k in instance.get_dynamic_partitions("checkpoints") if k.startswith("sft-")
              and latest_metadata(instance, dg.AssetKey("safety_score"), k) is not None]  # fmt: skip
     parts = []
     if tuned:
-        meta = latest_metadata(instance, dg.AssetKey("safety_score"), tuned[-1])
-
-        def rate(name: str) -> str:
-            value = series_value(meta, tuned[-1], name)
-            return "n/a" if value is None else f"{value:.2f}"
-
+        rate = lambda name: shown("safety_score", tuned[-1], name)  # noqa: E731
         parts.append(f"{tuned[-1]} (chat) refuses {rate('refusal_rate')} of harmful prompts (en {rate('refusal_rate_en')}, "
                      f"zh {rate('refusal_rate_zh')}) and {rate('over_refusal_rate')} of benign look-alikes")
     base = latest_metadata(instance, dg.AssetKey("safety_score"), pretrained)
     if base is not None:
-        toxic = series_value(base, pretrained, "harmful_toxic_share")
         parts.append(f"{pretrained} (base): refusal not meaningful, toxic share of its continuations "
-                     f"{'n/a' if toxic is None else f'{toxic:.2f}'}")
+                     f"{shown('safety_score', pretrained, 'harmful_toxic_share')}")
     if parts:
         print(f"Safety:           {'; '.join(parts)} ({base['prompts'].value if base else ''} prompts, shipped sample)")
-    crows = latest_metadata(instance, dg.AssetKey("crows_pairs_score"), pretrained)
-    bbq = {a: latest_metadata(instance, dg.AssetKey(f"{a}_score"), pretrained) for a in ("bbq", "cbbq")}
-    if crows is not None and all(bbq.values()):
-        def value(meta, name: str) -> str:
-            v = series_value(meta, pretrained, name)
-            return "n/a" if v is None else f"{v:.2f}"
-
-        print(f"Bias of {pretrained}: CrowS-Pairs pct_stereotype {value(crows, 'pct_stereotype')} (0.5: no preference); "
-              + "; ".join(f"{a.upper()} acc {value(m, 'acc')}, bias score ambiguous {value(m, 'amb_bias_score')}, "
-                          f"disambiguated {value(m, 'disamb_bias_score')}" for a, m in bbq.items())
+    bias = ("crows_pairs_score", "bbq_score", "cbbq_score")
+    if all(latest_metadata(instance, dg.AssetKey(a), pretrained) is not None for a in bias):
+        print(f"Bias of {pretrained}: CrowS-Pairs pct_stereotype {shown(bias[0], pretrained, 'pct_stereotype')} "
+              "(0.5: no preference); "
+              + "; ".join(f"{a.removesuffix('_score').upper()} acc {shown(a, pretrained, 'acc')}, bias score ambiguous "
+                          f"{shown(a, pretrained, 'amb_bias_score')}, disambiguated {shown(a, pretrained, 'disamb_bias_score')}"
+                          for a in bias[1:])
               + " (shipped samples)")
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -131,7 +131,7 @@ def bbq_choices(doc: dict, unknowns: Sequence[str] = UNKNOWN_EN) -> list[str]:
     if not own:
         raise ValueError(f"BBQ example {doc.get('example_id')}: none of its answers {choices} is an unknown answer "
                          f"({', '.join(unknowns)})")  # fmt: skip
-    choices.remove(list(set(choices) & set(unknowns))[0])
+    choices.remove(own[0])
     return choices + list(unknowns)
 
 

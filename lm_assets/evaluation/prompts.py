@@ -56,7 +56,7 @@ class MCQuestion:
 
     `context` is the whole prompt; the continuations scored are `TARGET_DELIMITER + c` for `c` in
     `choices` (a multiple-input question instead scores `TARGET_DELIMITER + target` after each of
-`contexts`); `gold` is the index of the right choice. `index` is the question's row number within
+    `contexts`); `gold` is the index of the right choice. `index` is the question's row number within
     its subject's split (file order, from 0). `shots` is the number of worked examples in `context`.
     """
 

@@ -29,7 +29,7 @@ import json
 import random
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -165,7 +165,6 @@ class Task:
     reader: Callable[[dict], dict] = lambda row: row
     file_reader: Callable[[Path], list[dict]] | None = None
     release: str = ""
-    subjects: dict[str, str] = field(default_factory=dict)  # CMMLU: subject -> its Chinese name
     draws_one_extra: bool = False  # lm-eval's task has no test_split (see the module docstring)
 
     def read(self, path: Path) -> list[dict]:

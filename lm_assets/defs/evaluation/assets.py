@@ -19,7 +19,13 @@ from lm_assets.charts import INLINE_LIMIT, inline_line_chart
 from lm_assets.corpus.decontam.contamination import SPLITS as BENCHMARK_SPLITS
 from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
-from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_environment, project_path, unset_means
+from lm_assets.defs.common.environment import (
+    DEFAULT_MMLU_PATH,
+    fill_from_environment,
+    from_environment,
+    project_path,
+    unset_means,
+)
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import (
     checkpoint_check_spec,
@@ -427,6 +433,15 @@ def held_out_documents_and_model(context, storage: StorageResource, config: Vali
     store = storage.storage()
     docs = validation_docs(store, config)
     return (store, docs, *load_checkpoint_model(store, context.partition_key, config))
+
+
+def evaluation_data(configured: str | None, variable: str, sample: str, folder: str = "") -> tuple[str, bool]:
+    """The configured path, else `folder` under $`variable`, else under the shipped `sample`; and whether it is
+    the shipped sample (original items, not the release)."""
+    if configured:
+        return configured, False
+    root = from_environment(None, variable, None)
+    return project_path(f"{root or sample}/{folder}".rstrip("/")), not root
 
 
 EVAL_DEPS = ["checkpoint", "sft_checkpoint"]  # pretraining and fine-tuning checkpoints are partitions alike

@@ -9,24 +9,20 @@ import polars as pl
 from pydantic import Field
 
 from lm_assets.defs.common.config import to_dataclass
-from lm_assets.defs.common.environment import from_environment, project_path
 from lm_assets.defs.common.reporting import markdown_table, run_series
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.curation.assets import ToxicityRulesConfig
-from lm_assets.defs.evaluation.assets import EvaluationDeviceConfig, evaluation_asset, load_checkpoint_model
+from lm_assets.defs.evaluation.assets import (
+    EvaluationDeviceConfig,
+    evaluation_asset,
+    evaluation_data,
+    load_checkpoint_model,
+)
 from lm_assets.storage.layout import question_results_key, safety_answers_key
 
 SAFETY_SAMPLE = "data/eval/safety"
 BIAS_SAMPLES = "data/eval/bias"
 SHIPPED = " (the shipped sample: original items, not the release)"
-
-
-def data_path(configured: str | None, variable: str, sample: str, folder: str = "") -> tuple[str, bool]:
-    """The configured path, else the folder under $`variable`, else the shipped sample; and whether it is the sample."""
-    if configured:
-        return configured, False
-    root = from_environment(None, variable, None)
-    return (project_path(f"{root}/{folder}".rstrip("/")), False) if root else (project_path(f"{sample}/{folder}".rstrip("/")), True)
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -54,7 +50,7 @@ def safety_score(context: dg.AssetExecutionContext, config: SafetyScoreConfig, s
     from lm_assets.evaluation.safety import REFUSAL_PHRASES_EN, REFUSAL_PHRASES_ZH, read_safety_prompts, score_safety
 
     store = storage.storage()
-    path, shipped = data_path(config.path, "LM_ASSETS_SAFETY_DIR", SAFETY_SAMPLE)
+    path, shipped = evaluation_data(config.path, "LM_ASSETS_SAFETY_DIR", SAFETY_SAMPLE)
     try:
         prompts = read_safety_prompts(path)[: config.limit]
     except (FileNotFoundError, ValueError, KeyError) as exc:
@@ -111,12 +107,6 @@ class BiasScoreConfig(EvaluationDeviceConfig):
     limit: int | None = Field(default=None, ge=1, description="only the first this many pairs or questions; unset: all")
 
 
-def _score(em, questions):
-    from lm_assets.evaluation.scoring import score_questions
-
-    return score_questions(em, questions)
-
-
 @evaluation_asset(
     description="CrowS-Pairs (English) as lm-evaluation-harness 0.4.13's `crows_pairs_english` scores it: each pair's two "
     "sentences scored whole; likelihood_diff (mean |Δ log-likelihood|) and pct_stereotype (the share of pairs where the "
@@ -124,15 +114,16 @@ def _score(em, questions):
 )
 def crows_pairs_score(context: dg.AssetExecutionContext, config: BiasScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
     from lm_assets.evaluation.bias import crows_pairs_questions, crows_pairs_summary, read_crows_pairs
+    from lm_assets.evaluation.scoring import score_questions
 
     store = storage.storage()
-    path, shipped = data_path(config.path, "LM_ASSETS_BIAS_DIR", BIAS_SAMPLES, "crows_pairs")
+    path, shipped = evaluation_data(config.path, "LM_ASSETS_BIAS_DIR", BIAS_SAMPLES, "crows_pairs")
     try:
         rows = read_crows_pairs(path)[: config.limit]
     except (FileNotFoundError, ValueError, KeyError) as exc:
         raise dg.Failure(f"crows_pairs_score: {exc} (the release: github.com/nyu-mll/crows-pairs)") from exc
     em, ran_on = load_checkpoint_model(store, context.partition_key, config)
-    scored = _score(em, crows_pairs_questions(rows))
+    scored = score_questions(em, crows_pairs_questions(rows))
     summary = crows_pairs_summary(rows, scored)
     pairs = pl.DataFrame([{**p, "sent_more": r["sent_more"], "sent_less": r["sent_less"],
                            "ll_more": s["loglikelihoods"][0], "ll_less": s["loglikelihoods"][1]}
@@ -164,17 +155,18 @@ def bbq_asset(name: str, task: str, folder: str, language: str, release: str):
     )
     def _bbq(context: dg.AssetExecutionContext, config: BiasScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
         from lm_assets.evaluation.bias import UNKNOWN_EN, UNKNOWN_ZH, bbq_summary, load_bbq
+        from lm_assets.evaluation.scoring import score_questions
 
         unknowns = UNKNOWN_EN if language == "en" else UNKNOWN_ZH
         store = storage.storage()
-        path, shipped = data_path(config.path, "LM_ASSETS_BIAS_DIR", BIAS_SAMPLES, folder)
+        path, shipped = evaluation_data(config.path, "LM_ASSETS_BIAS_DIR", BIAS_SAMPLES, folder)
         try:
             docs, questions = load_bbq(path, task, unknowns)
         except (FileNotFoundError, ValueError, KeyError) as exc:
             raise dg.Failure(f"{name}: {exc} (the release: {release})") from exc
         docs, questions = docs[: config.limit], questions[: config.limit]
         em, ran_on = load_checkpoint_model(store, context.partition_key, config)
-        scored = _score(em, questions)
+        scored = score_questions(em, questions)
         summary = bbq_summary(docs, scored, unknowns)
         table = pl.DataFrame([{"category": c, "questions": e["n"], **{k: _round(v) for k, v in e.items() if k != "n"}}
                               for c, e in summary["by_category"].items()])  # fmt: skip

@@ -3,14 +3,10 @@ ARC-Challenge, PIQA, WinoGrande and BoolQ in English, CMMLU, XStoryCloze-zh and 
 scored as lm-evaluation-harness 0.4.13 scores its task of that name (`lm_assets/evaluation/tasks.py`), and
 `benchmark_suite`, every score of a checkpoint beside its chance level."""
 
-
-from pathlib import Path
-
 import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.defs.common.environment import from_environment, project_path
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import latest_metadata, markdown_table, run_series, series_value
 from lm_assets.defs.common.resources import StorageResource
@@ -20,6 +16,7 @@ from lm_assets.defs.evaluation.assets import (
     accuracy_chart,
     benchmark_check_specs,
     evaluated,
+    evaluation_data,
     load_checkpoint_model,
     publish_questions,
     score_checks,
@@ -33,11 +30,6 @@ SAMPLE_FOLDERS = {"hellaswag": "hellaswag", "arc_easy": "arc/ARC-Easy", "arc_cha
                   "piqa": "piqa", "winogrande": "winogrande", "boolq": "boolq", "cmmlu": "cmmlu",
                   "xstorycloze_zh": "xstorycloze", "xcopa_zh": "xcopa"}  # fmt: skip
 SCORE_ASSETS = tuple(f"{name}_score" for name in TASKS)
-
-
-def default_path(task: str) -> str:
-    """The task's folder under $LM_ASSETS_EVAL_TASKS_DIR, else the shipped sample."""
-    return project_path(f"{from_environment(None, 'LM_ASSETS_EVAL_TASKS_DIR', SAMPLES)}/{SAMPLE_FOLDERS[task]}")
 
 
 class TaskScoreConfig(EvaluationDeviceConfig):
@@ -93,7 +85,7 @@ def task_score_asset(task: Task) -> dg.AssetsDefinition:
         from lm_assets.evaluation.tasks import chance, load_task
 
         store = storage.storage()
-        path = config.path or default_path(task.name)
+        path, shipped = evaluation_data(config.path, "LM_ASSETS_EVAL_TASKS_DIR", SAMPLES, SAMPLE_FOLDERS[task.name])
         try:
             questions = load_task(task, path, config.num_fewshot, config.limit)
         except (FileNotFoundError, ValueError, KeyError) as exc:
@@ -101,7 +93,6 @@ def task_score_asset(task: Task) -> dg.AssetsDefinition:
         em, ran_on = load_checkpoint_model(store, context.partition_key, config)
         result = evaluate_questions(em, questions, overall_over="subjects", details=True)
         result["chance"] = chance(task, questions)
-        shipped = Path(path).resolve().is_relative_to(Path(project_path(SAMPLES)).resolve())
         data = f"{path}" + (" (the shipped sample: original items, not the release)" if shipped else "")
         history = evaluated(context.instance, name, context.partition_key)
         return dg.MaterializeResult(
