@@ -36,6 +36,9 @@ DEMO_RUN_CONFIG = {
         "training_run": {"config": SAMPLE["training_run"]},
         # A few MMLU subjects keep the demo quick; the asset's default is all 57.
         "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
+        # HumanEval's first 40 problems: generating and sandboxing all 164 for each of the demo's five checkpoints
+        # is its slowest evaluation; the asset's default is all 164 (bench/humaneval_agreement.py runs them).
+        "humaneval_score": {"config": {"limit": 40}},
         "continuation_scores": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
         "safety_score": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
         # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
