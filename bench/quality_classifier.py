@@ -358,7 +358,7 @@ def wheel_probe(pages_path: Path, model_path: Path, config: ClassifierConfig) ->
     result["held_back_balanced_accuracy"] = first.metrics["balanced_accuracy"]
     result["same_bytes_on_a_second_run"] = train_classifier(examples, config, cross_validations=()).model == first.model
     # The same fastText training with malloc's memory as it comes.
-    data, _, _ = qc.prepare(examples, config)
+    data, _, _, _ = qc.prepare(examples, config)
     lines = qc.fasttext_lines(data.texts, data.keep, data.weight, config.balance_classes)
     models, failures = set(), 0
     for _ in range(8):

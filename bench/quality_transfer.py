@@ -1,40 +1,54 @@
-"""How the quality classifier's keep/drop decisions transfer: source-out against by-site, per labelled set and language.
+"""How the quality classifier's keep/drop decisions transfer: source-out against by-site, per labelled set, language
+and input path.
 
 Usage::
 
-    .venv/bin/python bench/quality_transfer.py [--variants default,before,...] [--folds 8] [--smoke]
+    .venv/bin/python bench/quality_transfer.py [--variants default,before,...] [--folds 8] [--pages FILE]
+                                               [--scores DIR] [--smoke]
 
 The pages are the shipped training pages (`lm_assets/quality_model/training_pages.parquet`: every labelled
-page of bench/dev_set, bench/transfer_set and bench/web_set, as tokens and signals), so it needs no crawl.
-Each page's source is the collection it was labelled in (a Debian package, a repository of saved pages,
-the blogs as one).
+page of bench/dev_set, bench/transfer_set and bench/web_set, and every text of bench/text_set, as tokens and
+signals), so it needs no crawl. Each page's source is the collection it was labelled in (a Debian package, a
+repository of saved pages, the blogs as one, a repository of crawled texts).
 
 For each variant, two nested cross-validations, each with `--folds` outer folds:
 - **source-out**: every source whole in one fold, as a crawl nobody here labelled would be;
 - **by site**: every site whole in one fold (sources are split across folds).
 Each outer fold is scored by a classifier trained, exactly as the shipped one is (its own inner
-cross-validation, calibration and per-language thresholds included), on the other folds only, and
-decided at that classifier's own thresholds: the figures are what a user of a classifier trained
-without their pages would get. Printed per labelled set and language: balanced accuracy, good
-retention (KEEP pages kept), junk rejection (DROP pages dropped), ROC AUC, and by site minus
-source-out (the gap).
+cross-validation, calibration and cuts included), on the other folds only, and decided at that
+classifier's own cuts: the figures are what a user of a classifier trained without their pages would get.
+Every held-out page is scored on two input paths:
+- **html**: as the page came (a page with HTML by the HTML stacker; a text of the text set by the text model);
+- **text**: its extracted text as a JSON Lines document without HTML (no `q_html_*` or `q_title_*` signal),
+  scored by the text model: what a corpus that others extracted gets.
+Printed per labelled set and language, the two paths side by side: balanced accuracy source-out and by site,
+good retention (KEEP pages kept), junk rejection (DROP pages dropped) and ROC AUC source-out; then each
+path's reliability curve per language (source-out scores in ten bins against the share labelled KEEP).
 
 Variants (`--variants`, comma-separated):
 - `default`: the shipped config (`ClassifierConfig()`);
-- `before`: the previous config: inner folds by site, no calibration;
+- `shipped-before`: the config shipped before the text path: no token signals, one model for every
+  document, one cut a language, 94 % retention floor;
+- `before`: an older config: inner folds by site, no calibration;
 - `text`: fastText alone, no rule signals;
 - `logistic`: the stacker a logistic regression instead of gradient boosting;
 - `logistic-strong`: the same with C = 0.1 (stronger regularization);
-- `no-retention-floor`: the threshold of highest balanced accuracy, without keeping 94 % of the good pages;
-- `retention-90`: the same among the cuts that keep 90 % of them;
+- `no-retention-floor`: the threshold of highest balanced accuracy, without a retention floor;
+- `retention-94`: the cuts among those that keep 94 % of the good pages (the floor before);
 - `no-calibration`: inner folds by source, scores not calibrated;
-- `site-folds`: inner folds by site, scores calibrated.
+- `site-folds`: inner folds by site, scores calibrated;
+- `no-text-model`: one stacker for every document, a document without HTML read as a page that is all text;
+- `no-token-signals`: without the spam and listing signals of the tokens (`token_signals.py`);
+- `text-model-no-url`: the text model without the URL's signals too;
+- `one-cut-a-language`: no cuts by page kind (article-like or link-heavy);
 - `ngram-lm`: the shipped config plus one page signal, the mean token log-probability under a bigram
   language model of the KEEP pages of other sources in the page's language (`benchlib/ngram_lm.py`, the
   CCNet perplexity signal with those pages as reference text): for the training pages from models of the
   other sources of the training folds, for the scored fold from a model of all training folds.
 
-`--smoke`: 300 pages, 3 folds, the default variant. The last line printed is one JSON object.
+`--pages` reads other training pages (a training_pages.parquet); `--scores DIR` writes each variant's
+out-of-fold scores and decisions per page to `DIR/<variant>.parquet`. `--smoke`: 300 pages, 3 folds, the
+default variant. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import json
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -59,10 +74,15 @@ VARIANTS = {
     "logistic": {"stacker": "logistic"},
     "logistic-strong": {"stacker": "logistic", "stacker_c": 0.1},
     "no-retention-floor": {"min_keep_retention": None},
-    "retention-90": {"min_keep_retention": 0.9},
+    "retention-94": {"min_keep_retention": 0.94},
     "no-calibration": {"calibrate": False},
     "site-folds": {"folds_by": "site"},
     "ngram-lm": {},
+    "no-text-model": {"text_model": False},
+    "no-token-signals": {"token_signals": ()},
+    "shipped-before": {"token_signals": (), "text_model": False, "cut_by_link_share": None, "min_keep_retention": 0.94},
+    "one-cut-a-language": {"cut_by_link_share": None},
+    "text-model-no-url": {"text_model_without": ("q_html_", "q_title_", "q_url_")},
 }
 # Variants that add a signal computed from the training folds' pages.
 LM_SIGNAL = "q_lm_keep_log_prob"
@@ -89,11 +109,23 @@ def with_lm_signal(pages: pl.DataFrame, reference: np.ndarray, scored: np.ndarra
     return pages.with_columns(pl.Series(LM_SIGNAL, np.nan_to_num(values, nan=float(np.nanmedian(values)))))
 
 
+def as_text_documents(pages: pl.DataFrame, without: tuple[str, ...] = ("q_html_", "q_title_")) -> pl.DataFrame:
+    """The pages as the text path reads them: each page's extracted text as a JSON Lines document, with no
+    HTML, so no signal that only HTML gives (the URL is kept: text shards carry it)."""
+    return pages.with_columns([pl.lit(None, dtype=pages.schema[name]).alias(name)
+                               for name in pages.columns if name.startswith(without)])
+
+
+PATHS = ("html", "text")
+
+
 def nested_decisions(pages: pl.DataFrame, config: qc.ClassifierConfig, by: str, folds: int,
-                     lm_signal: bool = False) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-    """Calibrated scores and keep decisions of every page, each by a classifier trained on the other folds."""
+                     lm_signal: bool = False) -> dict[str, tuple[np.ndarray, np.ndarray]]:  # fmt: skip
+    """Per input path, the calibrated scores and keep decisions of every page, each by a classifier trained
+    on the other folds: `html` as the page came (text-set rows have no HTML), `text` read as a document
+    without HTML."""
     fold = outer_folds(pages, by, folds)
-    scores, keep = np.zeros(pages.height), np.zeros(pages.height, dtype=bool)
+    out = {path: (np.zeros(pages.height), np.zeros(pages.height, dtype=bool)) for path in PATHS}
     for f in range(folds):
         inside = fold != f
         fold_pages = with_lm_signal(pages, inside, ~inside, folds) if lm_signal else pages
@@ -101,9 +133,13 @@ def nested_decisions(pages: pl.DataFrame, config: qc.ClassifierConfig, by: str, 
                                       cross_validations=())  # fmt: skip
         classifier = qc.QualityClassifier.from_bytes(trained.model)
         held = fold_pages.filter(pl.Series(~inside))
-        scores[~inside] = classifier.score(held)
-        keep[~inside] = scores[~inside] >= classifier.thresholds_for(held["lang"].to_list())
-    return scores, keep
+        for path in PATHS:
+            docs = held if path == "html" else as_text_documents(held)
+            scores, models = classifier.score_with_models(docs)
+            out[path][0][~inside] = scores
+            out[path][1][~inside] = scores >= classifier.thresholds_for(docs["lang"].to_list(), models,
+                                                                        classifier.page_kinds(docs))
+    return out
 
 
 def figures(pages: pl.DataFrame, scores: np.ndarray, decided: np.ndarray) -> dict:
@@ -132,23 +168,58 @@ def figures(pages: pl.DataFrame, scores: np.ndarray, decided: np.ndarray) -> dic
     return out
 
 
-def print_variant(name: str, source_out: dict, by_site: dict) -> None:
-    print(f"\n{name}: balanced accuracy source-out | by site | gap;  good retention, junk rejection, ROC AUC (source-out)")
-    for key, row in source_out.items():
-        site = by_site.get(key, {}).get("balanced_accuracy")
-        gap = f"{site - row['balanced_accuracy']:+.3f}" if site is not None else "   -  "
-        site = f"{site:.3f}" if site is not None else "  -  "
-        print(f"  {key:<15} {row['pages']:>5} pages  {row['balanced_accuracy']:.3f} | {site} | {gap}"
-              f"   {row['good_retention']:.3f}  {row['junk_rejection']:.3f}  {row['roc_auc']:.3f}")
+def print_variant(name: str, runs: dict) -> None:
+    """One row per labelled set and language: the HTML path and the text path side by side."""
+    print(f"\n{name}: balanced accuracy source-out | by site, then good retention, junk rejection and ROC AUC "
+          "source-out; HTML path, then text path (the page's text as a document without HTML)")
+    html, text = runs["source"]["html"], runs["source"]["text"]
+    for key, row in html.items():
+        cells = []
+        for path in PATHS:
+            src = runs["source"][path].get(key)
+            site = runs["site"][path].get(key, {}).get("balanced_accuracy")
+            cells.append(f"{src['balanced_accuracy']:.3f} | {site:.3f}  {src['good_retention']:.3f} "
+                         f"{src['junk_rejection']:.3f} {src['roc_auc']:.3f}" if src and site is not None else " " * 33)
+        print(f"  {key:<12} {row['pages']:>5}   html {cells[0]}   text {cells[1]}")
+
+
+def reliability_table(pages: pl.DataFrame, scores: np.ndarray, bins: int = 10) -> dict:
+    """Per language, the source-out scores in equal bins: pages, mean score and the share labelled KEEP (a
+    calibrated model's two columns agree)."""
+    truth, langs = pages["keep"].to_numpy(), pages["lang"].to_numpy()
+    which = np.minimum((scores * bins).astype(int), bins - 1)
+    out = {}
+    for lang in ("en", "zh"):
+        rows = []
+        for b in range(bins):
+            inside = (langs == lang) & (which == b)
+            if inside.any():
+                rows.append({"bin": f"{b / bins:.1f}-{(b + 1) / bins:.1f}", "pages": int(inside.sum()),
+                             "mean_score": round(float(scores[inside].mean()), 3),
+                             "keep_share": round(float(truth[inside].mean()), 3)})
+        out[lang] = rows
+    return out
+
+
+def print_reliability(name: str, tables: dict) -> None:
+    print(f"\n{name}: reliability source-out (bin: pages, mean score -> share labelled KEEP)")
+    for path, by_lang in tables.items():
+        for lang, rows in by_lang.items():
+            cells = "  ".join(f"{r['bin']}: {r['pages']} {r['mean_score']:.2f}->{r['keep_share']:.2f}" for r in rows)
+            print(f"  {path:<4} {lang}  {cells}")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--variants", default="default,before")
     parser.add_argument("--folds", type=int, default=8)
+    parser.add_argument("--pages", type=Path, default=None,
+                        help="training pages to read instead of the shipped ones (a training_pages.parquet)")
+    parser.add_argument("--scores", type=Path, default=None,
+                        help="a folder to write each variant's out-of-fold scores and decisions to (<variant>.parquet)")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args(argv)
-    pages = shipped.training_pages()
+    pages = pl.read_parquet(args.pages) if args.pages else shipped.training_pages()
     if args.smoke:
         pages = pages.sample(300, seed=0).sort("doc_id")
         args.folds, args.variants = 3, "default"
@@ -161,11 +232,20 @@ def main(argv=None) -> int:
     for name in args.variants.split(","):
         config = replace(qc.ClassifierConfig(), **VARIANTS[name])
         started = time.process_time()
-        runs = {by: figures(pages, *nested_decisions(pages, config, by, args.folds, name in WITH_LM_SIGNAL))
-                for by in ("source", "site")}
-        print_variant(name, runs["source"], runs["site"])
+        decided = {by: nested_decisions(pages, config, by, args.folds, name in WITH_LM_SIGNAL) for by in ("source", "site")}
+        runs = {by: {path: figures(pages, *d) for path, d in paths.items()} for by, paths in decided.items()}
+        curves = {path: reliability_table(pages, decided["source"][path][0]) for path in PATHS}
+        print_variant(name, runs)
+        print_reliability(name, curves)
         print(f"  ({time.process_time() - started:.0f} CPU-s)", flush=True)
-        results[name] = {"config": VARIANTS[name], "source_out": runs["source"], "by_site": runs["site"]}
+        results[name] = {"config": VARIANTS[name], "source_out": runs["source"], "by_site": runs["site"],
+                         "reliability_source_out": curves}
+        if args.scores:
+            args.scores.mkdir(parents=True, exist_ok=True)
+            pages.select("doc_id", "lang", "keep", "label_set", "collection").with_columns(
+                *[pl.Series(f"{by}_{path}", decided[by][path][0]) for by in decided for path in PATHS],
+                *[pl.Series(f"{by}_{path}_keep", decided[by][path][1]) for by in decided for path in PATHS],
+            ).write_parquet(args.scores / f"{name}.parquet")
     print(json.dumps({"command": command_line(), "pages": pages.height, "folds": args.folds, "variants": results}))
     return 0
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "scripts"))
 
 from lm_assets.corpus.audit.curation_eval import read_labels  # noqa: E402
 from lm_assets.corpus.quality import shipped as quality_model  # noqa: E402
@@ -96,13 +97,42 @@ def build_pages() -> "quality_model.pl.DataFrame":
     return with_collections(pl.concat(frames, how="diagonal_relaxed"), labelled_sets())
 
 
+TEXT_LABELS = REPO / "bench" / "text_set" / "labels.jsonl"
+
+
+def text_set_pages(texts: Path) -> "quality_model.pl.DataFrame":
+    """The labelled text set (bench/text_set/, built by scripts/build_text_set.py into `texts`) as training pages:
+    each text read as the pipeline reads a JSON Lines shard, past language ID, its repository its collection."""
+    import polars as pl
+    from build_text_set import document_url
+
+    rows = [json.loads(line) for line in TEXT_LABELS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    labels = pl.DataFrame({"url": [document_url(r) for r in rows], "label": [r["label"] for r in rows],
+                           "confidence": [r["confidence"] for r in rows]})
+    examples = quality_model.labelled_examples([texts], labels, html_only=False)
+    print(f"text: {labels.height} labels, {examples.height} texts past language ID ({int(examples['keep'].sum())} KEEP)")
+    repo_of = {document_url(r): r["repo"] for r in rows}
+    examples = examples.with_columns(
+        pl.concat_str(pl.lit("text/"), "doc_id").alias("doc_id"),
+        pl.col("url").replace_strict(repo_of, return_dtype=pl.String).alias("collection"),
+    )
+    return quality_model.compact_pages(examples, "text")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", action="store_true", help="rebuild the training pages from the labelled crawls")
     parser.add_argument("--check", action="store_true", help="retrain and compare with the shipped classifier")
     parser.add_argument("--out", type=Path, default=quality_model.SHIPPED_FOLDER)
+    parser.add_argument("--text-set", type=Path, default=None, metavar="TEXTS",
+                        help="replace the text set's pages with those of TEXTS (texts.jsonl of scripts/build_text_set.py)")
     args = parser.parse_args(argv)
     pages = build_pages() if args.pages else quality_model.training_pages()
+    if args.text_set is not None:
+        import polars as pl
+
+        pages = pl.concat([pages.filter(pl.col("label_set") != "text"), text_set_pages(args.text_set)],
+                          how="diagonal_relaxed")
     trained = quality_model.build(pages)
     if args.check:
         shipped = json.loads((quality_model.SHIPPED_FOLDER / quality_model.INFO_FILE).read_text())["hash"]

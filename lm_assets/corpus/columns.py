@@ -71,6 +71,7 @@ COLUMN_DESCRIPTIONS: dict[str, str] = {
     "q_date_line_share": "Dates or clock times per line of text, at most one.",
     # curated: classifier, toxicity
     "quality_score": "The quality classifier's P(KEEP) for the document; null when no classifier ran.",
+    "quality_model": "Which of the classifier's models scored the document: `html`, or `text` for one read without HTML; null when no classifier ran.",
     "tox_max": "Highest toxicity score (0-1) of any line of the text.",
     "tox_frac": "Share of the text's characters in lines scored toxic.",
     "tox_zh_flagged": "Share of a Chinese document's words that the Chinese lexicon flags; null for other languages.",

@@ -129,6 +129,8 @@ class CurationRun:
                 docs = result.kept
             if "quality_score" not in docs.columns:
                 docs = docs.with_columns(pl.lit(None, dtype=pl.Float64).alias("quality_score"))
+            if "quality_model" not in docs.columns:
+                docs = docs.with_columns(pl.lit(None, dtype=pl.String).alias("quality_model"))
             self.stats.append(batch_stats)
             yield docs
 
@@ -207,6 +209,8 @@ def record(histograms: dict[str, Histogram], step: str, result: StageResult, con
 # Example lists a step's stats cut to their usual length however many batches ran (the classifier's are
 # of two kinds, so twice its per-kind count).
 EXAMPLE_LISTS = {"disagreement_examples": 2 * DISAGREEMENT_EXAMPLES}
+# Numbers that are settings, not counts: the first batch's stand for all (cuts by keep rate vary by batch).
+SETTINGS = frozenset({"threshold", "thresholds", "cuts_applied"})
 
 
 def merged_stats(per_batch: list[dict]) -> dict:
@@ -225,7 +229,7 @@ def merged_stats(per_batch: list[dict]) -> dict:
             for pairs in values:
                 counts.update(dict(pairs))
             return sorted(counts.items(), key=lambda pair: -pair[1])
-        if isinstance(first, bool) or not isinstance(first, (int, float, dict, list)):
+        if key in SETTINGS or isinstance(first, bool) or not isinstance(first, (int, float, dict, list)):
             return first
         if isinstance(first, (int, float)):
             total = sum(values)

@@ -2,7 +2,8 @@
 
 Runs right after the quality step, which under a classifier (`defer`) dropped only what fails the
 hard rules (a minimum length) and left every other document with the rules' verdict in
-`rules_reason`. Each document gets a `quality_score` (P(KEEP), null without a classifier), and:
+`rules_reason`. Each document gets a `quality_score` (P(KEEP), null without a classifier) and the `quality_model` that
+scored it (`html`, or `text` for a document read without HTML), and:
 
 - `rules`: drops what the rules drop (stage `quality`, the rule as reason);
 - `classifier`: drops what scores below the threshold (stage `classifier`, `below_threshold`);
@@ -46,11 +47,14 @@ class Scorer(Protocol):
     threshold: float
     thresholds: dict[str, float]
 
-    def score(self, docs: pl.DataFrame) -> np.ndarray: ...
+    def score_with_models(self, docs: pl.DataFrame) -> tuple[np.ndarray, list[str]]: ...
 
-    def thresholds_for(self, langs: list[str | None]) -> np.ndarray: ...
+    def thresholds_for(self, langs: list[str | None], models: list[str] | None = None,
+                       kinds: list[str] | None = None) -> np.ndarray: ...
 
-    def cut_for_retention(self, lang: str | None, retention: float) -> float: ...
+    def page_kinds(self, docs: pl.DataFrame) -> list[str]: ...
+
+    def cut_for_retention(self, lang: str | None, retention: float, model: str = "html") -> float: ...
 
 
 def check_targets(threshold: float | None, retention: dict | None, keep_rate: dict | None) -> None:
@@ -68,20 +72,24 @@ def target_share(target: dict[str, float], lang: str) -> float | None:
     return target.get(lang, target.get(ANY))
 
 
-def classifier_cuts(docs: pl.DataFrame, scores: np.ndarray, classifier: Scorer, threshold: float | None = None,
-                    retention: dict[str, float] | None = None, keep_rate: dict[str, float] | None = None) -> tuple[np.ndarray, dict]:  # fmt: skip
-    """The cut of each row, and the cut of each language seen (`*`: the others)."""
+def classifier_cuts(docs: pl.DataFrame, scores: np.ndarray, models: list[str], classifier: Scorer,
+                    threshold: float | None = None, retention: dict[str, float] | None = None,
+                    keep_rate: dict[str, float] | None = None) -> tuple[np.ndarray, dict]:  # fmt: skip
+    """The cut of each row (by its language, page kind and the model that scored it), and the cut of each
+    seen (`en few-links`, `zh (text)`; `*`: the other languages)."""
     langs = [base_lang(lang) or "unknown" for lang in docs["lang"].to_list()]
     if threshold is not None:
         return np.full(docs.height, threshold), {ANY: threshold}
-    cuts, by_language = classifier.thresholds_for(langs), {}
-    for lang in sorted(set(langs)):
-        rows = np.asarray([value == lang for value in langs])
+    kinds = classifier.page_kinds(docs)
+    cuts, by_language = classifier.thresholds_for(langs, models, kinds), {}
+    for lang, model, kind in sorted(set(zip(langs, models, kinds))):
+        rows = np.asarray([key == (lang, model, kind) for key in zip(langs, models, kinds)])
         if retention and (share := target_share(retention, lang)) is not None:
-            cuts[rows] = classifier.cut_for_retention(lang, share)
+            cuts[rows] = classifier.cut_for_retention(lang, share, model)
         elif keep_rate and (share := target_share(keep_rate, lang)) is not None:
             cuts[rows] = float(np.quantile(scores[rows], 1.0 - share)) if share < 1.0 else 0.0
-        by_language[lang] = float(cuts[rows][0])
+        name = lang + (f" {kind}" if kind else "") + (f" ({model})" if model != "html" else "")
+        by_language[name] = float(cuts[rows][0])
     return cuts, by_language
 
 
@@ -101,13 +109,15 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
             f"quality policy {policy!r} needs a classifier: pass the shipped one (quality_model.shipped_classifier()) "
             "or one trained on your labels"
         )
-    scores = classifier.score(docs) if classifier is not None else np.full(docs.height, np.nan)
     if classifier is not None:
-        cuts, by_language = classifier_cuts(docs, scores, classifier, threshold, retention, keep_rate)
+        scores, models = classifier.score_with_models(docs)
+        cuts, by_language = classifier_cuts(docs, scores, models, classifier, threshold, retention, keep_rate)
     else:
+        scores, models = np.full(docs.height, np.nan), [None] * docs.height
         cuts, by_language = np.full(docs.height, np.nan), {}
     scored = docs.with_columns(
         pl.Series("quality_score", scores, dtype=pl.Float64).fill_nan(None),
+        pl.Series("quality_model", models, dtype=pl.String),
         pl.Series("_threshold", cuts, dtype=pl.Float64),
     )
     rule_drop = pl.col("rules_reason").is_not_null()
@@ -136,6 +146,8 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
             "threshold": threshold if threshold is not None else classifier.threshold,
             "thresholds": {ANY: threshold} if threshold is not None else dict(classifier.thresholds),
             "cuts_applied": {lang: round(float(cut), 6) for lang, cut in by_language.items()},
+            # Which model scored the documents: the HTML stacker, or the text model for documents read from text.
+            "scored_by": {model: models.count(model) for model in sorted(set(models))},
             "cut_by": ("threshold" if threshold is not None else f"retention {retention}" if retention
                        else f"keep_rate {keep_rate}" if keep_rate else "the thresholds chosen in training"),
             **disagreements(scored, low),

@@ -39,7 +39,7 @@ import struct
 import tempfile
 import zipfile
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -48,6 +48,8 @@ import polars as pl
 
 from lm_assets.corpus.curation.rules import PAGE_SIGNAL_PREFIXES, preset, quality_signals, signal_names
 from lm_assets.corpus.quality.fasttext_training import train_fasttext_model
+from lm_assets.corpus.quality.token_signals import SIGNALS as TOKEN_SIGNALS
+from lm_assets.corpus.quality.token_signals import token_signal_matrix
 from lm_assets.text import CJK_PUNCTUATION_RANGES, CJK_RANGES, base_lang, char_class
 
 FEATURES = ("text", "text+signals")
@@ -55,8 +57,13 @@ STACKERS = ("logistic", "boosting")
 FORMAT = "lm_assets.quality_classifier"
 # 2: fastText reads tokens as their CRC-32 (so that training pages can ship without their text), and
 # thresholds are per language. 3: scores calibrated per language, good pages' score quantiles.
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (2, 3)  # a version 2 artefact's scores are read as they are (no calibration)
+FORMAT_VERSION = 4
+# A version 2 artefact's scores are read as they are (no calibration); versions 2 and 3 have one model and no
+# token signals.
+READABLE_VERSIONS = (2, 3, 4)
+# The two stackers of a version 4 artefact: "html" reads every signal, "text" scores documents read from text,
+# which have no page signals (`text_model_without`).
+MODELS = ("html", "text")
 FOLD_GROUPS = ("source", "site", "page")
 QUANTILES = 101  # of the good pages' source-out scores per language: 0 %, 1 %, ..., 100 %
 RELIABILITY_BINS = 10
@@ -102,10 +109,27 @@ class ClassifierConfig:
     thresholds_by_language: bool = True
     language_threshold_min_per_class: int = 20
     # The cut of highest balanced accuracy among those that keep at least this share of the KEEP pages
-    # out-of-fold (where one does): on the labelled web pages it keeps 94 % of the good pages instead of 92 %
-    # at a better balanced accuracy, for 5 points of junk rejection on the English manuals. None: the cut of
-    # highest balanced accuracy.
-    min_keep_retention: float | None = 0.94
+    # out-of-fold (where one does). 94 % made cuts too lenient for every crawl labelled outside the project
+    # (junk rejection 0.64-0.67 on the web and manuals, 0.15 on extracted text); with cuts by page kind, 90 %
+    # gains 0.02-0.04 on the English manuals and the text path (docs/architecture.md). None: the cut of highest
+    # balanced accuracy.
+    min_keep_retention: float | None = 0.9
+    # The spam and listing signals of the tokens (`token_signals.py`) stacked with the others; () for none. Each
+    # was kept only where it raised the text path source-out without lowering the HTML path
+    # (docs/architecture.md): the list separators, read by the text model alone.
+    token_signals: tuple[str, ...] = ("q_tok_separators",)
+    # A second stacker for documents without HTML (a JSONL, Parquet or WET shard): trained on every page
+    # without the signals only HTML gives, its own calibration, thresholds and quantiles. The HTML stacker
+    # then trains on the pages that have HTML. Needs both labels among the pages with HTML.
+    text_model: bool = True
+    text_model_without: tuple[str, ...] = ("q_html_", "q_title_")
+    # Signals the HTML stacker does without (name prefixes): the page signals already tell it a keyword list.
+    html_model_without: tuple[str, ...] = ("q_tok_",)
+    # A page with HTML whose link share (`q_html_link_share`) is below this looks like an article: junk among
+    # such pages scores higher than junk among link-heavy pages, so each kind gets a cut of its own per
+    # language (where it has `language_threshold_min_per_class` pages of each label), the two chosen together
+    # under the language's retention floor (`kind_thresholds`). None: one cut a language.
+    cut_by_link_share: float | None = 0.3
 
 
 @dataclass
@@ -496,18 +520,20 @@ class _Examples:
     langs: list[str]
     keep: np.ndarray
     weight: np.ndarray
-    signals: np.ndarray  # rows x q_* columns, already transformed
+    signals: np.ndarray  # rows x (q_* columns, already transformed, then the token signals)
     strata: list = field(default_factory=list)
     groups: list = field(default_factory=list)  # the site of each page
     label_sets: list = field(default_factory=list)  # which labelled crawl each page comes from, when known
     sources: list = field(default_factory=list)  # the collection each page was labelled in (`sources`)
+    html: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))  # whether a page has HTML signals
+    kinds: list = field(default_factory=list)  # the page's kind for its cut (`page_kinds`), "" for none
 
     def take(self, rows: np.ndarray) -> _Examples:
         idx = np.flatnonzero(rows) if rows.dtype == bool else rows
         return _Examples([self.texts[i] for i in idx], [self.langs[i] for i in idx], self.keep[idx],
                          self.weight[idx], self.signals[idx], [self.strata[i] for i in idx],
                          [self.groups[i] for i in idx], [self.label_sets[i] for i in idx],
-                         [self.sources[i] for i in idx])
+                         [self.sources[i] for i in idx], self.html[idx], [self.kinds[i] for i in idx])
 
 
 def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
@@ -515,6 +541,9 @@ def _check_examples(examples: pl.DataFrame, config: ClassifierConfig) -> None:
         raise ValueError(f"features must be one of {FEATURES}, not {config.features!r}")
     if config.stacker not in STACKERS:
         raise ValueError(f"stacker must be one of {STACKERS}, not {config.stacker!r}")
+    unknown = sorted(set(config.token_signals) - set(TOKEN_SIGNALS))
+    if unknown:
+        raise ValueError(f"unknown token signals {unknown}; choose from {TOKEN_SIGNALS}")
     if config.folds_by not in FOLD_GROUPS:
         raise ValueError(f"folds_by must be one of {FOLD_GROUPS}, not {config.folds_by!r}")
     missing = [c for c in ("doc_id", "lang", "keep") if c not in examples.columns]
@@ -552,7 +581,28 @@ def example_tokens(examples: pl.DataFrame, max_chars: int) -> list[list[int]]:
     return [list(ids) if ids is not None else token_ids(text, max_chars) for ids, text in _tokens_and_texts(examples)]
 
 
-def prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples, list[str], list[str]]:
+FEW_LINKS, MANY_LINKS = "few-links", "many-links"
+
+
+def page_kinds(docs: pl.DataFrame, cut_by_link_share: float | None) -> list[str]:
+    """Each page's kind for its cut: `few-links` (looks like an article) or `many-links` by its HTML link
+    share; "" for a document without HTML, or when cuts are not split by kind."""
+    if cut_by_link_share is None or "q_html_link_share" not in docs.columns:
+        return [""] * docs.height
+    return ["" if share is None else FEW_LINKS if share < cut_by_link_share else MANY_LINKS
+            for share in docs["q_html_link_share"].cast(pl.Float64).to_list()]
+
+
+def has_html(docs: pl.DataFrame) -> np.ndarray:
+    """Whether each document was read from HTML: extraction measured its page (`q_html_text_ratio` set)."""
+    if "q_html_text_ratio" not in docs.columns:
+        return np.zeros(docs.height, dtype=bool)
+    return docs["q_html_text_ratio"].is_not_null().to_numpy()
+
+
+def prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples, list[str], list[str], list[str]]:
+    """The examples as the classifier reads them, the q_* columns, which of them are log-transformed, and the
+    token signals appended after them."""
     examples = examples.sort("doc_id")
     signals = signal_frame(examples, training_signal_names(examples))
     log_columns = [name for name, dtype in signals.schema.items() if dtype.is_integer()]
@@ -562,16 +612,23 @@ def prepare(examples: pl.DataFrame, config: ClassifierConfig) -> tuple[_Examples
         raise ValueError("examples: weight must be a positive number on every row")
     langs = [lang or "unknown" for lang in examples["lang"].to_list()]
     keep = examples["keep"].cast(pl.Boolean).to_numpy()
+    ids = example_tokens(examples, config.max_chars)
+    matrix = _signal_matrix(signals, log_columns)
+    token_names = list(config.token_signals) if config.features == "text+signals" else []
+    if token_names:
+        matrix = np.column_stack([matrix, token_signal_matrix(ids, token_names)])
     data = _Examples(
-        texts=[token_line(ids) for ids in example_tokens(examples, config.max_chars)],
-        langs=langs, keep=keep, weight=weight, signals=_signal_matrix(signals, log_columns),
+        texts=[token_line(row) for row in ids],
+        langs=langs, keep=keep, weight=weight, signals=matrix,
         strata=[(bool(k), lang) for lang, k in zip(langs, keep)],
         groups=sites(examples),
         label_sets=examples["label_set"].fill_null("user").to_list() if "label_set" in examples.columns
         else ["user"] * examples.height,
         sources=sources(examples),
+        html=has_html(examples),
+        kinds=page_kinds(examples, config.cut_by_link_share),
     )
-    return data, signals.columns, log_columns
+    return data, signals.columns, log_columns, token_names
 
 
 def training_signal_names(examples: pl.DataFrame) -> list[str] | None:
@@ -621,9 +678,34 @@ def _folds(train: _Examples, by: str, config: ClassifierConfig) -> np.ndarray:
     return group_fold_ids(train.sources if by == "source" else train.groups, train.strata, config.folds, config.seed)
 
 
-def _out_of_fold(train: _Examples, config: ClassifierConfig, by: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Cross-fitted fastText P(KEEP) and, stacked, the final out-of-fold score of every training row, with
-    each source (or site, or page: `by`, default `config.folds_by`) whole in one fold."""
+def _text_columns(names: list[str], train: _Examples, config: ClassifierConfig) -> list[int] | None:
+    """The columns of the signals matrix the text model reads, or None when there is no text model: not asked
+    for, fastText alone, no signal that only HTML gives, or too few pages with HTML of either label."""
+    if not config.text_model or config.features != "text+signals":
+        return None
+    kept = [i for i, name in enumerate(names) if not name.startswith(tuple(config.text_model_without))]
+    enough = min(int((train.keep & train.html).sum()), int((~train.keep & train.html).sum()))
+    if len(kept) == len(names) or enough < max(config.min_per_class, config.folds):
+        return None
+    return kept
+
+
+def _html_columns(names: list[str], config: ClassifierConfig) -> list[int]:
+    """The columns of the signals matrix the HTML stacker reads."""
+    return [i for i, name in enumerate(names) if not (config.html_model_without and name.startswith(tuple(config.html_model_without)))]
+
+
+def _text_inputs(stacked: np.ndarray, columns: list[int]) -> np.ndarray:
+    """A model's inputs among the stacked ones: the fastText logit, then the signals of `columns`."""
+    return stacked[:, [0, *(c + 1 for c in columns)]]
+
+
+def _out_of_fold(train: _Examples, config: ClassifierConfig, by: str | None = None,
+                 text_columns: list[int] | None = None,
+                 html_columns: list[int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:  # fmt: skip
+    """Cross-fitted fastText P(KEEP) and, stacked, the out-of-fold scores of every training row by the HTML
+    stacker and by the text model (None without one), with each source (or site, or page: `by`, default
+    `config.folds_by`) whole in one fold. With a text model the HTML stacker learns from the pages with HTML."""
     folds = _folds(train, by or config.folds_by, config)
     fasttext_keep = np.zeros(len(train.texts))
     for fold in range(config.folds):
@@ -632,14 +714,43 @@ def _out_of_fold(train: _Examples, config: ClassifierConfig, by: str | None = No
                                                                 config.balance_classes), config))
         fasttext_keep[outside] = _keep_probability(model, [t for t, o in zip(train.texts, outside) if o])
     if config.features == "text":
-        return fasttext_keep, fasttext_keep
+        return fasttext_keep, fasttext_keep, None
     stacked = _stack_inputs(fasttext_keep, train.signals)
+    html_stacked = stacked if html_columns is None else _text_inputs(stacked, html_columns)
+    learns = train.html if text_columns is not None else np.ones(len(train.texts), dtype=bool)
     scores = np.zeros(len(train.texts))
+    text_scores = np.zeros(len(train.texts)) if text_columns is not None else None
     for fold in range(config.folds):
         inside = folds != fold
-        stacker = _fit_stacker(stacked[inside], train.keep[inside], train.weight[inside], config)
-        scores[~inside] = _apply_stacker(stacker, stacked[~inside])
-    return fasttext_keep, scores
+        rows = inside & learns
+        stacker = _fit_stacker(html_stacked[rows], train.keep[rows], train.weight[rows], config)
+        scores[~inside] = _apply_stacker(stacker, html_stacked[~inside])
+        if text_columns is not None:
+            text_stacked = _text_inputs(stacked, text_columns)
+            text_stacker = _fit_stacker(text_stacked[inside], train.keep[inside], train.weight[inside], config)
+            text_scores[~inside] = _apply_stacker(text_stacker, text_stacked[~inside])
+    return fasttext_keep, scores, text_scores
+
+
+def _decisions(part: _Examples, raw: np.ndarray, config: ClassifierConfig) -> tuple[dict, np.ndarray]:
+    """A model's calibration, cuts and good-page quantiles from its out-of-fold scores of `part`; and those
+    scores calibrated."""
+    calibration = fit_calibration(part, raw, config) if config.calibrate else IDENTITY_CALIBRATION
+    scores = calibrate(calibration, raw, part.langs)
+    threshold = best_threshold(part.keep, scores, config.min_keep_retention)
+    return {
+        "calibration": calibration, "threshold": threshold,
+        "thresholds": language_thresholds(part, scores, threshold, config),
+        "keep_quantiles": keep_quantiles(part, scores, calibration),
+    }, scores
+
+
+def _routed(train: _Examples, html_raw: np.ndarray, text_raw: np.ndarray | None,
+            classifier: QualityClassifier) -> tuple[np.ndarray, list[str]]:  # fmt: skip
+    """Each row's calibrated score by the model that scores it as a document (`models_for`), and the model."""
+    models = ["html" if html or text_raw is None else "text" for html in train.html]
+    raw = html_raw if text_raw is None else np.where(train.html, html_raw, text_raw)
+    return classifier.calibrated(raw, train.langs, models), models
 
 
 def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = ClassifierConfig(),
@@ -648,7 +759,7 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     measure the model on a held-back split and by the `cross_validations` (source-out and by site; none
     when a caller measures it itself). Same examples and config give the same bytes."""
     _check_examples(examples, config)
-    data, signal_names, log_columns = prepare(examples, config)
+    data, signal_names, log_columns, token_names = prepare(examples, config)
     held_back = stratified_split(data.strata, config.test_fraction, config.seed)
     train, test = data.take(~held_back), data.take(held_back)
     for label, rows in (("KEEP", train.keep), ("DROP", ~train.keep)):
@@ -657,11 +768,12 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
                 f"too few {label} examples in the training split ({int(rows.sum())}) to train a quality classifier"
             )
 
-    fasttext_keep, oof_raw = _out_of_fold(train, config)
-    calibration = fit_calibration(train, oof_raw, config) if config.calibrate else IDENTITY_CALIBRATION
-    oof_scores = calibrate(calibration, oof_raw, train.langs)
-    threshold = best_threshold(train.keep, oof_scores, config.min_keep_retention)
-    thresholds = language_thresholds(train, oof_scores, threshold, config)
+    names = [*signal_names, *token_names]
+    text_columns = _text_columns(names, train, config)
+    html_columns = _html_columns(names, config)
+    fasttext_keep, oof_raw, oof_text_raw = _out_of_fold(train, config, None, text_columns, html_columns)
+    learns = train.html if text_columns is not None else np.ones(len(train.texts), dtype=bool)
+    decisions, _ = _decisions(train.take(learns), oof_raw[learns], config)
     lines = fasttext_lines(train.texts, train.keep, train.weight, config.balance_classes)
     fasttext_bytes = train_fasttext(lines, config)
     if train_fasttext(lines, config) != fasttext_bytes:
@@ -669,66 +781,100 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
             f"fastText training is not deterministic with {fasttext_package()}; see corpus/quality/fasttext_training.py"
         )
     manifest = {
-        "format": FORMAT, "version": FORMAT_VERSION, "features": config.features, "threshold": threshold,
-        "thresholds": thresholds, "tokens": "crc32", "max_chars": config.max_chars, "config": asdict(config),
-        "stacker": None, "calibration": calibration, "keep_quantiles": keep_quantiles(train, oof_scores, calibration),
+        "format": FORMAT, "version": FORMAT_VERSION, "features": config.features, "threshold": decisions["threshold"],
+        "thresholds": decisions["thresholds"], "tokens": "crc32", "max_chars": config.max_chars, "config": asdict(config),
+        "stacker": None, "calibration": decisions["calibration"], "keep_quantiles": decisions["keep_quantiles"],
+        "text_model": None,
     }
     if config.features == "text+signals":
-        stacker = _fit_stacker(_stack_inputs(fasttext_keep, train.signals), train.keep, train.weight, config)
-        manifest["stacker"] = {"signals": signal_names, "log_columns": log_columns, **stacker}
+        stacked = _stack_inputs(fasttext_keep, train.signals)
+        stacker = _fit_stacker(_text_inputs(stacked, html_columns)[learns], train.keep[learns], train.weight[learns], config)
+        manifest["stacker"] = {"signals": signal_names, "log_columns": log_columns, "token_signals": token_names,
+                               "columns": [names[c] for c in html_columns], **stacker}
+        if text_columns is not None:
+            # A document read from text has no link share: one cut a language.
+            text_decisions, _ = _decisions(replace(train, kinds=[""] * len(train.texts)), oof_text_raw, config)
+            manifest["text_model"] = {
+                "signals": [names[c] for c in text_columns],
+                "stacker": _fit_stacker(_text_inputs(stacked, text_columns), train.keep, train.weight, config),
+                **text_decisions,
+            }
     model = _pack(manifest, fasttext_bytes)
 
     classifier = QualityClassifier.from_bytes(model)
     if len(test.texts):
         evaluated_on = "held-back split"
-        keep, scores, langs = test.keep, classifier._score_normalized(test.texts, test.signals, test.langs), test.langs
+        models = classifier.models_for_rows(test.html)
+        keep, langs, kinds = test.keep, test.langs, test.kinds
+        scores = classifier._score_normalized(test.texts, test.signals, test.langs, models)
     else:
         evaluated_on = f"out-of-fold scores of the training split, by {config.folds_by} (test_fraction=0)"
-        keep, scores, langs = train.keep, oof_scores, train.langs
-    metrics = decision_metrics(keep, scores, classifier.thresholds_for(langs), langs)
-    cross_validated = {config.folds_by: (oof_scores, cross_validation_figures(train, oof_scores, classifier, config, config.folds_by))}
+        keep, langs, kinds = train.keep, train.langs, train.kinds
+        scores, models = _routed(train, oof_raw, oof_text_raw, classifier)
+    metrics = decision_metrics(keep, scores, classifier.thresholds_for(langs, models, kinds), langs)
+    runs = {config.folds_by: (oof_raw, oof_text_raw)}
     for by in cross_validations:
-        if by not in cross_validated:
-            scores_by = calibrate(calibration, _out_of_fold(train, config, by)[1], train.langs)
-            cross_validated[by] = (scores_by, cross_validation_figures(train, scores_by, classifier, config, by))
-    if {"source", "site"} <= cross_validated.keys():
+        if by not in runs:
+            runs[by] = _out_of_fold(train, config, by, text_columns, html_columns)[1:]
+    figures = {by: cross_validation_figures(train, *_routed(train, *runs[by], classifier), classifier, config, by)
+               for by in runs}  # fmt: skip
+    text_figures = {}
+    if text_columns is not None:
+        text_models = ["text"] * len(train.texts)
+        text_figures = {by: cross_validation_figures(train, classifier.calibrated(runs[by][1], train.langs, text_models),
+                                                     text_models, classifier, config, by) for by in runs}  # fmt: skip
+    if {"source", "site"} <= runs.keys():
         metrics |= {
-            "cross_validated": cross_validated["source"][1],
-            "cross_validated_by_site": cross_validated["site"][1],
-            "transfer_gap": transfer_gap(cross_validated["site"][1], cross_validated["source"][1]),
-            "reliability": reliability(train, cross_validated["source"][0]),
+            "cross_validated": figures["source"],
+            "cross_validated_by_site": figures["site"],
+            "transfer_gap": transfer_gap(figures["site"], figures["source"]),
+            "reliability": reliability(train, _routed(train, *runs["source"], classifier)[0]),
         }
+        if text_figures:
+            metrics["text_path"] = {
+                "evaluated_on": "every training page scored by the text model, as a document read without HTML",
+                "cross_validated": text_figures["source"],
+                "cross_validated_by_site": text_figures["site"],
+                "reliability": reliability(train, classifier.calibrated(runs["source"][1], train.langs,
+                                                                        ["text"] * len(train.texts))),
+            }
     metrics |= {
         "evaluated_on": evaluated_on,
-        "threshold": _round(threshold, 6),
-        "thresholds": {lang: _round(value, 6) for lang, value in thresholds.items()},
+        "threshold": _round(decisions["threshold"], 6),
+        "thresholds": {lang: _round(value, 6) for lang, value in decisions["thresholds"].items()},
+        "text_model_thresholds": ({lang: _round(value, 6) for lang, value in manifest["text_model"]["thresholds"].items()}
+                                  if manifest["text_model"] else None),
         "threshold_reason": (
             f"maximizes balanced accuracy over the calibrated out-of-fold scores of a {config.folds}-fold "
             f"cross-validation on the training split, each {config.folds_by}'s pages in one fold"
             + (f", among the cuts that keep {config.min_keep_retention:.0%} of the KEEP pages"
                if config.min_keep_retention is not None else "")
+            + ("; the text model's over every page, the HTML stacker's over the pages with HTML"
+               if manifest["text_model"] else "")
         ),
         "n_train": len(train.texts),
+        "n_train_with_html": int(train.html.sum()),
         "n_test": len(test.texts),
         "n_sources": len(set(train.sources)),
-        "train_out_of_fold_balanced_accuracy": cross_validated[config.folds_by][1]["balanced_accuracy"],
+        "train_out_of_fold_balanced_accuracy": figures[config.folds_by]["balanced_accuracy"],
         "model_bytes": len(model),
         "features": config.features,
+        "token_signals": token_names,
         "fasttext": fasttext_package(),
     }
     return TrainedClassifier(model=model, metrics=metrics, hash=model_hash(model))
 
 
-def cross_validation_figures(train: _Examples, scores: np.ndarray, classifier: QualityClassifier,
+def cross_validation_figures(train: _Examples, scores: np.ndarray, models: list[str], classifier: QualityClassifier,
                              config: ClassifierConfig, by: str) -> dict:  # fmt: skip
-    """The figures of out-of-fold `scores` (calibrated) at the classifier's thresholds, pooled, per
-    language and per labelled set."""
-    figures = decision_metrics(train.keep, scores, classifier.thresholds_for(train.langs), train.langs)
+    """The figures of out-of-fold `scores` (calibrated, each row by its model) at the classifier's thresholds,
+    pooled, per language and per labelled set."""
+    figures = decision_metrics(train.keep, scores, classifier.thresholds_for(train.langs, models, train.kinds), train.langs)
     return {
         "evaluated_on": f"out-of-fold scores of a {config.folds}-fold cross-validation on the training split, "
         f"each {by}'s pages whole in one fold",
         **{k: figures[k] for k in ("balanced_accuracy", "drop_rejection", "recall", "roc_auc", "per_language")},
-        "per_label_set": per_label_set(train, scores, classifier),
+        "per_label_set": per_label_set(train, scores, models, classifier),
     }
 
 
@@ -746,13 +892,15 @@ def transfer_gap(by_site: dict, source_out: dict) -> dict:
     return out
 
 
-def per_label_set(train: _Examples, scores: np.ndarray, classifier: QualityClassifier) -> dict:
+def per_label_set(train: _Examples, scores: np.ndarray, models: list[str], classifier: QualityClassifier) -> dict:
     """Out-of-fold figures of each labelled crawl the training pages come from, per language too."""
     out = {}
     for name in sorted(set(train.label_sets)):
         rows = np.asarray([value == name for value in train.label_sets])
         part = train.take(rows)
-        figures = decision_metrics(part.keep, scores[rows], classifier.thresholds_for(part.langs), part.langs)
+        part_models = [m for m, r in zip(models, rows) if r]
+        figures = decision_metrics(part.keep, scores[rows], classifier.thresholds_for(part.langs, part_models, part.kinds),
+                                   part.langs)
         out[name] = {k: figures[k] for k in ("balanced_accuracy", "recall", "drop_rejection", "per_language")}
     return out
 
@@ -828,14 +976,48 @@ def reliability(train: _Examples, scores: np.ndarray) -> dict:
 
 
 def language_thresholds(train: _Examples, scores: np.ndarray, pooled: float, config: ClassifierConfig) -> dict:
-    """The pooled cut, and one per language whose out-of-fold scores hold `language_threshold_min_per_class`
-    pages of each label."""
+    """The pooled cut, one per language whose out-of-fold scores hold `language_threshold_min_per_class`
+    pages of each label, and one per language and page kind (`lang|kind`, `page_kinds`) that does."""
     thresholds = {ANY_LANGUAGE: pooled}
     langs, enough = _calibration_languages(train, config)
+    kinds = np.asarray(train.kinds if len(train.kinds) == len(langs) else [""] * len(langs), dtype=object)
     for lang in enough:
         rows = langs == lang
         thresholds[lang] = best_threshold(train.keep[rows], scores[rows], config.min_keep_retention)
+        split = [kind for kind in sorted(set(kinds[rows]) - {""}) if min(
+            int((train.keep & rows & (kinds == kind)).sum()), int((~train.keep & rows & (kinds == kind)).sum())
+        ) >= config.language_threshold_min_per_class]  # fmt: skip
+        if len(split) == 2:
+            for kind, cut in zip(split, kind_thresholds(train.keep[rows], scores[rows], kinds[rows] == split[0],
+                                                        config.min_keep_retention)):  # fmt: skip
+                thresholds[f"{lang}|{kind}"] = cut
     return thresholds
+
+
+def _candidate_cuts(scores: np.ndarray, most: int = 200) -> np.ndarray:
+    values = np.unique(scores)
+    cuts = np.concatenate([[values[0]], (values[:-1] + values[1:]) / 2]) if len(values) > 1 else values
+    return cuts if len(cuts) <= most else np.unique(np.quantile(cuts, np.linspace(0, 1, most)))
+
+
+def kind_thresholds(keep: np.ndarray, scores: np.ndarray, first: np.ndarray,
+                    min_retention: float | None) -> tuple[float, float]:  # fmt: skip
+    """Two cuts, for the rows of `first` and for the others, of highest balanced accuracy over all the rows
+    among the pairs that keep at least `min_retention` of the KEEP rows in all (every pair when none does)."""
+    n_keep, n_drop = max(int(keep.sum()), 1), max(int((~keep).sum()), 1)
+    counts = []
+    for rows in (first, ~first):
+        cuts = _candidate_cuts(scores[rows])
+        kept_keep = np.asarray([(scores[rows & keep] >= cut).sum() for cut in cuts])
+        kept_drop = np.asarray([(scores[rows & ~keep] >= cut).sum() for cut in cuts])
+        counts.append((cuts, kept_keep, kept_drop))
+    (cuts_a, keep_a, drop_a), (cuts_b, keep_b, drop_b) = counts
+    retention = (keep_a[:, None] + keep_b[None, :]) / n_keep
+    accuracy = (retention + 1 - (drop_a[:, None] + drop_b[None, :]) / n_drop) / 2
+    if min_retention is not None and (retention >= min_retention).any():
+        accuracy = np.where(retention >= min_retention, accuracy, -1.0)
+    i, j = np.unravel_index(int(np.argmax(accuracy)), accuracy.shape)
+    return float(cuts_a[i]), float(cuts_b[j])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -885,41 +1067,71 @@ def _check_manifest(manifest) -> None:
         raise ValueError(
             f"quality classifier format version {manifest.get('version')}; this code reads {READABLE_VERSIONS}"
         )
-    if manifest["version"] >= 3:
-        calibration, quantiles = manifest.get("calibration"), manifest.get("keep_quantiles")
-        if not isinstance(calibration, dict) or ANY_LANGUAGE not in calibration or not all(
-            isinstance(v, dict) and all(isinstance(v.get(k), (int, float)) and math.isfinite(v[k]) for k in "ab")
-            for v in calibration.values()
-        ):
-            raise ValueError("quality classifier: calibration is not a table of language -> {a, b}")
-        if not isinstance(quantiles, dict) or not all(
-            isinstance(v, list) and len(v) == QUANTILES and all(isinstance(x, (int, float)) for x in v)
-            for v in quantiles.values()
-        ):
-            raise ValueError(f"quality classifier: keep_quantiles is not a table of language -> {QUANTILES} numbers")
     if manifest.get("features") not in FEATURES:
         raise ValueError(f"quality classifier: unknown features {manifest.get('features')!r}")
-    if not isinstance(manifest.get("threshold"), (int, float)) or not isinstance(manifest.get("max_chars"), int):
-        raise ValueError("quality classifier: threshold or max_chars missing")
-    thresholds = manifest.get("thresholds")
-    if not isinstance(thresholds, dict) or not all(
-        isinstance(k, str) and isinstance(v, (int, float)) and math.isfinite(v) for k, v in thresholds.items()
-    ):
+    if not isinstance(manifest.get("max_chars"), int):
+        raise ValueError("quality classifier: max_chars missing")
+    if manifest["version"] >= 3:
+        _check_decisions(manifest)
+    elif not isinstance(manifest.get("threshold"), (int, float)) or not isinstance(manifest.get("thresholds"), dict):
         raise ValueError("quality classifier: thresholds are not a table of language -> number")
+    if manifest["version"] < 4 and manifest.get("text_model") is not None:
+        raise ValueError("quality classifier: a text model in an artefact older than format version 4")
     if manifest.get("tokens") != "crc32":
         raise ValueError(f"quality classifier: unknown token form {manifest.get('tokens')!r}")
     stacker = manifest.get("stacker")
     if manifest["features"] == "text+signals":
         if not isinstance(stacker, dict):
             raise ValueError("quality classifier: text+signals without a stacker")
-        names = stacker.get("signals", []) + stacker.get("log_columns", [])
+        names = stacker.get("signals", []) + stacker.get("log_columns", []) + stacker.get("token_signals", [])
         if not isinstance(names, list) or not all(isinstance(name, str) and name.startswith("q_") for name in names):
             raise ValueError("quality classifier: the stacker's signals are not q_* column names")
-        _check_stacker(stacker, len(stacker["signals"]))
+        unknown = sorted(set(stacker.get("token_signals", [])) - set(TOKEN_SIGNALS))
+        if unknown:
+            raise ValueError(f"quality classifier: token signals {unknown} that this code does not compute")
+        columns = stacker["signals"] + stacker.get("token_signals", [])
+        read = stacker.get("columns", columns)
+        if not isinstance(read, list) or not set(read) <= set(columns):
+            raise ValueError("quality classifier: the stacker reads columns it does not compute")
+        _check_stacker(stacker, len(read))
+        text_model = manifest.get("text_model")
+        if text_model is not None:
+            _check_text_model(text_model, columns)
+
+
+def _check_text_model(text_model, columns: list[str]) -> None:
+    """The text model reads a subset of the HTML stacker's columns, and has its own calibration and cuts."""
+    if not isinstance(text_model, dict) or not isinstance(text_model.get("signals"), list):
+        raise ValueError("quality classifier: the text model is not a table with its signals")
+    if not set(text_model["signals"]) <= set(columns):
+        raise ValueError("quality classifier: the text model reads signals the HTML stacker does not compute")
+    _check_decisions(text_model)
+    _check_stacker(text_model.get("stacker") or {}, len(text_model["signals"]))
+
+
+def _check_decisions(model: dict) -> None:
+    """A model's calibration, good-page quantiles and cuts are tables of finite numbers."""
+    calibration, quantiles = model.get("calibration"), model.get("keep_quantiles")
+    if not isinstance(calibration, dict) or ANY_LANGUAGE not in calibration or not all(
+        isinstance(v, dict) and all(isinstance(v.get(k), (int, float)) and math.isfinite(v[k]) for k in "ab")
+        for v in calibration.values()
+    ):
+        raise ValueError("quality classifier: calibration is not a table of language -> {a, b}")
+    if not isinstance(quantiles, dict) or not all(
+        isinstance(v, list) and len(v) == QUANTILES and all(isinstance(x, (int, float)) for x in v)
+        for v in quantiles.values()
+    ):
+        raise ValueError(f"quality classifier: keep_quantiles is not a table of language -> {QUANTILES} numbers")
+    thresholds = model.get("thresholds")
+    if not isinstance(model.get("threshold"), (int, float)) or not isinstance(thresholds, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and math.isfinite(v) for k, v in thresholds.items()
+    ):
+        raise ValueError("quality classifier: thresholds are not a table of language -> number")
 
 
 class QualityClassifier:
-    """A trained classifier, loaded from its artefact."""
+    """A trained classifier, loaded from its artefact. A document with HTML signals is scored by the HTML
+    stacker; one without (read from text) by the text model where the artefact has one (`models_for`)."""
 
     def __init__(self, manifest: dict, fasttext_model, data: bytes):
         self.manifest = manifest
@@ -928,6 +1140,7 @@ class QualityClassifier:
         self.thresholds: dict[str, float] = {k: float(v) for k, v in manifest["thresholds"].items()}
         self.calibration: dict | None = manifest.get("calibration")
         self.keep_quantiles: dict[str, list[float]] = manifest.get("keep_quantiles") or {}
+        self.text_model: dict | None = manifest.get("text_model")
         self.hash = model_hash(data)
         self._fasttext = fasttext_model
 
@@ -939,39 +1152,108 @@ class QualityClassifier:
         manifest, fasttext_bytes = _unpack(data)
         return cls(manifest, _load_fasttext(fasttext_bytes), data)
 
+    def models_for(self, docs: pl.DataFrame) -> list[str]:
+        """The model that scores each row: "html", or "text" for a document without HTML signals when the
+        artefact has a text model (without one, such a document is read as a page that is all text)."""
+        return self.models_for_rows(has_html(docs))
+
+    def models_for_rows(self, html: np.ndarray) -> list[str]:
+        return ["html" if row or self.text_model is None else "text" for row in html]
+
     def score(self, docs: pl.DataFrame) -> np.ndarray:
         """Calibrated P(KEEP) per row of `docs` (text, lang; `q_*` columns are reused when present)."""
+        return self.score_with_models(docs)[0]
+
+    def score_with_models(self, docs: pl.DataFrame) -> tuple[np.ndarray, list[str]]:
+        """`score`, and the model that scored each row."""
         max_chars = self.manifest["max_chars"]
         texts = [token_line(ids) if ids is not None else text_token_line(text, max_chars)
                  for ids, text in _tokens_and_texts(docs)]
+        models = self.models_for(docs)
         signals = None
         stacker = self.manifest["stacker"]
         if self.features == "text+signals":
-            signals = _signal_matrix(signal_frame(docs, stacker["signals"]), stacker["log_columns"])
+            names = stacker["signals"]
+            if self.text_model is not None:
+                # A frame of documents read from text may lack the page columns altogether; the text model
+                # does not read them.
+                absent = [n for n in names if n.startswith(PAGE_SIGNAL_PREFIXES) and n not in docs.columns]
+                if absent and "html" not in models:
+                    docs = docs.with_columns([pl.lit(None, dtype=pl.Float64).alias(n) for n in absent])
+            signals = _signal_matrix(signal_frame(docs, names), stacker["log_columns"])
+            token_names = stacker.get("token_signals") or []
+            if token_names:
+                ids = [[int(word, 16) for word in line.split()] for line in texts]
+                signals = np.column_stack([signals, token_signal_matrix(ids, token_names)])
         langs = docs["lang"].to_list() if "lang" in docs.columns else [None] * docs.height
-        return self._score_normalized(texts, signals, langs)
+        return self._score_normalized(texts, signals, langs, models), models
 
     def keep(self, docs: pl.DataFrame) -> np.ndarray:
-        """The keep/drop decision per row at the trained threshold of its language."""
-        return self.score(docs) >= self.thresholds_for(docs["lang"].to_list())
+        """The keep/drop decision per row at the trained threshold of its language and model."""
+        scores, models = self.score_with_models(docs)
+        return scores >= self.thresholds_for(docs["lang"].to_list(), models, self.page_kinds(docs))
 
-    def thresholds_for(self, langs: list[str | None]) -> np.ndarray:
-        """The cut per row: its language's, else the pooled one."""
-        pooled = self.thresholds.get(ANY_LANGUAGE, self.threshold)
-        return np.asarray([self.thresholds.get(base_lang(lang) or "unknown", pooled) for lang in langs], dtype=float)
+    def _model_tables(self, model: str) -> dict:
+        if model == "text" and self.text_model is not None:
+            return self.text_model
+        return {"threshold": self.threshold, "thresholds": self.thresholds, "calibration": self.calibration,
+                "keep_quantiles": self.keep_quantiles}
 
-    def cut_for_retention(self, lang: str | None, retention: float) -> float:
-        """The score cut that keeps a share `retention` of a language's good pages, as its source-out
+    def thresholds_for(self, langs: list[str | None], models: list[str] | None = None,
+                       kinds: list[str] | None = None) -> np.ndarray:  # fmt: skip
+        """The cut per row: its model's (the HTML stacker's by default) for its language and page kind
+        (`page_kinds`), else for its language, else the pooled one."""
+        models = models or ["html"] * len(langs)
+        kinds = kinds or [""] * len(langs)
+        cuts = []
+        for lang, model, kind in zip(langs, models, kinds, strict=True):
+            tables = self._model_tables(model)
+            pooled = tables["thresholds"].get(ANY_LANGUAGE, tables["threshold"])
+            lang = base_lang(lang) or "unknown"
+            cuts.append(float(tables["thresholds"].get(f"{lang}|{kind}", tables["thresholds"].get(lang, pooled))))
+        return np.asarray(cuts, dtype=float)
+
+    def page_kinds(self, docs: pl.DataFrame) -> list[str]:
+        """Each row's page kind for its cut, as this classifier was trained to split them."""
+        return page_kinds(docs, (self.manifest.get("config") or {}).get("cut_by_link_share"))
+
+    def cut_for_retention(self, lang: str | None, retention: float, model: str = "html") -> float:
+        """The score cut that keeps a share `retention` of a language's good pages, as the model's source-out
         scores say (the pooled ones for a language without its own)."""
-        if not self.keep_quantiles:
+        quantiles_by_lang = self._model_tables(model)["keep_quantiles"]
+        if not quantiles_by_lang:
             raise ValueError("this classifier has no score quantiles (format version 2): retrain it to decide by retention")
         if not 0.0 < retention <= 1.0:
             raise ValueError(f"a retention is a share in (0, 1], not {retention}")
-        quantiles = self.keep_quantiles.get(base_lang(lang) or "unknown", self.keep_quantiles[ANY_LANGUAGE])
+        quantiles = quantiles_by_lang.get(base_lang(lang) or "unknown", quantiles_by_lang[ANY_LANGUAGE])
         return float(np.interp(1.0 - retention, np.linspace(0, 1, QUANTILES), quantiles))
 
-    def _score_normalized(self, texts: list[str], signals: np.ndarray | None, langs: list[str | None]) -> np.ndarray:
+    def calibrated(self, raw: np.ndarray, langs: list[str | None], models: list[str]) -> np.ndarray:
+        """Raw scores calibrated, each by its model's scaling for its language."""
+        out = np.asarray(raw, dtype=float).copy()
+        for model in set(models):
+            rows = np.asarray([m == model for m in models])
+            calibration = self._model_tables(model)["calibration"]
+            if calibration is not None:
+                out[rows] = calibrate(calibration, out[rows], [lang for lang, r in zip(langs, rows) if r])
+        return out
+
+    def _score_normalized(self, texts: list[str], signals: np.ndarray | None, langs: list[str | None],
+                          models: list[str] | None = None) -> np.ndarray:  # fmt: skip
+        models = models or ["html"] * len(texts)
         fasttext_keep = _keep_probability(self._fasttext, texts)
-        raw = fasttext_keep if self.features == "text" else _apply_stacker(
-            self.manifest["stacker"], _stack_inputs(fasttext_keep, signals))  # fmt: skip
-        return raw if self.calibration is None else calibrate(self.calibration, raw, langs)
+        if self.features == "text":
+            raw = fasttext_keep
+        else:
+            stacked = _stack_inputs(fasttext_keep, signals)
+            raw = np.zeros(len(texts))
+            html = np.asarray([m == "html" for m in models], dtype=bool)
+            stacker = self.manifest["stacker"]
+            columns = stacker["signals"] + (stacker.get("token_signals") or [])
+            if html.any():
+                read = [columns.index(name) for name in stacker.get("columns", columns)]
+                raw[html] = _apply_stacker(stacker, _text_inputs(stacked[html], read))
+            if (~html).any():
+                text_columns = [columns.index(name) for name in self.text_model["signals"]]
+                raw[~html] = _apply_stacker(self.text_model["stacker"], _text_inputs(stacked[~html], text_columns))
+        return self.calibrated(raw, langs, models)

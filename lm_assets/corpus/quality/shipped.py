@@ -142,10 +142,11 @@ def user_config(config: ClassifierConfig) -> ClassifierConfig:
     return replace(config, max_chars=SHIPPED_CONFIG.max_chars)
 
 
-def labelled_examples(shards: list[Path], labels: pl.DataFrame) -> pl.DataFrame:
+def labelled_examples(shards: list[Path], labels: pl.DataFrame, html_only: bool = True) -> pl.DataFrame:
     """The labelled pages (labels: url, label KEEP/DROP, confidence) of a crawl's shards as the pipeline
     sees them at curation: read, extracted, and past language ID (pages it drops never reach a
-    classifier), with the language it finds."""
+    classifier), with the language it finds. With `html_only` False, documents read from text (a JSON Lines
+    shard of extracted texts) are taken too."""
     from lm_assets.corpus.curation.extract import extract_documents
     from lm_assets.corpus.curation.langid import identify_languages
     from lm_assets.corpus.ingest.readers import read_shard
@@ -153,7 +154,9 @@ def labelled_examples(shards: list[Path], labels: pl.DataFrame) -> pl.DataFrame:
     wanted = labels["url"].implode()
     raw = pl.concat([read_shard(shard).documents.filter(pl.col("url").is_in(wanted)) for shard in shards],
                     how="diagonal_relaxed")
-    raw = raw.filter(pl.col("html").is_not_null()).unique("url", keep="first", maintain_order=True)
+    if html_only:
+        raw = raw.filter(pl.col("html").is_not_null())
+    raw = raw.unique("url", keep="first", maintain_order=True)
     identified = identify_languages(extract_documents(raw).kept).kept
     labelled = labels.select("url", "confidence", (pl.col("label") == "KEEP").alias("keep"))
     return identified.join(labelled, on="url").sort("doc_id")

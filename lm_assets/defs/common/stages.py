@@ -42,6 +42,7 @@ CURATED_SCHEMA = {
     "tox_frac": pl.Float64,
     "tox_zh_flagged": pl.Float64,
     "quality_score": pl.Float64,
+    "quality_model": pl.String,
 }
 
 

@@ -616,6 +616,9 @@ def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
         # Every language's cut (the exact values are in the classifier's file), not only the others'.
         "classifier_threshold": dg.MetadataValue.text(", ".join(
             f"{language_name(lang)} {cut:.4g}" for lang, cut in stats["thresholds"].items())),
+        # Documents with HTML are scored by the stacker that reads the page's signals, documents read from text
+        # (JSON Lines, Parquet, WET) by the text model, which was trained without them.
+        "classifier_models": dg.MetadataValue.json(stats.get("scored_by", {})),
         "rules_drop_classifier_keeps": stats["rules_drop_classifier_keeps"],
         "classifier_drops_rules_keep": stats["classifier_drops_rules_keep"],
         "disagreements": dg.MetadataValue.md(disagreement_list(examples)),

@@ -239,12 +239,23 @@ def reliability_table(metrics: dict) -> dg.MetadataValue:
 def transfer_metadata(metrics: dict) -> dict:
     if "cross_validated_by_site" not in metrics:  # an artefact trained before source-out figures
         return {}
-    return {
+    out = {
         "source_out_balanced_accuracy": metrics["cross_validated"]["balanced_accuracy"],
         "by_site_balanced_accuracy": metrics["cross_validated_by_site"]["balanced_accuracy"],
         "source_out_vs_by_site": transfer_table(metrics),
         "reliability": reliability_table(metrics),
     }
+    if "text_path" in metrics:
+        # Every page scored as a document without HTML, by the text model that scores such documents.
+        text = metrics["text_path"]
+        out |= {
+            "text_path_source_out_balanced_accuracy": text["cross_validated"]["balanced_accuracy"],
+            "text_path_by_site_balanced_accuracy": text["cross_validated_by_site"]["balanced_accuracy"],
+            "text_path_source_out_vs_by_site": transfer_table(text),
+            "text_path_reliability": reliability_table(text),
+            "text_model_thresholds": dg.MetadataValue.json(metrics.get("text_model_thresholds") or {}),
+        }
+    return out
 
 
 def shipped_in_use(store, labels_version: str) -> dg.MaterializeResult:

@@ -32,13 +32,17 @@ class KeywordScorer:
     threshold = 0.5
     thresholds = {"*": 0.5, "zh": 0.7}
 
-    def score(self, docs: pl.DataFrame) -> np.ndarray:
-        return np.array([0.9 if "scheduler" in t else 0.1 if "Chapter" in t else 0.6 for t in docs["text"]])
+    def score_with_models(self, docs: pl.DataFrame) -> tuple[np.ndarray, list[str]]:
+        scores = np.array([0.9 if "scheduler" in t else 0.1 if "Chapter" in t else 0.6 for t in docs["text"]])
+        return scores, ["html"] * docs.height
 
-    def thresholds_for(self, langs) -> np.ndarray:
+    def thresholds_for(self, langs, models=None, kinds=None) -> np.ndarray:
         return np.array([self.thresholds.get(lang, self.thresholds["*"]) for lang in langs])
 
-    def cut_for_retention(self, lang, retention) -> float:
+    def page_kinds(self, docs: pl.DataFrame) -> list[str]:
+        return [""] * docs.height
+
+    def cut_for_retention(self, lang, retention, model="html") -> float:
         return 1.0 - retention
 
 
@@ -102,9 +106,41 @@ def test_curation_without_a_classifier_is_decided_by_the_shipped_one():
     quality = quality.filter(pl.col("doc_id").is_in(scored["doc_id"].to_list())).sort("doc_id")
     assert scored.height == quality.height == 4 and scored["quality_score"].null_count() == 0
     assert np.allclose(scored["quality_score"].to_numpy(), shipped.score(quality))
-    # Without HTML the prose is read as a page that is all text, and kept; the list of chapters is not.
+    # Without HTML the text model scores them (and says so): the prose is kept, the list of chapters is not.
+    assert result.kept["quality_model"].to_list() == ["text"] * result.kept.height
+    assert result.stats["classifier"]["scored_by"] == {"text": 4}
     assert sorted(result.kept["doc_id"]) == ["d0", "d3", "d4"]
     assert result.dropped.filter(pl.col("stage") == "classifier")["doc_id"].to_list() == ["d1"]
+
+
+def test_pages_with_html_and_documents_from_text_are_cut_by_their_own_models():
+    """The shipped classifier's HTML stacker decides pages with page signals, its text model documents without
+    them, each at its own cuts; the stats count both and name every cut applied."""
+    shipped, _ = shipped_classifier()
+    assert shipped.text_model is not None
+    plain = docs().with_columns(signal_columns([dict.fromkeys(PAGE_COLUMNS)] * docs().height))
+    page = {**dict.fromkeys(PAGE_COLUMNS, 0), "q_html_text_ratio": 0.3, "q_html_link_share": 0.05}
+    pages = docs().with_columns(signal_columns([page] * docs().height)).with_columns(pl.col("doc_id") + "-page")
+    quality = apply_quality_rules(pl.concat([plain, pages]), preset(), defer=True).kept
+    result = decide_quality(quality, "classifier", shipped)
+    scored = pl.concat([result.kept.select("doc_id", "quality_model"), result.dropped.select("doc_id")], how="diagonal")
+    assert result.stats["scored_by"] == {"html": 4, "text": 4}
+    assert set(result.kept.filter(pl.col("doc_id").str.ends_with("-page"))["quality_model"]) <= {"html"}
+    assert set(result.kept.filter(~pl.col("doc_id").str.ends_with("-page"))["quality_model"]) <= {"text"}
+    assert scored.height == 8
+    # Pages with few links are cut at their language's cut for that kind; documents from text at the text model's.
+    assert result.stats["cuts_applied"] == pytest.approx({
+        "en few-links": shipped.thresholds["en|few-links"], "en (text)": shipped.text_model["thresholds"]["en"]}, abs=1e-6)
+
+
+def test_stats_of_many_batches_keep_the_cuts_and_sum_the_counts():
+    from lm_assets.corpus.curation.pipeline import merged_stats
+
+    batch = {"classifier": {"threshold": 0.4, "thresholds": {"en": 0.4}, "cuts_applied": {"en": 0.4},
+                            "scored_by": {"html": 2, "text": 1}, "docs_in": 3}}
+    merged = merged_stats([batch, batch])["classifier"]
+    assert merged["thresholds"] == {"en": 0.4} and merged["cuts_applied"] == {"en": 0.4} and merged["threshold"] == 0.4
+    assert merged["scored_by"] == {"html": 4, "text": 2} and merged["docs_in"] == 6
 
 
 def test_a_classifier_policy_without_a_classifier_is_refused():

@@ -255,10 +255,10 @@ def test_figures_come_source_out_and_by_site_side_by_side_and_scores_are_calibra
     assert sum(row["pages"] for table in metrics["reliability"].values() for row in table) == metrics["n_train"]
     classifier = QualityClassifier.from_bytes(trained.model)
     scaling = classifier.calibration["*"]
-    assert classifier.manifest["version"] == 3 and scaling["a"] > 0
+    assert classifier.manifest["version"] == 4 and scaling["a"] > 0
     # The scores are the model's raw P(KEEP) scaled: sigmoid(a logit(p) + b).
     raw = QualityClassifier.from_bytes(repack(trained.model, **{MANIFEST_ENTRY: json.dumps(
-        {**classifier.manifest, "version": 2, "calibration": None, "keep_quantiles": None}).encode()}))
+        {**classifier.manifest, "version": 2, "calibration": None, "keep_quantiles": None, "text_model": None}).encode()}))
     assert raw.calibration is None
     p = np.clip(raw.score(examples), 1e-4, 1 - 1e-4)
     expected = 1 / (1 + np.exp(-(scaling["a"] * np.log(p / (1 - p)) + scaling["b"])))
@@ -276,3 +276,63 @@ def test_a_retention_target_is_a_quantile_of_the_good_pages_source_out_scores(st
     assert classifier.cut_for_retention("en", 0.9) <= classifier.cut_for_retention("en", 0.5)
     with pytest.raises(ValueError, match="share in"):
         classifier.cut_for_retention("en", 0.0)
+
+
+@pytest.fixture(scope="module")
+def pages_with_html() -> pl.DataFrame:
+    """The slice's pages with extraction's page signals, and each page's text again as a document read
+    without HTML (its page signals null), as a labelled text set would add."""
+    from lm_assets.corpus.curation.extract import PAGE_COLUMNS
+
+    pages = extract_documents(read_shard(SLICE / "slice.warc.gz").documents).kept
+    labels = read_labels(SLICE / "labels.jsonl").select("url", "lang", "label")
+    html = (pages.select("doc_id", "url", "text", *PAGE_COLUMNS).join(labels, on="url").unique("url", keep="first")
+            .with_columns((pl.col("label") == "KEEP").alias("keep")).drop("label").sort("doc_id"))
+    as_text = html.with_columns(pl.col("doc_id") + "-text", pl.lit("texts").alias("collection"),
+                                *[pl.lit(None, dtype=html.schema[c]).alias(c) for c in PAGE_COLUMNS if c.startswith(("q_html_", "q_title_"))])
+    return pl.concat([html.with_columns(pl.lit(None, pl.String).alias("collection")), as_text])
+
+
+def test_documents_without_html_are_scored_by_a_text_model_trained_for_them(pages_with_html):
+    config = replace(CONFIG, folds=3, language_threshold_min_per_class=3)
+    trained = train_classifier(pages_with_html, config)
+    classifier = QualityClassifier.from_bytes(trained.model)
+    text_model = classifier.text_model
+    assert text_model is not None and trained.metrics["n_train_with_html"] < trained.metrics["n_train"]
+    assert not [name for name in text_model["signals"] if name.startswith(("q_html_", "q_title_"))]
+    assert {"q_url_depth", "q_tok_separators"} <= set(text_model["signals"])
+    # The token signals go to the text model alone by default.
+    assert not [name for name in classifier.manifest["stacker"]["columns"] if name.startswith("q_tok_")]
+    html = pages_with_html.filter(pl.col("q_html_text_ratio").is_not_null())
+    text = pages_with_html.filter(pl.col("q_html_text_ratio").is_null())
+    html_scores, html_models = classifier.score_with_models(html)
+    text_scores, text_models = classifier.score_with_models(text)
+    assert set(html_models) == {"html"} and set(text_models) == {"text"}
+    assert not np.allclose(html_scores, text_scores) and ((0 <= text_scores) & (text_scores <= 1)).all()
+    # A frame of texts without any page column is read by the text model too.
+    bare = text.select("doc_id", "text", "lang", "url")
+    assert classifier.models_for(bare) == ["text"] * bare.height
+    # Each model decides at its own cuts.
+    cuts = classifier.thresholds_for(["en", "en"], ["html", "text"])
+    assert cuts[1] == text_model["thresholds"].get("en", text_model["threshold"])
+    assert "text_path" in trained.metrics and trained.metrics["text_path"]["cross_validated"]["roc_auc"] is not None
+    # Without the text model (or with version 3 artefacts), a text document is read as a page that is all text.
+    single = QualityClassifier.from_bytes(train_classifier(pages_with_html, replace(config, text_model=False)).model)
+    assert single.text_model is None and set(single.models_for(text)) == {"html"}
+
+
+def test_article_like_and_link_heavy_pages_are_cut_apart_under_one_retention_floor():
+    from lm_assets.corpus.quality.classifier import kind_thresholds, page_kinds
+
+    frame = pl.DataFrame({"q_html_link_share": [0.05, 0.6, None, 0.29]})
+    assert page_kinds(frame, 0.3) == ["few-links", "many-links", "", "few-links"]
+    assert page_kinds(frame, None) == [""] * 4
+    rng = np.random.default_rng(0)
+    # Article-like junk scores high (0.6-0.8), link-heavy junk low (0.1-0.3); good pages of both score 0.7-1.
+    first = np.repeat([True, False], 200)
+    keep = np.tile(np.repeat([True, False], 100), 2)
+    scores = np.where(keep, rng.uniform(0.7, 1.0, 400), np.where(first, rng.uniform(0.55, 0.75, 400), rng.uniform(0.1, 0.3, 400)))
+    cut_first, cut_other = kind_thresholds(keep, scores, first, 0.9)
+    assert 0.65 < cut_first <= 0.75 and 0.3 <= cut_other <= 0.7
+    kept = np.where(first, scores >= cut_first, scores >= cut_other)
+    assert kept[keep].mean() >= 0.9 and (~kept[~keep]).mean() > 0.9

@@ -31,7 +31,12 @@ def test_the_build_is_deterministic_and_gives_the_shipped_classifier(pages):
 def test_the_training_pages_ship_tokens_and_signals_but_no_text(pages):
     assert not {"text", "html", "title"} & set(pages.columns)
     assert pages.schema["tokens"] == pl.List(pl.UInt32) and pages["tokens"].list.len().min() > 0
-    assert set(pages["label_set"]) == {"dev", "transfer", "web"}
+    assert set(pages["label_set"]) == {"dev", "text", "transfer", "web"}
+    # The text set: crawled texts without HTML, so no page signal, at least half of them Chinese.
+    text = pages.filter(pl.col("label_set") == "text")
+    assert text.height >= 400 and text.filter(pl.col("lang") == "zh").height >= text.height / 2
+    assert text["q_html_text_ratio"].null_count() == text.height
+    assert pages.filter(pl.col("label_set") != "text")["q_html_text_ratio"].null_count() == 0
     web = pages.filter(pl.col("label_set") == "web")
     assert web.height >= 1200 and web["site"].n_unique() >= 800 and (~web["keep"]).mean() >= 0.35
     assert 0.45 * web.height <= web.filter(pl.col("lang") == "zh").height <= 0.6 * web.height
@@ -70,7 +75,7 @@ def test_real_web_pages_of_unseen_sites_on_a_slice(pages):
 
 def test_every_training_page_names_its_source_collection(pages):
     collections = pages.group_by("label_set").agg(pl.col("collection").n_unique()).sort("label_set").rows()
-    assert collections == [("dev", 11), ("transfer", 12), ("web", 9)] and pages["collection"].null_count() == 0
+    assert collections == [("dev", 11), ("text", 7), ("transfer", 12), ("web", 9)] and pages["collection"].null_count() == 0
     web = pages.filter(pl.col("label_set") == "web")
     assert web.filter(pl.col("collection") == "blogs")["site"].n_unique() >= 150
 
