@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python bench/curation_quality.py [--crawl DIR] [--labels FILE] [--storage DIR] [--show N]
-        [--config-json JSON] [--policy rules|classifier|both] [--train CRAWL LABELS]... [--smoke]
+        [--config-json JSON] [--policy rules|classifier|both] [--train CRAWL LABELS]... [--text-path] [--smoke]
 
 `--crawl` takes a crawl folder (`bench/build_crawl.py`); without it the labelled
 development crawl is built into (or reused from) `$OUT/dev-crawl`, else `bench/out/dev-crawl`
@@ -20,7 +20,9 @@ ephemeral Dagster instance and the offline toxicity backend, into a temporary st
 {"quality_preset": "fineweb"}}}}'` to score a published preset.
 
 `--web` scores the labelled real-web crawl (bench/web_set), rebuilt into `$OUT/web-crawl` from its
-source repositories when missing.
+source repositories when missing. `--text-path` scores the same pages on the text path: each page's text,
+extracted as the pipeline extracts it, in a JSON Lines shard without HTML (so the classifier's text model
+decides), as a corpus that others extracted arrives.
 
 `--policy rules|classifier|both` sets curated_shard's quality policy. For `classifier` (the default)
 and `both`, every labelled page is scored by a classifier that never saw its site: `--cv-by-site K`
@@ -87,6 +89,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--show", type=int, default=8, help="pages listed per kind of error")
     parser.add_argument("--policy", choices=POLICIES, help=f"curated_shard's quality policy (default: {DEFAULT_QUALITY_POLICY})")
     parser.add_argument("--web", action="store_true", help="score the labelled real-web crawl (bench/web_set)")
+    parser.add_argument("--text-path", action="store_true",
+                        help="score the pages' extracted texts as JSON Lines documents without HTML (the text path)")
     parser.add_argument(
         "--cv-by-site", type=int, metavar="K", default=None,
         help="classifier policies: deal the scored crawl's sites into K folds; each fold is scored by a classifier "
@@ -299,8 +303,26 @@ def print_errors(table: pl.DataFrame, show: int) -> None:
         print(f"  {row['drop_reason']:<40} {row['url']}")
 
 
+def text_crawl(crawl: Path, folder: Path) -> Path:
+    """The crawl as the text path reads it: each shard's pages extracted by the pipeline's extractor and written
+    as a JSON Lines shard of `url, text` (no HTML), as a corpus that others extracted arrives."""
+    from lm_assets.corpus.curation.extract import extract_documents
+    from lm_assets.corpus.ingest.readers import read_shard
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for shard in find_shards(crawl):
+        docs = read_shard(shard).documents
+        texts = extract_documents(docs.filter(pl.col("html").is_not_null())).kept.select("url", "text")
+        texts.write_ndjson(folder / shard.name.replace(".warc.gz", ".jsonl"))
+    shutil.copyfile(crawl / "truth.json", folder / "truth.json")
+    return folder
+
+
 def run(args: argparse.Namespace) -> dict:
     crawl = web_crawl() if args.web else resolve_crawl(args)
+    if args.text_path:
+        crawl = text_crawl(crawl, Path(tempfile.mkdtemp(prefix="text-path-")) / crawl.name)
+        print(f"text path: the crawl's pages as extracted texts in JSON Lines shards, without HTML ({crawl})")
     shards = [path.name for path in find_shards(crawl)]
     truth = json.loads((crawl / "truth.json").read_text())
     labels = read_labels(args.labels)
@@ -365,6 +387,7 @@ def run(args: argparse.Namespace) -> dict:
     if seconds is not None:
         print(f"asset graph: {seconds:.1f} s wall")
     return {
+        "path": "text" if args.text_path else "html",
         "overall": overall,
         "packages": grouped_figures(table, "package"),
         "languages": grouped_figures(table, "lang"),

@@ -65,6 +65,7 @@ LANE_A=(
 )
 LANE_B=(
     "$PY bench/quality_classifier.py --smoke"
+    "$PY bench/curation_quality.py --smoke --text-path"
     "$PY bench/dagster_overhead.py --smoke"
     "$PY bench/shard_memory.py --smoke"
     "$PY bench/dedup_quality.py --smoke"

@@ -20,6 +20,7 @@ from .crawl.debian import DEFAULT_CACHE, package
 from .paths import REPO, out_dir, smoke_crawl
 
 SHARD_GLOB = "crawl-*.warc.gz"
+TEXT_SHARD_GLOB = "crawl-*.jsonl"
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ WEB_REPOS = Path(os.environ.get("LM_ASSETS_WEB_REPOS", "/work/.mirror"))
 
 
 def find_shards(crawl: Path) -> list[Path]:
-    return sorted(crawl.glob(SHARD_GLOB))
+    """A crawl's shards: WARC, or JSON Lines of extracted texts (`curation_quality.py --text-path`)."""
+    return sorted([*crawl.glob(SHARD_GLOB), *crawl.glob(TEXT_SHARD_GLOB)])
 
 
 def is_crawl(crawl: Path) -> bool:
