@@ -166,27 +166,41 @@ def token_signal_matrix(token_lists: list[list[int]], names: list[str] | tuple[s
     def member(table: np.ndarray) -> np.ndarray:
         return _member(distinct, table)[inverse]
 
-    is_cjk, is_symbol = member(t["cjk"]), member(t["symbols"])
-    n_cjk = _per_doc(is_cjk, starts, empty)
-    content = counts - _per_doc(member(t["punctuation"]), starts, empty)
-    # A symbol between two CJK characters of the same document.
-    between = np.zeros(len(ids), dtype=bool)
-    if len(ids) > 2:
-        same = (doc_of[:-2] == doc_of[2:])
-        between[1:-1] = is_symbol[1:-1] & is_cjk[:-2] & is_cjk[2:] & same
-    spam = _per_doc(member(t["spam_words"]), starts, empty)
-    for size, terms in t["spam_terms"].items():
-        spam += _window_hits(ids, doc_of, size, terms, n_docs)
-    top = _top_phrase_counts(ids, doc_of, ends, n_docs)
+    def per_doc(values: np.ndarray) -> np.ndarray:
+        return _per_doc(values, starts, empty)
+
+    def symbol_breaks() -> np.ndarray:
+        """Symbols between two CJK characters of the same document, per 100 CJK characters."""
+        is_cjk, is_symbol = member(t["cjk"]), member(t["symbols"])
+        between = np.zeros(len(ids), dtype=bool)
+        if len(ids) > 2:
+            between[1:-1] = is_symbol[1:-1] & is_cjk[:-2] & is_cjk[2:] & (doc_of[:-2] == doc_of[2:])
+        return 100.0 * per_doc(between) / per_doc(is_cjk)
+
+    def spam_terms() -> np.ndarray:
+        spam = per_doc(member(t["spam_words"]))
+        for size, terms in t["spam_terms"].items():
+            spam += _window_hits(ids, doc_of, size, terms, n_docs)
+        return 1000.0 * spam / counts
+
+    def phrase_repeats() -> np.ndarray:
+        top = _top_phrase_counts(ids, doc_of, ends, n_docs)
+        return np.where(top >= 2, 1000.0 * top / counts, 0.0)
+
+    def content() -> np.ndarray:
+        return counts - per_doc(member(t["punctuation"]))
+
+    # Each signal computed only when asked for: scoring reads one or two.
+    compute = {
+        "q_tok_symbols": lambda: 100.0 * per_doc(member(t["symbols"])) / counts,
+        "q_tok_symbol_breaks": symbol_breaks,
+        "q_tok_function_words": lambda: per_doc(member(t["function"])) / content(),
+        "q_tok_separators": lambda: 100.0 * per_doc(member(t["separators"])) / content(),
+        "q_tok_phrase_repeats": phrase_repeats,
+        "q_tok_spam_terms": spam_terms,
+    }
     with np.errstate(divide="ignore", invalid="ignore"):
-        values = {
-            "q_tok_symbols": 100.0 * _per_doc(is_symbol, starts, empty) / counts,
-            "q_tok_symbol_breaks": 100.0 * _per_doc(between, starts, empty) / n_cjk,
-            "q_tok_function_words": _per_doc(member(t["function"]), starts, empty) / content,
-            "q_tok_separators": 100.0 * _per_doc(member(t["separators"]), starts, empty) / content,
-            "q_tok_phrase_repeats": np.where(top >= 2, 1000.0 * top / counts, 0.0),
-            "q_tok_spam_terms": 1000.0 * spam / counts,
-        }
+        values = {name: compute[name]() for name in dict.fromkeys(names)}
     matrix = np.column_stack([values[name] for name in names]).astype(np.float64)
     return np.nan_to_num(matrix, nan=0.0, posinf=0.0, neginf=0.0)
 
