@@ -23,6 +23,7 @@ general property of spam and machine-made pages, never for one site's wording:
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
 import zlib
 
@@ -103,10 +104,8 @@ def _tables() -> dict:
             if term.isascii():
                 words.add(_crc(term))
             else:
-                # A Chinese term is its characters, each a token, with any ASCII run (pk10) one token.
-                from lm_assets.corpus.quality.classifier import tokens
-
-                ids = tuple(_crc(t) for t in tokens(term, 100))
+                # A Chinese term as the classifier cuts it: each character a token, an ASCII run (pk10) one.
+                ids = tuple(_crc(t) for t in re.findall(r"[a-z0-9]+|[^\x00-\x7f]", term.lower()))
                 terms.setdefault(len(ids), set()).add(ids)
     return {
         "cjk": frozenset(_crc(ch) for ch in _chars_of(CJK_RANGES)),
