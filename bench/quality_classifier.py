@@ -140,11 +140,24 @@ def load_pages(crawl: Path, labels: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
 # ---------------------------------------------------------------------------------------------
 
 
-def classifier_variant(config: ClassifierConfig):
+def as_text_documents(pages: pl.DataFrame) -> pl.DataFrame:
+    """The pages as the text path reads them: extracted text without HTML, so no `q_html_*` or `q_title_*`."""
+    return pages.with_columns([pl.lit(None, dtype=pages.schema[name]).alias(name)
+                               for name in pages.columns if name.startswith(("q_html_", "q_title_"))])
+
+
+def classifier_variant(config: ClassifierConfig, text_path: bool = False):
+    """Train on the other folds; score the held-out pages as they are (each by its model, at the cut of its
+    language and page kind), or with `text_path` as documents without HTML (by the text model)."""
     def fit(train: pl.DataFrame):
         trained = train_classifier(train, replace(config, test_fraction=0.0), cross_validations=())
         classifier = QualityClassifier.from_bytes(trained.model)
-        return lambda test: (classifier.score(test), classifier.thresholds_for(test["lang"].to_list())), len(trained.model)
+
+        def score(test: pl.DataFrame):
+            docs = as_text_documents(test) if text_path else test
+            scores, models = classifier.score_with_models(docs)
+            return scores, classifier.thresholds_for(docs["lang"].to_list(), models, classifier.page_kinds(docs))
+        return score, len(trained.model)
     return fit
 
 
@@ -166,8 +179,9 @@ def per_language_variant(config: ClassifierConfig):
             for lang in test["lang"].unique().to_list():
                 rows = (test["lang"] == lang).to_numpy()
                 classifier = models.get(lang, models[None])
-                scores[rows] = classifier.score(test.filter(rows))
-                threshold[rows] = classifier.thresholds_for(test.filter(rows)["lang"].to_list())
+                part = test.filter(rows)
+                scores[rows], scored_by = classifier.score_with_models(part)
+                threshold[rows] = classifier.thresholds_for(part["lang"].to_list(), scored_by, classifier.page_kinds(part))
             return scores, threshold
         return score, size
     return fit
@@ -258,6 +272,7 @@ def compare_choices(pages: pl.DataFrame, base: ClassifierConfig, args) -> dict:
         "text (fastText alone)": classifier_variant(replace(base, features="text")),
         "text+signals, logistic": classifier_variant(replace(base, stacker="logistic")),
         "text+signals, boosting (default)": classifier_variant(base),
+        "the default on the text path (the pages' texts without HTML)": classifier_variant(base, text_path=True),
         "per language, text+signals, boosting": per_language_variant(base),
     }
     if args.sweep:
