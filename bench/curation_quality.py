@@ -59,7 +59,7 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 from benchlib.crawls import LABELLED_CRAWLS, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
-from benchlib.paths import REPO, TEST_SLICE
+from benchlib.paths import REPO, TEST_SLICE, out_dir
 
 from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_config_for, run_shard_graph
 from lm_assets.corpus.audit.curation_eval import (
@@ -304,12 +304,14 @@ def print_errors(table: pl.DataFrame, show: int) -> None:
 
 
 def text_crawl(crawl: Path, folder: Path) -> Path:
-    """The crawl as the text path reads it: each shard's pages extracted by the pipeline's extractor and written
-    as a JSON Lines shard of `url, text` (no HTML), as a corpus that others extracted arrives."""
+    """The crawl as the text path reads it, in `folder` (replaced): each shard's pages extracted by the
+    pipeline's extractor and written as a JSON Lines shard of `url, text` (no HTML), as a corpus that others
+    extracted arrives."""
     from lm_assets.corpus.curation.extract import extract_documents
     from lm_assets.corpus.ingest.readers import read_shard
 
-    folder.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     for shard in find_shards(crawl):
         docs = read_shard(shard).documents
         texts = extract_documents(docs.filter(pl.col("html").is_not_null())).kept.select("url", "text")
@@ -321,7 +323,7 @@ def text_crawl(crawl: Path, folder: Path) -> Path:
 def run(args: argparse.Namespace) -> dict:
     crawl = web_crawl() if args.web else resolve_crawl(args)
     if args.text_path:
-        crawl = text_crawl(crawl, Path(tempfile.mkdtemp(prefix="text-path-")) / crawl.name)
+        crawl = text_crawl(crawl, out_dir("text-path", crawl.name))
         print(f"text path: the crawl's pages as extracted texts in JSON Lines shards, without HTML ({crawl})")
     shards = [path.name for path in find_shards(crawl)]
     truth = json.loads((crawl / "truth.json").read_text())

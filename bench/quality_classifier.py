@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 from benchlib.crawls import LABELLED_CRAWLS, WEB_LABELS, find_shards, labelled_crawl, resolve_crawl, web_crawl
+from benchlib.documents import as_text_documents
 from benchlib.paths import REPO, TEST_SLICE, out_dir
 
 import lm_assets.corpus.quality.classifier as qc
@@ -138,12 +139,6 @@ def load_pages(crawl: Path, labels: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
 # ---------------------------------------------------------------------------------------------
 # Cross-validation
 # ---------------------------------------------------------------------------------------------
-
-
-def as_text_documents(pages: pl.DataFrame) -> pl.DataFrame:
-    """The pages as the text path reads them: extracted text without HTML, so no `q_html_*` or `q_title_*`."""
-    return pages.with_columns([pl.lit(None, dtype=pages.schema[name]).alias(name)
-                               for name in pages.columns if name.startswith(("q_html_", "q_title_"))])
 
 
 def classifier_variant(config: ClassifierConfig, text_path: bool = False):

@@ -62,6 +62,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+from benchlib.documents import as_text_documents
 from benchlib.paths import command_line
 
 import lm_assets.corpus.quality.classifier as qc
@@ -107,13 +108,6 @@ def with_lm_signal(pages: pl.DataFrame, reference: np.ndarray, scored: np.ndarra
     for f in range(inner_folds):
         values[inner == f] = keep_lm_signal(tokens, langs, keep, reference & (inner != f), inner == f)[inner == f]
     return pages.with_columns(pl.Series(LM_SIGNAL, np.nan_to_num(values, nan=float(np.nanmedian(values)))))
-
-
-def as_text_documents(pages: pl.DataFrame, without: tuple[str, ...] = ("q_html_", "q_title_")) -> pl.DataFrame:
-    """The pages as the text path reads them: each page's extracted text as a JSON Lines document, with no
-    HTML, so no signal that only HTML gives (the URL is kept: text shards carry it)."""
-    return pages.with_columns([pl.lit(None, dtype=pages.schema[name]).alias(name)
-                               for name in pages.columns if name.startswith(without)])
 
 
 PATHS = ("html", "text")

@@ -1,4 +1,5 @@
-"""The extracted, language-identified documents of a crawl, as the dedup and token benches read them."""
+"""The extracted, language-identified documents of a crawl, as the dedup and token benches read them, and
+labelled pages as the text path reads them."""
 
 from __future__ import annotations
 
@@ -36,3 +37,10 @@ def load_documents(crawl: Path, max_docs: int, doc_bytes: int | None = None) -> 
 
 def text_mb(texts: list[str]) -> float:
     return sum(len(text.encode()) for text in texts) / 1e6
+
+
+def as_text_documents(pages: pl.DataFrame) -> pl.DataFrame:
+    """Pages as the text path reads them: each page's extracted text as a JSON Lines document, without HTML,
+    so without the signals only HTML gives (`q_html_*`, `q_title_*`); the URL's are kept, as text shards carry it."""
+    return pages.with_columns([pl.lit(None, dtype=pages.schema[name]).alias(name)
+                               for name in pages.columns if name.startswith(("q_html_", "q_title_"))])

@@ -61,9 +61,6 @@ FORMAT_VERSION = 4
 # A version 2 artefact's scores are read as they are (no calibration); versions 2 and 3 have one model and no
 # token signals.
 READABLE_VERSIONS = (2, 3, 4)
-# The two stackers of a version 4 artefact: "html" reads every signal, "text" scores documents read from text,
-# which have no page signals (`text_model_without`).
-MODELS = ("html", "text")
 FOLD_GROUPS = ("source", "site", "page")
 QUANTILES = 101  # of the good pages' source-out scores per language: 0 %, 1 %, ..., 100 %
 RELIABILITY_BINS = 10
@@ -467,8 +464,7 @@ def best_threshold(keep: np.ndarray, scores: np.ndarray, min_retention: float | 
     """The cut (keep when score >= cut), midway between two distinct scores, of highest balanced accuracy
     among the cuts that keep at least `min_retention` of the KEEP pages (all cuts when None, or when none
     does)."""
-    values = np.unique(scores)
-    cuts = np.concatenate([[values[0]], (values[:-1] + values[1:]) / 2]) if len(values) > 1 else values
+    cuts = candidate_cuts(scores)
     accuracies = np.asarray([balanced_accuracy(keep, scores >= cut) or 0.0 for cut in cuts])
     if min_retention is not None and keep.any():
         retained = np.asarray([(scores[keep] >= cut).mean() for cut in cuts])
@@ -692,10 +688,10 @@ def _text_columns(names: list[str], train: _Examples, config: ClassifierConfig) 
 
 def _html_columns(names: list[str], config: ClassifierConfig) -> list[int]:
     """The columns of the signals matrix the HTML stacker reads."""
-    return [i for i, name in enumerate(names) if not (config.html_model_without and name.startswith(tuple(config.html_model_without)))]
+    return [i for i, name in enumerate(names) if not name.startswith(tuple(config.html_model_without))]
 
 
-def _text_inputs(stacked: np.ndarray, columns: list[int]) -> np.ndarray:
+def _model_inputs(stacked: np.ndarray, columns: list[int]) -> np.ndarray:
     """A model's inputs among the stacked ones: the fastText logit, then the signals of `columns`."""
     return stacked[:, [0, *(c + 1 for c in columns)]]
 
@@ -716,7 +712,8 @@ def _out_of_fold(train: _Examples, config: ClassifierConfig, by: str | None = No
     if config.features == "text":
         return fasttext_keep, fasttext_keep, None
     stacked = _stack_inputs(fasttext_keep, train.signals)
-    html_stacked = stacked if html_columns is None else _text_inputs(stacked, html_columns)
+    html_stacked = stacked if html_columns is None else _model_inputs(stacked, html_columns)
+    text_stacked = _model_inputs(stacked, text_columns) if text_columns is not None else None
     learns = train.html if text_columns is not None else np.ones(len(train.texts), dtype=bool)
     scores = np.zeros(len(train.texts))
     text_scores = np.zeros(len(train.texts)) if text_columns is not None else None
@@ -725,16 +722,14 @@ def _out_of_fold(train: _Examples, config: ClassifierConfig, by: str | None = No
         rows = inside & learns
         stacker = _fit_stacker(html_stacked[rows], train.keep[rows], train.weight[rows], config)
         scores[~inside] = _apply_stacker(stacker, html_stacked[~inside])
-        if text_columns is not None:
-            text_stacked = _text_inputs(stacked, text_columns)
+        if text_stacked is not None:
             text_stacker = _fit_stacker(text_stacked[inside], train.keep[inside], train.weight[inside], config)
             text_scores[~inside] = _apply_stacker(text_stacker, text_stacked[~inside])
     return fasttext_keep, scores, text_scores
 
 
-def _decisions(part: _Examples, raw: np.ndarray, config: ClassifierConfig) -> tuple[dict, np.ndarray]:
-    """A model's calibration, cuts and good-page quantiles from its out-of-fold scores of `part`; and those
-    scores calibrated."""
+def _decisions(part: _Examples, raw: np.ndarray, config: ClassifierConfig) -> dict:
+    """A model's calibration, cuts and good-page quantiles from its out-of-fold scores of `part`."""
     calibration = fit_calibration(part, raw, config) if config.calibrate else IDENTITY_CALIBRATION
     scores = calibrate(calibration, raw, part.langs)
     threshold = best_threshold(part.keep, scores, config.min_keep_retention)
@@ -742,7 +737,7 @@ def _decisions(part: _Examples, raw: np.ndarray, config: ClassifierConfig) -> tu
         "calibration": calibration, "threshold": threshold,
         "thresholds": language_thresholds(part, scores, threshold, config),
         "keep_quantiles": keep_quantiles(part, scores, calibration),
-    }, scores
+    }
 
 
 def _routed(train: _Examples, html_raw: np.ndarray, text_raw: np.ndarray | None,
@@ -773,7 +768,7 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     html_columns = _html_columns(names, config)
     fasttext_keep, oof_raw, oof_text_raw = _out_of_fold(train, config, None, text_columns, html_columns)
     learns = train.html if text_columns is not None else np.ones(len(train.texts), dtype=bool)
-    decisions, _ = _decisions(train.take(learns), oof_raw[learns], config)
+    decisions = _decisions(train.take(learns), oof_raw[learns], config)
     lines = fasttext_lines(train.texts, train.keep, train.weight, config.balance_classes)
     fasttext_bytes = train_fasttext(lines, config)
     if train_fasttext(lines, config) != fasttext_bytes:
@@ -788,15 +783,15 @@ def train_classifier(examples: pl.DataFrame, config: ClassifierConfig = Classifi
     }
     if config.features == "text+signals":
         stacked = _stack_inputs(fasttext_keep, train.signals)
-        stacker = _fit_stacker(_text_inputs(stacked, html_columns)[learns], train.keep[learns], train.weight[learns], config)
+        stacker = _fit_stacker(_model_inputs(stacked, html_columns)[learns], train.keep[learns], train.weight[learns], config)
         manifest["stacker"] = {"signals": signal_names, "log_columns": log_columns, "token_signals": token_names,
                                "columns": [names[c] for c in html_columns], **stacker}
         if text_columns is not None:
             # A document read from text has no link share: one cut a language.
-            text_decisions, _ = _decisions(replace(train, kinds=[""] * len(train.texts)), oof_text_raw, config)
+            text_decisions = _decisions(replace(train, kinds=[""] * len(train.texts)), oof_text_raw, config)
             manifest["text_model"] = {
                 "signals": [names[c] for c in text_columns],
-                "stacker": _fit_stacker(_text_inputs(stacked, text_columns), train.keep, train.weight, config),
+                "stacker": _fit_stacker(_model_inputs(stacked, text_columns), train.keep, train.weight, config),
                 **text_decisions,
             }
     model = _pack(manifest, fasttext_bytes)
@@ -994,10 +989,11 @@ def language_thresholds(train: _Examples, scores: np.ndarray, pooled: float, con
     return thresholds
 
 
-def _candidate_cuts(scores: np.ndarray, most: int = 200) -> np.ndarray:
+def candidate_cuts(scores: np.ndarray, most: int | None = None) -> np.ndarray:
+    """The lowest score and every midpoint between two distinct scores; at most `most` of them (quantiles)."""
     values = np.unique(scores)
     cuts = np.concatenate([[values[0]], (values[:-1] + values[1:]) / 2]) if len(values) > 1 else values
-    return cuts if len(cuts) <= most else np.unique(np.quantile(cuts, np.linspace(0, 1, most)))
+    return cuts if most is None or len(cuts) <= most else np.unique(np.quantile(cuts, np.linspace(0, 1, most)))
 
 
 def kind_thresholds(keep: np.ndarray, scores: np.ndarray, first: np.ndarray,
@@ -1007,7 +1003,7 @@ def kind_thresholds(keep: np.ndarray, scores: np.ndarray, first: np.ndarray,
     n_keep, n_drop = max(int(keep.sum()), 1), max(int((~keep).sum()), 1)
     counts = []
     for rows in (first, ~first):
-        cuts = _candidate_cuts(scores[rows])
+        cuts = candidate_cuts(scores[rows], most=200)
         kept_keep = np.asarray([(scores[rows & keep] >= cut).sum() for cut in cuts])
         kept_drop = np.asarray([(scores[rows & ~keep] >= cut).sum() for cut in cuts])
         counts.append((cuts, kept_keep, kept_drop))
@@ -1252,8 +1248,8 @@ class QualityClassifier:
             columns = stacker["signals"] + (stacker.get("token_signals") or [])
             if html.any():
                 read = [columns.index(name) for name in stacker.get("columns", columns)]
-                raw[html] = _apply_stacker(stacker, _text_inputs(stacked[html], read))
+                raw[html] = _apply_stacker(stacker, _model_inputs(stacked[html], read))
             if (~html).any():
                 text_columns = [columns.index(name) for name in self.text_model["signals"]]
-                raw[~html] = _apply_stacker(self.text_model["stacker"], _text_inputs(stacked[~html], text_columns))
+                raw[~html] = _apply_stacker(self.text_model["stacker"], _model_inputs(stacked[~html], text_columns))
         return self.calibrated(raw, langs, models)

@@ -619,6 +619,8 @@ def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
         # Documents with HTML are scored by the stacker that reads the page's signals, documents read from text
         # (JSON Lines, Parquet, WET) by the text model, which was trained without them.
         "classifier_models": dg.MetadataValue.json(stats.get("scored_by", {})),
+        # The cut each language, page kind and model in this shard was decided at (`zh (text)`: the text model's).
+        "classifier_cuts_applied": dg.MetadataValue.json(stats.get("cuts_applied", {})),
         "rules_drop_classifier_keeps": stats["rules_drop_classifier_keeps"],
         "classifier_drops_rules_keep": stats["classifier_drops_rules_keep"],
         "disagreements": dg.MetadataValue.md(disagreement_list(examples)),
