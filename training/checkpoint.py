@@ -137,15 +137,33 @@ def set_rng_state(state: dict) -> None:
         get_accelerator().set_rng_state(state["accelerator"])
 
 
+def tag_folder(ckpt_dir: str | os.PathLike, tag: str) -> Path:
+    """`ckpt_dir/tag`, once it is known to be a checkpoint folder of this run: `tag` is a plain name and
+    the folder, links resolved, lies inside `ckpt_dir` resolved. A tag folder that is a link to another
+    run's checkpoint is refused before anything is read from it. FileNotFoundError when there is none."""
+    path = Path(ckpt_dir) / tag
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", tag):
+        raise ValueError(f"{tag!r} is not a folder name in {ckpt_dir}")
+    if not path.is_dir():
+        raise FileNotFoundError(f"no checkpoint folder {path}")
+    run, resolved = Path(ckpt_dir).resolve(), path.resolve()
+    if resolved == run or not resolved.is_relative_to(run):
+        raise ValueError(f"{path} leads to {resolved}, outside {run}")
+    return path
+
+
 def latest_tag(ckpt_dir: str | os.PathLike) -> str | None:
     """The tag `ckpt_dir/latest` names, or None without the file. Only a checkpoint folder of this run is a
-    tag: a path (`../other_run/step_N`, `/elsewhere`) would resume from outside it, and is refused."""
+    tag (`tag_folder`): a path (`../other_run/step_N`, `/elsewhere`) or a link to another run's folder would
+    resume from outside it, and is refused."""
     path = Path(ckpt_dir) / "latest"
     if not path.exists():
         return None
     tag = path.read_text().strip()
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", tag) or not (Path(ckpt_dir) / tag).is_dir():
-        raise ValueError(f"{path} names {tag!r}, which is no checkpoint folder of this run (a name in {ckpt_dir})")
+    try:
+        tag_folder(ckpt_dir, tag)
+    except (FileNotFoundError, ValueError) as err:
+        raise ValueError(f"{path} names {tag!r}, which is no checkpoint folder of this run: {err}") from None
     return tag
 
 
@@ -337,7 +355,7 @@ def model_config(ckpt_dir: str | os.PathLike, tag: str | None = None) -> ModelCo
     tag = tag or latest_tag(ckpt_dir)
     if tag is None:
         raise FileNotFoundError(f"no checkpoint under {ckpt_dir}")
-    return ModelConfig(**json.loads((Path(ckpt_dir) / tag / "layout.json").read_text())["model"])
+    return ModelConfig(**json.loads((tag_folder(ckpt_dir, tag) / "layout.json").read_text())["model"])
 
 
 def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None) -> dict[str, torch.Tensor]:
@@ -345,7 +363,7 @@ def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None)
     tag = tag or latest_tag(ckpt_dir)
     if tag is None:
         raise FileNotFoundError(f"no checkpoint under {ckpt_dir}")
-    path = Path(ckpt_dir) / tag
+    path = tag_folder(ckpt_dir, tag)
     layout = json.loads((path / "layout.json").read_text())
     if layout["pp"] == 1 and json.loads((path / "ds_config.json").read_text())["zero_optimization"]["stage"] == 3:
         # ZeRO-3 partitions the weights themselves, across data-parallel ranks (tp == 1 only).
@@ -359,7 +377,7 @@ def consolidated_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None)
 def adapter_settings(ckpt_dir: str | os.PathLike, tag: str) -> tuple[dict, str] | None:
     """An adapter checkpoint's `adapter` settings and the `init_from` folder of its frozen base; None for a
     checkpoint of whole weights."""
-    config = json.loads((Path(ckpt_dir) / tag / "train_config.json").read_text())
+    config = json.loads((tag_folder(ckpt_dir, tag) / "train_config.json").read_text())
     adapter = config.get("adapter") or {}
     return (adapter, config["init_from"]) if adapter.get("type", "none") != "none" else None
 
@@ -384,15 +402,16 @@ def model_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None) -> dic
 
 __all__ = [
     "TAG_FORMAT",
-    "adapter_settings",
-    "model_state_dict",
     "CheckpointManager",
+    "adapter_settings",
     "consolidated_state_dict",
     "describe_layout",
     "latest_tag",
     "model_config",
+    "model_state_dict",
     "random_seed",
     "rng_state",
     "run_layout",
     "set_rng_state",
+    "tag_folder",
 ]

@@ -171,11 +171,11 @@ def ensure_hf_export(checkpoint_dir: str | Path, tag: str, tokenizer_model: str 
     from training import checkpoint
     from training.export import export_hf
 
-    checkpoint_dir = Path(checkpoint_dir)
-    out = checkpoint_dir / tag / "hf"
+    folder = checkpoint.tag_folder(checkpoint_dir, tag)  # a link to another run's checkpoint is refused
+    out = folder / "hf"
     if not (out / "config.json").exists():
-        if not (checkpoint_dir / tag / "layout.json").exists():
-            raise FileNotFoundError(checkpoint_dir / tag / "layout.json")
+        if not (folder / "layout.json").exists():
+            raise FileNotFoundError(folder / "layout.json")
         state = checkpoint.model_state_dict(checkpoint_dir, tag)  # an adapter checkpoint: merged into its base
         export_hf(state, checkpoint.model_config(checkpoint_dir, tag), out, tokenizer_model_path=str(tokenizer_model))
     return out

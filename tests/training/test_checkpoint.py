@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,55 @@ def test_latest_names_a_checkpoint_of_this_run_only(tmp_path):
         (run / "latest").write_text(outside)
         with pytest.raises(ValueError, match="no checkpoint folder of this run"):
             latest_tag(run)
+
+
+def write_plain_checkpoint(path: Path, model: ModelConfig = MODEL) -> dict[str, torch.Tensor]:
+    """The files `consolidated_state_dict` reads from a one-process checkpoint; returns its weights."""
+    from training.model import Transformer
+
+    path.mkdir(parents=True)
+    weights = Transformer(model, seed=0).state_dict()
+    torch.save({"module": weights}, path / "mp_rank_00_model_states.pt")
+    layout = run_layout(ParallelDims(pp=1, tp=1, dp=1), 1, model)
+    (path / "layout.json").write_text(json.dumps(layout))
+    (path / "ds_config.json").write_text(json.dumps({"train_batch_size": 4, "zero_optimization": {"stage": 0}}))
+    return weights
+
+
+def test_a_tag_folder_linked_to_another_run_is_refused_and_nothing_is_loaded_from_it(tmp_path, monkeypatch):
+    run, other = tmp_path / "main", tmp_path / "other_run"
+    outside = write_plain_checkpoint(other / "step_00000009")
+    assert len(checkpoint.consolidated_state_dict(other, "step_00000009")) == len(outside)  # the other run loads
+    run.mkdir()
+    (run / "step_00000009").symlink_to(other / "step_00000009", target_is_directory=True)
+    (run / "latest").write_text("step_00000009\n")
+
+    loaded = []
+    real_load = checkpoint.load_weights_only
+    monkeypatch.setattr(checkpoint, "load_weights_only", lambda *a: loaded.append(a) or real_load(*a))
+    monkeypatch.setattr("training.checkpoint_files.load_weights_only", lambda *a: loaded.append(a) or real_load(*a))
+    refused = re.escape(f"{run / 'latest'} names 'step_00000009'") + ".*outside " + re.escape(str(run))
+    with pytest.raises(ValueError, match=refused):
+        latest_tag(run)
+    for read in (checkpoint.consolidated_state_dict, checkpoint.model_state_dict, checkpoint.model_config):
+        with pytest.raises(ValueError, match="outside"):
+            read(run)
+        with pytest.raises(ValueError, match="outside"):
+            read(run, "step_00000009")
+    assert loaded == []
+
+    from lm_assets.evaluation.checkpoint import ensure_hf_export
+
+    (other / "step_00000009" / "hf").mkdir()
+    (other / "step_00000009" / "hf" / "config.json").write_text("{}")  # an export the other run made
+    with pytest.raises(ValueError, match="outside"):
+        ensure_hf_export(run, "step_00000009", tmp_path / "tokenizer.model")
+
+
+def test_a_run_folder_reached_through_a_link_still_reads_its_own_checkpoints(tmp_path):
+    weights = write_plain_checkpoint(tmp_path / "real" / "step_00000002")
+    (tmp_path / "real" / "latest").write_text("step_00000002\n")
+    (tmp_path / "alias").symlink_to(tmp_path / "real", target_is_directory=True)
+    assert latest_tag(tmp_path / "alias") == "step_00000002"
+    state = checkpoint.consolidated_state_dict(tmp_path / "alias")
+    assert state.keys() == weights.keys() and all(torch.equal(state[k], weights[k].float()) for k in weights)
