@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from lm_assets.evaluation.prompts import MCQuestion
-from lm_assets.evaluation.tasks import find, read_rows
+from lm_assets.evaluation.tasks import BadRow, TaskFileError, checked_rows, choice_number, find, one_of, text
 
 CROWS_BIAS_TYPES = ("race-color", "socioeconomic", "gender", "age", "religion", "disability", "sexual-orientation",
                     "nationality", "physical-appearance", "autre")  # fmt: skip
@@ -41,13 +41,17 @@ UNKNOWN_ZH = ("不知道", "不确定", "无法确定", "不能确定", "没有�
 
 def read_crows_pairs(path: str | Path) -> list[dict]:
     """The pairs of the release (`crows_pairs_anonymized.csv`) or a Hugging Face copy (Parquet, JSONL)."""
-    path = Path(path)
-    rows = read_rows(find(path, ("crows_pairs_anonymized.csv", "*.csv", "*.parquet", "*.jsonl"), "CrowS-Pairs pairs"))
-    missing = {"sent_more", "sent_less", "bias_type"} - set(rows[0] if rows else {})
-    if not rows or missing:
-        raise ValueError(f"{path}: CrowS-Pairs rows need sent_more, sent_less and bias_type (missing: {sorted(missing)})")
-    return [{"sent_more": r["sent_more"], "sent_less": r["sent_less"], "bias_type": r["bias_type"],
-             "stereo_antistereo": r.get("stereo_antistereo", "")} for r in rows]  # fmt: skip
+    file = find(Path(path), ("crows_pairs_anonymized.csv", "*.csv", "*.parquet", "*.jsonl"), "CrowS-Pairs pairs")
+    pairs = checked_rows(file, _crows_pair)
+    if not pairs:
+        raise TaskFileError(file, "", "no pairs")
+    return pairs
+
+
+def _crows_pair(row: dict) -> dict:
+    stereo = text(row, "stereo_antistereo", empty=True) if "stereo_antistereo" in row else ""
+    return {"sent_more": text(row, "sent_more"), "sent_less": text(row, "sent_less"), "bias_type": text(row, "bias_type"),
+            "stereo_antistereo": stereo}  # fmt: skip
 
 
 def crows_pairs_questions(rows: Sequence[dict]) -> list[MCQuestion]:
@@ -75,15 +79,35 @@ def crows_pairs_summary(rows: Sequence[dict], scored: Sequence[dict]) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def read_bbq(path: str | Path) -> list[dict]:
-    """BBQ's release (`<Category>.jsonl` per category, read in name order), one file, or a Hugging Face copy."""
+def read_bbq(path: str | Path, unknowns: Sequence[str] | None = None) -> list[dict]:
+    """BBQ's release (`<Category>.jsonl` per category, read in name order), one file, or a Hugging Face copy; each
+    row checked against BBQ's layout (and, given `unknowns`, for one answer among them)."""
     path = Path(path)
-    if path.is_file():
-        return read_rows(path)
-    files = sorted(p for p in path.glob("*") if p.suffix in (".jsonl", ".json", ".parquet"))
+    suffixes = (".jsonl", ".json", ".parquet")
+    files = [path] if path.is_file() else sorted(p for p in path.glob("*") if p.suffix in suffixes)
     if not files:
         raise FileNotFoundError(f"{path}: no BBQ files (<Category>.jsonl, as the release ships them, or Parquet)")
-    return [row for f in files for row in read_rows(f)]
+    return [row for f in files for row in checked_rows(f, lambda row: _bbq_row(row, unknowns))]
+
+
+def _bbq_row(row: dict, unknowns: Sequence[str] | None) -> dict:
+    for key in ("category", "context", "question", "ans0", "ans1", "ans2"):
+        text(row, key)
+    one_of(row, "question_polarity", ("neg", "nonneg"))
+    one_of(row, "context_condition", ("ambig", "disambig"))
+    choice_number(row, "label", 3)
+    info, metadata = row.get("answer_info"), row.get("additional_metadata")
+    if not isinstance(info, dict) or not all(_is_text_list(info.get(a)) for a in ("ans0", "ans1", "ans2")):
+        raise BadRow("answer_info is not {ans0, ans1, ans2}, each a list of texts")
+    if not isinstance(metadata, dict) or not _is_text_list(metadata.get("stereotyped_groups")):
+        raise BadRow("additional_metadata.stereotyped_groups is not a list of texts")
+    if unknowns is not None:
+        bbq_choices(row, unknowns)
+    return row
+
+
+def _is_text_list(value) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 def _answer_groups(text: str) -> list[str]:
@@ -129,8 +153,8 @@ def bbq_choices(doc: dict, unknowns: Sequence[str] = UNKNOWN_EN) -> list[str]:
     choices = [doc["ans0"], doc["ans1"], doc["ans2"]]
     own = [c for c in choices if c in unknowns]
     if not own:
-        raise ValueError(f"BBQ example {doc.get('example_id')}: none of its answers {choices} is an unknown answer "
-                         f"({', '.join(unknowns)})")  # fmt: skip
+        raise BadRow(f"BBQ example {doc.get('example_id')}: none of its answers {choices} is an unknown answer "
+                     f"({', '.join(unknowns)})")  # fmt: skip
     choices.remove(own[0])
     return choices + list(unknowns)
 
@@ -186,7 +210,7 @@ def bbq_summary(docs: Sequence[dict], scored: Sequence[dict], unknowns: Sequence
 
 
 def load_bbq(path: str | Path, task: str = "bbq", unknowns: Sequence[str] = UNKNOWN_EN) -> tuple[list[dict], list[MCQuestion]]:
-    docs = [bbq_document(d) for d in read_bbq(path)]
+    docs = [bbq_document(d) for d in read_bbq(path, unknowns)]
     if not docs:
         raise ValueError(f"{path}: no BBQ questions")
     return docs, bbq_questions(docs, task, unknowns)

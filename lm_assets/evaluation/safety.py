@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from lm_assets.evaluation.tasks import read_rows
+from lm_assets.evaluation.tasks import BadRow, TaskFileError, checked_rows, numbered_rows, text
+from lm_assets.sft.chat import CHAT_PIECES
 
 # llm-attacks (AdvBench) `_test_prefixes`.
 REFUSAL_PHRASES_EN = (
@@ -62,34 +63,54 @@ def language_of(text: str) -> str:
     return "zh" if letters and cjk / len(letters) >= 0.2 else "en"
 
 
-def _prompts_of(path: Path, rows: list[dict]) -> list[SafetyPrompt]:
-    columns = set(rows[0]) if rows else set()
-    if "goal" in columns:
-        made = [(r["goal"], True, "advbench", "harmful behaviour") for r in rows]
-    elif {"question", "risk_area"} <= columns:
-        made = [(r["question"], True, "do-not-answer", r["risk_area"]) for r in rows]
-    elif {"prompt", "label", "type"} <= columns:
-        labels = {r["label"] for r in rows} - {"safe", "unsafe"}
-        if labels:
-            raise ValueError(f"{path}: XSTest labels are safe or unsafe, not {sorted(labels)}")
-        made = [(r["prompt"], r["label"] == "unsafe", "xstest", r["type"]) for r in rows]
-    else:
-        raise ValueError(f"{path}: not a prompt set this reads (AdvBench: goal, target; Do-Not-Answer: question, "
-                         f"risk_area; XSTest: prompt, type, label); its columns are {sorted(columns)}")  # fmt: skip
-    empty = [i for i, (text, *_) in enumerate(made) if not (text or "").strip()]
-    if empty:
-        raise ValueError(f"{path}: rows {empty} (from 0, after the header) have no prompt")
-    return [SafetyPrompt(text.strip(), harmful, source, category, language_of(text), path.name, i)
-            for i, (text, harmful, source, category) in enumerate(made)]  # fmt: skip
+# Each layout: the columns that tell it, the prompt's column, the category's, and whether its prompts are harmful
+# (XSTest: by its label).
+LAYOUTS = {
+    "advbench": (("goal",), "goal", None, True),
+    "do-not-answer": (("question", "risk_area"), "question", "risk_area", True),
+    "xstest": (("prompt", "type", "label"), "prompt", "type", None),
+}
+
+
+def _layout(path: Path, columns: set) -> str:
+    for source, (needed, *_) in LAYOUTS.items():
+        if set(needed) <= columns:
+            return source
+    raise TaskFileError(path, "", "not a prompt set this reads (AdvBench: goal, target; Do-Not-Answer: question, "
+                        f"risk_area; XSTest: prompt, type, label); its columns are {sorted(columns)}")  # fmt: skip
+
+
+def _prompt_of(row: dict, source: str) -> tuple[str, bool, str]:
+    """A row's prompt, whether it is harmful, and its category; a prompt that spells a chat marker is refused:
+    through a chat template it would become turns of its own."""
+    _, column, category, harmful = LAYOUTS[source]
+    prompt = text(row, column)
+    marker = next((piece for piece in CHAT_PIECES if piece in prompt), None)
+    if marker:
+        raise BadRow(f"the prompt holds the chat marker {marker}, which the chat format keeps for itself")
+    if harmful is None:
+        if row.get("label") not in ("safe", "unsafe"):
+            raise BadRow(f"label is {row.get('label')!r}: XSTest labels are safe or unsafe")
+        harmful = row["label"] == "unsafe"
+    return prompt.strip(), harmful, text(row, category) if category else "harmful behaviour"
+
+
+def _prompts_of(path: Path) -> list[SafetyPrompt]:
+    rows = numbered_rows(path)
+    source = _layout(path, set(rows[0][1]) if rows else set())
+    made = checked_rows(path, lambda row: _prompt_of(row, source), rows)
+    return [SafetyPrompt(prompt, harmful, source, category, language_of(prompt), path.name, i)
+            for i, (prompt, harmful, category) in enumerate(made)]  # fmt: skip
 
 
 def read_safety_prompts(path: str | Path) -> list[SafetyPrompt]:
-    """Every prompt under `path` (a folder, searched recursively in name order, or one file)."""
+    """Every prompt under `path` (a folder, searched recursively in name order, or one file), each row checked
+    against its set's layout."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no safety prompts at {path}")
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.suffix in (".csv", ".jsonl", ".parquet"))
-    prompts = [p for f in files for p in _prompts_of(f, read_rows(f))]
+    prompts = [p for f in files for p in _prompts_of(f)]
     if not any(p.harmful for p in prompts):
         raise ValueError(f"{path}: no harmful prompts (AdvBench, Do-Not-Answer or XSTest's unsafe ones)")
     return prompts

@@ -4,7 +4,9 @@ from the user's copy of its public release.
 A `Task` is lm-eval's task of the same name: its `doc_to_text`, `doc_to_choice` and `doc_to_target`, the
 split it is scored on, where its few-shot examples come from, and the metrics lm-eval reports for it.
 Readers turn a release's files (the layout its authors ship, or the Hugging Face copy lm-eval loads:
-JSONL, CSV/TSV or Parquet) into documents in the Hugging Face layout those functions read.
+JSONL, CSV/TSV or Parquet) into documents in the Hugging Face layout those functions read. Each row is
+checked against its release's layout first (the fields read, their types, non-empty choices, a gold that is
+one of the choices); the first bad row stops the reading with a `TaskFileError` naming the file and line.
 
 Prompts, as lm-eval builds them (`ConfigurableTask.fewshot_context`): the description, then each
 few-shot example as `doc_to_text + " " + answer + "\\n\\n"`, then the question's `doc_to_text`; each
@@ -28,15 +30,18 @@ import io
 import json
 import random
 import re
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
 from lm_assets.evaluation.prompts import FEWSHOT_DELIMITER, TARGET_DELIMITER, MCQuestion
 
 FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed
+T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -44,17 +49,147 @@ FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed
 # ---------------------------------------------------------------------------------------------
 
 
-def read_rows(path: Path) -> list[dict]:
-    """A table's rows: JSONL (one object a line), CSV or TSV (a header line), or Parquet."""
+class TaskFileError(ValueError):
+    """A task, bias or safety file that breaks its release's layout: the file, the line (or Parquet row), and why."""
+
+    def __init__(self, path: Path, where: str, problem: str):
+        super().__init__(f"{path}, {where}: {problem}" if where else f"{path}: {problem}")
+
+
+class BadRow(ValueError):
+    """What is wrong with one row; the reader that met it adds the file and line (`TaskFileError`)."""
+
+
+def _text_of(path: Path) -> str:
+    data = path.read_bytes().removeprefix(b"\xef\xbb\xbf")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TaskFileError(path, f"line {line}", "not UTF-8") from None
+
+
+def _json_object(line: str) -> dict:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadRow(f"not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise BadRow("JSON nested too deep") from None
+    if not isinstance(row, dict):
+        kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(row), "a number")
+        raise BadRow(f"{kind}, not a JSON object")
+    return row
+
+
+def _table_rows(path: Path, content: str) -> list[tuple[str, dict]]:
+    """A CSV or TSV table's rows, each as wide as its header; in a TSV, each on one line."""
+    tabs = "\t" in content.split("\n", 1)[0]
+    reader = csv.reader(io.StringIO(content, newline=""), delimiter="\t" if tabs else ",")
+    rows, header, last = [], None, 0
+    try:
+        for fields in reader:
+            first, last = last + 1, reader.line_num
+            if not fields:
+                continue
+            if header is None:
+                header = fields
+            elif len(fields) != len(header):
+                raise TaskFileError(path, f"line {first}", f"{len(fields)} fields; the header has {len(header)}")
+            elif tabs and last != first:
+                raise TaskFileError(path, f"line {first}", f"a quote opened here runs on to line {last}")
+            else:
+                rows.append((f"line {first}", dict(zip(header, fields))))
+    except csv.Error as exc:
+        raise TaskFileError(path, f"line {reader.line_num}", str(exc)) from None
+    return rows
+
+
+def numbered_rows(path: Path) -> list[tuple[str, dict]]:
+    """A table's rows, each with where it is ("line 3", "row 3" in Parquet; from 1): JSONL (one object a line),
+    CSV or TSV (a header line), or Parquet."""
     if path.suffix == ".parquet":
-        return pl.read_parquet(path).to_dicts()
-    text = path.read_text(encoding="utf-8-sig")
+        try:
+            rows = pl.read_parquet(path).to_dicts()
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise TaskFileError(path, "", f"not a readable Parquet file ({exc})") from None
+        return [(f"row {n}", row) for n, row in enumerate(rows, 1)]
     if path.suffix in (".jsonl", ".json"):
-        return [json.loads(line) for line in text.split("\n") if line.strip()]
+        rows = []
+        for n, line in enumerate(_text_of(path).split("\n"), 1):
+            if line.strip():
+                try:
+                    rows.append((f"line {n}", _json_object(line)))
+                except BadRow as exc:
+                    raise TaskFileError(path, f"line {n}", str(exc)) from None
+        return rows
     if path.suffix in (".csv", ".tsv"):
-        delimiter = "\t" if "\t" in text.split("\n", 1)[0] else ","
-        return list(csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter))
+        return _table_rows(path, _text_of(path))
     raise ValueError(f"{path}: read JSONL, CSV, TSV or Parquet, not {path.suffix or 'a file without a suffix'}")
+
+
+def read_rows(path: Path) -> list[dict]:
+    """A table's rows (see `numbered_rows`)."""
+    return [row for _, row in numbered_rows(path)]
+
+
+def checked_rows(path: Path, check: Callable[[dict], T], rows: list[tuple[str, dict]] | None = None) -> list[T]:
+    """`check(row)` of every row of `path` (or of `rows`, read from it), in order; a row it refuses (`BadRow`)
+    stops the reading with the file and line."""
+    out = []
+    for where, row in numbered_rows(path) if rows is None else rows:
+        try:
+            out.append(check(row))
+        except BadRow as exc:
+            raise TaskFileError(path, where, str(exc)) from None
+    return out
+
+
+def _shown(row: dict, key: str) -> str:
+    return reprlib.repr(row[key]) if key in row else "missing"
+
+
+def text(row: dict, key: str, empty: bool = False) -> str:
+    """`row[key]`, a string, not blank unless `empty`."""
+    value = row.get(key)
+    if not isinstance(value, str):
+        raise BadRow(f"{key} is {_shown(row, key)}, not text")
+    if not empty and not value.strip():
+        raise BadRow(f"{key} is empty")
+    return value
+
+
+def texts(row: dict, key: str, count: int | None = None) -> list[str]:
+    """`row[key]`, a list of non-blank strings: `count` of them, or at least two."""
+    value = row.get(key)
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise BadRow(f"{key} is {_shown(row, key)}, not a list of non-empty texts")
+    if (count and len(value) != count) or len(value) < 2:
+        raise BadRow(f"{key} lists {len(value)}, not {count or 'two or more'}")
+    return value
+
+
+def one_of(row: dict, key: str, allowed: tuple[str, ...]) -> str:
+    """`row[key]`, one of the strings `allowed`."""
+    value = row.get(key)
+    if not isinstance(value, str) or value not in allowed:
+        raise BadRow(f"{key} is {_shown(row, key)}, not one of {', '.join(allowed)}")
+    return value
+
+
+def choice_number(row: dict, key: str, count: int, first: int = 0) -> int:
+    """`row[key]` as the number of one of `count` choices numbered from `first`: an int or a string of digits,
+    never a bool or a float."""
+    value = row.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and re.fullmatch("[0-9]+", value):
+        number = int(value)
+    else:
+        raise BadRow(f"{key} is {_shown(row, key)}, not a whole number")
+    if not first <= number < first + count:
+        raise BadRow(f"{key} is {number}, not one of the {count} choices ({first} to {first + count - 1})")
+    return number
 
 
 def find(folder: Path, names: tuple[str, ...], what: str) -> Path:
@@ -67,45 +202,99 @@ def find(folder: Path, names: tuple[str, ...], what: str) -> Path:
 
 
 def _hellaswag(row: dict) -> dict:
-    return row | {"label": int(row["label"])}
+    for key in ("activity_label", "ctx_a"):
+        text(row, key)
+    text(row, "ctx_b", empty=True)
+    return row | {"label": choice_number(row, "label", len(texts(row, "endings", 4)))}
 
 
 def _arc(row: dict) -> dict:
     """AI2's layout (`question: {stem, choices: [{text, label}]}`) or Hugging Face's (`question`, `choices:
     {text, label}`)."""
-    question = row["question"]
+    question = row.get("question")
     if isinstance(question, dict):
-        choices = question["choices"]
-        return {"id": row["id"], "question": question["stem"], "answerKey": row["answerKey"],
-                "choices": {"text": [c["text"] for c in choices], "label": [c["label"] for c in choices]}}  # fmt: skip
+        listed = question.get("choices")
+        if not isinstance(listed, list) or not all(isinstance(c, dict) for c in listed):
+            raise BadRow(f"question.choices is {_shown(question, 'choices')}, not a list of {{text, label}}")
+        choices = {"text": [c.get("text") for c in listed], "label": [c.get("label") for c in listed]}
+        row = {"id": row.get("id"), "question": question.get("stem"), "answerKey": row.get("answerKey"), "choices": choices}
+    text(row, "question")
+    choices = row.get("choices")
+    if not isinstance(choices, dict):
+        raise BadRow(f"choices is {_shown(row, 'choices')}, not {{text, label}}")
+    named = {"choices.text": choices.get("text"), "choices.label": choices.get("label")}
+    labels = texts(named, "choices.label", len(texts(named, "choices.text")))
+    if len(set(labels)) != len(labels):
+        raise BadRow(f"the choices' labels {labels} repeat")
+    if text(row, "answerKey") not in labels:
+        raise BadRow(f"answerKey {row['answerKey']!r} is not one of the choices' labels {labels}")
     return row
 
 
 def _boolq(row: dict) -> dict:
-    """The release's `answer` (true/false) or super_glue's `label` (0/1)."""
-    label = row["label"] if "label" in row else int(bool(row["answer"]))
-    return {"question": row["question"], "passage": row["passage"], "label": int(label)}
+    """The release's `answer` (a JSON true or false) or super_glue's `label` (0 or 1)."""
+    if "label" in row:
+        label = choice_number(row, "label", 2)
+    elif isinstance(row.get("answer"), bool):
+        label = int(row["answer"])
+    else:
+        raise BadRow(f"answer is {_shown(row, 'answer')}, not true or false")
+    return {"question": text(row, "question"), "passage": text(row, "passage"), "label": label}
 
 
 def _xstorycloze(row: dict) -> dict:
     """The release's TSV columns (InputSentence1, ..., AnswerRightEnding) or Hugging Face's."""
     if "InputSentence1" in row:
-        return {**{f"input_sentence_{i}": row[f"InputSentence{i}"] for i in range(1, 5)},
-                "sentence_quiz1": row["RandomFifthSentenceQuiz1"], "sentence_quiz2": row["RandomFifthSentenceQuiz2"],
-                "answer_right_ending": int(row["AnswerRightEnding"])}  # fmt: skip
-    return row | {"answer_right_ending": int(row["answer_right_ending"])}
+        row = {**{f"input_sentence_{i}": row.get(f"InputSentence{i}") for i in range(1, 5)},
+               "sentence_quiz1": row.get("RandomFifthSentenceQuiz1"),
+               "sentence_quiz2": row.get("RandomFifthSentenceQuiz2"),
+               "answer_right_ending": row.get("AnswerRightEnding")}  # fmt: skip
+    for key in (*(f"input_sentence_{i}" for i in range(1, 5)), "sentence_quiz1", "sentence_quiz2"):
+        text(row, key)
+    return row | {"answer_right_ending": choice_number(row, "answer_right_ending", 2, first=1)}
+
+
+def _piqa_question(row: dict) -> dict:
+    return {"goal": text(row, "goal"), "sol1": text(row, "sol1"), "sol2": text(row, "sol2"),
+            "label": choice_number(row, "label", 2)}  # fmt: skip
 
 
 def _piqa(path: Path) -> list[dict]:
     """The release's `<split>.jsonl` with its labels in `<split>-labels.lst` beside it, or rows with `label`."""
-    rows = read_rows(path)
+    rows = numbered_rows(path)
     labels = path.with_name(f"{path.stem}-labels.lst")
     if labels.exists():
-        values = [int(v) for v in labels.read_text().split()]
+        lines = enumerate(_text_of(labels).split("\n"), 1)
+        values = [(f"line {n}", {"label": v.strip()}) for n, v in lines if v.strip()]
         if len(values) != len(rows):
-            raise ValueError(f"{labels}: {len(values)} labels for {len(rows)} questions in {path.name}")
-        rows = [r | {"label": v} for r, v in zip(rows, values)]
-    return [{"goal": r["goal"], "sol1": r["sol1"], "sol2": r["sol2"], "label": int(r["label"])} for r in rows]
+            raise TaskFileError(labels, "", f"{len(values)} labels for {len(rows)} questions in {path.name}")
+        numbers = checked_rows(labels, lambda v: choice_number(v, "label", 2), values)
+        rows = [(where, row | {"label": n}) for (where, row), n in zip(rows, numbers)]
+    return checked_rows(path, _piqa_question, rows)
+
+
+def _winogrande(row: dict) -> dict:
+    if "_" not in text(row, "sentence"):
+        raise BadRow("sentence has no blank (_)")
+    for key in ("option1", "option2"):
+        text(row, key)
+    return row | {"answer": str(choice_number(row, "answer", 2, first=1))}
+
+
+def _cmmlu(row: dict) -> dict:
+    for key in ("Question", "A", "B", "C", "D"):
+        text(row, key)
+    answer = text(row, "Answer").strip()
+    if answer not in ("A", "B", "C", "D"):
+        raise BadRow(f"Answer is {answer!r}, not A, B, C or D")
+    return row | {"Answer": answer}
+
+
+def _xcopa(row: dict) -> dict:
+    for key in ("premise", "choice1", "choice2"):
+        text(row, key)
+    one_of(row, "question", ("cause", "effect"))
+    return row | {"label": choice_number(row, "label", 2)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,13 +351,13 @@ class Task:
     fewshot_files: tuple[str, ...] = ()
     sampler: str = "random"  # random | first_n
     multiple_input: bool = False
-    reader: Callable[[dict], dict] = lambda row: row
+    reader: Callable[[dict], dict] = lambda row: row  # checks a row (raising BadRow) and makes it a document
     file_reader: Callable[[Path], list[dict]] | None = None
     release: str = ""
     draws_one_extra: bool = False  # lm-eval's task has no test_split (see the module docstring)
 
     def read(self, path: Path) -> list[dict]:
-        return self.file_reader(path) if self.file_reader else [self.reader(r) for r in read_rows(path)]
+        return self.file_reader(path) if self.file_reader else checked_rows(path, self.reader)
 
     def gold(self, doc: dict) -> int:
         """The right choice's index (for a multiple-input task, lm-eval's `doc_to_text`: the option's)."""
@@ -195,12 +384,12 @@ TASKS: dict[str, Task] = {
              ("train.jsonl", "*train*"), file_reader=_piqa, release="yonatanbisk.com/piqa (AFL-3.0)", draws_one_extra=True),
         Task("winogrande", "en", lambda d: {"1": 0, "2": 1}[str(d["answer"])], _winogrande_choices, _winogrande_target,
              ("acc",), ("dev.jsonl", "*validation*.parquet", "*dev*"), ("train_xs.jsonl", "train*.jsonl", "*train*"),
-             multiple_input=True, release="github.com/allenai/winogrande (CC-BY)", draws_one_extra=True),
+             multiple_input=True, reader=_winogrande, release="github.com/allenai/winogrande (CC-BY)", draws_one_extra=True),
         Task("boolq", "en", lambda d: f"{d['passage']}\nQuestion: {d['question']}?\nAnswer:", lambda d: ["no", "yes"],
              lambda d: int(d["label"]), ("acc",), ("dev.jsonl", "*validation*.parquet", "*val*"), ("train.jsonl", "*train*"),
              reader=_boolq, release="github.com/google-research-datasets/boolean-questions (CC BY-SA 3.0)", draws_one_extra=True),
         Task("cmmlu", "zh", _cmmlu_text, lambda d: ["A", "B", "C", "D"], lambda d: "ABCD".index(d["Answer"]),
-             ("acc", "acc_norm"), ("test/*.csv",), ("dev/*.csv",), sampler="first_n",
+             ("acc", "acc_norm"), ("test/*.csv",), ("dev/*.csv",), sampler="first_n", reader=_cmmlu,
              release="github.com/haonan-li/CMMLU (CC BY-NC 4.0)"),
         Task("xstorycloze_zh", "zh",
              lambda d: " ".join(d[f"input_sentence_{i}"] for i in range(1, 5)),
@@ -208,7 +397,7 @@ TASKS: dict[str, Task] = {
              ("*zh*split_20_80_eval.tsv", "*zh*eval*", "*eval*"), ("*zh*split_20_80_train.tsv", "*zh*train*", "*train*"),
              reader=_xstorycloze, release="github.com/facebookresearch/fairseq/tree/main/examples/xglm (CC BY-SA 4.0)", draws_one_extra=True),
         Task("xcopa_zh", "zh", _xcopa_zh_text, lambda d: [_lower_first(d["choice1"]), _lower_first(d["choice2"])],
-             lambda d: int(d["label"]), ("acc",), ("test.zh.jsonl", "*test*"), ("val.zh.jsonl", "*val*"),
+             lambda d: int(d["label"]), ("acc",), ("test.zh.jsonl", "*test*"), ("val.zh.jsonl", "*val*"), reader=_xcopa,
              release="github.com/cambridgeltl/xcopa (CC BY 4.0)"),
     ]
 }
@@ -248,9 +437,11 @@ def questions_of(task: Task, docs: list[dict], fewshot_docs: list[dict], num_few
             else:
                 shots = rnd.sample(fewshot_docs, num_fewshot)
         prefix = description + "".join(shot_text(task, s) + FEWSHOT_DELIMITER for s in shots)
-        choices = task.doc_to_choice(doc)
-        common = dict(benchmark=task.name, task=task.name, subject=subject or task.name, split="eval", index=index,
-                      gold=task.gold(doc), shots=len(shots))  # fmt: skip
+        choices, gold = task.doc_to_choice(doc), task.gold(doc)
+        if not 0 <= gold < len(choices):
+            raise ValueError(f"{task.name} question {index}: answer {gold} is not one of its {len(choices)} choices")
+        common = {"benchmark": task.name, "task": task.name, "subject": subject or task.name, "split": "eval",
+                  "index": index, "gold": gold, "shots": len(shots)}  # fmt: skip
         if task.multiple_input:
             contexts = tuple(prefix + c for c in choices)
             out.append(MCQuestion(context=contexts[0], choices=tuple(choices), contexts=contexts,
@@ -290,9 +481,9 @@ def _cmmlu_questions(task: Task, path: Path, num_fewshot: int, limit: int | None
         if subject not in CMMLU_SUBJECTS:
             raise ValueError(f"cmmlu: {test} is not one of CMMLU's 67 subjects")
         dev = path / "dev" / test.name
-        fewshot = read_rows(dev) if num_fewshot else []
+        fewshot = task.read(dev) if num_fewshot else []
         description = CMMLU_DESCRIPTION.format(CMMLU_SUBJECTS[subject])
-        out += questions_of(task, read_rows(test), fewshot, num_fewshot, subject, description, limit)
+        out += questions_of(task, task.read(test), fewshot, num_fewshot, subject, description, limit)
     return out
 
 

@@ -61,7 +61,7 @@ def test_languages_and_unknown_layouts(tmp_path):
     with pytest.raises(ValueError, match="XSTest labels are safe or unsafe"):
         read_safety_prompts(tmp_path)
     (tmp_path / "odd.csv").write_text("goal,target\nSteal a car,Sure\n,Sure\n")
-    with pytest.raises(ValueError, match=r"rows \[1\] \(from 0, after the header\) have no prompt"):
+    with pytest.raises(ValueError, match=r"odd.csv, line 3: goal is empty"):
         read_safety_prompts(tmp_path)
     (tmp_path / "odd.csv").write_text("id,prompt,type,label\n1,How to bake?,safe_contexts,safe\n")
     with pytest.raises(ValueError, match="no harmful prompts"):
