@@ -56,3 +56,27 @@ def test_ratings_keep_rows_with_line_separators_and_report_bad_lines_by_number()
     assert ratings.select("line", "rating", "note").rows() == [(1, 4, SEPARATORS), (4, 5, "")]
     assert [(p["line"], p["reason"]) for p in problems] == [
         (2, "not UTF-8: byte 0xfe at column 62 is not UTF-8"), (3, "not a JSON object but a list")]
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_a_line_nested_too_deep_or_holding_half_a_surrogate_is_not_json_under_its_number():
+    from lm_assets.jsonl import MAX_DEPTH
+
+    found = list(json_lines(b'{"x": 1}\n' + DEEP + b'\n{"x": "\\ud800"}\n{"x": "\\ud83d\\ude00"}\n[[[[1]]]]\n'))
+    assert [n for n, _ in found] == [1, 2, 3, 4, 5]
+    deep, surrogate = found[1][1], found[2][1]
+    assert isinstance(deep, BadLine) and deep.reason == "not_json" and deep.detail.startswith("nested deeper than")
+    assert isinstance(surrogate, BadLine) and surrogate.reason == "not_json" and "surrogate" in surrogate.detail
+    assert found[3][1] == {"x": "\U0001f600"} and found[4][1] == [[[[1]]]]
+    deepest = b"[" * MAX_DEPTH + b"]" * MAX_DEPTH
+    assert [type(value) for _, value in json_lines(deepest + b"\n[" + deepest + b"]\n")] == [list, BadLine]
+
+
+def test_instructions_quarantine_a_line_nested_too_deep_and_read_the_rest():
+    chat = {"messages": [{"role": "user", "content": "Hi?"}, {"role": "assistant", "content": "Hello."}]}
+    other = {"messages": [{"role": "user", "content": "Next?"}, {"role": "assistant", "content": "Yes."}]}
+    kept, dropped = read_examples([("chat.jsonl", lines_of(chat, DEEP, other))])
+    assert kept.select("line").to_series().to_list() == [1, 3]
+    assert dropped.select("line", "reason").rows() == [(2, "not_json")]

@@ -72,6 +72,20 @@ def test_parquet_with_message_lists_and_json_text_cells():
     assert dropped.select("line", "reason").rows() == [(2, "not_json")]
 
 
+def test_a_row_nested_too_deep_is_filed_with_its_line_and_the_rest_read():
+    deep = "[" * 100_000 + "]" * 100_000
+    good = {"prompt": "Q?", "chosen": "A good answer.", "rejected": "A bad one."}
+    other = {"prompt": "Q2?", "chosen": "Another good answer.", "rejected": "Another bad one."}
+    data = jsonl(good, ('{"prompt": "Q?", "chosen": ' + deep + ', "rejected": "x"}').encode(), other)
+    frame = pl.DataFrame({"prompt": ["Q3?", "Q4?"], "chosen": [deep, "Fine."], "rejected": ["Wrong.", "Not fine."]})
+    buffer = io.BytesIO()
+    frame.write_parquet(buffer)
+    pairs, dropped = read_pairs([("x.jsonl", data), ("p.parquet", buffer.getvalue())])
+    assert pairs.select("file", "line").rows() == [("x.jsonl", 1), ("x.jsonl", 3), ("p.parquet", 2)]
+    assert dropped.select("file", "line", "reason").rows() == [("x.jsonl", 2, "not_json"), ("p.parquet", 1, "not_json")]
+    assert dropped["detail"][1].startswith("chosen: nested deeper than")
+
+
 def test_transcripts_split_into_turns():
     assert transcript_messages("\n\nHuman: hi\n\nAssistant: hello\n\nHuman: bye\n\nAssistant: ok") == [
         {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},

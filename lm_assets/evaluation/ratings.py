@@ -6,7 +6,8 @@
 
 A sheet line holds `sample_id` (`<checkpoint>/<prompt index>/<greedy|sampled>`), the checkpoint, the
 prompt, the decoding, the text, and `rating: null, note: ""` for the rater to fill in. Reading takes
-every line of every file (as `lm_assets.jsonl` reads JSON Lines); a line with a rating outside 1-5, or naming no known sample, is a problem
+every line of every file (as `lm_assets.jsonl` reads JSON Lines); a line with a rating outside 1-5, a
+note that is not a string, a sample id not of that form, or one naming no known sample, is a problem
 reported with its file and line, never dropped silently; a line left unrated counts as unrated. A
 sample rated twice (two raters, or two files) counts each rating.
 
@@ -26,6 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from lm_assets.jsonl import BadLine, json_lines
+from lm_assets.storage.keys import name_problem
 
 DECODINGS = ("greedy", "sampled")
 MIN_CHECKPOINTS = 3
@@ -33,6 +35,17 @@ MIN_CHECKPOINTS = 3
 
 def sample_id(checkpoint: str, index: int, decoding: str) -> str:
     return f"{checkpoint}/{index}/{decoding}"
+
+
+def sample_id_problem(sid: str) -> str | None:
+    """Why `sid` is not `<checkpoint>/<prompt index>/<decoding>`, with a checkpoint that is one safe file
+    name (it names the checkpoint's samples in storage), or None."""
+    parts = sid.split("/")
+    if len(parts) == 3:
+        checkpoint, index, decoding = parts
+        if not name_problem(checkpoint) and index.isascii() and index.isdigit() and decoding in DECODINGS:
+            return None
+    return f"sample_id {sid!r} is not `<checkpoint>/<prompt index>/<greedy|sampled>`"
 
 
 def rating_sheet(checkpoint: str, samples: pl.DataFrame) -> list[dict]:
@@ -46,7 +59,8 @@ def rating_sheet(checkpoint: str, samples: pl.DataFrame) -> list[dict]:
 
 def read_ratings(files: Iterable[tuple[str, bytes]], known: set[str] | None = None) -> tuple[pl.DataFrame, list[dict]]:
     """Ratings (sample_id, checkpoint, rating, note, file) from `(name, bytes)` files, and the problems:
-    lines that are not JSON, ratings outside 1-5, and, given `known`, sample ids no checkpoint wrote."""
+    lines that are not JSON, ratings outside 1-5, notes that are not strings, sample ids that are not
+    `<checkpoint>/<prompt index>/<decoding>`, and, given `known`, sample ids no checkpoint wrote."""
     rows, problems = [], []
     for name, data in files:
         for number, item in json_lines(data):
@@ -58,19 +72,20 @@ def read_ratings(files: Iterable[tuple[str, bytes]], known: set[str] | None = No
             if not isinstance(item, dict):
                 problems.append(where | {"reason": f"not a JSON object but a {type(item).__name__}"})
                 continue
-            rating, sid = item.get("rating"), item.get("sample_id")
+            rating, sid, note = item.get("rating"), item.get("sample_id"), item.get("note")
             if not isinstance(sid, str) or not sid:
                 problems.append(where | {"reason": "no sample_id"})
+            elif why := sample_id_problem(sid):
+                problems.append(where | {"reason": why})
             elif known is not None and sid not in known:
                 problems.append(where | {"reason": f"sample_id {sid!r} names no sample of a known checkpoint"})
-            elif rating is None:
-                rows.append(where | {"sample_id": sid, "checkpoint": sid.rsplit("/", 2)[0], "rating": None,
-                                     "note": item.get("note") or ""})  # fmt: skip
-            elif isinstance(rating, bool) or not isinstance(rating, int) or not 1 <= rating <= 5:
+            elif note is not None and not isinstance(note, str):
+                problems.append(where | {"reason": f"note is a {type(note).__name__}, not a string"})
+            elif rating is not None and (type(rating) is not int or not 1 <= rating <= 5):  # a bool is not a rating
                 problems.append(where | {"reason": f"rating {rating!r} is not a whole number from 1 to 5"})
             else:
-                rows.append(where | {"sample_id": sid, "checkpoint": sid.rsplit("/", 2)[0], "rating": rating,
-                                     "note": item.get("note") or ""})  # fmt: skip
+                rows.append(where | {"sample_id": sid, "checkpoint": sid.split("/")[0], "rating": rating,
+                                     "note": note or ""})  # fmt: skip
     schema = {"file": pl.String, "line": pl.Int64, "sample_id": pl.String, "checkpoint": pl.String, "rating": pl.Int64,
               "note": pl.String}  # fmt: skip
     return pl.DataFrame(rows, schema=schema), problems
@@ -141,4 +156,5 @@ def write_sheet(path: str | Path, lines: list[dict], force: bool = False) -> Non
     path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
 
 
-__all__ = ["DECODINGS", "agreement", "per_checkpoint", "rated_pairs", "rating_sheet", "read_ratings", "sample_id", "write_sheet"]
+__all__ = ["DECODINGS", "agreement", "per_checkpoint", "rated_pairs", "rating_sheet", "read_ratings", "sample_id",
+           "sample_id_problem", "write_sheet"]

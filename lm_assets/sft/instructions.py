@@ -10,8 +10,9 @@ given). It is valid when:
 
 Every row is accounted for: the valid ones become examples (`example_id`: a hash of the messages),
 the others a quarantine record with their file, line (a Parquet file's row; 0 for the whole file) and
-reason. JSONL is read as `lm_assets.jsonl` reads it: a line that is not UTF-8 is `not_utf8`. Exact duplicates (the same messages
-after trimming whitespace) keep their first occurrence; the others are dropped as `duplicate`.
+reason. JSONL is read as `lm_assets.jsonl` reads it: a line that is not UTF-8 is `not_utf8`, one nested too
+deep `not_json`. Exact duplicates (the same messages after trimming whitespace) keep their first occurrence;
+the others are dropped as `duplicate`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from lm_assets.jsonl import BadLine, json_lines
+from lm_assets.jsonl import BadLine, json_lines, loads
 from lm_assets.sft.chat import spells_marker
 
 ROLES = ("system", "user", "assistant")
@@ -81,7 +82,7 @@ def rows_of(name: str, data: bytes) -> Iterable[tuple[int, object]]:
         messages = row.get("messages")
         if isinstance(messages, str):
             try:
-                messages = json.loads(messages)
+                messages = loads(messages)
             except json.JSONDecodeError as exc:
                 yield i, BadLine("not_json", f"messages: {exc.msg}", messages[:200])
                 continue

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 import polars as pl
 
-from lm_assets.jsonl import BadLine
+from lm_assets.jsonl import BadLine, loads
 from lm_assets.sft.instructions import DROPPED_SCHEMA, MAX_CHARS, MAX_MESSAGES, problem, rows_of
 
 PAIR_SCHEMA = {"pair_id": pl.String, "file": pl.String, "line": pl.Int64, "lang": pl.String, "source": pl.String,
@@ -136,7 +136,7 @@ def _rows(name: str, data: bytes):
                 value = record.get(side)
                 if isinstance(value, str) and value.lstrip().startswith(("[", "{")):
                     try:
-                        record[side] = json.loads(value)
+                        record[side] = loads(value)
                     except json.JSONDecodeError as exc:
                         record = BadLine("not_json", f"{side}: {exc.msg}", value[:200])
                         break

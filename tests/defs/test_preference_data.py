@@ -6,9 +6,8 @@ import dagster as dg
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
-
 from lm_assets.corpus.decontam.contamination import load_mmlu
+from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, load_tokenizer, train_tokenizer
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.sft.assets import SHIPPED_PREFERENCES, preference_data, preference_dataset
 from lm_assets.sft.chat import chat_tokenizer
@@ -67,3 +66,22 @@ def test_shipped_and_team_pairs_are_validated_decontaminated_and_accounted_for(t
         chosen = pairs.filter(pl.col("pair_id") == placed["pair_id"][i])["chosen"][0]
         assert sp.decode(rows[i][sides[i] == 1].tolist()).strip() == chosen + "<|end|>"
         assert (sides[i] == 2).sum() > 0 and rows[i][placed["chosen_length"][i]] == manifest["eos_id"]
+
+
+def test_a_rating_sheet_line_naming_a_path_outside_the_store_is_a_rating_problem(tmp_path):
+    store = Storage(str(tmp_path / "store"))
+    store.write_parquet(samples_key("sft-step_00000002"), pl.DataFrame({
+        "prompt": ["Name a colour."], "greedy": ["Blue is a colour."], "sampled": ["xq zzv"]}))
+    sheet = [{"sample_id": "sft-step_00000002/0/greedy", "rating": 5},
+             {"sample_id": "../../../etc/0/greedy", "rating": 1},
+             {"sample_id": "sft-step_00000002/0/sampled", "rating": 1}]
+    store.write_bytes("ratings/bob.jsonl", "".join(json.dumps(r) + "\n" for r in sheet).encode())
+    resources = {"storage": StorageResource(root=str(tmp_path / "store"), s3=s3_resource_from_env()),
+                 "landing": LandingResource(root=str(tmp_path / "landing"), s3=s3_resource_from_env())}
+    result = dg.materialize([preference_data], instance=dg.DagsterInstance.ephemeral(), resources=resources,
+                            run_config={"ops": {"preference_data": {"config": {"mmlu_path": ""}}}})
+    meta = result.get_asset_materialization_events()[0].materialization.metadata
+    assert meta["from_ratings"].value.startswith("1 pair(s) from 2 rated samples")
+    assert meta["rating_problems"].value == 1
+    shown = meta["rating_problem_lines"].value
+    assert "ratings/bob.jsonl" in shown and "| 2 |" in shown and "'../../../etc/0/greedy'" in shown

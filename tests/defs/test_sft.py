@@ -61,6 +61,23 @@ def test_rows_that_would_crash_later_stages_are_quarantined_with_file_row_and_re
     assert dropped["detail"][5].startswith(("ComputeError", "OSError", "PanicException"))
 
 
+def test_a_row_nested_too_deep_is_quarantined_with_its_line_and_the_rest_read():
+    import io
+
+    ok = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
+    other = {"messages": [{"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Goodbye"}]}
+    deep = "[" * 100_000 + "]" * 100_000
+    jsonl = (json.dumps(ok) + "\n" + '{"messages": ' + deep + "}\n" + json.dumps(other) + "\n").encode()
+    table = io.BytesIO()
+    pl.DataFrame({"messages": [deep, json.dumps(other["messages"]), json.dumps(ok["messages"])]}).write_parquet(table)
+    kept, dropped = read_examples([("a.jsonl", jsonl), ("b.parquet", table.getvalue())])
+    assert kept.select("file", "line").rows() == [("a.jsonl", 1), ("a.jsonl", 3)]
+    assert dropped.select("file", "line", "reason").rows() == [
+        ("a.jsonl", 2, "not_json"), ("b.parquet", 1, "not_json"), ("b.parquet", 2, "duplicate"),
+        ("b.parquet", 3, "duplicate")]
+    assert dropped["detail"][1].startswith("messages: nested deeper than")
+
+
 def test_the_loss_mask_of_a_long_chat_is_the_spans_of_its_answers(tmp_path):
     texts = [json.loads(line)["messages"][-1]["content"] for line in open(SHIPPED)] * 3
     base = train_tokenizer(texts, TokenizerConfig(vocab_size=1000, num_threads=1, hard_vocab_limit=False), tmp_path)

@@ -30,6 +30,24 @@ def test_a_sheet_has_a_line_per_prompt_and_decoding_and_bad_lines_are_reported()
     assert per_checkpoint(ratings).row(0, named=True) == {"checkpoint": "main-step_1", "mean_rating": 4.0, "rated": 1, "unrated": 1}
 
 
+def test_lines_that_would_stop_the_reader_are_problems_with_their_line_and_the_rest_is_read():
+    good = {"sample_id": "main-step_00000002/0/greedy", "rating": 4, "note": "fine"}
+    lines = [good, b"[" * 100_000 + b"]" * 100_000, dict(good, note={"why": "nested"}), dict(good, note=["a list"]),
+             dict(good, sample_id="../../../etc/0/greedy"), dict(good, sample_id="main-step_00000002/../greedy"),
+             dict(good, sample_id="main-step_00000002/0"),
+             dict(good, sample_id="main-step_00000002/1/sampled", note=None)]
+    data = b"".join((line if isinstance(line, bytes) else json.dumps(line).encode()) + b"\n" for line in lines)
+    ratings, problems = read_ratings([("ratings/a.jsonl", data)])
+    assert ratings.select("line", "sample_id", "note").rows() == [
+        (1, "main-step_00000002/0/greedy", "fine"), (8, "main-step_00000002/1/sampled", "")]
+    assert [(p["file"], p["line"]) for p in problems] == [("ratings/a.jsonl", n) for n in range(2, 8)]
+    reasons = [p["reason"] for p in problems]
+    assert reasons[0].startswith("not JSON: nested deeper than")
+    assert reasons[1] == "note is a dict, not a string" and reasons[2] == "note is a list, not a string"
+    form = "is not `<checkpoint>/<prompt index>/<greedy|sampled>`"
+    assert all(r.startswith("sample_id ") and form in r for r in reasons[3:])
+
+
 def test_agreement_needs_three_checkpoints_and_a_score_that_varies():
     from scipy.stats import spearmanr
 

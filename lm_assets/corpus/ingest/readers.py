@@ -16,13 +16,14 @@ import os
 import re
 import time
 import zlib
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
 from lm_assets.corpus.stage import DROPPED_SCHEMA, QUARANTINE_SCHEMA
+from lm_assets.jsonl import loads
 from lm_assets.storage.keys import landing_files
 
 DOCUMENT_SCHEMA = {
@@ -116,7 +117,7 @@ class ShardRead:
             }
         )
 
-    def frames(self) -> "RawShard":
+    def frames(self) -> RawShard:
         return RawShard(
             documents=pl.DataFrame(self.documents, schema=DOCUMENT_SCHEMA),
             dropped=pl.DataFrame(self.dropped, schema=DROPPED_SCHEMA),
@@ -294,7 +295,9 @@ def _record_end(f, offset: int, size: int, gzipped: bool) -> int:
     head = f.read(1 << 16)
     header_end = head.find(b"\r\n\r\n")
     length = re.search(rb"(?im)^content-length:[ \t]*(\d+)", head[:header_end]) if header_end > 0 else None
-    return offset + header_end + 4 + int(length[1]) if length else offset + 1
+    if not length:
+        return offset + 1
+    return min(offset + header_end + 4 + int(length[1]), size) if len(length[1]) <= 18 else size
 
 
 def _next_member(f, start: int, size: int, gzipped: bool) -> int:
@@ -341,10 +344,9 @@ def _is_record_start(f, offset: int, gzipped: bool) -> bool:
             and re.search(rb"(?im)^content-length:", header) is not None)
 
 
-def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConfig, gzipped: bool = False,
-                        f=None) -> int | None:  # fmt: skip
+def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConfig, gzipped: bool, f) -> int | None:
     """File the record at `offset`. Returns where reading must resume when the record's Content-Length
-    ran into the next record (None: go on)."""
+    ran into the next record or is not a length fastwarc could read (None: go on)."""
     index = read.records
     read.records += 1
     headers = record.headers
@@ -354,6 +356,12 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
     if headers.get("Content-Length") is None:
         read.quarantine_record(index, "truncated_record", "WARC header cut off (no Content-Length)", offset, url)
         return
+    declared = headers.get("Content-Length").strip()
+    if not _is_length(declared, record.content_length):
+        resume = _next_member(f, offset + 1, os.fstat(f.fileno()).st_size, gzipped)
+        detail = f"Content-Length {declared[:40]} is not a length a record can have; reading resumes at byte {resume}"
+        read.quarantine_record(index, "bad_length", detail, offset, url)
+        return resume
     document = rtype in ("response", "conversion", "resource")
     if not document and gzipped:  # a plain record's block is read to see that it ends where it says
         read.drop(index, f"not_a_document:{rtype or 'unknown'}")
@@ -364,7 +372,7 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
         read.quarantine_record(index, "corrupt_gzip" if gzipped else "corrupt_record", str(exc), offset, url)
         return
     expected = record.content_length
-    if not gzipped and f is not None and (next_start := _overrun(f, offset, block)) is not None:
+    if not gzipped and (next_start := _overrun(f, offset, block)) is not None:
         read.quarantine_record(index, "bad_length", f"Content-Length {expected} runs into the next record, which "
                                f"starts at byte {next_start}", offset, url)  # fmt: skip
         return next_start
@@ -387,6 +395,12 @@ def _handle_warc_record(record, offset: int, read: ShardRead, config: ReaderConf
     else:
         content_type = headers.get("Content-Type") or ("text/plain" if rtype == "conversion" else "")
         _keep_payload(read, index, url, fetched_at, content_type, block, offset, config)
+
+
+def _is_length(declared: str, read_as: int) -> bool:
+    """Whether a Content-Length header is a decimal number that fastwarc read as it is (one too large for
+    it to hold is read as another number)."""
+    return declared.isascii() and declared.isdigit() and len(declared) <= 18 and int(declared) == read_as
 
 
 def _overrun(f, offset: int, block: bytes) -> int | None:
@@ -753,7 +767,7 @@ def _handle_jsonl_line(line: bytes, index: int, read: ShardRead, config: ReaderC
         read.quarantine_record(index, "oversize", f"line larger than {config.max_doc_bytes} bytes")
         return
     try:
-        obj = json.loads(line)
+        obj = loads(line)
     except UnicodeDecodeError as exc:
         read.quarantine_record(index, "undecodable", f"{exc.encoding}: {exc.reason} at byte {exc.start}")
         return
@@ -765,11 +779,18 @@ def _handle_jsonl_line(line: bytes, index: int, read: ShardRead, config: ReaderC
         return
     text = obj.get(config.text_field)
     url = obj.get(config.url_field)
+    if url is not None and not isinstance(url, str):
+        read.quarantine_record(index, "bad_url", f"line {index + 1}: {_not_a_string(config.url_field, url)}")
+        return
     if not isinstance(text, str):
         read.quarantine_record(index, "missing_text", f"no string field {config.text_field!r}", url=url)
         return
     fetched_at = obj.get("fetched_at") or obj.get("date")
     read.keep(index, url, str(fetched_at) if fetched_at else None, "text/plain", text=text)
+
+
+def _not_a_string(field: str, value) -> str:
+    return f"{field} is a {type(value).__name__}, not a string: {str(value)[:200]}"
 
 
 # Parquet --------------------------------------------------------------------------------------
@@ -778,7 +799,7 @@ def _read_parquet(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator
 
     try:
         schema = pq.read_schema(path)
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for damaged files
+    except Exception as exc:  # pyarrow raises several types for damaged files
         raise ValueError(f"{path.name}: not a readable Parquet file: {exc}") from exc
     if config.text_field not in schema.names:
         raise ValueError(
@@ -794,7 +815,9 @@ def _read_parquet(path: Path, read: ShardRead, config: ReaderConfig) -> Iterator
         for row, (text, url) in enumerate(zip(table[config.text_field].to_list(), urls)):
             index = read.records
             read.records += 1
-            if not isinstance(text, str):
+            if url is not None and not isinstance(url, str):
+                read.quarantine_record(index, "bad_url", f"row {i}: {_not_a_string(config.url_field, url)}")
+            elif not isinstance(text, str):
                 read.quarantine_record(index, "missing_text", f"row {i}: null or non-string text", url=url)
             elif len(text.encode("utf-8", "surrogatepass")) > config.max_doc_bytes:
                 read.quarantine_record(index, "oversize", f"row {i}: text larger than {config.max_doc_bytes} bytes", url=url)

@@ -145,9 +145,9 @@ class PreferenceDataConfig(dg.Config):
                                      paths=("mmlu_path", "ceval_paths"))  # fmt: skip
 
 
-def rated_pair_file(store, margin: float) -> tuple[str, bytes, int] | None:
+def rated_pair_file(store, margin: float) -> tuple[str, bytes, int, list[dict]] | None:
     """The pairs people's ratings make, as one JSONL "file" for `read_pairs` (its name says where they come
-    from), and how many rated samples there were; None without rating sheets."""
+    from), how many rated samples there were, and the sheets' problem lines; None without rating sheets."""
     import json
 
     from lm_assets.evaluation.ratings import rated_pairs, read_ratings
@@ -155,11 +155,12 @@ def rated_pair_file(store, margin: float) -> tuple[str, bytes, int] | None:
     if not store.exists(RATINGS_FOLDER):
         return None
     files = sorted(k for k in store.list(RATINGS_FOLDER) if k.endswith(".jsonl"))
-    ratings, _ = read_ratings((k, store.read_bytes(k)) for k in files)
+    ratings, problems = read_ratings((k, store.read_bytes(k)) for k in files)
     checkpoints = {c for c in ratings["checkpoint"].unique().to_list() if store.exists(samples_key(c))}
     pairs = rated_pairs(ratings, {c: store.read_parquet(samples_key(c)) for c in checkpoints}, margin)
     data = "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in pairs).encode()
-    return f"{store.uri(RATINGS_FOLDER)}/ (pairs of rated samples)", data, int(ratings["rating"].is_not_null().sum())
+    rated = int(ratings["rating"].is_not_null().sum())
+    return f"{store.uri(RATINGS_FOLDER)}/ (pairs of rated samples)", data, rated, problems
 
 
 @dg.asset(
@@ -189,6 +190,8 @@ def preference_data(
         "from_ratings": dg.MetadataValue.md(
             f"{pairs.filter(pl.col('file') == rated[0]).height} pair(s) from {rated[2]} rated samples "
             f"(decodings rated at least {config.rating_margin} apart)" if rated else "no rating sheets under ratings/"),
+        **({"rating_problems": len(rated[3]), "rating_problem_lines": markdown_table(pl.DataFrame(rated[3]))}
+           if rated and rated[3] else {}),
         "path": dg.MetadataValue.path(store.uri(PREFERENCE_KEYS["pairs"])),
     })
 

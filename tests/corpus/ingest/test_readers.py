@@ -212,6 +212,23 @@ def test_a_content_length_longer_than_the_record_costs_that_record_only(tmp_path
     assert shard.records == 5 and conserved(shard)
 
 
+@pytest.mark.parametrize("gzipped", [False, True])
+@pytest.mark.parametrize("length", [str(10**30), "9" * 5000, "12abc"])
+def test_a_content_length_no_record_could_have_costs_that_record_only(tmp_path, gzipped, length):
+    block = http(page("Page", ARTICLE).encode())
+    records = [raw_response(f"https://a.example/{i}", block) for i in range(3)]
+    records[1] = records[1].replace(b"Content-Length: %d" % len(block), b"Content-Length: " + length.encode())
+    members = [gzip.compress(r) for r in records] if gzipped else records
+    path = tmp_path / ("s.warc.gz" if gzipped else "s.warc")
+    path.write_bytes(b"".join(members))
+    shard = read_shard(path)
+    assert shard.documents["url"].to_list() == ["https://a.example/0", "https://a.example/2"]
+    assert shard.quarantine.select("url", "reason", "byte_offset").rows() == [
+        ("https://a.example/1", "bad_length", len(members[0]))]
+    assert f"Content-Length {length[:20]}" in shard.quarantine["detail"][0]
+    assert shard.records == 3 and conserved(shard)
+
+
 def test_a_few_bad_bytes_are_replaced_and_counted_and_only_what_stays_unreadable_is_quarantined(tmp_path):
     article = page("Page", ARTICLE + "<p>Ünïcödé text, “quoted”.</p>").encode()
     damaged = article.replace(b"history", b"hist\xffory", 3)
@@ -410,6 +427,36 @@ def test_jsonl_malformed_line_is_quarantined_and_the_rest_kept(tmp_path):
     assert shard.documents["text"].to_list() == ["first document", "third document"]
     assert reasons(shard.quarantine) == ["malformed_json", "missing_text"]
     assert "line 2" in shard.quarantine["detail"][0]
+
+
+def test_jsonl_lines_that_cannot_become_a_document_are_quarantined_with_their_line(tmp_path):
+    lines = [
+        json.dumps({"text": "first document", "url": "https://j.example/1"}),
+        '{"text": "deep", "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        json.dumps({"text": "url as an object", "url": {"href": "https://j.example/3"}}),
+        json.dumps({"text": "url as a list", "url": ["https://j.example/4"]}),
+        '{"text": "half a surrogate \\ud800", "url": "https://j.example/5"}',
+        json.dumps({"text": "sixth document", "url": "https://j.example/6"}),
+    ]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    shard = read_shard(path)
+    assert shard.documents.select("record_index", "text").rows() == [(0, "first document"), (5, "sixth document")]
+    assert shard.quarantine.select("record_index", "reason").rows() == [
+        (1, "malformed_json"), (2, "bad_url"), (3, "bad_url"), (4, "malformed_json")]
+    details = shard.quarantine["detail"].to_list()
+    assert details[0].startswith("line 2: nested deeper than") and details[1].startswith("line 3: url is a dict")
+    assert details[2].startswith("line 4: url is a list") and details[3].startswith("line 5: ")
+    assert "surrogate" in details[3] and shard.quarantine["url"].to_list() == [None] * 4
+    assert shard.records == 6 and conserved(shard)
+
+
+def test_parquet_url_that_is_not_a_string_is_quarantined(tmp_path):
+    path = tmp_path / "s.parquet"
+    pl.DataFrame({"text": ["one", "two"], "url": [{"href": "https://p.example/1"}, {"href": None}]}).write_parquet(path)
+    shard = read_shard(path)
+    assert shard.documents.height == 0 and reasons(shard.quarantine) == ["bad_url", "bad_url"]
+    assert shard.quarantine["detail"][0].startswith("row 0: url is a dict") and conserved(shard)
 
 
 def test_jsonl_gz_truncated(tmp_path):
