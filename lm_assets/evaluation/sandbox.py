@@ -1,20 +1,24 @@
-"""Running untrusted programs (a model's generated code) one process each, contained.
+"""Running untrusted programs (a model's generated code) one process each, contained, and judging them
+from another process.
 
-    outcome = run_program(source, Limits(timeout_s=10))
+    outcome = run_judged(prompt + completion, tests=test, entry_point="add", call="check(add)",
+                         prelude=prompt, limits=Limits(timeout_s=10))
     outcome.status                 # "passed", "failed", "timeout" or "killed"
 
-Each program gets a fresh temporary folder (removed afterwards), a scrubbed environment (`PATH`,
-`LANG`, `HOME` and `TMPDIR` pointing at the folder, nothing of ours), an interpreter in isolated mode
-without site-packages (`python -I -S`), a session of its own, and the runner in
-`sandbox_runner.py`: network, mount and PID namespaces where the kernel allows them, with a root of
-its own and, as root, the user nobody; resource limits (`Limits`); a seccomp filter against new
-processes and signals to others; and an audit hook that refuses processes, sockets, ctypes and files
-outside the folder. The verdict counts only with the run's token, which the runner's audit hook holds.
-The wall-clock timeout kills the whole process group. What the program prints is discarded; its
-error output is kept in the folder, within the file-size limit, and only its last line is reported.
+Two processes per program. The program runs in the sandbox (`sandbox_runner.py`): a fresh temporary
+folder, a scrubbed environment (`PATH`, `LANG`, `HOME` and `TMPDIR` pointing at the folder, nothing of
+ours), an interpreter in isolated mode without site-packages (`python -I -S`), a session of its own;
+network, mount and PID namespaces where the kernel allows them, with a root of its own and, as root, a
+user of its own; resource limits (`Limits`); a seccomp filter against new processes, signals to others
+and memory outside the limits; and an audit hook that refuses processes, sockets, ctypes and files
+outside the folder. The tests run in the judge (`sandbox_judge.py`), which never runs the program's
+code: it calls the program's function through a pipe, with arguments and results as plain values
+(`plain_values`), and alone writes the verdict, on a pipe the program never holds. The wall-clock
+timeout kills both process groups. What the program prints is discarded; its error output goes to an
+unnamed file that this process opened, within the file-size limit, and only its last line is reported.
 
-A program passes only when the runner reports that it ran to its end without an exception: exiting
-early, being killed, or running out of time is a failure. docs/security.md has the security model.
+A program passes only when its tests run to their end in the judge. docs/security.md has the security
+model.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -32,25 +35,30 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 RUNNER = Path(__file__).with_name("sandbox_runner.py")
+JUDGE = Path(__file__).with_name("sandbox_judge.py")
 STATUSES = ("passed", "failed", "timeout", "killed")
 
 
 @dataclass(frozen=True)
 class Limits:
     """What one program may use: wall-clock and CPU seconds, address space, the size of a file it
-    writes, its processes (where the kernel applies the limit); whether to ask for namespaces and to
-    install the audit hook."""
+    writes and of all its files together (in its own root), its threads (as a user of its own) and
+    processes (where the kernel applies the limit); whether to ask for namespaces and to install the
+    audit hook."""
 
     timeout_s: float = 10.0
     cpu_s: int = 10
     memory_mb: int = 1024
     file_mb: int = 16
+    disk_mb: int = 64
+    threads: int = 16
     processes: int = 1
     isolate: bool = True
     audit_guard: bool = True  # off only to test the layers beneath it
 
     def __post_init__(self):
-        if self.timeout_s <= 0 or self.cpu_s < 1 or self.memory_mb < 64 or self.file_mb < 1 or self.processes < 1:
+        if (self.timeout_s <= 0 or self.cpu_s < 1 or self.memory_mb < 64 or self.file_mb < 1
+                or self.disk_mb < self.file_mb or self.threads < 0 or self.processes < 1):
             raise ValueError(f"sandbox limits out of range: {self}")
 
 
@@ -71,55 +79,95 @@ def scrubbed_environment(folder: str) -> dict[str, str]:
 
 
 def run_program(source: str, limits: Limits = Limits()) -> Outcome:
-    """Run `source` in the sandbox and say how it ended."""
+    """Run `source` in the sandbox and say how it ended: `passed` when it ran to its end, by its own
+    account. For running a program; a score comes from `run_judged`."""
+    return run_judged(source, tests=None, limits=limits)
+
+
+def run_judged(source: str, tests: str | None, entry_point: str = "", call: str = "", prelude: str = "",
+               limits: Limits = Limits()) -> Outcome:  # fmt: skip
+    """Run `source` in the sandbox, and `prelude` then `tests` then `call` in the judge with `entry_point`
+    standing for the program's function of that name; say how it ended."""
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="lm-assets-sandbox-") as folder:
-        read_end, write_end = os.pipe()
-        errors = open(Path(folder) / ".stderr", "wb")  # noqa: SIM115 - closed below, after the process
+    settings = {k: v for k, v in asdict(limits).items() if k != "timeout_s"}
+    spec = {"prelude": prelude, "tests": tests, "entry_point": entry_point, "call": call, "settings": settings}
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="lm-assets-sandbox-"))
+        # Read only through descriptors opened here: a path in the program's folder may be a FIFO or a link.
+        errors = stack.enter_context(tempfile.TemporaryFile(prefix="lm-assets-sandbox-stderr-"))
+        report_read, report_write = os.pipe()
+        calls_read, calls_write = os.pipe()
+        answers_read, answers_write = os.pipe()
+        verdict_read, verdict_write = os.pipe()
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(RUNNER), str(write_end)], cwd=folder, env=scrubbed_environment(folder),
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors, pass_fds=(write_end,),
-                start_new_session=True,
+            program = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(RUNNER), str(report_write), str(calls_read), str(answers_write)],
+                cwd=folder, env=scrubbed_environment(folder), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=errors, pass_fds=(report_write, calls_read, answers_write), start_new_session=True,
+            )  # fmt: skip
+            judge = subprocess.Popen(
+                [sys.executable, "-I", "-S", str(JUDGE), str(calls_write), str(answers_read), str(verdict_write)],
+                cwd=folder, env=scrubbed_environment(folder), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, pass_fds=(calls_write, answers_read, verdict_write), start_new_session=True,
             )  # fmt: skip
         finally:
-            os.close(write_end)
-            errors.close()
-        settings = {k: v for k, v in asdict(limits).items() if k != "timeout_s"}
-        # Only the runner's verdict carries this run's token; a line the program writes to the channel does not.
-        token = secrets.token_hex(16)
-        timed_out = False
-        try:
-            proc.communicate((json.dumps(settings) + "\n" + token + "\n" + source).encode(), timeout=limits.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
+            for fd in (report_write, calls_read, answers_write, calls_write, answers_read, verdict_write):
+                os.close(fd)
+        deadline = started + limits.timeout_s
+        timed_out = not feed(program, (json.dumps(settings) + "\n" + source).encode(), deadline)
+        timed_out = timed_out or not feed(judge, json.dumps(spec).encode(), deadline)
+        if not timed_out:
+            try:
+                judge.wait(timeout=max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        if not timed_out:  # a program that broke off is ending: wait for how (a signal of its limits)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                program.wait(timeout=max(0.0, min(1.0, deadline - time.perf_counter())))
+        ended = program.poll()
+        for proc in (program, judge):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the program and anything it left behind
+                os.killpg(proc.pid, signal.SIGKILL)  # the process and anything it left behind
             proc.wait()
-        with os.fdopen(read_end, "rb") as f:
-            lines = f.read(1 << 16).decode("utf-8", "replace").splitlines()
-        report: dict = {}
-        for line in lines:
-            with contextlib.suppress(json.JSONDecodeError, TypeError):
-                message = json.loads(line) if line.startswith("{") else {}
-                if "isolation" in message and "isolation" not in report:  # written before the program ran
-                    report["isolation"] = str(message["isolation"])
-                elif message.get("token") == token:
-                    report |= {"status": message.get("status"), "error": message.get("error", "")}
-        stderr = (Path(folder) / ".stderr").read_bytes()[-4096:].decode("utf-8", "replace").strip().splitlines()
+        isolation = str(read_message(report_read).get("isolation", "unknown: the runner reported nothing"))
+        verdict = read_message(verdict_read)
+        stderr = os.pread(errors.fileno(), 4096, max(0, os.fstat(errors.fileno()).st_size - 4096))
+    stderr_lines = stderr.decode("utf-8", "replace").strip().splitlines()
     seconds = time.perf_counter() - started
-    isolation = report.get("isolation", "unknown: the runner reported nothing")
+    if verdict.get("status") == "passed" and not timed_out:
+        return Outcome("passed", "", isolation, seconds)
     if timed_out:
         return Outcome("timeout", f"ran past {limits.timeout_s:g} s", isolation, seconds)
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
+    if ended is not None and ended < 0:
+        name = signal.Signals(-ended).name
         why = {"SIGXCPU": f"CPU time over {limits.cpu_s} s", "SIGXFSZ": f"a file over {limits.file_mb} MB"}.get(name, name)
         return Outcome("killed", why, isolation, seconds)
-    if report.get("status") in ("passed", "failed"):
-        return Outcome(report["status"], report.get("error", ""), isolation, seconds)
-    return Outcome("failed", f"exited with {proc.returncode} before the end" + (f": {stderr[-1]}" if stderr else ""),
-                   isolation, seconds)  # fmt: skip
+    error = str(verdict.get("error") or f"the judge ended with {judge.returncode} and gave no verdict")
+    if error == "the program ended before it answered":
+        error = f"exited with {ended} before the end" + (f": {stderr_lines[-1]}" if stderr_lines else "")
+    return Outcome("failed", error, isolation, seconds)
 
 
-__all__ = ["Limits", "Outcome", "STATUSES", "run_program", "scrubbed_environment"]
+def feed(proc: subprocess.Popen, data: bytes, deadline: float) -> bool:
+    """Write `data` to the process's stdin and close it; False when the deadline passed first."""
+    try:
+        proc.stdin.write(data)
+    except BrokenPipeError:
+        pass  # it ended early; how is read from its exit
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+    return time.perf_counter() < deadline
+
+
+def read_message(fd: int) -> dict:
+    """The first JSON line on a pipe whose writers have all ended; {} when there is none."""
+    with os.fdopen(fd, "rb") as f:
+        line = f.readline(1 << 16)
+    with contextlib.suppress(ValueError, RecursionError):
+        message = json.loads(line)
+        return message if isinstance(message, dict) else {}
+    return {}
+
+
+__all__ = ["STATUSES", "Limits", "Outcome", "run_judged", "run_program", "scrubbed_environment"]
