@@ -11,7 +11,9 @@ The reference is the model the run starts from, without a second copy in memory:
 
 - `precomputed`: before the first step, the starting model scores every row of the train and val
   splits (each data-parallel rank a share, tensor-parallel ranks together), and the table is kept in
-  `<checkpoint.dir>/reference/`. A resumed run reads that table, so it continues exactly. For the
+  `<checkpoint.dir>/reference/` (`scores.pt`, and `identity.json`: what it was computed for and the
+  sha256 of `scores.pt`). A resumed run reads that table, so it continues exactly, once it is the file
+  recorded and fits the run (`ReferenceScores.check`: shapes against the splits, finite values). For the
   KL on validation pairs the reference's log-probabilities over the vocabulary at each scored
   position of the validation rows are kept too, in float16 (rows x answer tokens x vocabulary x 2
   bytes: validation reads at most `validation.batches` micro-batches per rank);
@@ -25,6 +27,8 @@ the same, and the mean per-token KL(policy || reference) over the answers' token
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 from pathlib import Path
 
@@ -34,10 +38,12 @@ import torch.distributed as dist
 from training.config import DpoConfig
 from training.data import PackedDataset
 from training.preference import dpo_loss, kl_to_reference
+from training.primitives import atomic_path
 
 CHOSEN, REJECTED = 1, 2
 STATS = ("reward_accuracy", "reward_margin", "chosen_reward", "rejected_reward", "chosen_logp", "rejected_logp")
 REFERENCE_FOLDER = "reference"
+SCORES_FILE, IDENTITY_FILE = "scores.pt", "identity.json"
 
 
 def side_log_probs(logits: torch.Tensor, targets: torch.Tensor, sides: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,18 +80,72 @@ class ReferenceScores:
         return table[:, 0], table[:, 1]
 
     def save(self, folder: Path, identity: dict) -> None:
-        folder.mkdir(parents=True, exist_ok=True)
-        torch.save({"logps": self.logps, "val_logprobs": self.val_logprobs}, folder / "scores.pt")
-        (folder / "identity.json").write_text(json.dumps(identity, indent=2, sort_keys=True) + "\n")
+        """`scores.pt`, and `identity.json`: `identity` with the sha256 of `scores.pt`'s bytes."""
+        buffer = io.BytesIO()
+        torch.save({"logps": self.logps, "val_logprobs": self.val_logprobs}, buffer)
+        content = buffer.getvalue()
+        with atomic_path(folder / SCORES_FILE) as tmp:
+            tmp.write_bytes(content)
+        record = identity | {"scores_sha256": hashlib.sha256(content).hexdigest()}
+        with atomic_path(folder / IDENTITY_FILE) as tmp:
+            tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
 
     @classmethod
-    def load(cls, folder: Path, identity: dict) -> ReferenceScores:
-        saved = json.loads((folder / "identity.json").read_text())
+    def load(cls, folder: Path, identity: dict, val_positions: dict[int, int]) -> ReferenceScores:
+        """The scores saved in `folder`, once they are known to be the ones computed for `identity` (the
+        record, and the sha256 of `scores.pt` it holds) and to fit the run (`check`)."""
+        record_file, scores_file = folder / IDENTITY_FILE, folder / SCORES_FILE
+        saved = json.loads(record_file.read_text())
+        digest = saved.pop("scores_sha256", None) if isinstance(saved, dict) else None
         if saved != identity:
             raise ValueError(f"the reference scores in {folder} were computed for {saved}, this run is {identity}; "
-                             "they cannot serve it (start the run in a new checkpoint folder)")
-        data = torch.load(folder / "scores.pt", weights_only=True)
-        return cls(data["logps"], data["val_logprobs"])
+                             "they cannot serve it (start the run in a new checkpoint folder)")  # fmt: skip
+        if digest is None:
+            raise ValueError(f"{record_file} records no sha256 of {scores_file}; the scores cannot be told apart from "
+                             "another file (start the run in a new checkpoint folder)")  # fmt: skip
+        content = scores_file.read_bytes()
+        if hashlib.sha256(content).hexdigest() != digest:
+            raise ValueError(f"{scores_file} is not the file the run saved: its sha256 is "
+                             f"{hashlib.sha256(content).hexdigest()}, {record_file} records {digest}")  # fmt: skip
+        data = torch.load(io.BytesIO(content), weights_only=True)
+        try:
+            scores = cls(dict(data["logps"]), dict(data["val_logprobs"]))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"{scores_file}: expected a dict of logps and val_logprobs tables") from err
+        scores.check(identity["splits"], val_positions, identity["model"]["vocab_size"], str(scores_file))
+        return scores
+
+    def check(self, splits: dict[str, int], val_positions: dict[int, int], vocab_size: int, source: str) -> None:
+        """Refuse scores that cannot be the reference's for this run: a `[rows, 2]` float64 table for each
+        split of `splits` (rows per split), a `[scored positions, vocab_size]` float16 table for each
+        validation row of `val_positions` (its scored positions), every value a finite log-probability."""
+        if set(self.logps) != set(splits):
+            raise ValueError(f"{source}: scores for the splits {sorted(self.logps)}, the run has {sorted(splits)}")
+        for split, rows in splits.items():
+            _check_table(self.logps[split], (rows, 2), torch.float64, source,
+                         f"the scores of split {split!r}", f"the split has {rows} rows")  # fmt: skip
+        if set(self.val_logprobs) != set(val_positions):
+            have = sorted(self.val_logprobs)
+            raise ValueError(f"{source}: the run validates on the validation rows {sorted(val_positions)}, the scores "
+                             f"hold log-probabilities for {have if have else 'none'}")  # fmt: skip
+        for row, positions in val_positions.items():
+            _check_table(self.val_logprobs[row], (positions, vocab_size), torch.float16, source,
+                         f"the log-probabilities of validation row {row}",
+                         f"the row has {positions} scored positions and the model {vocab_size} tokens")  # fmt: skip
+
+
+def _check_table(table, shape: tuple[int, int], dtype: torch.dtype, source: str, what: str, expected: str) -> None:
+    if not isinstance(table, torch.Tensor) or table.dtype != dtype or tuple(table.shape) != shape:
+        found = type(table).__name__
+        if isinstance(table, torch.Tensor):
+            found = f"{table.dtype} of shape {tuple(table.shape)}"
+        raise ValueError(f"{source}: {what} are {found}, expected {dtype} of shape {shape} ({expected})")
+    bad = int((~torch.isfinite(table)).sum())
+    if bad:
+        raise ValueError(f"{source}: {bad} of {what} are not finite (NaN or infinite)")
+    positive = int((table > 0).sum())
+    if positive:
+        raise ValueError(f"{source}: {positive} of {what} are above 0, which no log-probability is")
 
 
 def validation_rows(n_rows: int, batches: int, dp: int, micro_batch_size: int) -> list[list[int]]:
@@ -156,6 +216,15 @@ class DpoObjective:
                     val_logprobs[row] = lp[s > 0].half().cpu()
         self.model.train(was_training)
         return ReferenceScores(logps, val_logprobs)
+
+    @staticmethod
+    def scored_positions(dataset: PackedDataset, val_rows: list[list[int]]) -> dict[int, int]:
+        """Each row of `val_rows`' answer tokens: the positions the reference's log-probabilities are kept at."""
+        out = {}
+        for rows in val_rows:
+            _, _, sides = dataset.rows(rows)
+            out |= {row: int((s > 0).sum()) for row, s in zip(rows, sides)}
+        return out
 
     # -- a micro-batch ---------------------------------------------------------------------------
 

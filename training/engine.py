@@ -643,7 +643,7 @@ class Trainer:
     def prepare_reference(self, resumed: bool) -> None:
         """DPO's precomputed reference: read from `<checkpoint.dir>/reference/` when a run in this folder
         scored it, else scored now by the model the run starts from (refused after a resume: that model is gone)."""
-        from training.dpo import REFERENCE_FOLDER, ReferenceScores
+        from training.dpo import IDENTITY_FILE, REFERENCE_FOLDER, ReferenceScores
 
         if self.cfg.dpo.reference != "precomputed":
             return
@@ -653,15 +653,17 @@ class Trainer:
         identity = {"data_manifest_sha256": hashlib.sha256(manifest).hexdigest(), "init_from": self.cfg.init_from,
                     "model": to_dict(self.model_cfg), "splits": {k: len(v) for k, v in datasets.items()},
                     "val_rows": self.dpo_val_rows()}  # fmt: skip
+        val_positions = self.dpo.scored_positions(self.val_dataset, identity["val_rows"]) if val_split else {}
         folder = Path(self.cfg.checkpoint.dir) / REFERENCE_FOLDER if self.cfg.checkpoint.dir else None
-        if folder is not None and (folder / "identity.json").exists():
-            self.dpo.reference = ReferenceScores.load(folder, identity)
+        if folder is not None and (folder / IDENTITY_FILE).exists():
+            self.dpo.reference = ReferenceScores.load(folder, identity, val_positions)
             return
         if resumed:
             raise RuntimeError(f"resumed at step {self.step}, but the reference scores the run started with are not in "
                                f"{folder}; without them DPO cannot continue exactly")
         started = time.perf_counter()
         self.dpo.reference = self.dpo.score_reference(datasets, val_split, self.dpo_val_rows())
+        self.dpo.reference.check(identity["splits"], val_positions, self.model_cfg.vocab_size, "the starting model's scores")
         if folder is not None:
             if self.rank == 0:
                 self.dpo.reference.save(folder, identity)

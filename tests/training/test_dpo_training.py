@@ -215,3 +215,69 @@ def test_fine_tuning_with_a_lora_adapter_resumes_exactly_from_adapter_only_check
         assert module and all(k.endswith((".lora_A", ".lora_B")) for k in module)
     rc, _, stderr = launch(1, args + [f"checkpoint.dir={killed}", "steps=10", "micro_batch_size=8"])
     assert rc != 0 and "holds adapter weights only; resume it with the layout it was saved with" in stderr
+
+
+def reference_scores(splits: dict[str, int], val_positions: dict[int, int], vocab: int):
+    from training.dpo import ReferenceScores
+
+    generator = torch.Generator().manual_seed(0)
+    logps = {split: -1 - 20 * torch.rand(n, 2, generator=generator, dtype=torch.float64) for split, n in splits.items()}
+    val = {row: torch.log_softmax(torch.randn(n, vocab, generator=generator), -1) for row, n in val_positions.items()}
+    return ReferenceScores(logps, {row: table.half() for row, table in val.items()})
+
+
+def test_reference_scores_that_do_not_fit_the_run_or_its_record_are_refused(tmp_path):
+    import hashlib
+
+    from training.dpo import ReferenceScores
+
+    splits, val_positions = {"train": 53, "val": 3}, {0: 8, 1: 7, 2: 8}
+    identity = {"splits": splits, "val_rows": [[0, 1], [2]], "model": {"vocab_size": 16}, "init_from": "base"}
+    folder = tmp_path / "reference"
+    good = reference_scores(splits, val_positions, 16)
+    good.save(folder, identity)
+    scores = folder / "scores.pt"
+    recorded = json.loads((folder / "identity.json").read_text())
+    assert recorded == identity | {"scores_sha256": hashlib.sha256(scores.read_bytes()).hexdigest()}
+    loaded = ReferenceScores.load(folder, identity, val_positions)
+    assert torch.equal(loaded.logps["train"], good.logps["train"]) and loaded.val_logprobs.keys() == {0, 1, 2}
+
+    nan = {k: v.clone() for k, v in good.logps.items()}
+    nan["train"][17, 1] = float("nan")
+    short = good.logps | {"train": good.logps["train"][:3]}
+    zeros = {k: torch.zeros_like(v) for k, v in good.logps.items()}
+    cases = {
+        "nan": ({"logps": nan, "val_logprobs": good.val_logprobs}, r"1 of the scores of split 'train' are not finite"),
+        "3 of 53 rows": ({"logps": short, "val_logprobs": good.val_logprobs}, r"'train'.*\(3, 2\).*53 rows"),
+        "no validation scores": ({"logps": good.logps, "val_logprobs": {}}, r"validation rows \[0, 1, 2\].*none"),
+        "zeros": ({"logps": zeros, "val_logprobs": good.val_logprobs}, None),
+    }
+    for content, refusal in cases.values():
+        good.save(folder, identity)
+        torch.save(content, scores)  # the file replaced, its record left as it was
+        with pytest.raises(ValueError, match=f"{scores}.*sha256"):
+            ReferenceScores.load(folder, identity, val_positions)
+        if refusal is None:
+            continue
+        recorded["scores_sha256"] = hashlib.sha256(scores.read_bytes()).hexdigest()  # the record rewritten to match
+        (folder / "identity.json").write_text(json.dumps(recorded))
+        with pytest.raises(ValueError, match=f"{scores}: .*{refusal}"):
+            ReferenceScores.load(folder, identity, val_positions)
+
+    good.save(folder, identity)
+    (folder / "identity.json").write_text(json.dumps(identity))  # no hash of the scores recorded
+    with pytest.raises(ValueError, match=f"{folder / 'identity.json'} records no sha256"):
+        ReferenceScores.load(folder, identity, val_positions)
+
+
+@slow
+def test_a_resumed_dpo_run_refuses_reference_scores_replaced_in_its_folder(dpo_inputs, tmp_path):
+    data, base = dpo_inputs
+    ckpt = tmp_path / "run"
+    run_ok(1, dpo_args(data, base, ckpt, "steps=2", "validation.batches=1"), launcher="python")
+    scores = ckpt / "reference" / "scores.pt"
+    saved = torch.load(scores, weights_only=True)
+    torch.save(saved | {"logps": {k: torch.zeros_like(v) for k, v in saved["logps"].items()}}, scores)
+    rc, metrics, stderr = launch(1, dpo_args(data, base, ckpt, "steps=3", "validation.batches=1"), launcher="python")
+    assert rc != 0 and metrics == []
+    assert f"{scores} is not the file" in stderr, stderr[-4000:]
