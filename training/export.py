@@ -38,9 +38,11 @@ process: under ZeRO-3 gather it first (e.g. DeepSpeed's `get_fp32_state_dict_fro
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
+import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -182,6 +184,108 @@ def hf_config(cfg: ModelConfig, dtype="float32", bos_id=BOS_ID, eos_id=EOS_ID, p
         "dtype": dtype_name,
         "use_cache": True,
     }
+
+
+# What a config.json the loaders read may hold: its size, and each size setting's largest value (enough for
+# any released Llama-shaped model; more would only build a model no machine holds, or take hours to).
+MAX_CONFIG_BYTES = 1 << 20
+HF_CONFIG_SIZES = {  # setting: (required, largest)
+    "vocab_size": (True, 1 << 22),
+    "hidden_size": (True, 1 << 16),
+    "num_hidden_layers": (True, 1024),
+    "num_attention_heads": (True, 1024),
+    "intermediate_size": (True, 1 << 20),
+    "num_key_value_heads": (False, 1024),
+    "max_position_embeddings": (False, 1 << 20),
+    "head_dim": (False, 1 << 12),
+}
+MAX_ROPE_ROWS = 1 << 24  # layers x positions: each layer of `training.model` keeps its own RoPE tables
+HF_CONFIG_NUMBERS = {"rope_theta": "positive", "rms_norm_eps": "positive", "initializer_range": "non-negative"}
+HF_CONFIG_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias")
+HF_CONFIG_NAMES = ("model_type", "hidden_act")
+HF_CONFIG_ROPE = ("rope_parameters", "rope_scaling")
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _number_problem(key: str, value, sign: str) -> str | None:
+    ok = type(value) in (int, float) and math.isfinite(value) and (value > 0 if sign == "positive" else value >= 0)
+    return None if ok else f"{key} must be a finite {sign} number, got {_shown(value)}"
+
+
+def _shape_problems(config: dict) -> list[str]:
+    """Head counts that do not divide as attention needs, and RoPE tables over `MAX_ROPE_ROWS` (for a
+    config.json whose sizes are integers in bounds, where present)."""
+    problems = []
+    width, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    kv_heads = config.get("num_key_value_heads") or heads
+    if width and heads and width % heads:
+        problems.append(f"hidden_size {width} is not a multiple of num_attention_heads {heads}")
+    elif heads and heads % kv_heads:
+        problems.append(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    layers, positions = config.get("num_hidden_layers"), config.get("max_position_embeddings") or 2048
+    if layers and layers * positions > MAX_ROPE_ROWS:
+        problems.append(f"num_hidden_layers {layers} x max_position_embeddings {positions} is over {MAX_ROPE_ROWS} "
+                        "rows of RoPE tables")  # fmt: skip
+    return problems
+
+
+def read_hf_config(folder: str | os.PathLike, complete: bool = True) -> dict:
+    """A Hugging Face folder's `config.json`, once every setting the loaders here read is known to be of its
+    type and within bounds (`HF_CONFIG_SIZES`, `MAX_ROPE_ROWS`) and the head counts divide as the model
+    needs: a hostile file fails here with a ValueError naming it, not as a TypeError later, or as a model
+    too large to build. The file is read only when it is a regular file of at most `MAX_CONFIG_BYTES`.
+    `complete`: the model's sizes must all be there (else only those present are checked). Settings no
+    loader reads pass unchecked."""
+    path = Path(folder) / CONFIG_NAME
+    with open(path, "rb", opener=lambda name, flags: os.open(name, flags | os.O_NONBLOCK)) as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{path} is not a regular file")
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{path} holds {info.st_size} bytes; a model's settings take a few thousand")
+        raw = file.read(MAX_CONFIG_BYTES + 1)
+    try:
+        config = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"{path} is not valid JSON: {type(err).__name__}: {err}") from None
+    if type(config) is not dict:
+        raise ValueError(f"{path} holds a JSON {type(config).__name__}, not an object of model settings")
+    problems = []
+    for key, (required, largest) in HF_CONFIG_SIZES.items():
+        value = config.get(key)
+        if value is None:
+            if required and complete:
+                problems.append(f"{key} is missing")
+        elif type(value) is not int or not 1 <= value <= largest:
+            problems.append(f"{key} must be an integer from 1 to {largest}, got {_shown(value)}")
+    for key, sign in HF_CONFIG_NUMBERS.items():
+        if config.get(key) is not None and (problem := _number_problem(key, config[key], sign)):
+            problems.append(problem)
+    problems += [f"{key} must be true or false, got {_shown(config[key])}"
+                 for key in HF_CONFIG_FLAGS if config.get(key) is not None and type(config[key]) is not bool]  # fmt: skip
+    problems += [f"{key} must be a string, got {_shown(config[key])}"
+                 for key in HF_CONFIG_NAMES if config.get(key) is not None and type(config[key]) is not str]  # fmt: skip
+    for key in HF_CONFIG_ROPE:
+        rope = config.get(key)
+        if rope is None:
+            continue
+        if type(rope) is not dict:
+            problems.append(f"{key} must be an object, got {_shown(rope)}")
+            continue
+        problems += [f"{key}.{name} must be a string, got {_shown(rope[name])}"
+                     for name in ("rope_type", "type") if rope.get(name) is not None and type(rope[name]) is not str]  # fmt: skip
+        theta = rope.get("rope_theta")
+        if theta is not None and (problem := _number_problem("rope_theta", theta, "positive")):
+            problems.append(f"{key}.{problem}")
+    if not problems:
+        problems += _shape_problems(config)
+    if problems:
+        raise ValueError(f"{path}: " + "; ".join(problems))
+    return config
 
 
 def export_hf(
@@ -496,11 +600,12 @@ __all__ = [
     "build_hf_tokenizer",
     "export_hf",
     "export_tokenizer",
-    "probe_texts",
     "hf_config",
     "hf_name",
     "hf_state_dict",
     "native_state_dict",
+    "probe_texts",
+    "read_hf_config",
     "read_sentencepiece",
     "tokenizer_special_ids",
     "verify_tokenizer",

@@ -30,15 +30,17 @@ from pathlib import Path
 import torch
 
 from training.config import ModelConfig
-from training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict, read_sentencepiece
+from training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict, read_hf_config, read_sentencepiece
 from training.reshard import logical_name, tp_shard
 
 
 def model_config(folder: str | os.PathLike, max_seq_len: int | None = None) -> ModelConfig:
-    """Our `ModelConfig` for the checkpoint in `folder`; `max_seq_len` overrides its context."""
-    hf = json.loads((Path(folder) / CONFIG_NAME).read_text())
+    """Our `ModelConfig` for the checkpoint in `folder`; `max_seq_len` overrides its context. A config.json
+    that is not a Llama's, or not one `read_hf_config` accepts, raises ValueError naming it."""
+    path = Path(folder) / CONFIG_NAME
+    hf = read_hf_config(folder)
     if hf.get("model_type") != "llama":
-        raise ValueError(f"{folder}: init_from reads Llama checkpoints; this one is {hf.get('model_type')!r}")
+        raise ValueError(f"{path}: init_from reads Llama checkpoints; this one is {hf.get('model_type')!r}")
     refused = {key: hf[key] for key in ("attention_bias", "mlp_bias") if hf.get(key)}
     if hf.get("hidden_act", "silu") != "silu":
         refused["hidden_act"] = hf["hidden_act"]
@@ -49,20 +51,23 @@ def model_config(folder: str | os.PathLike, max_seq_len: int | None = None) -> M
     if hf.get("head_dim") not in (None, hf["hidden_size"] // heads):
         refused["head_dim"] = hf["head_dim"]
     if refused:
-        raise ValueError(f"{folder}: the model here does not build {refused}")
-    return ModelConfig(
-        vocab_size=hf["vocab_size"], dim=hf["hidden_size"], n_layers=hf["num_hidden_layers"], n_heads=heads,
-        n_kv_heads=hf.get("num_key_value_heads") or heads, ffn_hidden=hf["intermediate_size"],
-        max_seq_len=max_seq_len or hf.get("max_position_embeddings", 2048),
-        rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10_000.0))),
-        norm_eps=float(hf.get("rms_norm_eps", 1e-5)), tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-    )
+        raise ValueError(f"{path}: the model here does not build {refused}")
+    try:
+        return ModelConfig(
+            vocab_size=hf["vocab_size"], dim=hf["hidden_size"], n_layers=hf["num_hidden_layers"], n_heads=heads,
+            n_kv_heads=hf.get("num_key_value_heads") or heads, ffn_hidden=hf["intermediate_size"],
+            max_seq_len=max_seq_len or hf.get("max_position_embeddings") or 2048,
+            rope_theta=float(rope.get("rope_theta") or hf.get("rope_theta") or 10_000.0),
+            norm_eps=float(hf.get("rms_norm_eps") or 1e-5), tie_embeddings=bool(hf.get("tie_word_embeddings")),
+        )  # fmt: skip
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
 
 
 def model_vocabulary(folder: str | os.PathLike, data_vocab: int, tokenizer_model: str | os.PathLike | None = None) -> int:
     """The vocabulary size of a model continued from `folder` on data of `data_vocab` ids; raises
     `ValueError` when the data's tokenizer is not the checkpoint's (see the module docstring)."""
-    checkpoint_vocab = json.loads((Path(folder) / CONFIG_NAME).read_text())["vocab_size"]
+    checkpoint_vocab = read_hf_config(folder)["vocab_size"]
     theirs_path = Path(folder) / "tokenizer.model"
     if tokenizer_model and Path(tokenizer_model).exists() and theirs_path.exists():
         theirs = [piece for piece, _ in read_sentencepiece(theirs_path.read_bytes())["pieces"]]

@@ -4,7 +4,8 @@
 
 - `config.json` (a `LlamaConfig`) into a `training.config.ModelConfig`: hidden_size, layers, heads,
   kv heads, intermediate_size, max_position_embeddings, rms_norm_eps, rope theta
-  (`rope_parameters.rope_theta`, else `rope_theta`), tie_word_embeddings, initializer_range;
+  (`rope_parameters.rope_theta`, else `rope_theta`), tie_word_embeddings, initializer_range; checked
+  first by `training.export.read_hf_config` (types and bounds), a bad file refused naming it;
 - `model.safetensors`, renamed to `Transformer` names with `training.export.native_state_dict`
   (with tied embeddings the output projection is the embedding matrix);
 - `tokenizer.model` with `sentencepiece`.
@@ -33,7 +34,7 @@ import sentencepiece as spm
 import torch
 
 from training.config import ModelConfig
-from training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict
+from training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict, read_hf_config
 from training.model import Transformer
 
 TOKENIZER_NAME = "tokenizer.model"
@@ -94,7 +95,8 @@ class EvalModel:
 
 
 def model_config_from_hf(config: dict) -> ModelConfig:
-    """The `ModelConfig` of a `LlamaForCausalLM` config.json (as written by `training.export.hf_config`)."""
+    """The `ModelConfig` of a `LlamaForCausalLM` config.json (as written by `training.export.hf_config`), its
+    settings already checked by `training.export.read_hf_config`."""
     if config.get("model_type", "llama") != "llama":
         raise ValueError(f"expected a llama config, got model_type {config.get('model_type')!r}")
     rope = config.get("rope_parameters") or {}
@@ -107,6 +109,8 @@ def model_config_from_hf(config: dict) -> ModelConfig:
         raise ValueError(f"hidden_act {config['hidden_act']!r} is not supported")
     if config.get("attention_bias") or config.get("mlp_bias"):
         raise ValueError("biases are not supported by training.model.Transformer")
+    if config.get("max_position_embeddings") is None:
+        raise ValueError("max_position_embeddings is missing: the model's context length")
     n_heads = config["num_attention_heads"]
     cfg = ModelConfig(
         vocab_size=config["vocab_size"],
@@ -116,10 +120,10 @@ def model_config_from_hf(config: dict) -> ModelConfig:
         n_kv_heads=config.get("num_key_value_heads") or n_heads,
         ffn_hidden=config["intermediate_size"],
         max_seq_len=config["max_position_embeddings"],
-        rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10_000.0))),
-        norm_eps=config.get("rms_norm_eps", 1e-5),
-        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
-        init_std=config.get("initializer_range", 0.02),
+        rope_theta=float(rope.get("rope_theta") or config.get("rope_theta") or 10_000.0),
+        norm_eps=config.get("rms_norm_eps") or 1e-5,
+        tie_embeddings=bool(config.get("tie_word_embeddings")),
+        init_std=0.02 if config.get("initializer_range") is None else config["initializer_range"],
     )
     head_dim = config.get("head_dim")
     if head_dim is not None and head_dim != cfg.head_dim:
@@ -155,7 +159,11 @@ def load_model(
     from training.hf_init import read_safetensors
 
     path = Path(hf_dir)
-    cfg = model_config_from_hf(json.loads((path / CONFIG_NAME).read_text()))
+    config = read_hf_config(path)  # types and sizes checked, refusals naming the file
+    try:
+        cfg = model_config_from_hf(config)
+    except ValueError as err:
+        raise ValueError(f"{path / CONFIG_NAME}: {err}") from None
     model = build_model(cfg, read_safetensors(path / WEIGHTS_NAME), device=device, dtype=dtype)
     tokenizer = spm.SentencePieceProcessor(model_file=str(path / TOKENIZER_NAME))
     if tokenizer.get_piece_size() > cfg.vocab_size:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 import sentencepiece as spm
@@ -149,3 +150,60 @@ def test_unsupported_sentencepiece_models_are_refused(tmp_path):
         build_hf_tokenizer(prefix.with_suffix(".model").read_bytes())
     with pytest.raises(ValueError, match="vocab_size"):
         export_tokenizer(prefix.with_suffix(".model"), tmp_path / "out", vocab_size=100)
+
+
+NAN_THETA = {"rope_type": "default", "rope_theta": float("nan")}
+LONG_CONTEXT = {"num_hidden_layers": 1000, "max_position_embeddings": 1 << 20}
+HOSTILE_CONFIGS = {  # name: (what replaces config.json's settings, what the refusal says)
+    "a string hidden size": (lambda c: c | {"hidden_size": "64"}, r"hidden_size must be an integer .*, got '64'"),
+    "a list instead of an object": (lambda c: [c], "holds a JSON list, not an object"),
+    "a million layers": (lambda c: c | {"num_hidden_layers": 10**6}, "num_hidden_layers must be an integer from 1 to"),
+    "no vocabulary size": (lambda c: {k: v for k, v in c.items() if k != "vocab_size"}, "vocab_size is missing"),
+    "heads given as true": (lambda c: c | {"num_attention_heads": True}, "num_attention_heads must be an integer"),
+    "layers given as a float": (lambda c: c | {"num_hidden_layers": 2.0}, "num_hidden_layers must be an integer"),
+    "rope parameters as a list": (lambda c: c | {"rope_parameters": [5000.0]}, "rope_parameters must be an object"),
+    "a NaN rope theta": (lambda c: c | {"rope_parameters": NAN_THETA}, "rope_theta must be a finite positive number"),
+    "a long context on every layer": (lambda c: c | LONG_CONTEXT, "RoPE tables"),
+    "heads that do not divide the width": (lambda c: c | {"num_attention_heads": 3, "head_dim": None}, "multiple"),
+    "not JSON": ("{", "is not valid JSON"),
+    "nested 100,000 deep": ("[" * 100_000 + "]" * 100_000, "is not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_CONFIGS))
+def test_a_hostile_config_json_is_refused_naming_the_file(exported, tmp_path, case):
+    """Every reader of a Hugging Face folder's config.json: continued pretraining, its vocabulary check, and the
+    evaluation loader."""
+    import shutil
+
+    from lm_assets.evaluation.checkpoint import load_model
+    from training import hf_init
+    from training.export import read_hf_config
+
+    folder = tmp_path / "hf"
+    shutil.copytree(exported, folder)
+    change, refusal = HOSTILE_CONFIGS[case]
+    settings = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(change if isinstance(change, str) else json.dumps(change(settings)))
+    named = f"{folder / 'config.json'}: " if "JSON" not in refusal else f"{folder / 'config.json'} "
+    for read in (read_hf_config, hf_init.model_config, lambda f: hf_init.model_vocabulary(f, VOCAB), load_model):
+        with pytest.raises(ValueError, match=re.escape(named) + ".*" + refusal):
+            read(folder)
+
+
+def test_config_json_that_is_not_a_regular_file_or_too_large_is_refused_unread(exported, tmp_path):
+    import shutil
+
+    from training.export import read_hf_config
+
+    folder = tmp_path / "hf"
+    shutil.copytree(exported, folder)
+    assert read_hf_config(folder)["num_hidden_layers"] == 2  # the export itself reads
+    (folder / "config.json").unlink()
+    os.mkfifo(folder / "config.json")  # opening it for reading would wait for a writer
+    with pytest.raises(ValueError, match=re.escape(f"{folder / 'config.json'} is not a regular file")):
+        read_hf_config(folder)
+    (folder / "config.json").unlink()
+    (folder / "config.json").write_text(" " * (2 << 20) + "{}")
+    with pytest.raises(ValueError, match=re.escape(f"{folder / 'config.json'} holds") + ".* bytes"):
+        read_hf_config(folder)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -490,7 +489,7 @@ class AdoptedTokenizer(_TokenizerFile):
 def adopt_tokenizer(folder: str | Path, extra_pieces: Sequence[str] = ()) -> AdoptedTokenizer:
     """The tokenizer of the Hugging Face checkpoint in `folder` (its SentencePiece `tokenizer.model`),
     extended by `extra_pieces`. Refuses what the pipeline could not tokenize with or export again."""
-    from training.export import build_hf_tokenizer
+    from training.export import CONFIG_NAME, build_hf_tokenizer, read_hf_config
 
     folder = Path(folder)
     path = folder / MODEL_FILENAME
@@ -506,9 +505,8 @@ def adopt_tokenizer(folder: str | Path, extra_pieces: Sequence[str] = ()) -> Ado
     special_ids(sp)
     model, added, present = add_pieces(base, extra_pieces)
     build_hf_tokenizer(model)  # the export must be able to write it back as a HF tokenizer
-    config = folder / "config.json"
-    if config.exists():
-        model_vocab = json.loads(config.read_text()).get("vocab_size")
+    if (folder / CONFIG_NAME).exists():
+        model_vocab = read_hf_config(folder, complete=False).get("vocab_size")
         if model_vocab is not None and model_vocab < sp.get_piece_size():
             raise ValueError(f"{folder}: the tokenizer has {sp.get_piece_size()} pieces, the model only {model_vocab}")
     return AdoptedTokenizer(model=model, source=str(folder), base_hash=tokenizer_hash(base),

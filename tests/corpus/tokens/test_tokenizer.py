@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -363,3 +364,20 @@ def test_adopting_takes_the_checkpoints_sentencepiece_model_and_its_special_ids(
     (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 10}))
     with pytest.raises(ValueError, match="the model only 10"):
         adopt_tokenizer(folder)
+
+
+def test_adopting_refuses_a_hostile_config_json_naming_it(tmp_path):
+    from lm_assets.corpus.tokens.tokenizer import adopt_tokenizer
+    from tests.support.tiny_llama import llama_style_tokenizer
+
+    folder = tmp_path / "llama"
+    folder.mkdir()
+    (folder / "tokenizer.model").write_bytes(llama_style_tokenizer())
+    config = folder / "config.json"
+    for hostile, refusal in (({"vocab_size": "32000"}, "vocab_size must be an integer"),
+                             ([{"vocab_size": 32000}], "holds a JSON list, not an object"),
+                             ({"vocab_size": 10**12}, "vocab_size must be an integer from 1 to"),
+                             ({"vocab_size": 400, "rope_scaling": "linear"}, "rope_scaling must be an object")):  # fmt: skip
+        config.write_text(json.dumps(hostile))
+        with pytest.raises(ValueError, match=re.escape(str(config)) + ".*" + refusal):
+            adopt_tokenizer(folder)
