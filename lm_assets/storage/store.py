@@ -19,6 +19,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -47,6 +48,21 @@ def split_s3_url(url: str) -> tuple[str, str]:
         raise ValueError(f"not an s3:// URL: {url!r}")
     bucket, _, key = url[len("s3://") :].partition("/")
     return bucket, key.strip("/")
+
+
+SPECIAL_KINDS = (
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file of `mode` (from `stat`) is when it is neither a regular file nor a folder; else None."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return next((kind for test, kind in SPECIAL_KINDS if test(mode)), "not a file or folder")
 
 
 class Storage:
@@ -134,8 +150,8 @@ class Storage:
         if self.is_s3:
             head = self.s3.head_object(Bucket=self.bucket, Key=self._s3_object(key))
             return int(head["ContentLength"]), head["LastModified"].timestamp()
-        stat = self.local_path(key).stat()
-        return stat.st_size, stat.st_mtime
+        info = self.local_path(key).stat()
+        return info.st_size, info.st_mtime
 
     def delete_prefix(self, prefix: str) -> None:
         """Remove every object under `prefix`, so a re-materialization replaces and never appends."""
@@ -164,6 +180,27 @@ class Storage:
             return []
         keys = (p.relative_to(self.root) for p in base.rglob("*") if p.is_file())
         return sorted(str(k) for k in keys if hidden or not any(part.startswith(".") for part in k.parts))
+
+    def special_files(self, prefix: str = "") -> dict[str, str]:
+        """What lies directly under `prefix` of a local root that `list` passes over for being neither a
+        regular file nor a folder (a FIFO, a socket, a device, or a symlink to one), each with what it is.
+        Found by `stat` alone: none is opened (opening a FIFO would wait for a writer). Empty on S3."""
+        base = None if self.is_s3 else self.local_path(prefix)
+        if base is None or not base.is_dir():
+            return {}
+        with os.scandir(base) as listing:
+            entries = sorted(listing, key=lambda e: e.name)
+        found = {}
+        for entry in entries:
+            try:
+                mode = os.stat(entry.path).st_mode
+            except OSError:  # a dangling symlink: not a special file
+                continue
+            if kind := special_kind(mode):
+                link = f"a symlink to {os.readlink(entry.path)}, " if entry.is_symlink() else ""
+                key = f"{prefix.strip('/')}/{entry.name}" if prefix.strip("/") else entry.name
+                found[key] = f"{link}{kind}, not a regular file: never opened"
+        return found
 
     def _s3_objects(self, prefix: str) -> list[str]:
         """Every object under the folder `prefix`, hidden ones included, relative to the root."""
@@ -252,7 +289,10 @@ class Storage:
         if not self.is_s3:
             if self.confine_links and (target := self.outside_link(key)):
                 raise UnsafeKeyError(f"{key!r} is refused: it is a symlink to {target}, outside the root {self.root}")
-            yield self.local_path(key)
+            path = self.local_path(key)
+            if path.exists() and (kind := special_kind(path.stat().st_mode)):
+                raise ValueError(f"{key!r} is refused: {kind} under {self.root}, not a regular file, is never opened")
+            yield path
             return
         suffix = "".join(Path(key).suffixes)
         with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:

@@ -525,7 +525,7 @@ def test_a_landing_file_is_taken_only_once_complete(tmp_path):
     assert "marked.warc.gz.done" not in skipped  # a marker is no file to skip
     assert landing_shards(Storage(str(landing)), settle_s=0)[0] == ["growing.warc.gz", "marked.warc.gz", "settled.warc.gz"]
     instance = dg.DagsterInstance.ephemeral()
-    with dg.build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(landing))}) as context:
+    with dg.build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(landing), settle_s=0)}) as context:
         assert landing_sensor(context).dynamic_partitions_requests[0].partition_keys == ["marked.warc.gz", "settled.warc.gz"]
 
 
@@ -579,3 +579,44 @@ def test_only_new_landing_files_are_waited_for(tmp_path):
     (landing / "registered.warc.gz").write_bytes(b"x")  # rewritten just now, but already a partition
     shards, skipped = landing_shards(Storage(str(landing)), settle_s=60, known={"registered.warc.gz"})
     assert shards == ["registered.warc.gz"] and skipped == {}
+
+
+def test_a_fifo_in_the_landing_folder_is_skipped_with_its_reason_and_never_opened(tmp_path):
+    import threading
+
+    landing, storage = tmp_path / "landing", tmp_path / "storage"
+    landing.mkdir()
+    write_shard(landing / "real.warc.gz")
+    fifo = landing / "pipe.warc.gz"
+    os.mkfifo(fifo)
+    opened = threading.Event()
+
+    def writer():  # waits until something opens the FIFO for reading, then closes it (an empty file)
+        os.close(os.open(fifo, os.O_WRONLY))
+        opened.set()
+
+    waiting = threading.Thread(target=writer, daemon=True)
+    waiting.start()
+    try:
+        instance = dg.DagsterInstance.ephemeral()
+        with dg.build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(landing), settle_s=0)}) as context:
+            assert landing_sensor(context).dynamic_partitions_requests[0].partition_keys == ["real.warc.gz"]
+            instance.add_dynamic_partitions("shards", ["real.warc.gz"])
+            skipped = landing_sensor(context).skip_reason.skip_message
+        assert skipped == "no new shard files (1 known, 1 other files skipped)"
+        cli = [Path(sys.executable).parent / "lm-assets", "add-shards", "--landing", str(landing), "--settle-s", "0"]
+        added = subprocess.run(cli, env={**os.environ, "DAGSTER_HOME": str(tmp_path / "home")}, capture_output=True,
+                               text=True, check=True)  # fmt: skip
+        assert "1 new shard partitions added" in added.stdout
+        assert "'pipe.warc.gz': a FIFO (named pipe), not a regular file: never opened" in added.stdout
+
+        instance.add_dynamic_partitions("shards", ["pipe.warc.gz"])  # a partition added by hand
+        refused = dg.materialize([raw_shard], partition_key="pipe.warc.gz", instance=instance,
+                                 resources=resources(str(storage), str(landing)), raise_on_error=False)  # fmt: skip
+        assert not refused.success
+        failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+        assert "'pipe.warc.gz' is refused: a FIFO" in failure.event_specific_data.error.to_string()
+        assert not opened.is_set()
+    finally:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer go
+        waiting.join()

@@ -216,3 +216,32 @@ def test_a_stage_works_beside_its_partition_and_a_killed_one_is_swept(tmp_path):
         os.utime(path, (old, old))
     store.publish("curated/s1", {"summary.json": b"{}"})
     assert not killed.exists() and (tmp_path / "curated" / "s1" / "summary.json").exists()
+
+
+def test_fifos_sockets_and_devices_are_named_and_never_opened(tmp_path):
+    import socket
+
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "real.warc.gz").write_bytes(b"x")
+    (root / "folder").mkdir()
+    os.mkfifo(root / "pipe.warc.gz")
+    (root / "to-pipe.jsonl").symlink_to(root / "pipe.warc.gz")
+    (root / "null.jsonl").symlink_to("/dev/null")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(root / "sock"))
+    try:
+        store = Storage(str(root))
+        assert store.list() == ["real.warc.gz"]
+        assert store.special_files() == {
+            "pipe.warc.gz": "a FIFO (named pipe), not a regular file: never opened",
+            "to-pipe.jsonl": f"a symlink to {root / 'pipe.warc.gz'}, a FIFO (named pipe), not a regular file: never opened",
+            "null.jsonl": "a symlink to /dev/null, a character device, not a regular file: never opened",
+            "sock": "a socket, not a regular file: never opened",
+        }
+        for key in ("pipe.warc.gz", "to-pipe.jsonl"):
+            with pytest.raises(ValueError, match=f"{key!r} is refused: a FIFO"), store.local_copy(key):
+                pass
+        assert Storage(str(tmp_path / "nowhere")).special_files() == {}
+    finally:
+        listener.close()
