@@ -38,6 +38,7 @@ from typing import TypeVar
 
 import polars as pl
 
+from lm_assets import jsonl
 from lm_assets.evaluation.prompts import FEWSHOT_DELIMITER, TARGET_DELIMITER, MCQuestion
 
 FEWSHOT_SEED = 1234  # lm-eval's default fewshot_random_seed
@@ -71,11 +72,9 @@ def _text_of(path: Path) -> str:
 
 def _json_object(line: str) -> dict:
     try:
-        row = json.loads(line)
+        row = jsonl.loads(line)
     except json.JSONDecodeError as exc:
         raise BadRow(f"not JSON ({exc.msg})") from None
-    except RecursionError:
-        raise BadRow("JSON nested too deep") from None
     if not isinstance(row, dict):
         kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(row), "a number")
         raise BadRow(f"{kind}, not a JSON object")
