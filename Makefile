@@ -48,12 +48,15 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 # The UI and daemon on the production instance's storage (deploy/dagster-production.yaml): a local
 # PostgreSQL server (the dev extra's pgserver binaries) under $(POSTGRES_HOME), stopped when the UI exits.
 # A shell killed by a signal skips its EXIT trap: Ctrl-C or SIGTERM makes it exit, once the UI has stopped.
+# The traps are set before the server starts, so that a stop while it starts stops it too; the stop ignores
+# further signals, so that a second Ctrl-C (or make passing SIGTERM on) cannot cut it short.
 POSTGRES_HOME ?= $(CURDIR)/.dagster_home_postgres
 # The environment is read into a variable first: `eval "$$(...)"` would go on after the server failed, on
 # the SQLite instance that DAGSTER_HOME names otherwise; check-instance refuses anything but PostgreSQL.
 ui-postgres: install
-	@environment="$$($(BIN)/lm-assets postgres-home $(POSTGRES_HOME))" || exit 1; eval "$$environment" && \
-	trap '$(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop' EXIT && trap exit INT TERM HUP && \
+	@trap 'trap "" INT TERM HUP; $(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop' EXIT && \
+	trap exit INT TERM HUP && \
+	environment="$$($(BIN)/lm-assets postgres-home $(POSTGRES_HOME))" || exit 1; eval "$$environment" && \
 	$(BIN)/lm-assets check-instance --postgres && \
 	$(UI_DEFAULTS) $(DAGSTER_DEV)
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 # How long the command's processes have to exit after SIGTERM before SIGKILL (`--grace-s`).
 GRACE_S = 20.0
+KILL_WAIT_S = 60.0
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -84,7 +85,8 @@ def signal_all(pids: set[int], signum: int) -> None:
 
 def stop_tree(root: int, grace_s: float = GRACE_S, include_root: bool = True) -> set[int]:
     """SIGTERM to `root` (if `include_root`) and every process under it, then SIGKILL to what is left after
-    `grace_s`. Processes that the tree starts meanwhile are stopped too. Returns the processes it signalled."""
+    `grace_s`, and wait until they are gone. Processes that the tree starts meanwhile are stopped too. Returns
+    the processes it signalled."""
     tree = descendants(root) | ({root} if include_root else set())
     signal_all(tree, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -95,6 +97,11 @@ def stop_tree(root: int, grace_s: float = GRACE_S, include_root: bool = True) ->
         time.sleep(0.2)
     tree |= descendants(root) if alive(root) else set()
     signal_all({pid for pid in tree if alive(pid)}, signal.SIGKILL)
+    # SIGKILL takes effect at once but not instantly: return once they are gone, so that they are when this
+    # process exits (a process stuck in the kernel is given up on after KILL_WAIT_S).
+    deadline = time.monotonic() + KILL_WAIT_S
+    while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
+        time.sleep(0.05)
     return tree
 
 
@@ -121,14 +128,18 @@ def reap() -> None:
 def run(command: list[str], grace_s: float = GRACE_S) -> int:
     """Run `command` until it exits or this process is told to stop; then stop everything it started."""
     become_subreaper()
-    child = subprocess.Popen(command, start_new_session=True, preexec_fn=_default_signals)
     stopping = []
 
     def stop(signum, _frame):
         stopping.append(signum)
 
+    # Before the command starts: a stop that arrives meanwhile is then recorded, not fatal to this process
+    # alone (which would leave the command, in a session of its own, running).
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, stop)
+    if stopping:
+        return 128 + stopping[0]
+    child = subprocess.Popen(command, start_new_session=True, preexec_fn=_default_signals)
     while child.poll() is None and not stopping:
         time.sleep(0.2)
     returncode = child.returncode
