@@ -71,9 +71,7 @@ def add_shards(args) -> int:
     settle_s = landing.settle_s if args.settle_s is None else args.settle_s
     instance = dagster_instance()
     known = set(instance.get_dynamic_partitions(shard_partitions.name))
-    storage = landing.storage()
-    shards, skipped = landing_shards(storage, settle_s, known=known)
-    skipped |= storage.special_files()  # FIFOs, sockets, devices: never registered, never opened
+    shards, skipped = landing_shards(landing.storage(), settle_s, known=known)
     new = add_new_partitions(instance, shard_partitions, shards)
     print(f"{len(new)} new shard partitions added, {len(shards) - len(new)} already known")
     for shard in new:

@@ -22,9 +22,7 @@ def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource
     """Adds one `shards` partition per new file at the top of the landing location and runs them,
     `SHARDS_PER_RUN` shards a run, as a backfill would; says which files it skips and why."""
     known = set(context.instance.get_dynamic_partitions(shard_partitions.name))
-    storage = landing.storage()
-    shards, skipped = landing_shards(storage, landing.settle_s, known=known)
-    skipped |= storage.special_files()  # FIFOs, sockets, devices: never registered, never opened
+    shards, skipped = landing_shards(landing.storage(), landing.settle_s, known=known)
     for key, reason in sorted(skipped.items()):
         context.log.warning(f"skipping landing file {key!r}: {reason}")
     new = [key for key in shards if key not in known]

@@ -525,7 +525,7 @@ def test_a_landing_file_is_taken_only_once_complete(tmp_path):
     assert "marked.warc.gz.done" not in skipped  # a marker is no file to skip
     assert landing_shards(Storage(str(landing)), settle_s=0)[0] == ["growing.warc.gz", "marked.warc.gz", "settled.warc.gz"]
     instance = dg.DagsterInstance.ephemeral()
-    with dg.build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(landing), settle_s=0)}) as context:
+    with dg.build_sensor_context(instance=instance, resources={"landing": LandingResource(root=str(landing))}) as context:
         assert landing_sensor(context).dynamic_partitions_requests[0].partition_keys == ["marked.warc.gz", "settled.warc.gz"]
 
 

@@ -142,8 +142,8 @@ DONE_SUFFIX = ".done"
 def landing_shards(storage, settle_s: float = 0.0, now: float | None = None,
                    known: frozenset[str] | set[str] = frozenset()) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """The complete shard files at the top of a landing location (a `Storage`), and every other file there
-    with why it is skipped: a symlink out of a root that confines its links, and a file that may still be
-    being written among them. A file is complete once `<name>.done` lies beside it, or once it has been
+    with why it is skipped: a FIFO, socket or device, a symlink out of a root that confines its links, and a
+    file that may still be being written among them. A file is complete once `<name>.done` lies beside it, or once it has been
     unchanged (size and modification time) for `settle_s` seconds; a writer that renames a finished file
     into place from a hidden name (`.name.part`) needs neither. Files `known` already (registered shards) are
     taken as they are: only new ones are looked at, one stat (or S3 HEAD) each."""
@@ -155,6 +155,7 @@ def landing_shards(storage, settle_s: float = 0.0, now: float | None = None,
             if target := storage.outside_link(key):
                 shards.remove(key)
                 skipped[key] = f"a symlink to {target}, outside the landing root (refused unless follow_links_outside)"
+    skipped |= storage.special_files()  # FIFOs, sockets, devices: never registered, never opened
     if not storage.is_s3:
         for entry in Path(storage.root).iterdir():  # what a listing of files passes over without a word
             if entry.is_symlink() and not entry.exists():
