@@ -5,6 +5,7 @@ ends runs whose worker died (defs/run_workers.py), and the resources every domai
 import dagster as dg
 
 from lm_assets.defs import automation, run_workers
+from lm_assets.defs.compression import definitions as compression_domain
 from lm_assets.defs.curation import definitions as curation_domain
 from lm_assets.defs.decontam import definitions as decontam_domain
 from lm_assets.defs.dedup import definitions as dedup_domain
@@ -27,6 +28,7 @@ DOMAINS = [
     training_domain.defs,
     sft_domain.defs,
     evaluation_domain.defs,
+    compression_domain.defs,
     automation.defs,
     run_workers.defs,
 ]

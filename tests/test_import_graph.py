@@ -168,10 +168,12 @@ def test_walker_finds_function_level_and_relative_cycles(tmp_path):
 
 
 def test_the_library_rooms_import_no_dagster():
-    """corpus/, storage/, evaluation/, sft/, text.py and training/ are plain Python: Dagster stays in defs/ and app/."""
+    """corpus/, storage/, evaluation/, sft/, compression/, text.py and training/ are plain Python: Dagster stays in
+    defs/ and app/."""
     modules = module_files(ROOT, PACKAGES)
     plain = {m: path for m, path in modules.items() if m.startswith(
-        ("lm_assets.corpus", "lm_assets.storage", "lm_assets.evaluation", "lm_assets.sft", "lm_assets.text", "training"))}  # fmt: skip
+        ("lm_assets.corpus", "lm_assets.storage", "lm_assets.evaluation", "lm_assets.sft", "lm_assets.compression",
+         "lm_assets.text", "training"))}  # fmt: skip
     assert len(plain) > 40
     offenders = {}
     for module, path in plain.items():
@@ -189,7 +191,8 @@ def test_each_dagster_group_has_its_defs_folder_and_corpus_package():
 
     graph = defs.resolve_asset_graph()
     groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
-    program = {"training": ROOT / "training", "evaluation": ROOT / "lm_assets" / "evaluation", "sft": ROOT / "lm_assets" / "sft"}
+    program = {"training": ROOT / "training", "evaluation": ROOT / "lm_assets" / "evaluation", "sft": ROOT / "lm_assets" / "sft",
+               "compression": ROOT / "lm_assets" / "compression"}
     for group in groups:
         assert (ROOT / "lm_assets" / "defs" / group / "assets.py").exists(), group
         assert (ROOT / "lm_assets" / "defs" / group / "definitions.py").exists(), group

@@ -1,0 +1,9 @@
+"""The compression job: the compressed variants of one checkpoint and what each costs."""
+
+from lm_assets.defs.common.jobs import stage_job
+
+compression_job = stage_job(
+    "compression_job", "evaluation", ("compressed_checkpoint",),
+    "GGUF (F16, Q8_0) and torchao int8 variants of one checkpoint, each with its size, speed and the quality it "
+    "loses against the export.",
+)
