@@ -286,12 +286,41 @@ def main() -> int:
         held_back = f"no held-back pairs measured ({dpo['validation'].value})"
     print(f"Alignment (DPO):  {dpo['steps'].value} steps from {tuned}, {held_back}; {aligned} exported: "
           f"{dpo_checkpoint['hf_export'].value}")
+    print_aligned_beside_tuned(instance, tuned, aligned)
+    print_compressed(instance, aligned)
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.uri(CLUSTERS_KEY)}, {store.uri('tokenizer')}/, {store.uri(PACKED_FOLDER)}/")
     print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")
     print(f"Dagster instance: {os.environ.get('DAGSTER_HOME', '(ephemeral)')}")
     print("Open the UI:      make ui   then browse http://127.0.0.1:3000 (asset graph, checks, metadata)")
     return 0
+
+
+def print_aligned_beside_tuned(instance: dg.DagsterInstance, tuned: str, aligned: str) -> None:
+    """The DPO checkpoint's scores beside the fine-tuned one's it started from."""
+
+    def value(asset: str, checkpoint: str, name: str) -> str:
+        number = series_value(latest_metadata(instance, dg.AssetKey(asset), checkpoint), checkpoint, name)
+        return "—" if number is None else f"{number:,.3f}"
+
+    measures = [("perplexity", "perplexity", "perplexity"), ("mmlu_score", "acc", "MMLU acc"),
+                ("humaneval_score", "pass@1", "HumanEval pass@1"), ("safety_score", "refusal_rate", "refusal"),
+                ("hellaswag_score", "acc", "HellaSwag acc"), ("cmmlu_score", "acc", "CMMLU acc")]  # fmt: skip
+    shown = [f"{label} {value(asset, tuned, name)} → {value(asset, aligned, name)}" for asset, name, label in measures]
+    print(f"Evaluated again:  {tuned} → {aligned}: {'; '.join(shown)}")
+
+
+def print_compressed(instance: dg.DagsterInstance, checkpoint: str) -> None:
+    """What each compressed variant of `checkpoint` cost."""
+    meta = latest_metadata(instance, dg.AssetKey("compressed_checkpoint"), checkpoint)
+    if meta is None:
+        return
+    parts = []
+    for c in meta["costs"].value:
+        speed = "" if c["tokens_per_s"] is None else f", {c['tokens_per_s']:.0f} tokens/s (export {c['base_tokens_per_s']:.0f})"
+        parts.append(f"{c['kind']} {c['bytes'] / 2**20:.2f} MB ({c['size_share']:.0%}), perplexity "
+                     f"{c['perplexity_change']:+.2%}, answers changed {c['changed_share']:.1%}{speed}")  # fmt: skip
+    print(f"Compressed:       {checkpoint}: {'; '.join(parts)}; files under {Path(meta['files'].value['gguf-f16']).parent}")
 
 
 def print_safety_and_bias(instance: dg.DagsterInstance, pretrained: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import chain
 
 import dagster as dg
 
@@ -45,6 +46,8 @@ DEMO_RUN_CONFIG = {
         "sft_dataset": {"config": {"seq_len": 257}},
         "sft_run": {"config": SAMPLE["sft_run"]},
         "dpo_run": {"config": SAMPLE["dpo_run"]},
+        # The compressed variants of the latest checkpoint, compared on a few questions of each benchmark.
+        "compressed_checkpoint": {"config": {"questions_per_task": 3, "max_sequences": 16, "new_tokens": 16}},
     }
 }
 
@@ -71,9 +74,12 @@ def run_shard_graph(
     returned last."""
     add_new_partitions(instance, shard_partitions, shards)
     target = None if through_training else "packed_dataset" if through_packing else "decontaminated_shard"
-    skipped = () if train_classifier else QUALITY_ASSETS
+    skipped = (() if train_classifier else QUALITY_ASSETS) + LAST_ASSETS
+    steps = expand_partitions(graph_steps(defs, target, skipped, shards), instance)  # known as the runs go
+    if through_training:
+        steps = chain(steps, last_steps(defs, instance))
     results = []
-    for job, keys, assets in expand_partitions(graph_steps(defs, target, skipped, shards), instance):
+    for job, keys, assets in steps:
         what = assets + (f" for {keys}" if keys else "")
         progress(f"materializing {what}")
         started = time.perf_counter()
@@ -92,12 +98,25 @@ def run_shard_graph(
 
 # The assets that train the quality classifier on labels: left out when curation runs without them.
 QUALITY_ASSETS = ("quality_labels", "quality_classifier")
+# Run once the graph has run, for the newest checkpoint (the aligned one): its compressed variants.
+LAST_ASSETS = ("compressed_checkpoint",)
+
+
+def last_steps(defs: dg.Definitions, instance: dg.DagsterInstance):
+    """After the graph: the evaluation of checkpoints made after the evaluation ran (DPO's, which depends on
+    people's ratings of evaluated samples, so that it cannot come before them in the graph), as
+    `checkpoint_evaluation_sensor` asks; then the newest checkpoint's compressed variants."""
+    evaluation = defs.resolve_job_def("evaluation_job")
+    for checkpoint in checkpoints_to_evaluate(instance):
+        yield evaluation, checkpoint, "evaluation_job"
+    newest = instance.get_dynamic_partitions(checkpoint_partitions.name)[-1]
+    yield defs.resolve_job_def("compression_job"), newest, ", ".join(LAST_ASSETS)
 
 
 def topological_assets(graph, keys: set) -> list:
     """`keys` in an order where every asset comes after the assets it depends on; among those ready, one
-    made by the same op as the asset before it comes first, then one with its partitions (so that one job
-    can run them together), then the first by name."""
+    made by the same op as the asset before it comes first, then one with its partitions and group, then one
+    with its partitions (so that one job can run them together), then the first by name."""
     order, placed = [], set()
     defined = sorted(keys)
     while len(order) < len(defined):
@@ -106,7 +125,8 @@ def topological_assets(graph, keys: set) -> list:
         same = [key for key in ready if order and graph.get(key).partitions_def == previous]
         # The other assets of the same multi-asset first: one op makes them, so one run must.
         siblings = [key for key in same if graph.get(key).assets_def is graph.get(order[-1]).assets_def]
-        key = (siblings or same or ready)[0]
+        group = [key for key in same if graph.get(key).group_name == graph.get(order[-1]).group_name]
+        key = (siblings or group or same or ready)[0]
         order.append(key)
         placed.add(key)
     return order

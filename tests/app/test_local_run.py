@@ -22,11 +22,12 @@ def test_the_whole_graph_in_topological_order():
         ("dedup_edges_job", "every dedup_bands"), ("dedup_job", None),
         ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None), ("sft_dataset_job", None),
         ("tokenized_shard_job", "a"), ("tokenized_shard_job", "b"), ("packing_job", None), ("training_job", None),
-        ("sft_job", None), ("evaluation_job", "every checkpoint"), ("human_ratings_job", None),
+        ("sft_job", None), ("evaluation_job", "every checkpoint"), ("compression_job", "every checkpoint"),
+        ("human_ratings_job", None),
         ("preference_data_job", None), ("preference_dataset_job", None), ("dpo_job", None),
     ]
     assert steps[1][2] == "raw_shard → extracted_shard"
-    assert steps[-5][2] == ("arc_challenge_score, arc_easy_score, bbq_score, boolq_score, cbbq_score, ceval_score, "
+    assert steps[-6][2] == ("arc_challenge_score, arc_easy_score, bbq_score, boolq_score, cbbq_score, ceval_score, "
                             "checkpoint_samples, cmmlu_score, continuation_scores, crows_pairs_score, hellaswag_score, "
                             "humaneval_score, mmlu_score, perplexity, piqa_score, position_perplexity, safety_score, "
                             "winogrande_score, xcopa_zh_score, xstorycloze_zh_score → benchmark_suite")
@@ -80,3 +81,13 @@ def test_a_launched_run_is_a_run_of_the_code_locations_job(stops_started_process
         assert run.tags["dagster/partition"] == shard and run.tags["lm-assets/stage"] == "curation"
         materialized = {event.asset_key.to_user_string() for event in result.get_asset_materialization_events()}
         assert materialized == {"raw_shard", "extracted_shard"}
+
+
+def test_after_the_graph_new_checkpoints_are_evaluated_and_the_newest_compressed():
+    from lm_assets.app.local_run import last_steps
+
+    instance = dg.DagsterInstance.ephemeral()
+    keys = ["main-step_00000010", "sft-step_00000004", "dpo-step_00000002"]
+    instance.add_dynamic_partitions("checkpoints", keys)
+    steps = [(job.name, key) for job, key, _ in last_steps(defs, instance)]
+    assert steps == [("evaluation_job", key) for key in keys] + [("compression_job", "dpo-step_00000002")]
