@@ -251,6 +251,17 @@ def plan_training(args) -> int:
 DAGSTER_COMMANDS = {"materialize": ["asset", "materialize"], "code-server": ["code-server", "start"]}
 
 
+def vllm_manifest(args) -> int:
+    from lm_assets.serving.vllm import VllmSpec, checkpoint_path, manifests_yaml
+
+    spec = VllmSpec(name=args.name, namespace=args.namespace, model=checkpoint_path(args.checkpoint),
+                    draft=checkpoint_path(args.draft) if args.draft else None, tensor_parallel=args.tensor_parallel,
+                    claim=args.claim, served_name=args.checkpoint,
+                    **({"image": args.image} if args.image else {}))  # fmt: skip
+    print(manifests_yaml(spec), end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in DAGSTER_COMMANDS:
@@ -266,6 +277,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle-s", type=float, help="take a file once unchanged this many seconds, or marked complete "
                    "by <name>.done (default: the landing resource's settle_s, 60)")  # fmt: skip
     p.set_defaults(func=add_shards)
+    p = sub.add_parser("vllm-manifest", help="a vLLM Deployment and Service (Kubernetes YAML) serving a checkpoint's "
+                       "export, with tensor parallelism and, given a draft checkpoint, speculative decoding")  # fmt: skip
+    p.add_argument("--checkpoint", required=True, help="the checkpoints partition served, e.g. dpo-step_00000030")
+    p.add_argument("--draft", help="a smaller checkpoints partition that proposes tokens (speculative decoding)")
+    p.add_argument("--tensor-parallel", type=int, default=1, help="GPUs the model is split over (one pod)")
+    p.add_argument("--name", default="lm-assets-vllm")
+    p.add_argument("--namespace", default="default")
+    p.add_argument("--image", default=None, help="the vLLM image (default: vllm/vllm-openai of the tested version)")
+    p.add_argument("--claim", default="lm-assets-checkpoints", help="the PersistentVolumeClaim holding checkpoints/")
+    p.set_defaults(func=vllm_manifest)
     p = sub.add_parser("lineage", help="the documents (doc_id, URL, shard, WARC record, token span) in a packed sequence")
     p.add_argument("--split", default="train", choices=["train", "val"])
     p.add_argument("--index", type=int, required=True, help="sequence index within the split")
