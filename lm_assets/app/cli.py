@@ -251,6 +251,30 @@ def plan_training(args) -> int:
 DAGSTER_COMMANDS = {"materialize": ["asset", "materialize"], "code-server": ["code-server", "start"]}
 
 
+def serve(args) -> int:
+    from lm_assets.defs.common.resources import default_resources
+    from lm_assets.serving.endpoint import serve_command
+    from lm_assets.storage.layout import checkpoint_run_folder, parse_checkpoint_key
+
+    run, tag = parse_checkpoint_key(args.checkpoint)
+    export = default_resources()["storage"].storage().local_path(f"{checkpoint_run_folder(run)}/{tag}/hf")
+    if not (export / "config.json").exists():
+        print(f"no export of {args.checkpoint} at {export}: materialize its checkpoint (or any evaluation of it) first",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if args.gguf:
+        model = export.parent / "compressed" / f"model-{args.gguf}.gguf"
+        if not model.exists():
+            print(f"no {model}: materialize compressed_checkpoint for {args.checkpoint} first", file=sys.stderr)
+            return 1
+        command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", args.host,
+                   "--port", str(args.port)]  # fmt: skip
+    else:
+        command = serve_command(export, args.host, args.port)
+    print(" ".join(command), flush=True)
+    os.execv(command[0], command)
+
+
 def vllm_manifest(args) -> int:
     from lm_assets.serving.vllm import VllmSpec, checkpoint_path, manifests_yaml
 
@@ -277,6 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle-s", type=float, help="take a file once unchanged this many seconds, or marked complete "
                    "by <name>.done (default: the landing resource's settle_s, 60)")  # fmt: skip
     p.set_defaults(func=add_shards)
+    p = sub.add_parser("serve", help="an OpenAI-compatible endpoint (/v1/chat/completions) on a checkpoint's HF export: "
+                       "transformers serve with continuous batching, or llama.cpp's server on its GGUF")  # fmt: skip
+    p.add_argument("--checkpoint", required=True, help="the checkpoints partition served, e.g. dpo-step_00000030")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--gguf", choices=["f16", "q8_0"], help="serve compressed_checkpoint's GGUF with llama_cpp.server "
+                   "(llama-cpp-python) instead")  # fmt: skip
+    p.set_defaults(func=serve)
     p = sub.add_parser("vllm-manifest", help="a vLLM Deployment and Service (Kubernetes YAML) serving a checkpoint's "
                        "export, with tensor parallelism and, given a draft checkpoint, speculative decoding")  # fmt: skip
     p.add_argument("--checkpoint", required=True, help="the checkpoints partition served, e.g. dpo-step_00000030")

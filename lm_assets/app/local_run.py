@@ -47,7 +47,7 @@ DEMO_RUN_CONFIG = {
         "sft_run": {"config": SAMPLE["sft_run"]},
         "dpo_run": {"config": SAMPLE["dpo_run"]},
         # The compressed variants of the latest checkpoint, compared on a few questions of each benchmark.
-        "compressed_checkpoint": {"config": {"questions_per_task": 3, "max_sequences": 16, "new_tokens": 16}},
+        "compressed_checkpoint": {"config": {"questions_per_task": 3, "max_sequences": 16, "new_tokens": 16, "serve_tokens": 8}},
     }
 }
 

@@ -24,6 +24,7 @@ def storage_with_checkpoint(tmp_path):
     with torch.no_grad():
         for p in net.parameters():
             p.normal_(0, 0.1)
+        net.head.output.weight.mul_(30)  # decisive logits: no near-tie for float rounding to flip
     hf = tmp_path / "storage" / checkpoint_run_folder("main") / "step_00000004" / "hf"
     export_hf(net, cfg, hf, tokenizer_model_path=tok.path)
     write_packed_val(tmp_path / "storage" / PACKED_FOLDER, load_model(hf))
@@ -60,15 +61,19 @@ def test_variants_are_written_beside_the_export_with_their_costs(storage_with_ch
     assert meta["questions_compared"].value["hellaswag"] == 3
     assert np.isclose(costs["int8"]["base_perplexity"], meta["export_perplexity"].value)
     assert "| gguf-q8_0 |" in meta["variants"].value
-    check = result.get_asset_check_evaluations()[0]
-    assert check.check_name == "perplexity_within_budget" and check.passed
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert checks["perplexity_within_budget"].passed
+    # The export served by transformers serve, four requests at once, answers as our own generation does.
+    served = checks["served_answers_as_evaluated"]
+    assert served.passed, served.metadata["answers"].value
+    assert "completions, 4 requests at once" in served.metadata["endpoint"].text
 
 
 def test_a_variant_over_its_perplexity_budget_fails_the_blocking_check(storage_with_checkpoint):
     storage, _ = storage_with_checkpoint
     result = materialize(storage, {"mmlu_path": "", "kinds": ["gguf-q8_0"], "questions_per_task": 1, "new_tokens": 2,
-                                   "max_perplexity_rise_8bit": -1.0})  # fmt: skip
-    check = result.get_asset_check_evaluations()[0]
+                                   "max_perplexity_rise_8bit": -1.0, "serve_tokens": 2})  # fmt: skip
+    check = next(c for c in result.get_asset_check_evaluations() if c.check_name == "perplexity_within_budget")
     assert not check.passed and "gguf-q8_0" in check.metadata["over_budget"].text
     unknown = materialize(storage, {"kinds": ["gguf-q4_k"]})
     assert not unknown.success

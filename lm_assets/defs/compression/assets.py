@@ -31,6 +31,10 @@ class CompressedCheckpointConfig(dg.Config):
         default=20, description="questions of each MMLU subject and each suite task compared answer by answer"
     )
     new_tokens: int = Field(default=32, description="tokens generated for each prompt when measuring tokens/s")
+    serve_tokens: int = Field(
+        default=12, description="tokens of each greedy answer compared between `transformers serve` on the export "
+        "(loopback, four requests at once) and our own generation",
+    )
     mmlu_path: str | None = Field(
         default=None, description="MMLU's zip or folder; " + unset_means("LM_ASSETS_MMLU_PATH", DEFAULT_MMLU_PATH)
     )
@@ -68,6 +72,22 @@ def perplexity_check(costs: list[dict], config: CompressedCheckpointConfig) -> d
     )  # fmt: skip
 
 
+def served_check(export: Path, base, config: CompressedCheckpointConfig) -> dg.AssetCheckResult:
+    from lm_assets.serving.endpoint import LocalEndpoint, our_answers, served_answers
+
+    chat = base.chat_template is not None
+    with LocalEndpoint(export) as url:
+        served = served_answers(url, export, PROMPTS, config.serve_tokens, chat=chat)
+    ours = our_answers(base, PROMPTS, config.serve_tokens)
+    rows = pl.DataFrame({"prompt": list(PROMPTS), "served": served, "ours": ours, "equal": [a == b for a, b in zip(served, ours)]})
+    return dg.AssetCheckResult(
+        check_name="served_answers_as_evaluated", passed=served == ours, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"answers": markdown_table(rows), "endpoint": dg.MetadataValue.text(
+            f"transformers serve --continuous-batching, {'chat completions' if chat else 'completions'}, "
+            f"{len(PROMPTS)} requests at once, greedy, {config.serve_tokens} tokens")},
+    )  # fmt: skip
+
+
 def costs_table(costs: list[dict]) -> pl.DataFrame:
     return pl.DataFrame([{
         "variant": c["kind"], "MB": round(c["bytes"] / 2**20, 2), "size vs export": f"{c['size_share']:.0%}",
@@ -81,7 +101,10 @@ def costs_table(costs: list[dict]) -> pl.DataFrame:
 @dg.asset(
     partitions_def=checkpoint_partitions, group_name="compression", kinds={"pytorch", "gguf"}, deps=EVAL_DEPS,
     check_specs=[dg.AssetCheckSpec("perplexity_within_budget", asset="compressed_checkpoint", blocking=True,
-                                   description="each variant's val perplexity within its budget of the export's")],
+                                   description="each variant's val perplexity within its budget of the export's"),
+                 dg.AssetCheckSpec("served_answers_as_evaluated", asset="compressed_checkpoint",
+                                   description="the export served by `transformers serve` answers four concurrent "
+                                   "requests as our own greedy generation does (chat template, tokenizer, weights)")],
     description="The checkpoint's HF export compressed: GGUF in F16 and Q8_0 (llama.cpp's format, chat template in "
     "its metadata) and torchao int8 weight-only, under `<checkpoint>/compressed/`. For each: its size, CPU tokens/s "
     "of greedy generation, val perplexity against the export's, and the share of MMLU and suite answers that "
@@ -110,6 +133,7 @@ def compressed_checkpoint(context: dg.AssetExecutionContext, config: CompressedC
     for c in costs:
         context.log.info(f"{c['kind']}: {c['bytes']:,} bytes, perplexity {c['perplexity_change']:+.3%}, "
                          f"answers changed {c['changed_share']:.2%}")  # fmt: skip
+    checks = [perplexity_check(costs, config), served_check(export, base, config)]
     return dg.MaterializeResult(
         metadata={
             "variants": markdown_table(costs_table(costs)),
@@ -120,5 +144,5 @@ def compressed_checkpoint(context: dg.AssetExecutionContext, config: CompressedC
             "notes": dg.MetadataValue.json({c["kind"]: c["note"] for c in costs if c["note"]}),
             "costs": dg.MetadataValue.json(costs),
         },
-        check_results=[perplexity_check(costs, config)],
+        check_results=checks,
     )
