@@ -8,14 +8,22 @@ DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 export DAGSTER_HOME
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: install demo test ui ui-postgres bench bench-smoke sample-crawl quality-model clean
+.PHONY: install install-dev demo test ui ui-postgres bench bench-smoke sample-crawl quality-model clean
 
+# The package and what it runs on: all that `make demo` and `make ui` need.
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH_SPEC)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+# With the dev extra: the tests' references and servers (pytest, moto, PostgreSQL's binaries, Playwright, PEFT, TRL).
+install-dev: $(VENV)/.dev-installed
+
+$(VENV)/.dev-installed: $(VENV)/.installed
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $@
 
@@ -29,7 +37,7 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 # Two workers, each taking whole files (a file's tests share its module fixtures). More would not fit
 # everywhere: a training test starts up to eight processes. PYTEST_WORKERS=0 runs them in this process.
 PYTEST_WORKERS ?= 2
-test: install
+test: install-dev
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The UI's defaults suit the sample crawl: the offline toxicity model, a small vocabulary, short sequences,
@@ -53,7 +61,7 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 POSTGRES_HOME ?= $(CURDIR)/.dagster_home_postgres
 # The environment is read into a variable first: `eval "$$(...)"` would go on after the server failed, on
 # the SQLite instance that DAGSTER_HOME names otherwise; check-instance refuses anything but PostgreSQL.
-ui-postgres: install
+ui-postgres: install-dev
 	@trap 'trap "" INT TERM HUP; $(BIN)/lm-assets postgres-home $(POSTGRES_HOME) --stop' EXIT && \
 	trap exit INT TERM HUP && \
 	environment="$$($(BIN)/lm-assets postgres-home $(POSTGRES_HOME))" || exit 1; eval "$$environment" && \
@@ -61,7 +69,7 @@ ui-postgres: install
 	$(UI_DEFAULTS) $(DAGSTER_DEV)
 
 # The bench extra: datatrove, trafilatura, lm-eval and the other packages bench/ imports.
-$(VENV)/.bench-installed: $(VENV)/.installed
+$(VENV)/.bench-installed: $(VENV)/.dev-installed
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
 	touch $@
 

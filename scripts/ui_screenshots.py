@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/ui_screenshots.py OUT_DIR [--port 3123] [--chromium /usr/bin/chromium]
 
-Playwright comes with the dev extra (`make install`); the browser is the system's Chromium (Debian's
+Playwright comes with the dev extra (`make install-dev`); the browser is the system's Chromium (Debian's
 `chromium` package), nothing is downloaded. Starts `make ui` on the port (on the instance in
 $DAGSTER_HOME), captures the pages below (the training run, the evaluation trend across checkpoints, a
 shard's checks and quality histograms per partition, the readable previews, the Launchpad of
@@ -65,7 +65,7 @@ def playwright_api():
         from playwright.sync_api import sync_playwright
     except ImportError as exc:
         raise SystemExit(
-            f"ui_screenshots needs playwright ({exc}): it comes with the dev extra, `make install` or "
+            f"ui_screenshots needs playwright ({exc}): it comes with the dev extra, `make install-dev` or "
             "`.venv/bin/pip install -e '.[dev]'`; the browser is the system's Chromium (`apt-get install chromium`)"
         ) from exc
     return sync_playwright

@@ -202,7 +202,7 @@ def ui_postgres(tmp_path, lm_assets: str, inherited=signal.SIG_DFL) -> tuple[sub
     for stub in bin_dir.iterdir():
         stub.chmod(0o755)
 
-    make = ["make", "-s", "-o", ".venv/.installed", f"BIN={bin_dir}", "ui-postgres"]
+    make = ["make", "-s", "-o", ".venv/.installed", "-o", ".venv/.dev-installed", f"BIN={bin_dir}", "ui-postgres"]
     with_signals = ("import os, signal as s, sys; [s.signal(n, s.SIG_DFL) for n in (s.SIGHUP, s.SIGPIPE, s.SIGXFSZ)]; "
                     f"[s.signal(n, {int(inherited)}) for n in (s.SIGINT, s.SIGTERM)]; "
                     "s.pthread_sigmask(s.SIG_UNBLOCK, {s.SIGHUP, s.SIGINT, s.SIGTERM}); os.execvp(sys.argv[1], sys.argv[1:])")  # fmt: skip
@@ -289,7 +289,7 @@ def test_ui_postgres_refuses_to_start_without_its_postgres_server(tmp_path):
         (bin_dir / "python").write_text('#!/bin/sh\ntouch "$POSTGRES_HOME/serving"\nexec sleep 600\n')
         for command in bin_dir.iterdir():
             command.chmod(0o755)
-        made = subprocess.run(["make", "-s", "-o", ".venv/.installed", f"BIN={bin_dir}", "ui-postgres"], cwd=ROOT,
+        made = subprocess.run(["make", "-s", "-o", ".venv/.installed", "-o", ".venv/.dev-installed", f"BIN={bin_dir}", "ui-postgres"], cwd=ROOT,
                               env={**os.environ, "POSTGRES_HOME": str(home)}, capture_output=True, text=True, timeout=60)
         assert made.returncode != 0 and refusal in made.stderr
         assert not (home / "serving").exists()

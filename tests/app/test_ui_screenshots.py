@@ -59,7 +59,7 @@ def test_the_training_page_draws_its_curves_in_place(tmp_path):
 
 
 def test_the_script_says_how_to_use_it_without_playwright(tmp_path):
-    # Runs everywhere, Chromium or not: a playwright that cannot be imported, as before `make install`.
+    # Runs everywhere, Chromium or not: a playwright that cannot be imported, as before `make install-dev`.
     broken = tmp_path / "playwright"
     broken.mkdir()
     (broken / "__init__.py").write_text("raise ImportError('No module named playwright')\n")
@@ -70,4 +70,4 @@ def test_the_script_says_how_to_use_it_without_playwright(tmp_path):
     capture = subprocess.run([sys.executable, "-c", f"import runpy; runpy.run_path({script!r})['playwright_api']()"],
                              env=env, capture_output=True, text=True)
     assert capture.returncode == 1 and "ui_screenshots needs playwright" in capture.stderr
-    assert "make install" in capture.stderr
+    assert "make install-dev" in capture.stderr
