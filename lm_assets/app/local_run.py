@@ -37,9 +37,9 @@ DEMO_RUN_CONFIG = {
         "training_run": {"config": SAMPLE["training_run"]},
         # A few MMLU subjects keep the demo quick; the asset's default is all 57.
         "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
-        # HumanEval's first 40 problems: generating and sandboxing all 164 for each of the demo's six checkpoints
+        # HumanEval's first 10 problems: generating and judging all 164 for each of the demo's four checkpoints
         # is its slowest evaluation; the asset's default is all 164 (bench/humaneval_agreement.py runs them).
-        "humaneval_score": {"config": {"limit": 40}},
+        "humaneval_score": {"config": {"limit": 10}},
         "continuation_scores": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
         "safety_score": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
         # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
@@ -47,7 +47,7 @@ DEMO_RUN_CONFIG = {
         "sft_run": {"config": SAMPLE["sft_run"]},
         "dpo_run": {"config": SAMPLE["dpo_run"]},
         # The compressed variants of the latest checkpoint, compared on a few questions of each benchmark.
-        "compressed_checkpoint": {"config": {"questions_per_task": 2, "max_sequences": 16, "new_tokens": 16, "serve_tokens": 8}},
+        "compressed_checkpoint": {"config": {"questions_per_task": 1, "max_sequences": 16, "new_tokens": 16, "serve_tokens": 8}},
     }
 }
 

@@ -12,9 +12,9 @@ VARIABLE = "LM_ASSETS_LAUNCHPAD_DEFAULTS"
 SAMPLE = {
     # The tiny model as a 2-stage pipeline: two CPU processes on gloo, one per core. Its context holds 5-shot
     # prompts whole (C-Eval's reach 1,200 tokens), so evaluation sees the examples. A higher lr with a short
-    # warmup, so that 40 steps visibly learn; a checkpoint (validation loss and every evaluation) each 10
+    # warmup, so that 40 steps visibly learn; a checkpoint (validation loss and every evaluation) each 20
     # steps, so that the scores' trend across checkpoints shows.
-    "training_run": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 10, "max_seq_len": 2048,
+    "training_run": {"model": "tiny", "steps": 40, "pp": 2, "tp": 1, "dp": 1, "save_every": 20, "max_seq_len": 2048,
                      "zero_stage": 1, "micro_batch_size": 4, "lr": 3e-3, "warmup_steps": 4},
     # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
     "sft_run": {"steps": 40, "lr": 3e-3, "micro_batch_size": 4, "warmup_steps": 4},
