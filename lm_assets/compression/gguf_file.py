@@ -45,7 +45,6 @@ class GGUFWritten:
     path: Path
     type: str
     bytes: int
-    tensors: int
     kept_f16: tuple[str, ...]  # matrices that a Q8_0 file keeps in F16 (rows not a multiple of 32)
 
 
@@ -121,7 +120,8 @@ def write_gguf(hf_dir: str | os.PathLike, out: str | os.PathLike, type: str = "F
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
     state = load_file(str(folder / "model.safetensors"))
     rows = state["model.embed_tokens.weight"].shape[0]
-    writer = gguf.GGUFWriter(str(out), "llama")
+    tmp = out.with_name(out.name + ".tmp")
+    writer = gguf.GGUFWriter(str(tmp), "llama")
     writer.add_name(folder.parent.name if folder.name == "hf" else folder.name)
     writer.add_context_length(config.get("max_position_embeddings", 2048))
     writer.add_embedding_length(config["hidden_size"])
@@ -157,14 +157,12 @@ def write_gguf(hf_dir: str | os.PathLike, out: str | os.PathLike, type: str = "F
             if type == "Q8_0":
                 kept_f16.append(name)
             writer.add_tensor(name, data.astype(np.float16))
-    tmp = out.with_name(out.name + ".tmp")
-    writer.path = tmp
-    writer.write_header_to_file(tmp)
+    writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     os.replace(tmp, out)
-    return GGUFWritten(out, type, out.stat().st_size, len(state) - (config.get("tie_word_embeddings") is True), tuple(kept_f16))
+    return GGUFWritten(out, type, out.stat().st_size, tuple(kept_f16))
 
 
 __all__ = ["CHAT_MARKERS", "TYPES", "GGUFWritten", "gguf_name", "rope_permuted", "write_gguf"]

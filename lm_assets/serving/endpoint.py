@@ -53,7 +53,7 @@ class LocalEndpoint:
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> str:
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115 - closed in __exit__
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # closed in __exit__
         self._out = out
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         self.process = subprocess.Popen(serve_command(self.hf_dir, port=self.port), stdout=out, stderr=out, env=env,

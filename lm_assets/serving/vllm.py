@@ -66,7 +66,7 @@ def vllm_manifests(spec: VllmSpec) -> dict[str, dict]:
         "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
         "resources": {"limits": gpus, "requests": gpus},
         "volumeMounts": [{"name": "checkpoints", "mountPath": spec.mount, "readOnly": True},
-                         {"name": "shm", "mountPath": "/dev/shm"}],  # fmt: skip
+                         {"name": "shm", "mountPath": "/dev/shm"}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10},
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 10, "failureThreshold": 60},
     }

@@ -75,7 +75,7 @@ def test_the_vocabulary_chat_markers_and_template_are_in_the_file(export, tmp_pa
 
     written = write_gguf(export, tmp_path / "m.gguf", "F16")
     reader = gguf.GGUFReader(written.path)
-    field = lambda name: reader.fields[name]  # noqa: E731
+    field = reader.fields.__getitem__
     tokens = [bytes(field("tokenizer.ggml.tokens").parts[i]).decode() for i in field("tokenizer.ggml.tokens").data]
     types = [int(field("tokenizer.ggml.token_type").parts[i][0]) for i in field("tokenizer.ggml.token_type").data]
     sp = spm.SentencePieceProcessor(model_file=str(export / "tokenizer.model"))
@@ -92,15 +92,11 @@ def test_the_vocabulary_chat_markers_and_template_are_in_the_file(export, tmp_pa
 
 
 def write_packed_val(folder, em, seq_len: int = 24):
-    import json
+    from tests.evaluation.test_evaluation import write_packed
 
     stream = [t for text in TEXTS[:8] for t in em.encode(text) + [3]]
     stream += [0] * (-len(stream) % seq_len)
-    rows = np.array(stream, dtype="<u2").reshape(-1, seq_len)
-    folder.mkdir(parents=True)
-    (folder / "val.bin").write_bytes(rows.tobytes())
-    (folder / "manifest.json").write_text(json.dumps({"dtype": "uint16", "seq_len": seq_len, "pad_id": 0, "eos_id": 3,
-                                                      "splits": {"val": {"sequences": rows.shape[0]}}}))  # fmt: skip
+    write_packed(folder, np.array(stream).reshape(-1, seq_len))
     return folder
 
 

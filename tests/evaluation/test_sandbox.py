@@ -119,7 +119,7 @@ def test_the_parent_reads_the_programs_errors_only_through_its_own_descriptor(tm
     bare = Limits(timeout_s=5, cpu_s=3, memory_mb=256, isolate=False, audit_guard=False)
     for swap in ("os.mkfifo('.stderr')", f"os.symlink({str(host_file)!r}, '.stderr')"):
         outcome = run(f"import os\nos.path.lexists('.stderr') and os.remove('.stderr')\n{swap}\nraise SystemExit(3)", bare)
-        assert outcome.status == "failed" and outcome.seconds < 5, outcome
+        assert outcome.status == "failed", outcome  # a FIFO read would have run into the timeout
         assert "host secret" not in outcome.error
     told = run("import sys\nsys.stderr.write('first\\nlast words\\n')\nsys.stderr.flush()\nimport os\nos._exit(2)")
     assert told.error == "exited with 2 before the end: last words"
