@@ -293,7 +293,8 @@ class KernelConfig:
 ADAPTER_TYPES = ("none", "lora")
 ADAPTER_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 DPO_LOSS_TYPES = ("sigmoid", "robust")
-OBJECTIVES = ("lm", "dpo")
+OBJECTIVES = ("lm", "dpo", "distill")
+TEACHER_LOGITS = ("on-the-fly", "top-k")
 DPO_REFERENCES = ("precomputed", "adapter-disabled")
 
 
@@ -349,6 +350,21 @@ class DpoConfig:
 
 
 @dataclass
+class DistillConfig:
+    """Knowledge distillation (`training/distill.py`), with `objective="distill"`: the loss is
+    alpha * T^2 * KL(teacher || student) at temperature T, plus (1 - alpha) times the next-token loss.
+    `teacher` is a Hugging Face Llama folder of the data's tokenizer; the student takes its vocabulary.
+    Its logits are computed `on-the-fly` each micro-batch, or once before the first step as each
+    position's `top_k` largest (`top-k`, kept beside the checkpoints)."""
+
+    teacher: str = ""
+    temperature: float = 2.0
+    alpha: float = 0.5
+    teacher_logits: str = "on-the-fly"  # on-the-fly | top-k
+    top_k: int = 64
+
+
+@dataclass
 class DebugConfig:
     """Fault injection for tests, and a profiled step."""
 
@@ -393,8 +409,9 @@ class TrainConfig:
     # torch.compile's mode: default | reduce-overhead (CUDA graphs: CUDA only) | max-autotune
     compile_mode: str = "default"
     document_mask: bool = True  # attend within documents only, positions restarting per document
-    objective: str = "lm"  # lm: next-token loss (pretraining, SFT) | dpo: preference pairs
+    objective: str = "lm"  # lm: next-token loss (pretraining, SFT) | dpo: preference pairs | distill: a teacher's logits
     dpo: DpoConfig = field(default_factory=DpoConfig)  # read with objective=dpo only
+    distill: DistillConfig = field(default_factory=DistillConfig)  # read with objective=distill only
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
     seed: int = 0
@@ -489,6 +506,8 @@ class TrainConfig:
             if self.zero_stage == 3:
                 raise ValueError("adapter with ZeRO stage 3 is refused: adapter checkpoints hold the trained weights "
                                  "only, and ZeRO-3 partitions the frozen ones too; use zero_stage 0, 1 or 2")
+        if self.objective == "distill":
+            self._validate_distill()
         if self.objective != "dpo":
             return
         d = self.dpo
@@ -503,6 +522,29 @@ class TrainConfig:
                 f"objective=dpo with pipeline parallelism (pp={self.parallel.pp}) is refused: DPO's loss compares the "
                 "two answers of each pair, and DeepSpeed's pipeline engine hands the last stage one loss per "
                 "micro-batch, not the per-pair rewards the run reports; use pp=1 with tp, dp and ZeRO")
+
+    def _validate_distill(self) -> None:
+        d = self.distill
+        if not d.teacher:
+            raise ValueError("objective=distill needs distill.teacher (a Hugging Face Llama folder)")
+        if not (Path(d.teacher) / "config.json").exists():
+            raise ValueError(f"distill.teacher {d.teacher!r} holds no config.json (a Hugging Face Llama folder)")
+        if not d.temperature > 0:
+            raise ValueError(f"distill.temperature must be positive, got {d.temperature}")
+        if not 0.0 <= d.alpha <= 1.0:
+            raise ValueError(f"distill.alpha must lie in [0, 1], got {d.alpha}")
+        if d.teacher_logits not in TEACHER_LOGITS:
+            raise ValueError(f"distill.teacher_logits must be one of {TEACHER_LOGITS}, got {d.teacher_logits!r}")
+        if d.top_k < 1:
+            raise ValueError(f"distill.top_k must be at least 1, got {d.top_k}")
+        if d.teacher_logits == "top-k" and not self.checkpoint.dir:
+            raise ValueError("distill.teacher_logits=top-k keeps the teacher's logits beside the checkpoints: set "
+                             "checkpoint.dir")
+        if self.parallel.pp > 1:
+            raise ValueError(
+                f"objective=distill with pipeline parallelism (pp={self.parallel.pp}) is refused: DeepSpeed's pipeline "
+                "engine computes the loss on the last stage from the targets alone, where the teacher's logits never "
+                "reach; use pp=1 with tp, dp and ZeRO")
 
     def _validate_offload(self) -> None:
         o = self.offload

@@ -329,6 +329,15 @@ class Trainer:
             self.vocab_added = self.model_cfg.vocab_size - checkpoint_vocab
         else:
             self.model_cfg = cfg.model_config(vocab)
+        if cfg.objective == "distill":  # the student speaks the teacher's vocabulary
+            from training.export import read_hf_config
+
+            teacher_vocab = read_hf_config(cfg.distill.teacher)["vocab_size"]
+            if teacher_vocab < vocab or (cfg.init_from and self.model_cfg.vocab_size != teacher_vocab):
+                raise ValueError(f"distill.teacher {cfg.distill.teacher} has a vocabulary of {teacher_vocab} pieces, "
+                                 f"the student {self.model_cfg.vocab_size} and the data {vocab}: distill on data of the "
+                                 "teacher's tokenizer")  # fmt: skip
+            self.model_cfg = replace(self.model_cfg, vocab_size=teacher_vocab)
         self.tokens_per_row = self.dataset.seq_len - 1
         if self.tokens_per_row > self.model_cfg.max_seq_len:
             raise ValueError(
@@ -385,7 +394,15 @@ class Trainer:
             dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
             self.dpo = DpoObjective(cfg.dpo, self.engine.module, self.engine.device, self.state.dp_rank, dims.dp,
                                     dp_group, cfg.micro_batch_size, self.eos_id)  # fmt: skip
+        self.distill = None
+        if cfg.objective == "distill":
+            from training.distill import DistillObjective
+
+            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
+            self.distill = DistillObjective(cfg.distill, self.engine.device, dtype, self.kernels, self.state.dp_rank,
+                                            dims.dp, cfg.micro_batch_size, self.eos_id)  # fmt: skip
         self._dpo_sums = None
+        self._distill_sums = None
         self.dpo_val_start: dict | None = None  # DPO's validation figures before the first update
         self.spikes = SpikeDetector(cfg.spike)
         self.step = 0  # completed steps == the next step's index
@@ -434,7 +451,7 @@ class Trainer:
             doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id)
             if self.pin_memory:
                 x, y, doc = x.pin_memory(), y.pin_memory(), doc.pin_memory() if doc is not None else None
-            out.append((x, doc, y, (rows, sides) if self.dpo is not None else None))
+            out.append((x, doc, y, (rows, sides) if self.dpo is not None or self.distill is not None else None))
         return out
 
     def micro_batches(self, step: int) -> tuple[list[tuple], float]:
@@ -468,6 +485,8 @@ class Trainer:
         info["objective"] = self.cfg.objective
         if self.dpo is not None:
             info["dpo"] = to_dict(self.cfg.dpo)
+        if self.distill is not None:
+            info["distill"] = to_dict(self.cfg.distill) | self.distill.info()
         if self.adapter_counts is not None:
             from training.lora import optimizer_state_bytes
 
@@ -555,9 +574,13 @@ class Trainer:
             engine.train_batch(iter(((x, doc) if doc is not None else x, y) for x, doc, y, _ in batches))
         else:
             losses = []
-            self._dpo_sums = None
+            self._dpo_sums = self._distill_sums = None
             for i, (x, doc, y, pairs) in enumerate(batches):
-                if self.dpo is None:
+                if self.distill is not None:
+                    loss, parts = self.distill.loss(engine(x, doc), y, x, doc, pairs[0])
+                    loss = self.loss_fn.scaled(loss)
+                    self._distill_sums = parts if self._distill_sums is None else self._distill_sums + parts
+                elif self.dpo is None:
                     loss = self.loss_fn(engine(x, doc), y)
                 else:
                     loss, sums = self.dpo.loss(engine(x, doc), y, pairs[1], pairs[0], self.cfg.split, x, doc)
@@ -570,8 +593,9 @@ class Trainer:
             mean = torch.stack(losses).mean()
             dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
             dist.all_reduce(mean, group=dp_group)
-            if self._dpo_sums is not None and self.dims.dp > 1:
-                dist.all_reduce(self._dpo_sums, group=dp_group)
+            for sums in (self._dpo_sums, self._distill_sums):
+                if sums is not None and self.dims.dp > 1:
+                    dist.all_reduce(sums, group=dp_group)
             self._pending_loss = float(mean) / self.dims.dp
             engine.step()
 
@@ -603,6 +627,10 @@ class Trainer:
             from training.dpo import stats_dict
 
             metrics |= stats_dict(self._dpo_sums)
+        if self._distill_sums is not None:
+            from training.distill import parts_dict
+
+            metrics |= parts_dict(self._distill_sums) | {"teacher_s": self.distill.take_teacher_seconds()}
         if self.cfg.precision == "fp16":
             scale = getattr(engine.optimizer, "cur_scale", None) or getattr(engine.optimizer, "loss_scale", None)
             metrics["loss_scale"] = _finite_or_none(scale)
@@ -670,6 +698,22 @@ class Trainer:
             dist.barrier()
         if self.rank == 0:
             log.info("scored the reference on %s pairs in %.1f s", identity["splits"], time.perf_counter() - started)
+
+    def prepare_teacher_top_k(self, resumed: bool) -> None:
+        """Distillation's top-k teacher logits of the training split, in `<checkpoint.dir>/teacher/`."""
+        from training.distill import TEACHER_FOLDER
+
+        manifest = (self.dataset.path / "manifest.json").read_bytes()
+        teacher_config = (Path(self.cfg.distill.teacher) / "config.json").read_bytes()
+        identity = {"data_manifest_sha256": hashlib.sha256(manifest).hexdigest(), "split": self.cfg.split,
+                    "teacher": self.cfg.distill.teacher,
+                    "teacher_config_sha256": hashlib.sha256(teacher_config).hexdigest()}  # fmt: skip
+        started = time.perf_counter()
+        self.distill.prepare_top_k(self.dataset, Path(self.cfg.checkpoint.dir) / TEACHER_FOLDER, identity, self.rank,
+                                   resumed)  # fmt: skip
+        if self.rank == 0:
+            log.info("teacher's top-%d logits of %d rows ready in %.1f s (%d bytes)", self.cfg.distill.top_k,
+                     len(self.dataset), time.perf_counter() - started, self.distill.table.nbytes)  # fmt: skip
 
     # -- validation ----------------------------------------------------------------------------
 
@@ -755,6 +799,8 @@ class Trainer:
             self.prepare_reference(resumed=self.step > 0)
             if self.dpo_val_start is None and self.val_dataset is not None and self.dpo_val_rows():
                 self.dpo_val_start = self.dpo.validate(self.val_dataset, self.dpo_val_rows())  # before any update
+        if self.distill is not None and self.cfg.distill.teacher_logits == "top-k":
+            self.prepare_teacher_top_k(resumed=self.step > 0)
         reported = []
         self.started_at = self.step
         self._last_skipped_steps = getattr(self.engine, "skipped_steps", 0)  # a resume restores DeepSpeed's count

@@ -83,7 +83,16 @@ class RunMonitor:
             # The first step of this process: with compile, mostly compilation.
             "first_step_s": self.history[0]["step_time_s"] if self.history else None,
             **self.loss_scale_summary(),
+            **self.distill_summary(steady),
         }
+
+    def distill_summary(self, steady: list[dict]) -> dict:
+        """Distillation's KL and next-token loss at the last step, and the seconds a step spent in the teacher."""
+        if not self.history or "distill_kl" not in self.history[-1]:
+            return {}
+        last = self.history[-1]
+        return {"distill_kl": last["distill_kl"], "distill_ce": last["distill_ce"],
+                "teacher_s_mean": sum(m.get("teacher_s", 0.0) for m in steady) / len(steady)}  # fmt: skip
 
     def loss_scale_summary(self) -> dict:
         """fp16's loss scale at the end and the steps skipped for overflowing gradients (none without fp16)."""

@@ -137,6 +137,16 @@ def objective_metadata(summary: dict) -> dict:
                 "| held-back pairs | reward accuracy | reward margin | KL to the reference |\n|---|---|---|---|\n"
                 + "\n".join(f"| {when} | {v['val_reward_accuracy']:.3f} | {v['val_reward_margin']:.4f} | {v['val_kl']:.5f} |"
                              for when, v in (("start", start), ("end", end)))), "type": "md"}  # fmt: skip
+    if summary.get("distill"):
+        d = summary["distill"]
+        out["distill"] = {"raw_value": d, "type": "json"}
+        out["teacher"] = {"raw_value": d["teacher"], "type": "path"}
+        if d.get("topk_bytes") is not None:
+            out["teacher_topk_mib"] = rounded(d["topk_bytes"] / 2**20, 2)
+            out["teacher_scoring_s"] = rounded(d["teacher_scoring_s"], 2)
+        for name in ("distill_kl", "distill_ce", "teacher_s_mean"):
+            if summary.get(name) is not None:
+                out[name] = rounded(summary[name], 4)
     adapter = summary.get("adapter")
     if adapter:
         out["adapter"] = {"raw_value": adapter, "type": "json"}
