@@ -202,6 +202,14 @@ class TrainingLauncher(dg.ConfigurableResource):
         return env
 
 
+def with_setting(train_config: dict, name: str, value) -> dict:
+    """`train_config` with the field `name` ("a" or "a.b") set to `value`."""
+    head, _, rest = name.partition(".")
+    if not rest:
+        return train_config | {head: value}
+    return train_config | {head: with_setting(dict(train_config.get(head) or {}), rest, value)}
+
+
 def rank_errors(folder: Path) -> str:
     """What the failing ranks wrote, first line of each, for the run's failure message."""
     files = sorted(folder.glob("rank_*.txt")) if folder.exists() else []
@@ -278,7 +286,9 @@ def launch_training(
     seq_len = json.loads(Path(paths["data"], "manifest.json").read_text())["seq_len"]
     vocab_size = load_tokenizer(Path(paths["tokenizer"]).read_bytes()).get_piece_size()
     train_config = (config.train_config(paths["data"], str(run_dir), paths["tokenizer"], seq_len) | {"vocab_size": vocab_size}
-                    | {name: paths[name] for name in path_settings} | (settings or {}))  # fmt: skip
+                    | (settings or {}))  # fmt: skip
+    for name in path_settings:
+        train_config = with_setting(train_config, name, paths[name])
     config_path.write_text(json.dumps(train_config, indent=2))
     if backend == "kubernetes":
         cluster = training_launcher.cluster or ClusterSpec()
@@ -286,8 +296,9 @@ def launch_training(
             "data": f"{cluster.data_mount}/{data_key}",
             "tokenizer_model": f"{cluster.data_mount}/{tokenizer_key}",
             "checkpoint": train_config["checkpoint"] | {"dir": f"{cluster.data_mount}/{checkpoint_run_folder(config.run_name)}"},
-            **{name: f"{cluster.data_mount}/{key}" for name, key in path_settings.items()},
         }
+        for name, key in path_settings.items():
+            on_cluster = with_setting(on_cluster, name, f"{cluster.data_mount}/{key}")
         name = f"lm-assets-{config.run_name}-{context.run_id[:8]}"
         results = training_launcher.kubernetes_client().run(context, name, on_cluster, cluster)
     else:
