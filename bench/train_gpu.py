@@ -27,6 +27,11 @@ layout `training.data.PackedDataset` reads. Then each case, in order (a case is
   the same rows with a seeded random difficulty each and an easy-to-hard curriculum over the first
   quarter of the epoch (`benchlib.training.with_curriculum`), so the step reads its rows out of
   order: its step time and `data_wait_s_mean` against the case without it show what ordering costs.
+- `.../distill-fly` and `.../distill-topk`: `objective=distill` (training/distill.py), the case's preset the
+  student of a randomly initialized `--teacher` preset (1b) exported once in bf16: the teacher's forward on
+  every micro-batch, or its `--top-k` logits scored once before the first step (`teacher_scoring_s`, and
+  the table's bytes on disk, in the case's `distill` figures); against the case without it, what each
+  way of distilling costs a step. MFU counts the student's FLOPs only.
 - `plain/...`: the same `training.model.Transformer` in a plain-torch bf16 loop (`PlainLoop`):
   fp32 master weights in a fused AdamW, the same lr schedule and clipping, each block compiled on
   its own (when compiled) and the head fused with the loss, under
@@ -229,28 +234,32 @@ class Case:
     compile_mode: str = "default"  # reduce-overhead: CUDA graphs (the `cudagraphs` case)
     offload: bool = False  # ZeRO-2 with the optimizer on the host, stepped by DeepSpeed's CPU Adam
     curriculum: bool = False  # the first epoch read in an easy-to-hard order (random rows: what it costs)
+    distill: str = ""  # fly | topk: objective=distill from a --teacher model, its logits on the fly or top-k
 
     @property
     def name(self) -> str:
         mask = ("docmask" if self.document_mask else "causal") if self.kind == "engine" else ""
         how = "cudagraphs" if self.compile_mode == "reduce-overhead" else "compiled" if self.compiled else "eager"
-        flags = ("offload" if self.offload else "", "curriculum" if self.curriculum else "")
+        flags = ("offload" if self.offload else "", "curriculum" if self.curriculum else "",
+                 f"distill-{self.distill}" if self.distill else "")
         return "/".join(filter(None, (self.kind, self.model, how, mask, *flags)))
 
     @classmethod
     def parse(cls, text: str) -> "Case":
         parts = text.strip().split("/")
         flags = set()
-        while parts and parts[-1] in ("offload", "curriculum"):
+        while parts and parts[-1] in ("offload", "curriculum", "distill-fly", "distill-topk"):
             flags.add(parts.pop())
         if len(parts) not in (3, 4) or parts[0] not in ("engine", "plain") or parts[2] not in ("compiled", "eager", "cudagraphs"):
             raise ValueError(f"case {text!r} is not engine|plain/<preset>/compiled|eager|cudagraphs[/docmask|causal]"
-                             "[/offload][/curriculum]")  # fmt: skip
+                             "[/offload][/curriculum][/distill-fly|distill-topk]")  # fmt: skip
         mask = len(parts) == 4 and parts[3] == "docmask"
         if parts[0] == "plain" and (mask or parts[2] == "cudagraphs" or flags):
             raise ValueError(f"case {text!r}: the plain loop runs the causal mask, compiled or eager, only")
         mode = "reduce-overhead" if parts[2] == "cudagraphs" else "default"
-        return cls(parts[0], parts[1], parts[2] != "eager", mask, mode, "offload" in flags, "curriculum" in flags)
+        distill = "fly" if "distill-fly" in flags else "topk" if "distill-topk" in flags else ""
+        return cls(parts[0], parts[1], parts[2] != "eager", mask, mode, "offload" in flags, "curriculum" in flags,
+                   distill)
 
 
 # In order of importance: a deadline drops the last ones first.
@@ -258,7 +267,9 @@ DEFAULT_CASES = ",".join([
     "engine/350m/compiled/docmask", "plain/350m/compiled", "engine/1b/compiled/docmask",
     "engine/350m/compiled/causal", "engine/350m/eager/docmask", "plain/1b/compiled", "engine/1b/compiled/causal",
     "engine/350m/cudagraphs/causal", "engine/1b/compiled/causal/offload", "engine/350m/compiled/docmask/curriculum",
+    "engine/350m/compiled/docmask/distill-fly", "engine/350m/compiled/docmask/distill-topk",
 ])  # fmt: skip
+DISTILL_NEEDS_S = 60.0  # the teacher's load (and for top-k its pass over the rows) on top of the case's
 # Seconds a case needs on one H200 (process start, compilation, the steps), to skip what cannot fit.
 NEEDS_S = {("engine", True): 110.0, ("engine", False): 60.0, ("plain", True): 90.0, ("plain", False): 35.0}
 
@@ -271,6 +282,8 @@ def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) 
     if case.curriculum:
         ordered = data_dir.parent / "curriculum"
         data_dir = ordered if ordered.exists() else with_curriculum(data_dir, ordered)
+    if case.distill:
+        zero += distill_overrides(args, case, data_dir.parent)
     overrides = [f"data={data_dir}", f"model={case.model}", f"precision={args.precision}", *zero,
                  f"micro_batch_size={args.micro_batch}", f"steps={args.steps}", f"compile={case.compiled}",
                  f"compile_mode={case.compile_mode}",
@@ -330,12 +343,41 @@ def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) 
     result.update(summarize(times, tokens_per_step, args.warmup, model_cfg, args.seq_len - 1,
                             args.peak_tflops * 1e12))  # fmt: skip
     result["loss_first_last"] = [steps[0]["loss"], steps[-1]["loss"]]
-    for key in ("compiled", "document_mask", "kernels", "peak_memory_gib", "data_wait_s_mean", "profile"):
+    for key in ("compiled", "document_mask", "kernels", "peak_memory_gib", "data_wait_s_mean", "profile", "distill",
+                "teacher_s_mean", "distill_kl"):
         if key in summary:
             result[key] = summary[key]
     say(f"    {result['status']}: {len(steps)} steps in {result['wall_s']} s (process start to exit), "
         f"median step {result['step_ms']} ms, loss {steps[0]['loss']:.3f} -> {steps[-1]['loss']:.3f}")  # fmt: skip
+    if "distill" in summary:
+        d = summary["distill"]
+        teacher = f"teacher {d['teacher_parameters'] / 1e6:.0f}M parameters, {summary.get('teacher_s_mean', 0) * 1e3:.1f} ms a step in its forward"
+        if d.get("topk_bytes"):
+            teacher += f"; top-{d['top_k']} table {d['topk_bytes'] / 2**20:.0f} MiB scored in {d['teacher_scoring_s']:.1f} s"
+        say(f"    {teacher}")
     return result
+
+
+def distill_overrides(args, case: Case, tmp: Path) -> list[str]:
+    """objective=distill from a randomly initialized `--teacher` preset, exported once in bf16 (the step times
+    do not depend on what the teacher knows); top-k keeps its logits under a checkpoint folder of the case."""
+    import torch
+
+    from training.config import from_preset
+    from training.export import export_hf
+    from training.model import Transformer
+
+    folder = tmp / f"teacher-{args.teacher}"
+    if not (folder / "config.json").exists():
+        cfg = from_preset(args.teacher, args.vocab, max_seq_len=max(args.seq_len, 128))
+        with torch.device(args.device):
+            model = Transformer(cfg, seed=0)
+        export_hf(model, cfg, folder, dtype=torch.bfloat16 if args.device == "cuda" else None)
+        del model
+    out = ["objective=distill", f"distill.teacher={folder}", "distill.temperature=2.0", "distill.alpha=0.5"]
+    if case.distill == "topk":
+        out += ["distill.teacher_logits=top-k", f"distill.top_k={args.top_k}", f"checkpoint.dir={tmp / case.name.replace('/', '-')}"]
+    return out
 
 
 def plain_path(args, case: Case, data_dir: Path, vocab: int, time_left: float | None) -> dict:
@@ -448,6 +490,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp32"))
     p.add_argument("--peak-tflops", type=float, default=H200_BF16_TFLOPS, help="peak of one device for MFU (989)")
     p.add_argument("--deadline-s", type=float, default=450, help="whole-run budget in seconds; 0: none (450)")
+    p.add_argument("--teacher", default="1b", help="the distill cases' teacher preset (1b)")
+    p.add_argument("--top-k", type=int, default=64, help="logits kept per position by the distill-topk case (64)")
     p.add_argument("--json-out", type=Path, help="also write the JSON report here")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny preset, 2 steps of each case; exit 1 if one fails")
     args = p.parse_args(argv)
@@ -455,7 +499,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.dry_run:
         args.steps, args.warmup, args.micro_batch, args.seq_len, args.deadline_s = 3, 1, 2, 129, 0
         args.vocab, args.mean_doc_tokens = min(args.vocab, 512), 20
-        tiny = {Case(c.kind, "tiny", c.compiled, c.document_mask, curriculum=c.curriculum) for c in args.case_list}
+        args.teacher = "tiny"
+        tiny = {Case(c.kind, "tiny", c.compiled, c.document_mask, curriculum=c.curriculum, distill=c.distill)
+                for c in args.case_list}  # fmt: skip
         args.case_list = sorted(tiny, key=lambda c: c.name)
     return args
 
@@ -502,7 +548,7 @@ def main(argv=None) -> int:
         cases = args.case_list
         for i, case in enumerate(cases):
             left = args.deadline_s - elapsed() if args.deadline_s else None
-            need = NEEDS_S[(case.kind, case.compiled)] if cuda else 0.0
+            need = NEEDS_S[(case.kind, case.compiled)] + (DISTILL_NEEDS_S if case.distill else 0.0) if cuda else 0.0
             if left is not None and left < need:
                 results[case.name] = {"case": case.name, "status": "skipped",
                                       "reason": f"{left:.0f} s left of --deadline-s, it needs ~{need:.0f} s"}  # fmt: skip
