@@ -251,28 +251,53 @@ def plan_training(args) -> int:
 DAGSTER_COMMANDS = {"materialize": ["asset", "materialize"], "code-server": ["code-server", "start"]}
 
 
+# Seconds a stopped server has to finish the requests in flight before it is killed.
+SERVE_GRACE_S = 20
+
+
+def exported_checkpoints(store) -> list[str]:
+    """The `checkpoints` partitions that have an HF export under a local storage root."""
+    from lm_assets.storage.layout import CHECKPOINTS_FOLDER, checkpoint_key
+
+    folder = store.local_path(CHECKPOINTS_FOLDER)
+    return sorted(checkpoint_key(config.parents[2].name, config.parents[1].name)
+                  for config in folder.glob("*/step_*/hf/config.json"))  # fmt: skip
+
+
 def serve(args) -> int:
     from lm_assets.defs.common.resources import default_resources
     from lm_assets.serving.endpoint import serve_command
     from lm_assets.storage.layout import checkpoint_run_folder, parse_checkpoint_key
 
-    run, tag = parse_checkpoint_key(args.checkpoint)
-    export = default_resources()["storage"].storage().local_path(f"{checkpoint_run_folder(run)}/{tag}/hf")
+    try:  # a malformed key (UnsafeKeyError) or an S3 root, which has no local export to serve
+        run, tag = parse_checkpoint_key(args.checkpoint)
+        store = default_resources()["storage"].storage()
+        export = store.local_path(f"{checkpoint_run_folder(run)}/{tag}/hf")
+    except ValueError as exc:
+        print(f"lm-assets serve: {exc}", file=sys.stderr)
+        return 2
     if not (export / "config.json").exists():
-        print(f"no export of {args.checkpoint} at {export}: materialize its checkpoint (or any evaluation of it) first",
+        known = exported_checkpoints(store)
+        print(f"lm-assets serve: no export of {args.checkpoint} at {export}: materialize its checkpoint (or any "
+              f"evaluation of it) first. Checkpoints exported in {store.root}: {', '.join(known) or 'none'}",
               file=sys.stderr)  # fmt: skip
         return 1
     if args.gguf:
         model = export.parent / "compressed" / f"model-{args.gguf}.gguf"
         if not model.exists():
-            print(f"no {model}: materialize compressed_checkpoint for {args.checkpoint} first", file=sys.stderr)
+            print(f"lm-assets serve: no {model}: materialize compressed_checkpoint for {args.checkpoint} first",
+                  file=sys.stderr)  # fmt: skip
             return 1
         command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", args.host,
                    "--port", str(args.port)]  # fmt: skip
     else:
         command = serve_command(export, args.host, args.port)
     print(" ".join(command), flush=True)
-    os.execv(command[0], command)
+    # Under process_tree, in a session of its own: a Ctrl-C reaches the server as a SIGTERM, which it stops on.
+    # On SIGINT transformers serve shuts uvicorn down and then waits for ever on its continuous-batching
+    # thread (not a daemon); SIGKILL follows a SIGTERM not obeyed within the grace period.
+    wrapper = [sys.executable, "-m", "lm_assets.app.process_tree", "--grace-s", str(SERVE_GRACE_S), "--"]
+    os.execv(sys.executable, wrapper + command)
 
 
 def vllm_manifest(args) -> int:
