@@ -288,6 +288,7 @@ def main() -> int:
           f"{dpo_checkpoint['hf_export'].value}")
     print_aligned_beside_tuned(instance, tuned, aligned)
     print_compressed(instance, aligned)
+    print_model_card(instance, aligned)
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.uri(CLUSTERS_KEY)}, {store.uri('tokenizer')}/, {store.uri(PACKED_FOLDER)}/")
     print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")
@@ -321,6 +322,15 @@ def print_compressed(instance: dg.DagsterInstance, checkpoint: str) -> None:
         parts.append(f"{c['kind']} {c['bytes'] / 2**20:.2f} MB ({c['size_share']:.0%}), perplexity "
                      f"{c['perplexity_change']:+.2%}, answers changed {c['changed_share']:.1%}{speed}")  # fmt: skip
     print(f"Compressed:       {checkpoint}: {'; '.join(parts)}; files under {Path(meta['files'].value['gguf-f16']).parent}")
+
+
+def print_model_card(instance: dg.DagsterInstance, checkpoint: str) -> None:
+    """Where `checkpoint`'s model card was written, and which of its sections lack an asset's figures."""
+    meta = latest_metadata(instance, dg.AssetKey("model_card"), checkpoint)
+    if meta is None:
+        return
+    gaps = [name for name, state in meta["sections"].value.items() if state != "complete"]
+    print(f"Model card:       {meta['path'].value} (sections with gaps: {', '.join(gaps) or 'none'})")
 
 
 def print_safety_and_bias(instance: dg.DagsterInstance, pretrained: str) -> None:

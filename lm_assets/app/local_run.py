@@ -48,6 +48,8 @@ DEMO_RUN_CONFIG = {
         "dpo_run": {"config": SAMPLE["dpo_run"]},
         # The compressed variants of the latest checkpoint, compared on a few questions of each benchmark.
         "compressed_checkpoint": {"config": {"questions_per_task": 1, "max_sequences": 16, "new_tokens": 16, "serve_tokens": 8}},
+        # The model card shows the licences of the sample crawl's sources, as its PROVENANCE.md gives them.
+        "model_card": {"config": {"data_licences_file": "data/licences/sample-crawl.yaml"}},
     }
 }
 
@@ -98,19 +100,20 @@ def run_shard_graph(
 
 # The assets that train the quality classifier on labels: left out when curation runs without them.
 QUALITY_ASSETS = ("quality_labels", "quality_classifier")
-# Run once the graph has run, for the newest checkpoint (the aligned one): its compressed variants.
-LAST_ASSETS = ("compressed_checkpoint",)
+# Run once the graph has run, for the newest checkpoint (the aligned one): its compressed variants and its model card.
+LAST_ASSETS = ("compressed_checkpoint", "model_card")
 
 
 def last_steps(defs: dg.Definitions, instance: dg.DagsterInstance):
     """After the graph: the evaluation of checkpoints made after the evaluation ran (DPO's, which depends on
     people's ratings of evaluated samples, so that it cannot come before them in the graph), as
-    `checkpoint_evaluation_sensor` asks; then the newest checkpoint's compressed variants."""
+    `checkpoint_evaluation_sensor` asks; then the newest checkpoint's compressed variants, and its model card."""
     evaluation = defs.resolve_job_def("evaluation_job")
     for checkpoint in checkpoints_to_evaluate(instance):
         yield evaluation, checkpoint, "evaluation_job"
     newest = instance.get_dynamic_partitions(checkpoint_partitions.name)[-1]
-    yield defs.resolve_job_def("compression_job"), newest, ", ".join(LAST_ASSETS)
+    yield defs.resolve_job_def("compression_job"), newest, "compressed_checkpoint"
+    yield defs.resolve_job_def("model_card_job"), newest, "model_card"
 
 
 def topological_assets(graph, keys: set) -> list:

@@ -25,9 +25,10 @@ def test_the_whole_graph_in_topological_order():
         ("sft_job", None), ("evaluation_job", "every checkpoint"), ("compression_job", "every checkpoint"),
         ("human_ratings_job", None),
         ("preference_data_job", None), ("preference_dataset_job", None), ("dpo_job", None),
+        ("model_card_job", "every checkpoint"),
     ]
     assert steps[1][2] == "raw_shard → extracted_shard"
-    assert steps[-6][2] == ("arc_challenge_score, arc_easy_score, bbq_score, boolq_score, cbbq_score, ceval_score, "
+    assert steps[-7][2] == ("arc_challenge_score, arc_easy_score, bbq_score, boolq_score, cbbq_score, ceval_score, "
                             "checkpoint_samples, cmmlu_score, continuation_scores, crows_pairs_score, hellaswag_score, "
                             "humaneval_score, mmlu_score, perplexity, piqa_score, position_perplexity, safety_score, "
                             "winogrande_score, xcopa_zh_score, xstorycloze_zh_score → benchmark_suite")
@@ -90,4 +91,5 @@ def test_after_the_graph_new_checkpoints_are_evaluated_and_the_newest_compressed
     keys = ["main-step_00000010", "sft-step_00000004", "dpo-step_00000002"]
     instance.add_dynamic_partitions("checkpoints", keys)
     steps = [(job.name, key) for job, key, _ in last_steps(defs, instance)]
-    assert steps == [("evaluation_job", key) for key in keys] + [("compression_job", "dpo-step_00000002")]
+    assert steps == [("evaluation_job", key) for key in keys] + [("compression_job", "dpo-step_00000002"),
+                                                                 ("model_card_job", "dpo-step_00000002")]

@@ -3,9 +3,12 @@ import dagster as dg
 from lm_assets import compression
 from lm_assets.defs.common.catalog import EVALUATION_TEAM, catalogued, source_version
 from lm_assets.defs.compression.assets import compressed_checkpoint
-from lm_assets.defs.compression.jobs import compression_job
+from lm_assets.defs.compression.jobs import compression_job, model_card_job
+from lm_assets.defs.compression.model_card import model_card
+from lm_assets.reporting import model_card as card
 
 defs = dg.Definitions(
-    assets=catalogued([compressed_checkpoint], EVALUATION_TEAM, {"compressed_checkpoint": source_version(compression)}),
-    jobs=[compression_job],
+    assets=catalogued([compressed_checkpoint, model_card], EVALUATION_TEAM,
+                      {"compressed_checkpoint": source_version(compression), "model_card": source_version(card)}),
+    jobs=[compression_job, model_card_job],
 )

@@ -7,3 +7,9 @@ compression_job = stage_job(
     "GGUF (F16, Q8_0) and torchao int8 variants of one checkpoint, each with its size, speed and the quality it "
     "loses against the export.",
 )
+
+model_card_job = stage_job(
+    "model_card_job", "evaluation", ("model_card",),
+    "The model card (README.md) of one checkpoint's HF export, written from the metadata its lineage recorded: "
+    "data, training, evaluation, safety and bias, compressed variants, declared data licences.",
+)

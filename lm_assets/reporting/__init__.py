@@ -1,0 +1,1 @@
+"""Reports written from the metadata the assets recorded: plain Python, no Dagster."""
