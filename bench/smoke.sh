@@ -61,6 +61,7 @@ LANE_A=(
     "$PY bench/humaneval_agreement.py --smoke"
     "$PY bench/tokens.py --smoke"
     "$PY bench/reliability.py --smoke"
+    "$PY bench/speculative_decoding.py --smoke"
     "$PY bench/wcxb_extraction.py --smoke"
 )
 LANE_B=(
