@@ -370,8 +370,7 @@ def distill_overrides(args, case: Case, tmp: Path) -> list[str]:
     folder = tmp / f"teacher-{args.teacher}"
     if not (folder / "config.json").exists():
         cfg = from_preset(args.teacher, args.vocab, max_seq_len=max(args.seq_len, 128))
-        with torch.device(args.device):
-            model = Transformer(cfg, seed=0)
+        model = Transformer(cfg, seed=0)  # seeded on the host, as the engine's own initialization is
         export_hf(model, cfg, folder, dtype=torch.bfloat16 if args.device == "cuda" else None)
         del model
     out = ["objective=distill", f"distill.teacher={folder}", "distill.temperature=2.0", "distill.alpha=0.5"]

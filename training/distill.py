@@ -74,17 +74,19 @@ def parts_dict(parts: torch.Tensor, prefix: str = "") -> dict[str, float]:
     return {f"{prefix}distill_kl": float(parts[0]) / n, f"{prefix}distill_ce": float(parts[1]) / n}
 
 
-def load_teacher(folder: str, device: torch.device, dtype: torch.dtype, kernel) -> torch.nn.Module:
+def load_teacher(folder: str, device: torch.device, dtype: torch.dtype, kernel, compiled: bool = False) -> torch.nn.Module:
     """The teacher in `folder` (a Hugging Face Llama folder), as our `Transformer` on `device` in `dtype`, in
-    eval mode, with no parameter requiring a gradient."""
+    eval mode, with no parameter requiring a gradient; each block compiled as the student's are, when they are."""
     from training import hf_init
-    from training.model import Transformer
+    from training.model import Transformer, compile_blocks
 
     cfg = hf_init.model_config(folder)
     model = Transformer(cfg, seed=None, kernels=kernel)
     hf_init.load_into(model, hf_init.weights(folder), cfg, pipeline=False, tp=1, tp_rank=0)
     model.to(device=device, dtype=dtype).eval()
     model.requires_grad_(False)
+    if compiled:
+        compile_blocks(model)
     return model
 
 
@@ -123,13 +125,13 @@ class DistillObjective:
     """Distillation's loss and figures for `Trainer` (`training.engine`)."""
 
     def __init__(self, cfg: DistillConfig, device: torch.device, dtype: torch.dtype, kernel, dp_rank: int, dp: int,
-                 micro_batch_size: int, eos_id: int | None):  # fmt: skip
+                 micro_batch_size: int, eos_id: int | None, compiled: bool = False):  # fmt: skip
         self.cfg = cfg
         self.device = device
         self.dp_rank, self.dp = dp_rank, dp
         self.micro_batch_size = micro_batch_size
         self.eos_id = eos_id
-        self.teacher = load_teacher(cfg.teacher, device, dtype, kernel)
+        self.teacher = load_teacher(cfg.teacher, device, dtype, kernel, compiled)
         self.teacher_parameters = sum(p.numel() for p in self.teacher.parameters())
         self.vocab_size = self.teacher.cfg.vocab_size
         self.table: TeacherTopK | None = None

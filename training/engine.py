@@ -400,7 +400,7 @@ class Trainer:
 
             dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
             self.distill = DistillObjective(cfg.distill, self.engine.device, dtype, self.kernels, self.state.dp_rank,
-                                            dims.dp, cfg.micro_batch_size, self.eos_id)  # fmt: skip
+                                            dims.dp, cfg.micro_batch_size, self.eos_id, self.compiled)  # fmt: skip
         self._dpo_sums = None
         self._distill_sums = None
         self.dpo_val_start: dict | None = None  # DPO's validation figures before the first update
