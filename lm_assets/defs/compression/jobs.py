@@ -13,3 +13,8 @@ model_card_job = stage_job(
     "The model card (README.md) of one checkpoint's HF export, written from the metadata its lineage recorded: "
     "data, training, evaluation, safety and bias, compressed variants, declared data licences.",
 )
+
+distill_job = stage_job(
+    "distill_job", "training", ("distill_run", "distill_checkpoint"),
+    "Knowledge distillation of a checkpoint into a student with fewer layers, its checkpoints distill-step_N.",
+)
