@@ -287,6 +287,7 @@ def main() -> int:
     print(f"Alignment (DPO):  {dpo['steps'].value} steps from {tuned}, {held_back}; {aligned} exported: "
           f"{dpo_checkpoint['hf_export'].value}")
     print_aligned_beside_tuned(instance, tuned, aligned)
+    print_distilled(instance)
     print_compressed(instance, aligned)
     print_model_card(instance, aligned)
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
@@ -309,6 +310,28 @@ def print_aligned_beside_tuned(instance: dg.DagsterInstance, tuned: str, aligned
                 ("hellaswag_score", "acc", "HellaSwag acc"), ("cmmlu_score", "acc", "CMMLU acc")]  # fmt: skip
     shown = [f"{label} {value(asset, tuned, name)} → {value(asset, aligned, name)}" for asset, name, label in measures]
     print(f"Evaluated again:  {tuned} → {aligned}: {'; '.join(shown)}")
+
+
+def print_distilled(instance: dg.DagsterInstance) -> None:
+    """The distilled student beside its teacher: layers, the KL it reached, and each one's perplexity."""
+    event = instance.get_latest_materialization_event(dg.AssetKey("distill_run"))
+    if event is None:
+        return
+    run = event.asset_materialization.metadata
+    teacher_folder = Path(run["teacher"].value)
+    teacher = f"{teacher_folder.parents[1].name}-{teacher_folder.parent.name}"
+    student = next(k for k in reversed(instance.get_dynamic_partitions("checkpoints")) if k.startswith("distill-"))
+    export = Path(instance.get_latest_materialization_event(dg.AssetKey("distill_checkpoint")).asset_materialization
+                  .metadata["hf_export"].value)  # fmt: skip
+    layers = [json.loads((folder / "config.json").read_text())["num_hidden_layers"] for folder in (export, teacher_folder)]
+
+    def perplexity(checkpoint: str) -> str:
+        number = series_value(latest_metadata(instance, dg.AssetKey("perplexity"), checkpoint), checkpoint, "perplexity")
+        return "—" if number is None else f"{number:,.1f}"
+
+    print(f"Distilled:        {teacher} → {student} ({layers[0]} of {layers[1]} layers), {run['steps'].value} steps, "
+          f"KL to the teacher {run['distill_kl'].value:.3f} a token; perplexity {perplexity(teacher)} → "
+          f"{perplexity(student)}")
 
 
 def print_compressed(instance: dg.DagsterInstance, checkpoint: str) -> None:

@@ -22,7 +22,7 @@ def test_the_whole_graph_in_topological_order():
         ("dedup_edges_job", "every dedup_bands"), ("dedup_job", None),
         ("deduplicated_shard_job", "a"), ("deduplicated_shard_job", "b"), ("tokenizer_job", None), ("sft_dataset_job", None),
         ("tokenized_shard_job", "a"), ("tokenized_shard_job", "b"), ("packing_job", None), ("training_job", None),
-        ("sft_job", None), ("evaluation_job", "every checkpoint"), ("compression_job", "every checkpoint"),
+        ("distill_job", None), ("sft_job", None), ("evaluation_job", "every checkpoint"), ("compression_job", "every checkpoint"),
         ("human_ratings_job", None),
         ("preference_data_job", None), ("preference_dataset_job", None), ("dpo_job", None),
         ("model_card_job", "every checkpoint"),
