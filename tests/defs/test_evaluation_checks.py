@@ -106,3 +106,37 @@ def test_category_names_are_the_same_across_benchmarks():
     names = lambda result: set(per_group_accuracy(result)) - set(result["subjects"])  # noqa: E731
     assert names(ceval) == names(mmlu) == {"stem", "social_sciences", "humanities", "other"}
     assert group_key("Social Science") == group_key("social_sciences")
+
+
+def exact(acc: float, n: int, n_choices: int = 4) -> dict:
+    from lm_assets.evaluation.stats import chance_interval
+
+    low, high = chance_interval(n, n_choices)
+    overall = {"n": n, "acc": acc, "acc_norm": acc, "chance_low": low, "chance_high": high}
+    return {"overall": overall, "subjects": {"s": {"acc": acc, "acc_norm": acc}}, "truncated": 0, "max_length": 2048}
+
+
+def chance_check(result: dict, loss: float) -> dg.AssetCheckResult:
+    checks = score_checks(result, expected=result["overall"]["n"], loss=loss, vocab_size=32000)
+    return next(c for c in checks if c.check_name == "chance_while_untrained")
+
+
+def test_the_exact_chance_band_lets_the_untrained_check_fail_and_says_when_it_cannot():
+    untrained = math.log(32000) - 0.1
+    # 100 four-choice questions: the band is 0.13–0.38 (p ± 3 se gave the same), 0.40 is above it.
+    failed = chance_check(exact(0.40, 100), untrained)
+    assert failed.passed is False and failed.metadata["verdict"].value == "above chance"
+    assert failed.metadata["chance_band"].value == "0.1300–0.3800"
+    assert chance_check(exact(0.30, 100), untrained).metadata["verdict"].value == "inside the chance band"
+    # 8 two-choice questions: p ± 3 se gave -0.0303–1.0303; the exact band is 0–1, and the check says it cannot tell.
+    small = chance_check(exact(1.0, 8, n_choices=2), untrained)
+    assert small.passed is True and small.metadata["verdict"].value.startswith("cannot tell: on 8 questions")
+    assert small.metadata["chance_band"].value == "0.0000–1.0000"
+    # 40 two-choice questions: 0.85 is beyond the band even though it is small.
+    assert chance_check(exact(0.85, 40, n_choices=2), untrained).passed is False
+
+
+def test_check_numbers_are_rounded():
+    check = chance_check(exact(0.7092793267718458, 100), 8.295049140435111)
+    values = {k: v.value for k, v in check.metadata.items()}
+    assert values["acc"] == 0.7093 and values["training_loss"] == 8.295 and values["log_vocab"] == 10.3735

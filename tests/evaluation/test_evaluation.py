@@ -33,6 +33,7 @@ from lm_assets.evaluation import (
     token_byte_lengths,
 )
 from lm_assets.evaluation.scoring import BatchStats, encode_requests
+from lm_assets.evaluation.stats import binomial_band, binomial_quantile
 from training.config import from_preset
 from training.export import export_hf
 from training.model import Transformer
@@ -366,11 +367,28 @@ def test_summarize_follows_lm_eval_aggregation():
 
 
 def test_chance_interval():
-    assert chance_interval(100) == pytest.approx((0.1200962, 0.3799038))  # 0.25 -/+ 3*sqrt(0.1875/100)
-    assert chance_interval(14_042) == pytest.approx((0.2390376, 0.2609624))
-    assert chance_interval(50, n_choices=2, k=2) == pytest.approx((0.3585786, 0.6414214))
+    # Binomial(n, 1/4) quantiles at 0.15% and 99.85%, over n.
+    assert chance_interval(100) == (0.13, 0.38)
+    assert chance_interval(14_042) == pytest.approx((0.23921, 0.26086), abs=1e-5)
+    assert chance_interval(50, n_choices=2, level=0.95) == (0.36, 0.64)
     with pytest.raises(ValueError):
         chance_interval(0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 12, 30])
+@pytest.mark.parametrize("p", [0.0, 0.001, 0.02, 0.25, 0.5, 0.98, 0.999, 1.0])
+def test_the_chance_band_stays_inside_the_unit_interval(n, p):
+    low, high = binomial_band(p, n)
+    assert 0.0 <= low <= high <= 1.0
+    assert low * n == int(low * n) and high * n == int(high * n)  # accuracies a run of n questions can score
+
+
+def test_the_chance_band_is_exact_on_a_few_questions():
+    # 8 two-choice questions: even 8/8 (probability 1/256 > 0.15%) is inside; p ± 3 se gave -0.03–1.03.
+    assert chance_interval(8, n_choices=2) == (0.0, 1.0)
+    # at 95%, 8/8 is beyond it (1/256 < 2.5%), 7/8 (9/256 > 2.5%) not
+    assert chance_interval(8, n_choices=2, level=0.95) == (0.125, 0.875)
+    assert binomial_quantile(10, 0.5, 0.5) == 5
 
 
 # ---------------------------------------------------------------------------------------------

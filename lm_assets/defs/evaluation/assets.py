@@ -39,7 +39,7 @@ from lm_assets.defs.curation.assets import ToxicityRulesConfig
 from lm_assets.defs.evaluation.jobs import EVALUATION_ASSET_NAMES, evaluation_job
 from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings
-from lm_assets.evaluation.stats import question_blind_chance
+from lm_assets.evaluation.stats import CHANCE_LEVEL, question_blind_chance
 from lm_assets.storage.keys import UnsafeKeyError
 from lm_assets.storage.layout import (
     PACKED_FOLDER,
@@ -186,10 +186,24 @@ def per_group_accuracy(result: dict) -> dict[str, float]:
 
 
 CHANCE_BAND = (
-    "The chance band (`chance_band`, shaded on `acc_by_checkpoint`) is the 95% interval of the accuracy a model "
+    "The chance band (`chance_band`, shaded on `acc_by_checkpoint`) is the central 99.7% of the accuracy a model "
     "that never reads the question would reach with this checkpoint's own preference among the answer letters: it "
-    "moves from checkpoint to checkpoint because each prefers the letters differently, and acc inside it is chance."
+    "moves from checkpoint to checkpoint because each prefers the letters differently, and acc inside it is chance. "
+    "It is exact (binomial quantiles), so it stays inside [0, 1]; on a handful of questions it reaches 1.0."
 )
+
+
+def band_text(overall: dict) -> str:
+    """The chance band as every page writes it: `0.1300–0.3800`."""
+    return f"{overall['chance_low']:.4f}–{overall['chance_high']:.4f}"
+
+
+def against_band(acc: float | None, band: str | None) -> str | None:
+    """Where `acc` lies against a chance band written by `band_text`: above, inside or below it."""
+    if acc is None or not band:
+        return None
+    low, high = map(float, band.split("–"))
+    return "above" if acc > high else "below" if acc < low else "inside"
 
 
 def score_metadata(result: dict, checkpoint: str) -> dict:
@@ -208,7 +222,7 @@ def score_metadata(result: dict, checkpoint: str) -> dict:
     # What does not change across checkpoints is text, so that Plots shows only what does.
     return {
         **run_series(checkpoint, {name: round(value, 4) for name, value in scores.items()}),
-        "chance_band": dg.MetadataValue.text(f"{overall['chance_low']:.4f}–{overall['chance_high']:.4f}"),
+        "chance_band": dg.MetadataValue.text(band_text(overall)),
         "questions": dg.MetadataValue.text(str(overall["n"])),
         "num_fewshot": dg.MetadataValue.text(str(result["num_fewshot"])),
         "split": result["split"],
@@ -223,8 +237,6 @@ def score_metadata(result: dict, checkpoint: str) -> dict:
 def score_checks(result: dict, expected: int, loss: float | None, vocab_size: int) -> list[dg.AssetCheckResult]:
     overall = result["overall"]
     in_range = all(0.0 <= e[m] <= 1.0 for e in [overall, *result["subjects"].values()] for m in ("acc", "acc_norm"))
-    untrained = loss is not None and loss >= UNTRAINED_LOSS_FRACTION * math.log(vocab_size)
-    suspicious = untrained and overall["acc"] > overall["chance_high"]
     truncated_share = result["truncated"] / overall["n"]
     return [
         dg.AssetCheckResult(check_name="scores_in_unit_interval", passed=in_range),
@@ -239,13 +251,35 @@ def score_checks(result: dict, expected: int, loss: float | None, vocab_size: in
             check_name="all_questions_scored", passed=overall["n"] == expected,
             metadata={"scored": overall["n"], "expected": expected},
         ),
-        dg.AssetCheckResult(
-            check_name="chance_while_untrained", passed=not suspicious, severity=dg.AssetCheckSeverity.WARN,
-            metadata={"training_loss": loss if loss is not None else -1.0, "log_vocab": math.log(vocab_size),
-                      "acc": overall["acc"], "chance_high": overall["chance_high"]},
-            description="A model whose training loss is still near log(vocab) should score at chance.",
-        ),
+        chance_check(overall, loss, vocab_size),
     ]
+
+
+def chance_check(overall: dict, loss: float | None, vocab_size: int) -> dg.AssetCheckResult:
+    """Warns when a model whose training loss is still near log(vocab) scores above the top of its chance band
+    (exact binomial, inside [0, 1]: `stats.binomial_band`). On so few questions that the band reaches 1.0 no
+    score is above it, and the metadata says so rather than pass in silence."""
+    untrained = loss is not None and loss >= UNTRAINED_LOSS_FRACTION * math.log(vocab_size)
+    high = overall["chance_high"]
+    decidable = high < 1.0
+    verdict = ("not untrained: loss below 90% of log(vocab)" if not untrained
+               else "above chance" if overall["acc"] > high
+               else "inside the chance band" if decidable
+               else f"cannot tell: on {overall['n']} questions even a perfect score is inside the chance band")
+    return dg.AssetCheckResult(
+        check_name="chance_while_untrained", passed=not (untrained and overall["acc"] > high),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"training_loss": round4(loss) if loss is not None else "unknown", "log_vocab": round4(math.log(vocab_size)),
+                  "acc": round4(overall["acc"]), "chance_band": band_text(overall),
+                  "questions": overall["n"], "verdict": verdict},
+        description="A model whose training loss is still near log(vocab) should score inside the chance band "
+        f"(the central {CHANCE_LEVEL:.1%} of a guesser's binomial accuracy).",
+    )
+
+
+def round4(value: float) -> float:
+    """A check's number at four decimals, as the scores are shown."""
+    return round(float(value), 4)
 
 
 def benchmark_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
@@ -255,7 +289,7 @@ def benchmark_check_specs(asset: str) -> list[dg.AssetCheckSpec]:
                               f"Warns when more than {TRUNCATION_LIMIT:.0%} of the prompts were cut to fit the model's context."),
         checkpoint_check_spec("all_questions_scored", asset, "As many questions scored as the data holds."),
         checkpoint_check_spec("chance_while_untrained", asset,
-                              "Warns when a model still near log(vocab) loss scores above chance."),
+                              "Warns when a model still near log(vocab) loss scores above its exact binomial chance band."),
     ]
 
 

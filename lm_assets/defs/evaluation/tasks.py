@@ -14,6 +14,8 @@ from lm_assets.defs.evaluation.assets import (
     EVAL_DEPS,
     EvaluationDeviceConfig,
     accuracy_chart,
+    against_band,
+    band_text,
     benchmark_check_specs,
     evaluated,
     evaluation_data,
@@ -53,7 +55,7 @@ def task_metadata(task: Task, result: dict, checkpoint: str, data: str) -> dict:
     metadata = {
         **run_series(checkpoint, {name: round(value, 4) for name, value in scores.items()}),
         "chance": dg.MetadataValue.text(f"{result['chance']:.4f}"),
-        "chance_band": dg.MetadataValue.text(f"{overall['chance_low']:.4f}–{overall['chance_high']:.4f}"),
+        "chance_band": dg.MetadataValue.text(band_text(overall)),
         "metrics": dg.MetadataValue.text(", ".join(task.metrics)),
         "questions": dg.MetadataValue.text(str(overall["n"])),
         "num_fewshot": dg.MetadataValue.text(str(result["num_fewshot"])),
@@ -112,8 +114,9 @@ SUITE_INPUTS = ("mmlu_score", "ceval_score", *SCORE_ASSETS)
 @dg.asset(
     partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"polars"},
     deps=[dg.AssetKey(name) for name in SUITE_INPUTS],
-    description="Every benchmark score of the checkpoint in one table, each beside its chance level and its number "
-    "of questions and shots: what a model card lists, and what a team compares before it picks a checkpoint.",
+    description="Every benchmark score of the checkpoint in one table, each beside its chance level, its chance band "
+    "(exact binomial, inside [0, 1]; acc_vs_band: above, inside or below it) and its number of questions and shots: "
+    "what a model card lists, and what a team compares before it picks a checkpoint.",
 )
 def benchmark_suite(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     checkpoint = context.partition_key
@@ -128,9 +131,10 @@ def benchmark_suite(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         # MMLU's and C-Eval's chance is their question-blind band (which moves per checkpoint); the suite's tasks
         # carry 1 / choices.
         chance = float(metadata["chance"].value) if "chance" in metadata else None
+        band = metadata["chance_band"].value if "chance_band" in metadata else None
         rows.append({"benchmark": asset.removesuffix("_score"), "acc": acc, "acc_norm": acc_norm, "chance": chance,
                      "above_chance": None if chance is None or acc is None else round(acc - chance, 4),
-                     "chance_band": metadata["chance_band"].value if "chance_band" in metadata else None,
+                     "chance_band": band, "acc_vs_band": against_band(acc, band),
                      "questions": int(metadata["questions"].value), "shots": int(metadata["num_fewshot"].value)})  # fmt: skip
     if not rows:
         raise dg.Failure(f"no benchmark has been scored for {checkpoint} yet: materialize the evaluation assets first")
