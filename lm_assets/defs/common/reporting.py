@@ -70,9 +70,9 @@ def significant(value: float, digits: int = 3) -> str:
 
 
 def table_cell(value) -> str:
-    """A markdown table cell: floats at 3 significant digits, nothing as –, line breaks shown as ↵, a run of
-    three or more as ↵×N."""
-    if value is None:
+    """A markdown table cell: floats at 3 significant digits, nothing (None, or a float that is not a number)
+    as –, never `nan`, a real 0 as 0; line breaks shown as ↵, a run of three or more as ↵×N."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
     text = significant(value) if isinstance(value, float) else str(value)
     text = re.sub(r"\n{3,}", lambda run: f" ↵×{len(run.group())} ", text)

@@ -134,16 +134,26 @@ def evaluated(instance: dg.DagsterInstance, asset: str, current: str) -> dict[st
     return found
 
 
-def trend_table(history: dict[str, dict | None], result: dict) -> dg.MetadataValue:
-    """Accuracy per category and subject (rows) on every evaluated checkpoint (columns) of `history`
-    (`evaluated`), this one's from `result`."""
+def trend_table(history: dict[str, dict | None], result: dict, groups: dict[str, float]) -> dg.MetadataValue:
+    """acc (the first row) and accuracy per recorded category and subject (`groups`, the rest) on every evaluated
+    checkpoint (columns) of `history` (`evaluated`), this one's from `result` and `groups`, read from the same
+    metadata keys each was recorded under, so that a score of 0 reads 0 and a score not recorded reads –."""
     columns: dict[str, dict[str, float]] = {}
     for checkpoint, metadata in history.items():
-        prefix = f"{parse_checkpoint_key(checkpoint)[0]}/{result['benchmark']}/"
-        columns[checkpoint] = per_group_accuracy(result) if metadata is None else {
-            k[len(prefix):]: v.value for k, v in metadata.items() if k.startswith(prefix)}
-    names = sorted({name for column in columns.values() for name in column})
-    table = pl.DataFrame({"group": names, **{c: [round(col.get(n, float("nan")), 3) for n in names] for c, col in columns.items()}})
+        run = parse_checkpoint_key(checkpoint)[0]
+        prefix = f"{run}/{result['benchmark']}/"
+        if metadata is None:
+            columns[checkpoint] = {"acc": result["overall"]["acc"], **groups}
+            continue
+        column = {k[len(prefix):]: v.value for k, v in metadata.items() if k.startswith(prefix)}
+        if (acc := series_value(metadata, checkpoint, "acc")) is not None:
+            column["acc"] = acc
+        columns[checkpoint] = column
+    names = sorted({name for column in columns.values() for name in column} - {"acc"})
+    names = ["acc", *names] if any("acc" in column for column in columns.values()) else names
+    table = pl.DataFrame({"group": names, **{c: [None if (v := col.get(n)) is None else round(v, 4) for n in names]
+                                              for c, col in columns.items()}},
+                         schema_overrides={c: pl.Float64 for c in columns})  # fmt: skip
     return markdown_table(table, max_rows=120)
 
 
@@ -676,6 +686,13 @@ def humaneval_score(context: dg.AssetExecutionContext, config: HumanEvalConfig, 
     )
 
 
+def position_table(buckets: dict[str, dict]) -> pl.DataFrame:
+    """positions | tokens | perplexity; a bucket no document reaches has no perplexity (–), not `nan`."""
+    return pl.DataFrame([{"positions": name, "tokens": b["tokens"],
+                          "perplexity": round(b["perplexity"], 2) if b["tokens"] else None} for name, b in buckets.items()],
+                        schema_overrides={"perplexity": pl.Float64})  # fmt: skip
+
+
 @evaluation_asset(
     description="Perplexity by position (0-256, 256-1k, 1k-4k, 4k+ tokens into a document, up to the model's "
     "context) on the val split's long documents read whole: whether the model uses its context.",
@@ -687,8 +704,7 @@ def position_perplexity(
 
     store, docs, em, ran_on = held_out_documents_and_model(context, storage, config)
     buckets = score(em, docs)
-    table = pl.DataFrame([{"positions": name, "tokens": b["tokens"], "perplexity": round(b["perplexity"], 2)}
-                          for name, b in buckets.items()])  # fmt: skip
+    table = position_table(buckets)
     return dg.MaterializeResult(metadata={
         **run_series(context.partition_key,
                      {f"perplexity_{name}": b["perplexity"] for name, b in buckets.items() if b["tokens"]}),
@@ -806,7 +822,8 @@ def benchmark_result(
     history = evaluated(context.instance, context.asset_key.to_user_string(), checkpoint)
     return dg.MaterializeResult(
         metadata=score_metadata(result, checkpoint) | ran_on | publish_questions(store, checkpoint, result)
-        | {"trend": trend_table(history, result), "acc_by_checkpoint": accuracy_chart(history, checkpoint, result)},
+        | {"trend": trend_table(history, result, per_group_accuracy(result)),
+           "acc_by_checkpoint": accuracy_chart(history, checkpoint, result)},
         check_results=score_checks(result, expected, training_loss(store, checkpoint), em.cfg.vocab_size),
     )
 

@@ -45,13 +45,19 @@ class TaskScoreConfig(EvaluationDeviceConfig):
                               "subject); unset: all")  # fmt: skip
 
 
+def recorded_groups(result: dict) -> dict[str, float]:
+    """acc per subject, recorded (and shown in the trend) where the task has more than one subject; a task of
+    one subject would repeat its acc."""
+    subjects = result["subjects"]
+    return {name: e["acc"] for name, e in subjects.items()} if len(subjects) > 1 else {}
+
+
 def task_metadata(task: Task, result: dict, checkpoint: str, data: str) -> dict:
     """The task's scores, named as lm-eval names them (acc, and acc_norm where lm-eval reports it), as
     numbers under the checkpoint's run, and the chance level beside them."""
     overall = result["overall"]
     scores = {metric: overall[metric] for metric in task.metrics} | {"acc_stderr": overall["acc_stderr"]}
-    if len(result["subjects"]) > 1:
-        scores |= {f"{task.name}/{name}": e["acc"] for name, e in result["subjects"].items()}
+    scores |= {f"{task.name}/{name}": acc for name, acc in recorded_groups(result).items()}
     metadata = {
         **run_series(checkpoint, {name: round(value, 4) for name, value in scores.items()}),
         "chance": dg.MetadataValue.text(f"{result['chance']:.4f}"),
@@ -100,7 +106,7 @@ def task_score_asset(task: Task) -> dg.AssetsDefinition:
         return dg.MaterializeResult(
             metadata=task_metadata(task, result, context.partition_key, data) | ran_on
             | publish_questions(store, context.partition_key, result)
-            | {"trend": trend_table(history, result), "acc_by_checkpoint": accuracy_chart(history, context.partition_key, result)},
+            | {"trend": trend_table(history, result, recorded_groups(result)), "acc_by_checkpoint": accuracy_chart(history, context.partition_key, result)},
             check_results=score_checks(result, len(questions), training_loss(store, context.partition_key), em.cfg.vocab_size),
         )
 
