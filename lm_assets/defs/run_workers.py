@@ -89,7 +89,7 @@ def tag_run_limits(instance: dg.DagsterInstance) -> dict[str, str]:
 
 
 @dg.sensor(minimum_interval_seconds=RUN_LIMIT_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Gives runs of the implicit asset job (`dagster asset materialize`, the UI's Materialize "
+           description="Gives runs of the implicit asset job (dagster asset materialize, the UI's Materialize "
            "button) the maximum runtime and stage tag of the stage their assets belong to, as the named jobs' runs "
            "have them.")  # fmt: skip
 def run_limit_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:

@@ -61,3 +61,12 @@ def test_automation_says_what_it_runs_in_values_not_names():
     automation = defs.resolve_sensor_def("default_automation_condition_sensor")
     assert eager >= {"minhash_signatures", "tokenized_shard"}
     assert all(name in automation.description for name in eager)
+
+
+def test_sensor_descriptions_have_no_markdown():
+    """The UI shows a sensor's description as plain text: a backtick would show as itself."""
+    from lm_assets.definitions import defs
+
+    sensors = {sensor.name: sensor.description or "" for sensor in defs.sensors}
+    assert {"run_limit_sensor", "landing_sensor", "checkpoint_evaluation_sensor"} <= set(sensors)
+    assert {name: text for name, text in sensors.items() if "`" in text} == {}
