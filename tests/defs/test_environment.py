@@ -91,7 +91,7 @@ def test_every_setting_variable_is_registered_read_one_way_and_documented():
     defs_source = "\n".join(p.read_text() for p in (root / "lm_assets" / "defs").rglob("*.py"))
     reads = re.findall(r"os\.environ(?:\.get)?\(?\[?\"([A-Z_]+)", defs_source)
     assert not set(reads) & set(VARIABLES), "read a setting with from_environment"
-    readme = (root / "README.md").read_text()
-    assert [v for v in VARIABLES if v.startswith("LM_ASSETS_") and f"`{v}`" not in readme] == []
+    reference = (root / "docs" / "configuration.md").read_text()
+    assert [v for v in VARIABLES if v.startswith("LM_ASSETS_") and f"`{v}`" not in reference] == []
     with pytest.raises(KeyError, match="LM_ASSETS_TYPO is not one of the environment variables"):
         from_environment(None, "LM_ASSETS_TYPO")
