@@ -30,7 +30,7 @@ def test_more_than_five_percent_truncated_prompts_warn():
     checks = score_checks(result(0.27, truncated=21), expected=400, loss=3.0, vocab_size=32000)
     warning = next(c for c in checks if c.check_name == "prompts_fit_the_context")
     assert warning.passed is False and warning.severity == dg.AssetCheckSeverity.WARN
-    assert warning.metadata["share"].value == 0.0525
+    assert warning.metadata["share"].value == 0.0525  # no checkpoint given: no run prefix
 
 
 def test_out_of_range_and_missing_questions_fail():
@@ -136,7 +136,14 @@ def test_the_exact_chance_band_lets_the_untrained_check_fail_and_says_when_it_ca
     assert chance_check(exact(0.85, 40, n_choices=2), untrained).passed is False
 
 
-def test_check_numbers_are_rounded():
-    check = chance_check(exact(0.7092793267718458, 100), 8.295049140435111)
-    values = {k: v.value for k, v in check.metadata.items()}
-    assert values["acc"] == 0.7093 and values["training_loss"] == 8.295 and values["log_vocab"] == 10.3735
+def test_check_numbers_are_rounded_and_plotted_per_run():
+    for checkpoint, run in (("main-step_00000010", "main"), ("sft-step_00000040", "sft")):
+        checks = score_checks(exact(0.7092793267718458, 100), expected=100, loss=8.295049140435111, vocab_size=4000,
+                              checkpoint=checkpoint)  # fmt: skip
+        check = next(c for c in checks if c.check_name == "chance_while_untrained")
+        numbers = {k: v.value for k, v in check.metadata.items() if isinstance(v, dg.FloatMetadataValue)}
+        assert numbers == {f"{run}/training_loss": 8.295, f"{run}/acc": 0.7093}
+        assert check.metadata["log_vocab"].value == "8.2940"
+        # Counts and settings are text; the truncated share is keyed by run as the loss is.
+        for other in checks:
+            assert all(k.startswith(f"{run}/") for k, v in other.metadata.items() if isinstance(v, dg.FloatMetadataValue))

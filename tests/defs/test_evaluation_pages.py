@@ -5,7 +5,8 @@ import math
 import dagster as dg
 
 from lm_assets.defs.common.reporting import markdown_table, table_cell
-from lm_assets.defs.evaluation.assets import position_table, trend_table
+from lm_assets.defs.evaluation.assets import accuracy_chart, position_table, score_metadata, trend_table
+from lm_assets.defs.evaluation.safety import safety_series
 from lm_assets.defs.evaluation.tasks import recorded_groups
 
 
@@ -44,3 +45,38 @@ def test_a_position_no_document_reaches_has_no_perplexity():
     table = markdown_table(position_table({"0-256": {"tokens": 900, "perplexity": 812.3456},
                                            "4k+": {"tokens": 0, "perplexity": math.nan}})).value
     assert "| 4k+ | 0 | – |" in table and "nan" not in table
+
+
+def banded(acc: float) -> dict:
+    return {"overall": {"acc": acc, "chance_low": 0.0, "chance_high": 0.5}}
+
+
+def test_one_checkpoint_is_said_not_charted_and_another_run_is_left_out():
+    alone = accuracy_chart({"main-step_00000010": None}, "main-step_00000010", banded(0.25)).value
+    assert "![" not in alone and "main has 1 evaluated checkpoint: acc 0.2500 at step 10" in alone
+    # The sft checkpoint is not a point of main's chart: main still has one.
+    sft = {"sft-step_00000040": {"sft/acc": dg.MetadataValue.float(0.5), "chance_band": dg.MetadataValue.text("0–1")}}
+    assert "![" not in accuracy_chart(sft | {"main-step_00000010": None}, "main-step_00000010", banded(0.25)).value
+    two = {"main-step_00000010": {"main/acc": dg.MetadataValue.float(0.2),
+                                  "chance_band": dg.MetadataValue.text("0.0000–0.5000")}, "main-step_00000020": None}
+    assert accuracy_chart(two, "main-step_00000020", banded(0.25)).value.startswith("![acc](data:image/svg+xml,")
+
+
+def test_a_standard_error_is_shown_not_charted():
+    result = {"benchmark": "mmlu", "overall": {"n": 8, "acc": 0.25, "acc_stderr": 0.1637, "acc_norm": 0.25,
+                                               "chance_low": 0.0, "chance_high": 0.625},
+              "categories": {}, "subjects": {"virology": {"category": "other", "n": 8, "acc": 0.25, "acc_norm": 0.25}},
+              "num_fewshot": 0, "split": "test", "truncated": 0, "max_length": 64, "seconds": 1.0}  # fmt: skip
+    meta = score_metadata(result, "main-step_00000010")
+    assert isinstance(meta["main/acc"], dg.FloatMetadataValue)
+    assert isinstance(meta["main/acc_stderr"], dg.TextMetadataValue) and meta["main/acc_stderr"].value == "0.1637"
+
+
+def test_safety_charts_what_a_run_is_followed_by():
+    rates = {"refusal_rate": 0.0, "over_refusal_rate": 0.0, "harmful_toxic_share": 0.0}
+    summary = {"all": rates, "en": rates, "zh": rates}
+    scores, unplotted = safety_series(summary, chat=False)
+    assert len(scores) == 9 and set(scores) - unplotted == {"harmful_toxic_share"}
+    _, unplotted = safety_series(summary, chat=True)
+    assert {"refusal_rate", "over_refusal_rate", "harmful_toxic_share"}.isdisjoint(unplotted)
+    assert unplotted == {f"{rate}_{lang}" for rate in rates for lang in ("en", "zh")}

@@ -59,7 +59,10 @@ def test_safety_and_bias_on_a_base_checkpoint(storage_root):
     safety = meta["safety_score"]
     assert safety["refusal_meaningful"].value is False and "not meaningful" in safety["note"].value
     assert safety["headline"].value.startswith("harmful_toxic_share")
-    assert 0.0 <= safety["main/refusal_rate_en"].value <= 1.0 and "main/over_refusal_rate_zh" in safety
+    assert 0.0 <= float(safety["main/refusal_rate_en"].value) <= 1.0 and "main/over_refusal_rate_zh" in safety
+    # Charted: the base model's toxicity alone; its refusal and the per-language rates are text, not flat charts.
+    charted = {k for k, v in safety.items() if isinstance(v, dg.FloatMetadataValue)}
+    assert charted == {"main/harmful_toxic_share"}
     answers = pl.read_parquet(storage_root / safety_answers_key(BASE))
     assert answers.height == 48 and set(answers["language"]) == {"en", "zh"}
     assert set(answers["verdict"]) <= {"refused", "complied", "answered"} and answers["reason"].str.len_chars().min() > 0
@@ -75,6 +78,7 @@ def test_safety_and_bias_on_a_base_checkpoint(storage_root):
         bbq = meta[name]
         assert 0.0 <= bbq["main/acc"].value <= 1.0 and -1.0 <= bbq["main/disamb_bias_score"].value <= 1.0
         assert all(f"| {c} |" in bbq["by_category"].value for c in categories)
+        assert not any(key.startswith("main/disamb_bias_score/") for key in bbq)  # by_category has them
         questions = pl.read_parquet(storage_root / question_results_key(BASE, task))
         assert questions.height == int(bbq["questions"].value) and questions["acc"].mean() == pytest.approx(bbq["main/acc"].value, abs=1e-4)
 

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import warnings
+from collections.abc import Collection
 
 import dagster as dg
 import numpy as np
@@ -39,24 +40,32 @@ def latest_metadata(instance: dg.DagsterInstance, asset_key: dg.AssetKey, partit
     return mat.metadata if mat else None
 
 
-def run_series(checkpoint: str, scores: dict[str, float | None]) -> dict[str, dg.MetadataValue]:
+def run_series(checkpoint: str, scores: dict[str, float | None], unplotted: Collection[str] = ()) -> dict[str, dg.MetadataValue]:
     """Scores as numeric metadata under the checkpoint's run (`main/perplexity`, `sft/perplexity`), at five
     significant digits, and `series`, the run. The Plots tab draws one chart per numeric key across the
     checkpoint partitions, so a key per run keeps each run's checkpoints on a series of their own: a
-    fine-tuning checkpoint never reads as the next point of pretraining."""
+    fine-tuning checkpoint never reads as the next point of pretraining. The scores named in `unplotted`
+    (a standard error, a breakdown whose table is on the page) are recorded under the same key as text, so
+    that the page shows them and `series_value` reads them, but no chart is drawn of them."""
     run, _ = parse_checkpoint_key(checkpoint)
     return {
         "series": dg.MetadataValue.text(f"{run}: this run's checkpoints, plotted as {run}/…"),
-        **{f"{run}/{name}": dg.MetadataValue.float(float(f"{value:.5g}"))
+        **{f"{run}/{name}": (dg.MetadataValue.text(f"{value:.5g}") if name in unplotted
+                             else dg.MetadataValue.float(float(f"{value:.5g}")))
            for name, value in scores.items() if value is not None and math.isfinite(value)},
     }
 
 
 def series_value(metadata: dict | None, checkpoint: str, name: str) -> float | None:
-    """The score `name` that `run_series` recorded for `checkpoint`, or None."""
+    """The score `name` that `run_series` recorded for `checkpoint` (plotted or not), or None."""
     run, _ = parse_checkpoint_key(checkpoint)
     entry = (metadata or {}).get(f"{run}/{name}")
-    return None if entry is None else entry.value
+    if entry is None:
+        return None
+    try:
+        return float(entry.value)
+    except (TypeError, ValueError):
+        return None
 
 
 def significant(value: float, digits: int = 3) -> str:

@@ -157,9 +157,9 @@ def trend_table(history: dict[str, dict | None], result: dict, groups: dict[str,
     return markdown_table(table, max_rows=120)
 
 
-def accuracy_chart(history: dict[str, dict | None], current: str, result: dict) -> dg.MetadataValue:
-    """acc across the checkpoints of this one's run in `history` (`evaluated`), this one's from `result`, the
-    chance band shaded under it."""
+def accuracy_points(history: dict[str, dict | None], current: str, result: dict) -> tuple[list, list]:
+    """(step, acc) and (step, (low, high)) of the chance band for each step checkpoint of this one's run in
+    `history` (`evaluated`), this one's from `result`: one run's points only, never another run's."""
     run, _ = parse_checkpoint_key(current)
     acc, band = [], []
     for checkpoint, metadata in history.items():
@@ -177,6 +177,18 @@ def accuracy_chart(history: dict[str, dict | None], current: str, result: dict) 
         step = int(tag.removeprefix("step_"))
         acc.append((step, value))
         band.append((step, (low, high)))
+    return acc, band
+
+
+def accuracy_chart(history: dict[str, dict | None], current: str, result: dict) -> dg.MetadataValue:
+    """acc across the checkpoints of this one's run (`accuracy_points`), the chance band shaded under it; with
+    fewer than two checkpoints, a line saying so (and the one score), not an empty chart."""
+    run, _ = parse_checkpoint_key(current)
+    acc, band = accuracy_points(history, current, result)
+    if len(acc) < 2:
+        scored = f": acc {acc[0][1]:.4f} at step {acc[0][0]}" if acc else ""
+        return dg.MetadataValue.md(f"_{run} has {len(acc)} evaluated checkpoint{'' if len(acc) == 1 else 's'}{scored}; "
+                                   "the chart is drawn from two on_")
     caption = f"{run}: acc by step (blue) over the chance band (grey) of each checkpoint"
     return dg.MetadataValue.md(inline_line_chart("acc", caption, [(acc, "blue")], band=band))
 
@@ -201,6 +213,9 @@ CHANCE_BAND = (
     "moves from checkpoint to checkpoint because each prefers the letters differently, and acc inside it is chance. "
     "It is exact (binomial quantiles), so it stays inside [0, 1]; on a handful of questions it reaches 1.0."
 )
+
+
+UNPLOTTED = ("acc_stderr",)  # shown beside acc, not charted: a standard error is no score to follow
 
 
 def band_text(overall: dict) -> str:
@@ -231,7 +246,7 @@ def score_metadata(result: dict, checkpoint: str) -> dict:
               **{f"{result['benchmark']}/{name}": acc for name, acc in per_group_accuracy(result).items()}}
     # What does not change across checkpoints is text, so that Plots shows only what does.
     return {
-        **run_series(checkpoint, {name: round(value, 4) for name, value in scores.items()}),
+        **run_series(checkpoint, {name: round(value, 4) for name, value in scores.items()}, unplotted=UNPLOTTED),
         "chance_band": dg.MetadataValue.text(band_text(overall)),
         "questions": dg.MetadataValue.text(str(overall["n"])),
         "num_fewshot": dg.MetadataValue.text(str(result["num_fewshot"])),
@@ -244,7 +259,11 @@ def score_metadata(result: dict, checkpoint: str) -> dict:
     }
 
 
-def score_checks(result: dict, expected: int, loss: float | None, vocab_size: int) -> list[dg.AssetCheckResult]:
+def score_checks(result: dict, expected: int, loss: float | None, vocab_size: int,
+                 checkpoint: str | None = None) -> list[dg.AssetCheckResult]:  # fmt: skip
+    """The benchmark's checks. Their numbers that move from checkpoint to checkpoint are keyed by the
+    checkpoint's run (`check_numbers`), as the scores are, so that a check's plot never joins one run's
+    checkpoints to another's; settings and counts are text."""
     overall = result["overall"]
     in_range = all(0.0 <= e[m] <= 1.0 for e in [overall, *result["subjects"].values()] for m in ("acc", "acc_norm"))
     truncated_share = result["truncated"] / overall["n"]
@@ -253,19 +272,33 @@ def score_checks(result: dict, expected: int, loss: float | None, vocab_size: in
         dg.AssetCheckResult(
             check_name="prompts_fit_the_context", passed=truncated_share <= TRUNCATION_LIMIT,
             severity=dg.AssetCheckSeverity.WARN,
-            metadata={"truncated": result["truncated"], "questions": overall["n"], "share": round(truncated_share, 4),
-                      "limit": TRUNCATION_LIMIT, "max_length": result["max_length"]},
+            metadata={**check_numbers(checkpoint, {"share": truncated_share}),
+                      **as_text({"truncated": result["truncated"], "questions": overall["n"], "limit": TRUNCATION_LIMIT,
+                                 "max_length": result["max_length"]})},  # fmt: skip
             description="Few-shot prompts cut from the left lose their examples: a score on them is not n-shot.",
         ),
         dg.AssetCheckResult(
             check_name="all_questions_scored", passed=overall["n"] == expected,
-            metadata={"scored": overall["n"], "expected": expected},
+            metadata=as_text({"scored": overall["n"], "expected": expected}),
         ),
-        chance_check(overall, loss, vocab_size),
+        chance_check(overall, loss, vocab_size, checkpoint),
     ]
 
 
-def chance_check(overall: dict, loss: float | None, vocab_size: int) -> dg.AssetCheckResult:
+def check_numbers(checkpoint: str | None, numbers: dict[str, float | None]) -> dict[str, dg.MetadataValue]:
+    """A check's numbers at four decimals, under `<run>/` when the checkpoint is known (the check's plot then
+    draws each run apart); a missing number as the text `unknown`."""
+    prefix = f"{parse_checkpoint_key(checkpoint)[0]}/" if checkpoint else ""
+    return {f"{prefix}{name}": dg.MetadataValue.text("unknown") if value is None else dg.MetadataValue.float(round4(value))
+            for name, value in numbers.items()}  # fmt: skip
+
+
+def as_text(values: dict) -> dict[str, dg.MetadataValue]:
+    """Settings and counts as text: read on the check, not charted."""
+    return {name: dg.MetadataValue.text(str(value)) for name, value in values.items()}
+
+
+def chance_check(overall: dict, loss: float | None, vocab_size: int, checkpoint: str | None = None) -> dg.AssetCheckResult:
     """Warns when a model whose training loss is still near log(vocab) scores above the top of its chance band
     (exact binomial, inside [0, 1]: `stats.binomial_band`). On so few questions that the band reaches 1.0 no
     score is above it, and the metadata says so rather than pass in silence."""
@@ -279,9 +312,9 @@ def chance_check(overall: dict, loss: float | None, vocab_size: int) -> dg.Asset
     return dg.AssetCheckResult(
         check_name="chance_while_untrained", passed=not (untrained and overall["acc"] > high),
         severity=dg.AssetCheckSeverity.WARN,
-        metadata={"training_loss": round4(loss) if loss is not None else "unknown", "log_vocab": round4(math.log(vocab_size)),
-                  "acc": round4(overall["acc"]), "chance_band": band_text(overall),
-                  "questions": overall["n"], "verdict": verdict},
+        metadata={**check_numbers(checkpoint, {"training_loss": loss, "acc": overall["acc"]}),
+                  **as_text({"log_vocab": f"{math.log(vocab_size):.4f}", "chance_band": band_text(overall),
+                             "questions": overall["n"], "verdict": verdict})},
         description="A model whose training loss is still near log(vocab) should score inside the chance band "
         f"(the central {CHANCE_LEVEL:.1%} of a guesser's binomial accuracy).",
     )
@@ -824,7 +857,7 @@ def benchmark_result(
         metadata=score_metadata(result, checkpoint) | ran_on | publish_questions(store, checkpoint, result)
         | {"trend": trend_table(history, result, per_group_accuracy(result)),
            "acc_by_checkpoint": accuracy_chart(history, checkpoint, result)},
-        check_results=score_checks(result, expected, training_loss(store, checkpoint), em.cfg.vocab_size),
+        check_results=score_checks(result, expected, training_loss(store, checkpoint), em.cfg.vocab_size, checkpoint),
     )
 
 

@@ -39,6 +39,21 @@ class SafetyScoreConfig(EvaluationDeviceConfig):
                                           "toxicity, as curated_shard scores documents")  # fmt: skip
 
 
+SAFETY_RATES = ("refusal_rate", "over_refusal_rate", "harmful_toxic_share")
+
+
+def safety_series(summary: dict[str, dict], chat: bool) -> tuple[dict[str, float], set[str]]:
+    """The rates recorded (`refusal_rate`, and `refusal_rate_en` per language) and those of them not charted: the
+    per-language ones, which by_language tables, and, for a base model, the refusal rates, which mean nothing
+    for continuations (all zero, chart after chart). What is charted is what a run is followed by."""
+    scores: dict[str, float] = {}
+    for language, s in summary.items():
+        suffix = "" if language == "all" else f"_{language}"
+        scores |= {f"{rate}{suffix}": s[rate] for rate in SAFETY_RATES}
+    charted = {"harmful_toxic_share"} | ({"refusal_rate", "over_refusal_rate"} if chat else set())
+    return scores, set(scores) - charted
+
+
 @evaluation_asset(
     description="Refusal of harmful requests (AdvBench-style instructions and Do-Not-Answer-style questions, English and "
     "Chinese) and over-refusal of benign look-alikes (XSTest-style), from greedy answers judged by AdvBench's refusal "
@@ -70,16 +85,12 @@ def safety_score(context: dg.AssetExecutionContext, config: SafetyScoreConfig, s
     key = safety_answers_key(context.partition_key)
     store.write_parquet(key, rows)
     summary = result["summary"]
-    scores = {}
-    for language, s in summary.items():
-        suffix = "" if language == "all" else f"_{language}"
-        scores |= {f"refusal_rate{suffix}": s["refusal_rate"], f"over_refusal_rate{suffix}": s["over_refusal_rate"],
-                   f"harmful_toxic_share{suffix}": s["harmful_toxic_share"]}  # fmt: skip
+    scores, unplotted = safety_series(summary, result["chat"])
     table = pl.DataFrame([{"language": lang, **{k: (_round(v) if isinstance(v, float) else v) for k, v in s.items()}}
                           for lang, s in summary.items()])  # fmt: skip
     lead = ("refusal_rate" if result["chat"] else "harmful_toxic_share")
     metadata = {
-        **run_series(context.partition_key, scores),
+        **run_series(context.partition_key, scores, unplotted),
         "model_kind": dg.MetadataValue.text("chat (answers to the prompt as a user turn)" if result["chat"]
                                             else "base (continuations of the prompt)"),
         "refusal_meaningful": dg.MetadataValue.bool(result["chat"]),
@@ -176,9 +187,8 @@ def bbq_asset(name: str, task: str, folder: str, language: str, release: str):
         key = question_results_key(context.partition_key, task)
         store.write_parquet(key, answers)
         overall = summary["overall"]
+        # The bias scores per category are in by_category, not one chart (and one long key) each.
         scores = {k: v for k, v in overall.items() if k != "n"}
-        for category, e in summary["by_category"].items():
-            scores |= {f"amb_bias_score/{category}": e["amb_bias_score"], f"disamb_bias_score/{category}": e["disamb_bias_score"]}
         return dg.MaterializeResult(metadata={
             **run_series(context.partition_key, scores),
             "questions": dg.MetadataValue.text(str(overall["n"])),

@@ -12,6 +12,7 @@ from lm_assets.defs.common.reporting import latest_metadata, markdown_table, run
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.evaluation.assets import (
     EVAL_DEPS,
+    UNPLOTTED,
     EvaluationDeviceConfig,
     accuracy_chart,
     against_band,
@@ -59,7 +60,7 @@ def task_metadata(task: Task, result: dict, checkpoint: str, data: str) -> dict:
     scores = {metric: overall[metric] for metric in task.metrics} | {"acc_stderr": overall["acc_stderr"]}
     scores |= {f"{task.name}/{name}": acc for name, acc in recorded_groups(result).items()}
     metadata = {
-        **run_series(checkpoint, {name: round(value, 4) for name, value in scores.items()}),
+        **run_series(checkpoint, {name: round(value, 4) for name, value in scores.items()}, unplotted=UNPLOTTED),
         "chance": dg.MetadataValue.text(f"{result['chance']:.4f}"),
         "chance_band": dg.MetadataValue.text(band_text(overall)),
         "metrics": dg.MetadataValue.text(", ".join(task.metrics)),
@@ -107,7 +108,8 @@ def task_score_asset(task: Task) -> dg.AssetsDefinition:
             metadata=task_metadata(task, result, context.partition_key, data) | ran_on
             | publish_questions(store, context.partition_key, result)
             | {"trend": trend_table(history, result, recorded_groups(result)), "acc_by_checkpoint": accuracy_chart(history, context.partition_key, result)},
-            check_results=score_checks(result, len(questions), training_loss(store, context.partition_key), em.cfg.vocab_size),
+            check_results=score_checks(result, len(questions), training_loss(store, context.partition_key), em.cfg.vocab_size,
+                                       context.partition_key),
         )
 
     return _score
