@@ -80,3 +80,19 @@ def test_safety_charts_what_a_run_is_followed_by():
     _, unplotted = safety_series(summary, chat=True)
     assert {"refusal_rate", "over_refusal_rate", "harmful_toxic_share"}.isdisjoint(unplotted)
     assert unplotted == {f"{rate}_{lang}" for rate in rates for lang in ("en", "zh")}
+
+
+def test_dpo_draws_its_reward_accuracy_and_tables_its_validation_at_one_precision():
+    from lm_assets.defs.training.assets import dpo_validation_table, reward_accuracy_markdown
+
+    history = [{"step": s, "reward_margin": 0.1 * s, "reward_accuracy": min(1.0, 0.25 * s)} for s in range(1, 6)]
+    history[-1] |= {"val_reward_accuracy": 0.75, "val_reward_margin": 0.2}
+    chart = reward_accuracy_markdown(history)
+    assert chart.startswith("![reward accuracy](data:image/svg+xml,")
+    assert "reward accuracy (green) 0.25 → 1.00 · held-back pairs 0.75 at step 5" in chart
+    meta = {"val_reward_accuracy_start": dg.MetadataValue.float(0.0), "val_reward_margin_start": dg.MetadataValue.float(0.0),
+            "val_kl_start": dg.MetadataValue.float(0.0), "val_reward_accuracy": dg.MetadataValue.float(0.75),
+            "val_reward_margin": dg.MetadataValue.float(0.2), "val_kl": dg.MetadataValue.float(0.00012)}  # fmt: skip
+    table = dpo_validation_table(meta).splitlines()
+    assert table[2:] == ["| start | 0.0000 | 0.0000 | 0.0000 |", "| end | 0.7500 | 0.2000 | 0.0001 |"]
+    assert dpo_validation_table({}) is None

@@ -328,7 +328,7 @@ def launch_training(
 
 
 # What training_run's overview shows first: how the loss went, then the rest as the run reported it.
-RUN_STORY = ("curves", "reward_curve", "dpo_validation", "adapter", "final_loss", "min_loss", "min_loss_step", "loss_rose_at_end", "val_loss", "val_loss_step",
+RUN_STORY = ("curves", "reward_curve", "reward_accuracy_curve", "dpo_validation", "adapter", "final_loss", "min_loss", "min_loss_step", "loss_rose_at_end", "val_loss", "val_loss_step",
              "lr_curve", "checkpoints", "steps", "tokens", "tokens_per_s", "mfu", "training_plan")
 
 
@@ -411,6 +411,10 @@ def with_curves(result):
             extra["lr_curve"] = dg.MetadataValue.md(lr_markdown(history))
         if any(m.get("reward_margin") is not None for m in history):
             extra["reward_curve"] = dg.MetadataValue.md(reward_markdown(history))
+        if any(m.get("reward_accuracy") is not None for m in history):
+            extra["reward_accuracy_curve"] = dg.MetadataValue.md(reward_accuracy_markdown(history))
+    if (table := dpo_validation_table(result.metadata)) is not None:
+        extra["dpo_validation"] = dg.MetadataValue.md(table)
     png = result.metadata.get("curves_png")
     if png is not None and Path(png.value).exists():
         data = base64.b64encode(Path(png.value).read_bytes()).decode()
@@ -445,6 +449,37 @@ def reward_markdown(history: list[dict]) -> str:
     if val is not None:
         caption += f" · held-back pairs: accuracy {val['val_reward_accuracy']:.2f}, margin {val['val_reward_margin']:.3f} (red dots)"
     return inline_line_chart("reward margin", caption, [(margins, "green")], [(vals, "red")] if vals else [])
+
+
+def reward_accuracy_markdown(history: list[dict]) -> str:
+    """DPO's inline chart of the reward accuracy per step (the share of pairs whose chosen answer the policy
+    rewards above the rejected one), the held-back pairs' accuracy as dots; first, last and held-back in the caption."""
+    accs = [(m["step"], m["reward_accuracy"]) for m in history if m.get("reward_accuracy") is not None]
+    vals = [(m["step"], m["val_reward_accuracy"]) for m in history if m.get("val_reward_accuracy") is not None]
+    caption = f"reward accuracy (green) {accs[0][1]:.2f} → {accs[-1][1]:.2f}"
+    if vals:
+        caption += f" · held-back pairs {vals[-1][1]:.2f} at step {vals[-1][0]} (red dots)"
+    return inline_line_chart("reward accuracy", caption, [(accs, "green")], [(vals, "red")] if vals else [])
+
+
+DPO_VALIDATION = (("reward accuracy", "val_reward_accuracy"), ("reward margin", "val_reward_margin"),
+                  ("KL to the reference", "val_kl"))  # fmt: skip
+
+
+def dpo_validation_table(metadata: dict) -> str | None:
+    """The held-back pairs at the start and the end, every column at four decimals, from the run's numbers
+    (`val_reward_accuracy_start`, `val_reward_accuracy`, ...); None when the run reported none."""
+    def value(key):
+        entry = metadata.get(key)
+        return None if entry is None else getattr(entry, "value", entry)
+
+    rows = [(when, [value(f"{key}{suffix}") for _, key in DPO_VALIDATION]) for when, suffix in (("start", "_start"), ("end", ""))]
+    if not any(v is not None for _, values in rows for v in values):
+        return None
+    cell = lambda v: "–" if v is None else f"{float(v):.4f}"  # noqa: E731
+    lines = ["| held-back pairs | " + " | ".join(name for name, _ in DPO_VALIDATION) + " |", "|---|---|---|---|"]
+    lines += [f"| {when} | " + " | ".join(cell(v) for v in values) + " |" for when, values in rows]
+    return "\n".join(lines)
 
 
 def lr_markdown(history: list[dict]) -> str:
