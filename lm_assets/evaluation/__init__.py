@@ -1,6 +1,7 @@
-"""Evaluation of trained checkpoints: MMLU and C-Eval scored as lm-evaluation-harness scores them,
-perplexity and bits per byte on the packed validation split, and continuations of fixed prompts, greedy
-and sampled, with a KV-cached `generate`. No Dagster imports (assets call this).
+"""Evaluation of trained checkpoints, as lm-evaluation-harness scores them where it has the task: perplexity
+overall and by position, MMLU and C-Eval, the zero- and few-shot suite, HumanEval, safety and bias,
+continuations scored against the text, samples of fixed prompts and people's ratings of them, on our own
+model with a KV-cached `generate`. No Dagster imports (assets call this).
 
     em = load_model("storage/checkpoints/main/step_00000040/hf")      # our Transformer + SentencePiece
     mmlu = evaluate_mmlu(em, "data/eval/mmlu.zip")                       # 5-shot, test split
@@ -10,9 +11,19 @@ and sampled, with a KV-cached `generate`. No Dagster imports (assets call this).
     samples = sample_continuations(em)                                   # fixed prompts, greedy and sampled
     low, high = chance_interval(mmlu["overall"]["n"])
 
-Modules: `checkpoint` (loading), `prompts` (the lm-eval prompt formats), `scoring` (log-likelihoods,
-batching), `benchmarks` (end-to-end runs and aggregation), `perplexity`, `generation` (KV-cached
-decoding), `samples` (continuations of fixed prompts), `stats`, `subjects`.
+Modules:
+- `checkpoint`: loading an HF export as our model; `prompts`: the lm-eval prompt formats of MMLU and C-Eval;
+  `scoring`: log-likelihoods, batching; `benchmarks`: MMLU and C-Eval end to end and aggregation;
+  `subjects`: MMLU's categories, C-Eval's subject names; `stats`: standard errors, the chance band;
+- `tasks`: the zero- and few-shot suite (HellaSwag, ARC, PIQA, WinoGrande, BoolQ, CMMLU, XStoryCloze-zh,
+  XCOPA-zh), each read from its release's files;
+- `perplexity`: on a packed split; `long_text`: held-out documents read whole, perplexity by position and
+  continuations scored against the text;
+- `generation`: KV-cached decoding; `samples`: continuations of fixed prompts;
+- `safety`: refusal of harmful requests and over-refusal of benign ones; `bias`: CrowS-Pairs, BBQ, CBBQ;
+- `humaneval`: pass@1 and pass@k; `sandbox`, `sandbox_runner`, `sandbox_judge`, `plain_values`: the
+  completion run contained, judged from a process that never runs it;
+- `ratings`: people's ratings of samples, compared with the scores.
 """
 
 from __future__ import annotations

@@ -93,3 +93,10 @@ def test_the_group_table_covers_every_group():
     groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
     readme = (ROOT / "README.md").read_text()
     assert [g for g in sorted(groups) if f"| {g} |" not in readme] == []
+
+
+def test_the_evaluation_package_names_every_module():
+    import lm_assets.evaluation
+
+    modules = [p.stem for p in (ROOT / "lm_assets" / "evaluation").glob("*.py") if p.stem != "__init__"]
+    assert [m for m in sorted(modules) if f"`{m}`" not in lm_assets.evaluation.__doc__] == []

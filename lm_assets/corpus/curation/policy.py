@@ -30,7 +30,7 @@ from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 from lm_assets.text import base_lang
 
 POLICIES = ("rules", "classifier", "both")
-# Who decides quality by default: see the README's "Curation defaults, and why".
+# Who decides quality by default: see docs/curation.md, "Curation defaults, and why".
 DEFAULT_QUALITY_POLICY = "classifier"
 ANY = "*"  # the threshold of the languages without one of their own
 STAGE = "classifier"

@@ -149,7 +149,7 @@ class QualityConfig:
 
 
 # The published presets, as datatrove ships them, and ours. `lm_assets` was chosen on the labelled
-# development set (bench/dev_set; README "Curation defaults"): pages of English and Chinese manuals.
+# development set (bench/dev_set; docs/curation.md, "Curation defaults"): pages of English and Chinese manuals.
 PRESETS: dict[str, dict[str, Any]] = {
     # Gopher, C4 and FineWeb at once, C4 rewriting lines: the pipeline's earlier default.
     "published": {},

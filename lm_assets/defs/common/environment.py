@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-# Every environment variable the code location reads, and what it sets (the README's Configuration
-# table). `from_environment` refuses a variable that is not here.
+# Every environment variable the code location reads, and what it sets (docs/configuration.md's table
+# is generated from it). `from_environment` refuses a variable that is not here.
 VARIABLES = {
     "LM_ASSETS_PROJECT_DIR": "the folder relative paths resolve against",
     "LM_ASSETS_STORAGE_ROOT": "where every stage writes: a folder or s3://bucket/prefix",
