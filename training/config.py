@@ -181,30 +181,30 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 class ParallelConfig:
     """Pipeline, tensor and data parallel degrees; `dp=0` takes what the world size leaves."""
 
-    pp: int = 1
-    tp: int = 1
-    dp: int = 0
+    pp: int = 1  # pipeline stages
+    tp: int = 1  # tensor-parallel ranks
+    dp: int = 0  # data-parallel ranks; 0: what the world size leaves
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 3e-4
-    min_lr_ratio: float = 0.1
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
+    lr: float = 3e-4  # AdamW's peak learning rate, after linear warmup
+    min_lr_ratio: float = 0.1  # cosine decay ends at this share of lr
+    warmup_steps: int = 100  # linear warmup from 0 to lr
+    weight_decay: float = 0.1  # AdamW's decoupled weight decay
+    beta1: float = 0.9  # AdamW's first-moment decay
+    beta2: float = 0.95  # AdamW's second-moment decay
+    eps: float = 1e-8  # AdamW's epsilon
     grad_clip: float = 1.0  # 0 disables clipping
 
 
 @dataclass
 class SpikeConfig:
     k_sigma: float = 6.0  # 0 disables the k-sigma test (non-finite losses are always spikes)
-    window: int = 100
-    min_history: int = 10
-    min_std_frac: float = 0.005
-    max_consecutive: int = 5
+    window: int = 100  # steps in the running window of losses
+    min_history: int = 10  # steps before the test starts
+    min_std_frac: float = 0.005  # the window's standard deviation taken as at least this share of its mean
+    max_consecutive: int = 5  # spikes in a row that stop the run
 
 
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
@@ -218,8 +218,8 @@ class OffloadConfig:
 
     optimizer: str = "none"  # none | cpu | nvme; ZeRO stage 1-3
     param: str = "none"  # none | cpu | nvme; ZeRO stage 3
-    nvme_path: str = ""
-    pin_memory: bool = True
+    nvme_path: str = ""  # the folder for offload=nvme
+    pin_memory: bool = True  # pinned host buffers for the offloaded states
 
     @property
     def enabled(self) -> bool:
@@ -232,9 +232,9 @@ class LoaderConfig:
     steps' batches while the current one runs (0: made when the step asks); on CUDA they are copied
     into pinned memory (`pin_memory`, unset: on for CUDA), so the copy to the device overlaps compute."""
 
-    num_workers: int = 2
-    prefetch_steps: int = 2
-    pin_memory: bool | None = None
+    num_workers: int = 2  # background threads making batches (0: made when the step asks)
+    prefetch_steps: int = 2  # steps' batches made ahead
+    pin_memory: bool | None = None  # copy batches into pinned memory; None: on for CUDA
 
 
 @dataclass
@@ -244,14 +244,14 @@ class LossScaleConfig:
     and never falls below `min_loss_scale`."""
 
     initial_scale_power: int = 16  # teams often start at 14 (16,384)
-    loss_scale_window: int = 1000
-    hysteresis: int = 2
-    min_loss_scale: float = 1.0
+    loss_scale_window: int = 1000  # clean steps before the scale doubles
+    hysteresis: int = 2  # overflowing steps tolerated before it halves
+    min_loss_scale: float = 1.0  # the scale's floor
 
 
 @dataclass
 class CheckpointConfig:
-    dir: str | None = None
+    dir: str | None = None  # where checkpoints go (training_run sets it)
     save_every: int = 0  # 0: only at the end (when dir is set)
     resume: bool = True  # continue from the latest checkpoint in dir, if any
 
@@ -262,9 +262,9 @@ class ValidationConfig:
     micro-batches per data-parallel rank, at every checkpoint and at the last step; `every` > 0 also
     every that many steps; `batches=0` turns it off."""
 
-    split: str = "val"
-    batches: int = 8
-    every: int = 0
+    split: str = "val"  # the packed split the validation loss is measured on
+    batches: int = 8  # micro-batches per data-parallel rank (0: no validation)
+    every: int = 0  # also every this many steps (0: only at checkpoints and the last step)
 
 
 KERNEL_CHOICES = {
@@ -282,11 +282,11 @@ class KernelConfig:
     says what each is). "auto" takes liger-kernel on CUDA when it is installed, FlexAttention on
     CUDA for document masks, torch's own kernels otherwise."""
 
-    rms_norm: str = "auto"
-    rope: str = "auto"
-    swiglu: str = "auto"
-    cross_entropy: str = "auto"
-    attention: str = "auto"
+    rms_norm: str = "auto"  # auto | eager | torch (F.rms_norm) | liger
+    rope: str = "auto"  # auto | eager | liger
+    swiglu: str = "auto"  # auto | eager | liger
+    cross_entropy: str = "auto"  # auto | eager | liger
+    attention: str = "auto"  # auto | sdpa | flash (causal only) | flex; auto: flex on CUDA with document masks
     fused_adamw: bool = True  # torch's fused AdamW (one kernel for all parameters; CPU and CUDA)
 
 
@@ -325,10 +325,10 @@ class AdapterConfig:
     only a rank-`rank` update of each of `target_modules` trains (scaled by alpha / rank) and is saved."""
 
     type: str = "none"  # none | lora
-    rank: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    rank: int = 8  # the rank r of each low-rank update
+    alpha: float = 16.0  # the update is scaled by alpha / rank
+    dropout: float = 0.0  # dropout on the adapter's input
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")  # the linear layers that get an adapter
 
     @property
     def enabled(self) -> bool:
@@ -343,7 +343,7 @@ class DpoConfig:
     checkpoints (so one model is held, and a resume reads the same numbers); `adapter-disabled`, with
     an adapter, the same model with the adapter switched off, run beside each step."""
 
-    beta: float = 0.1
+    beta: float = 0.1  # DPO's beta: how far the policy may move from the reference
     label_smoothing: float = 0.0  # > 0: conservative DPO (labels flipped with this probability)
     loss_type: str = "sigmoid"  # sigmoid | robust
     reference: str = "precomputed"  # precomputed | adapter-disabled
@@ -357,11 +357,11 @@ class DistillConfig:
     Its logits are computed `on-the-fly` each micro-batch, or once before the first step as each
     position's `top_k` largest (`top-k`, kept beside the checkpoints)."""
 
-    teacher: str = ""
-    temperature: float = 2.0
-    alpha: float = 0.5
+    teacher: str = ""  # a Hugging Face Llama folder of the data's tokenizer
+    temperature: float = 2.0  # T, softening both distributions
+    alpha: float = 0.5  # weight of the KL term; 1 - alpha weighs the next-token loss
     teacher_logits: str = "on-the-fly"  # on-the-fly | top-k
-    top_k: int = 64
+    top_k: int = 64  # logits kept per position with teacher_logits=top-k
 
 
 @dataclass
@@ -387,23 +387,24 @@ class DebugConfig:
 class TrainConfig:
     data: str = ""  # a packed dataset directory (manifest.json + <split>.bin)
     tokenizer_model: str = ""  # the SentencePiece model, copied beside the HF export
-    split: str = "train"
-    data_seed: int = 0
+    split: str = "train"  # the packed split trained on
+    data_seed: int = 0  # the seed of the data order (not of the packing)
     loader: LoaderConfig = field(default_factory=LoaderConfig)
     model: str = "tiny"  # a preset of training.config.PRESETS
     init_from: str = ""  # a Hugging Face Llama folder: its architecture and weights replace the preset's
     run_asset: str = "training_run"  # the Dagster assets rank 0 reports the run and its checkpoints as, through Pipes
-    checkpoint_asset: str = "checkpoint"
+    checkpoint_asset: str = "checkpoint"  # the asset its checkpoints are reported as
     model_overrides: tuple[str, ...] = ()  # "field=value" applied to the preset's ModelConfig
     vocab_size: int | None = None  # default: from the data manifest
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     precision: str = "fp32"  # fp32 | bf16 | fp16
     fp16: LossScaleConfig = field(default_factory=LossScaleConfig)  # read with precision=fp16 only
-    zero_stage: int = 0
+    zero_stage: int = 0  # ZeRO 0-3: optimizer states, + gradients, + weights partitioned; at most 1 with pp > 1
     offload: OffloadConfig = field(default_factory=OffloadConfig)
-    micro_batch_size: int = 1
-    grad_accum: int = 1
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    micro_batch_size: int = 1  # sequences per rank per micro-step
+    grad_accum: int = 1  # micro-steps per optimizer step; the global batch is their product times dp
+    optim: OptimConfig = field(default_factory=OptimConfig)  # AdamW, linear warmup then cosine decay
+    # recompute each block in the backward pass: less memory, about a third more compute
     activation_checkpointing: bool = False
     compile: bool | None = None  # torch.compile each transformer block; None: on for CUDA, off for CPU
     # torch.compile's mode: default | reduce-overhead (CUDA graphs: CUDA only) | max-autotune
@@ -414,13 +415,13 @@ class TrainConfig:
     distill: DistillConfig = field(default_factory=DistillConfig)  # read with objective=distill only
     adapter: AdapterConfig = field(default_factory=AdapterConfig)
     kernels: KernelConfig = field(default_factory=KernelConfig)
-    seed: int = 0
-    steps: int = 100
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    seed: int = 0  # the seed of the weights' initialization
+    steps: int = 100  # the optimizer step the run ends at
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # where and how often checkpoints are saved
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     peak_flops: float | None = None  # peak FLOP/s of one device, for MFU
     log_every: int = 10  # a progress line every this many steps (training/monitor.py)
-    spike: SpikeConfig = field(default_factory=SpikeConfig)
+    spike: SpikeConfig = field(default_factory=SpikeConfig)  # a loss spike skips its step; too many in a row stop the run
     debug: DebugConfig = field(default_factory=DebugConfig)
 
     def validate(self, world_size: int | None = None) -> None:
