@@ -59,11 +59,17 @@ def test_curated_shard_shows_its_histograms_inline_and_whole_beside_its_tables(t
         assert markdown.startswith(f"![{signal}](data:image/svg+xml,") and len(markdown) <= INLINE_LIMIT < 1000
         caption = markdown.split("\n\n")[1]
         kept, dropped_count = sum(stored[signal].kept), sum(stored[signal].dropped)
-        assert f"kept {kept:,} · dropped {dropped_count:,}" in caption and "\n" not in caption
+        assert f"{kept + dropped_count:,} documents · " in caption and "\n" not in caption
+        assert f"kept {kept:,}" in caption and f"dropped {dropped_count:,}" in caption
     assert inline[QUALITY_SCORE].split("\n\n")[1].startswith("classifier: below_threshold")
     # Each panel says which step's documents it counts, as their totals differ.
-    assert "· at language ID: kept" in inline[LANG_SCORE] and "· at the classifier: kept" in inline[QUALITY_SCORE]
-    assert "· at the quality rules: kept" in inline["q_word_count"] and "hist_legend" in metadata
+    assert "· at language ID: " in inline[LANG_SCORE] and "· at the classifier: " in inline[QUALITY_SCORE]
+    assert "· at the quality rules: " in inline["q_word_count"] and "hist_legend" in metadata
+    # The rules' panel splits its dropped documents into its rules' and the rest (other rules, the classifier),
+    # so that it agrees with the steps table, which counts each drop at its step.
+    by_rule = dropped.filter(pl.col("reason").is_in(stored["q_word_count"].reasons)).height
+    later = sum(stored["q_word_count"].dropped) - by_rule
+    assert f"({by_rule:,} by its rule{'s' if len(stored['q_word_count'].reasons) > 1 else ''}, {later:,} by other rules or at later steps)" in inline["q_word_count"]
     # The binned counts are those of the documents each step kept and dropped.
     assert sum(stored[LANG_SCORE].dropped) == dropped.filter(pl.col("stage") == "langid").height
     quality_drops = dropped.filter(pl.col("stage").is_in(["quality", "classifier"])).height

@@ -1,4 +1,4 @@
-"""What the evaluation pages show: a real 0 as 0 and a missing score as –, never `nan`."""
+"""What the pages show: a real 0 as 0 and a missing score as –, never `nan`; what is charted and what is not."""
 
 import math
 
@@ -96,3 +96,21 @@ def test_dpo_draws_its_reward_accuracy_and_tables_its_validation_at_one_precisio
     table = dpo_validation_table(meta).splitlines()
     assert table[2:] == ["| start | 0.0000 | 0.0000 | 0.0000 |", "| end | 0.7500 | 0.2000 | 0.0001 |"]
     assert dpo_validation_table({}) is None
+
+
+def test_the_source_out_table_leaves_out_languages_without_labels_and_cuts_read_one_way():
+    from lm_assets.corpus.curation.histograms import number
+    from lm_assets.defs.common.reporting import cut_text
+    from lm_assets.defs.quality.assets import cuts, transfer_table
+
+    def figures(per_language):
+        return {"balanced_accuracy": 0.8, "per_language": per_language,
+                "per_label_set": {"web": {"balanced_accuracy": 0.7, "per_language": per_language}}}
+
+    metrics = {"cross_validated": figures({"en": {"balanced_accuracy": 0.75}, "ja": {}}),
+               "cross_validated_by_site": figures({"en": {"balanced_accuracy": 0.9}})}  # fmt: skip
+    table = transfer_table(metrics).value
+    assert "| en |" in table and "| set web, en |" in table
+    assert "ja" not in table
+    assert cut_text(0.317499) == number(0.317499) == "0.3175" and cut_text(100_000) == "100,000"
+    assert cuts({"en": 0.317499, "zh": 0.5}) == {"en": 0.3175, "zh": 0.5}

@@ -101,7 +101,9 @@ def edges_for(signal: str, thresholds: list[float]) -> list[float]:
 
 
 def number(value: float) -> str:
-    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+    """A threshold as the pages write it: four significant digits (0.3175, 0.5, 50), 1,000 and up whole with
+    separators."""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.4g}"
 
 
 QUALITY_STEP = "the quality rules"

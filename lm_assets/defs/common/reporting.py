@@ -15,6 +15,7 @@ import numpy as np
 import polars as pl
 
 from lm_assets.defs.common.partitions import checkpoint_partitions, shard_partitions
+from lm_assets.corpus.curation.histograms import number
 from lm_assets.corpus.curation.rules import STAGE as QUALITY_STAGE
 from lm_assets.storage.accounting import drop_examples, reason_counts, reason_totals
 from lm_assets.storage.layout import parse_checkpoint_key
@@ -76,6 +77,13 @@ def significant(value: float, digits: int = 3) -> str:
     if abs(rounded) >= 10 ** (digits - 1):
         return f"{rounded:,.0f}"
     return np.format_float_positional(rounded, trim="-")
+
+
+def cut_text(value: float) -> str:
+    """A threshold (a cut on a score) as every page writes it, the histograms' captions
+    (`corpus.curation.histograms.number`) and curated_shard's classifier_threshold alike: four significant
+    digits, 0.3175, 0.5, 50, and 100,000 with separators."""
+    return number(value)
 
 
 def table_cell(value) -> str:

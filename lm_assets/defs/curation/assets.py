@@ -49,6 +49,7 @@ from lm_assets.defs.common.reporting import (
     drop_metadata,
     length_histogram,
     markdown_table,
+    cut_text,
     significant,
 )
 from lm_assets.defs.common.resources import StorageResource
@@ -492,13 +493,23 @@ def inline_histograms(histograms: dict[str, Histogram], dropped: pl.DataFrame) -
         dropped_by_rule = sum(by_rule.get(reason, 0) for reason in histogram.reasons)
         if signal not in (LANG_SCORE, QUALITY_SCORE) and not dropped_by_rule:
             continue
-        # Each signal counts the documents that reached its step, so the totals differ from panel to panel.
-        counts = f"kept {sum(histogram.kept):,} · dropped {sum(histogram.dropped):,}"
-        caption = f"{thresholds_legend(histogram)} · " + (f"at {histogram.population}: " if histogram.population else "") + counts
-        if histogram.reasons:
-            caption += f" ({dropped_by_rule:,} by its rule{'s' if len(histogram.reasons) > 1 else ''})"
+        caption = f"{thresholds_legend(histogram)} · " + histogram_counts(histogram, dropped_by_rule)
         entries[f"hist/{signal}"] = dg.MetadataValue.md(inline_histogram(histogram, caption))
     return {"hist_legend": dg.MetadataValue.text(INLINE_LEGEND), **entries} if entries else {}
+
+
+def histogram_counts(histogram: Histogram, dropped_by_rule: int) -> str:
+    """The panel's counts, which add up: the documents that reached its step (those it counts, so the totals
+    differ from panel to panel), and of them the ones dropped, by its rules and at a later step (a document
+    another rule or a later step dropped, the classifier say, is a dropped one in this panel, but the steps
+    table counts it at the classifier), and the ones kept at the end."""
+    kept, dropped = sum(histogram.kept), sum(histogram.dropped)
+    where = f"at {histogram.population}: " if histogram.population else ""
+    if not histogram.reasons:
+        return f"{where}{kept + dropped:,} documents · kept {kept:,} · dropped {dropped:,}"
+    rules = f"rule{'s' if len(histogram.reasons) > 1 else ''}"
+    return (f"{where}{kept + dropped:,} documents · dropped {dropped:,} ({dropped_by_rule:,} by its {rules}, "
+            f"{dropped - dropped_by_rule:,} by other rules or at later steps) · kept {kept:,} at the end")
 
 
 def paired(histogram: Histogram) -> bool:
@@ -615,7 +626,7 @@ def disagreement_metadata(stats: dict, extracted: pl.DataFrame) -> dict:
     return {
         # Every language's cut (the exact values are in the classifier's file), not only the others'.
         "classifier_threshold": dg.MetadataValue.text(", ".join(
-            f"{language_name(lang)} {cut:.4g}" for lang, cut in stats["thresholds"].items())),
+            f"{language_name(lang)} {cut_text(cut)}" for lang, cut in stats["thresholds"].items())),
         # Documents with HTML are scored by the stacker that reads the page's signals, documents read from text
         # (JSON Lines, Parquet, WET) by the text model, which was trained without them.
         "classifier_models": dg.MetadataValue.json(stats.get("scored_by", {})),

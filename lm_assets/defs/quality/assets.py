@@ -182,7 +182,8 @@ def quality_classifier(
             "classifier_hash": trained.hash,
             "current": passed,
             "labels_version": labels_version,
-            **{k: metrics[k] for k in ("precision", "recall", "balanced_accuracy", "roc_auc", "threshold", "n_train", "n_test")},
+            **{k: metrics[k] for k in ("precision", "recall", "balanced_accuracy", "roc_auc", "n_train", "n_test")},
+            "threshold": float(f"{metrics['threshold']:.4g}"),
             "threshold_reason": metrics["threshold_reason"],
             "confusion_matrix": markdown_table(pl.DataFrame({
                 "label": ["KEEP", "DROP"],
@@ -190,7 +191,7 @@ def quality_classifier(
                 "predicted DROP": [confusion["fn"], confusion["tn"]],
             })),
             "per_language": dg.MetadataValue.json(metrics.get("per_language", {})),
-            "thresholds": dg.MetadataValue.json(metrics["thresholds"]),
+            "thresholds": dg.MetadataValue.json(cuts(metrics["thresholds"])),
             **transfer_metadata(metrics),
             "trained_on": dg.MetadataValue.json({
                 "your labelled pages": examples.height,
@@ -208,14 +209,22 @@ def quality_classifier(
     )
 
 
+def cuts(thresholds: dict) -> dict:
+    """Thresholds at four significant digits, as every page writes a cut (`cut_text`)."""
+    return {k: float(f"{v:.4g}") if isinstance(v, (int, float)) else v for k, v in thresholds.items()}
+
+
 def transfer_table(metrics: dict) -> dg.MetadataValue:
     """Balanced accuracy cross-validated by source and by site, side by side, with the gap, per labelled set
-    and language: the by-site figure flatters a model by how much its sources share."""
+    and language: the by-site figure flatters a model by how much its sources share. A language or set
+    neither figure covers is left out."""
     source_out, by_site = metrics["cross_validated"], metrics["cross_validated_by_site"]
     rows = []
 
     def add(name, out, site):
         a, b = out.get("balanced_accuracy"), site.get("balanced_accuracy")
+        if a is None and b is None:  # no labels of this language (or set): no row, rather than an empty one
+            return
         rows.append({"pages": name, "source-out": a, "by site": b,
                      "gap": round(b - a, 4) if a is not None and b is not None else None})  # fmt: skip
 
@@ -253,7 +262,7 @@ def transfer_metadata(metrics: dict) -> dict:
             "text_path_by_site_balanced_accuracy": text["cross_validated_by_site"]["balanced_accuracy"],
             "text_path_source_out_vs_by_site": transfer_table(text),
             "text_path_reliability": reliability_table(text),
-            "text_model_thresholds": dg.MetadataValue.json(metrics.get("text_model_thresholds") or {}),
+            "text_model_thresholds": dg.MetadataValue.json(cuts(metrics.get("text_model_thresholds") or {})),
         }
     return out
 
@@ -276,7 +285,7 @@ def shipped_in_use(store, labels_version: str) -> dg.MaterializeResult:
             "balanced_accuracy": cross_validated["balanced_accuracy"],
             "evaluated_on": cross_validated["evaluated_on"],
             "per_language": dg.MetadataValue.json(cross_validated["per_language"]),
-            "thresholds": dg.MetadataValue.json(metrics["thresholds"]),
+            "thresholds": dg.MetadataValue.json(cuts(metrics["thresholds"])),
             "n_train": metrics["n_train"],
             **transfer_metadata(metrics),
         },
