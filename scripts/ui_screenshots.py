@@ -6,8 +6,11 @@ Playwright comes with the dev extra (`make install-dev`); the browser is the sys
 `chromium` package), nothing is downloaded. Starts `make ui` on the port (on the instance in
 $DAGSTER_HOME), captures the pages below (the training run, the evaluation trend across checkpoints, a
 shard's checks and quality histograms per partition, the readable previews, the Launchpad of
-`shard_curation_job` with a shard picked, the Automation page, a checkpoint's samples), writes what each
-page shows to `report.json` (its images, how many rendered, whether Launch is enabled), then stops it.
+`shard_curation_job` with a shard picked, the Automation page, a checkpoint's samples, and the pages whose
+numbers must read true: benchmark_suite's chance bands, the trend tables, the checks' plots, safety_score,
+bbq_score, position_perplexity, curation_summary's histograms, quality_classifier, dpo_run and a sensor),
+writes what each page shows to `report.json` (its images, how many rendered, whether Launch is enabled,
+whether the page scrolls sideways or cuts an image, whether `nan` shows), then stops it.
 `--only training_run,curated_shard_partition` takes some of the pages.
 """
 
@@ -46,6 +49,22 @@ PAGES = [
     ("runs", "/runs", []),
     ("automation", "/automation", []),
     ("checkpoint_samples", "/assets/checkpoint_samples?view=partitions", []),
+    # The pages whose numbers and charts must tell the truth: chance bands inside [0, 1], no `nan` for a
+    # number, no chart of one point or of a constant, each run plotted apart, nothing clipped at 1600 px.
+    ("benchmark_suite", "/assets/benchmark_suite", []),
+    ("hellaswag_score", "/assets/hellaswag_score", []),
+    ("hellaswag_score_trend", "/assets/hellaswag_score", ["[Show Markdown]"]),
+    ("mmlu_score_checks", "/assets/mmlu_score?view=checks", ["chance_while_untrained"]),
+    ("mmlu_score_check_plots", "/assets/mmlu_score?view=checks", ["chance_while_untrained", "Plots"]),
+    ("position_perplexity", "/assets/position_perplexity", []),
+    ("safety_score", "/assets/safety_score", []),
+    ("safety_score_plots", "/assets/safety_score", ["Plots"]),
+    ("bbq_score", "/assets/bbq_score", []),
+    ("curation_summary", "/assets/curation_summary", []),
+    ("curation_summary_histograms", "/assets/curation_summary", ["[Show Markdown]"]),
+    ("quality_classifier", "/assets/quality_classifier", []),
+    ("dpo_run", "/assets/dpo_run", []),
+    ("run_limit_sensor", "/locations/lm_assets/sensors/run_limit_sensor", []),
     # The job's Launchpad, its first shard picked in the partition selector, the scaffold expanded.
     ("curated_shard_launchpad", "/locations/lm_assets/jobs/shard_curation_job/playground",
      ["placeholder:Partition", "crawl-00000.warc.gz"]),
@@ -123,8 +142,18 @@ def page_report(page) -> dict:
         "() => Array.from(document.images).map(i => ({alt: i.alt, complete: i.complete, "
         "width: i.naturalWidth, height: i.naturalHeight}))"
     )
+    # Whether anything is wider than what holds it: the page scrolls sideways, or an image is cut by its box.
+    overflow = page.evaluate(
+        "() => ({page: document.documentElement.scrollWidth > document.documentElement.clientWidth, "
+        "images: Array.from(document.images).filter(i => i.parentElement && "
+        "i.getBoundingClientRect().right > i.parentElement.getBoundingClientRect().right + 1).map(i => i.alt)})"
+    )
+    text = page.evaluate("() => document.body.innerText")
     return {
         "images": len(images),
+        "scrolls_sideways": overflow["page"],
+        "images_cut": sorted(set(overflow["images"])),
+        "nan_shown": " nan " in f" {text} ".replace("|", " ").replace("\n", " "),
         "rendered": sum(1 for i in images if i["complete"] and i["width"] > 0 and i["height"] > 0),
         "alts": sorted({i["alt"] for i in images if i["alt"]}),
         "error": page.get_by_text("Unexpected GraphQL error").count() > 0,

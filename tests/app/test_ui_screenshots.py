@@ -71,3 +71,13 @@ def test_the_script_says_how_to_use_it_without_playwright(tmp_path):
                              env=env, capture_output=True, text=True)
     assert capture.returncode == 1 and "ui_screenshots needs playwright" in capture.stderr
     assert "make install-dev" in capture.stderr
+
+
+def test_the_script_captures_the_pages_whose_numbers_must_read_true():
+    import runpy
+
+    pages = {name: path for name, path, _ in runpy.run_path(str(ROOT / "scripts/ui_screenshots.py"))["PAGES"]}
+    for asset in ("benchmark_suite", "hellaswag_score", "position_perplexity", "safety_score", "bbq_score",
+                  "curation_summary", "quality_classifier", "dpo_run"):
+        assert pages[asset] == f"/assets/{asset}"
+    assert "mmlu_score_check_plots" in pages and pages["run_limit_sensor"].endswith("/sensors/run_limit_sensor")
