@@ -10,8 +10,6 @@ from lm_assets.defs.common.jobs import MAX_RUNTIME_TAG, STAGE_TAG
 from lm_assets.definitions import defs
 
 PRODUCTION = Path(__file__).resolve().parents[2] / "deploy" / "dagster-production.yaml"
-# evaluation.py defines this job and does not tag it yet; strict, so the mark goes once it does.
-UNTAGGED: set[str] = set()
 
 
 @functools.cache
@@ -24,13 +22,7 @@ def limited_stages() -> set[str]:
     return {limit["value"] for limit in limits if limit["key"] == STAGE_TAG}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(name, marks=pytest.mark.xfail(strict=True, reason="not tagged yet")) if name in UNTAGGED else name
-        for name in sorted(jobs())
-    ],
-)
+@pytest.mark.parametrize("name", sorted(jobs()))
 def test_every_job_tags_its_runs_with_its_stage(name):
     assert jobs()[name].run_tags.get(STAGE_TAG)
 
