@@ -170,9 +170,9 @@ def curated_quality(monkeypatch, **config):
 def test_unset_quality_rules_are_the_preset_exactly(monkeypatch):
     from lm_assets.corpus.curation.rules import QualityConfig, preset
 
-    assert curated_quality(monkeypatch) == preset("lm_assets")
+    assert curated_quality(monkeypatch) == preset("lm_assets") == QualityConfig()
     assert curated_quality(monkeypatch, quality_preset="fineweb") == preset("fineweb")
-    assert curated_quality(monkeypatch, quality_preset="published") == QualityConfig()
+    assert curated_quality(monkeypatch, quality_preset="published") == preset("published") != QualityConfig()
 
 
 def test_a_typed_threshold_reaches_the_quality_config(monkeypatch):

@@ -56,9 +56,10 @@ DEFAULT_STOP_WORDS: dict[str, tuple[str, ...]] = {
 class QualityConfig:
     """Every threshold of the rule families. `None` switches a single rule off.
 
-    The field defaults are the published thresholds of Gopher, C4 and FineWeb as datatrove implements
-    them (the `published` preset, without the `prose` family); `PRESETS` names the others, and the
-    pipeline runs `lm_assets` (see `preset`).
+    The field defaults are the `lm_assets` preset, the rules the pipeline runs (chosen on the labelled
+    development set: pages of English and Chinese manuals), so that `QualityConfig()` and a bare
+    `apply_quality_rules(df)` run what curated_shard runs. `PRESETS` names the others: `published` holds
+    the thresholds of Gopher, C4 and FineWeb as datatrove implements them (see `preset`).
 
     Most fields are thresholds that `reasons_from_signals` can re-apply to stored signals. These
     shape the signals and need a recompute: `families`, `stop_words`, the n of `top_n_grams` and
@@ -66,52 +67,57 @@ class QualityConfig:
     (`c4_filter_lines` through `c4_filter_policy`) and `short_line_length` / `short_line_length_cjk`.
     """
 
-    families: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4", "fineweb")
+    families: tuple[str, ...] = ("gopher_quality", "gopher_repetition", "c4", "prose", "page")
 
     # Gopher quality
     min_doc_words: int | None = 50
     max_doc_words: int | None = 100_000
-    min_doc_chars_cjk: int | None = 100
+    # Gopher's 50 words at `cjk_chars_per_word` characters a word.
+    min_doc_chars_cjk: int | None = 75
     max_doc_chars_cjk: int | None = 150_000
     min_avg_word_length: float | None = 3
     max_avg_word_length: float | None = 10
     max_symbol_word_ratio: float | None = 0.1
     max_bullet_lines_ratio: float | None = 0.9
     max_ellipsis_lines_ratio: float | None = 0.3
-    # datatrove's name; it is a lower bound on the fraction of words holding an alphabetic character.
-    max_non_alpha_words_ratio: float | None = 0.8
+    # datatrove's name; it is a lower bound on the fraction of words holding an alphabetic character. Code
+    # and SQL tokens ("x_id=3;", "--verbose") carry no letter; prose pages of a manual have 60 %+.
+    max_non_alpha_words_ratio: float | None = 0.6
     min_stop_words: int | None = 2
     stop_words: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(DEFAULT_STOP_WORDS))
 
-    # Gopher repetition
-    dup_line_frac: float | None = 0.3
-    dup_para_frac: float | None = 0.3
-    dup_line_char_frac: float | None = 0.2
-    dup_para_char_frac: float | None = 0.2
+    # Gopher repetition, over prose lines only (`repetition_skips_structure_lines`), at twice Gopher's
+    # thresholds: a reference page repeats whole sentences by design ("Changed in version 3.10: Added the key
+    # parameter." under every function), spam repeats far more.
+    dup_line_frac: float | None = 0.6
+    dup_para_frac: float | None = 0.6
+    dup_line_char_frac: float | None = 0.4
+    dup_para_char_frac: float | None = 0.4
     top_n_grams: tuple[tuple[int, float], ...] = ((2, 0.2), (3, 0.18), (4, 0.16))
-    dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+    dup_n_grams: tuple[tuple[int, float], ...] = ((5, 0.30), (6, 0.28), (7, 0.26), (8, 0.24), (9, 0.22), (10, 0.20))
     # A CJK word n-gram spans about this many characters, so character n-grams use round(n * this).
     cjk_chars_per_word: float = 1.5
     # Count repetition over prose lines only: headings, labels and table-of-contents entries (short lines
     # without a sentence end, see `is_structure_line`) repeat by design ("Parameters", "See also", a
     # contents list echoing the page's own headings).
-    repetition_skips_structure_lines: bool = False
+    repetition_skips_structure_lines: bool = True
 
-    # C4
+    # C4. Its line rules and its curly-bracket and sentence rules are aimed at web spam; here they would
+    # remove headings, list items and code, and drop SQL, templates and short reference pages.
     c4_filter_lines: bool = True
-    c4_filter_no_terminal_punct: bool = True
+    c4_filter_no_terminal_punct: bool = False
     c4_remove_citations: bool = True
-    c4_min_words_per_line: int = 3
+    c4_min_words_per_line: int = 0
     # CJK lines are measured in characters, punctuation included.
-    c4_min_chars_per_line_cjk: int = 5
+    c4_min_chars_per_line_cjk: int = 0
     c4_max_word_length: int | None = 1000
     c4_filter_javascript: bool = True
     # Only lines that are a notice about JavaScript ("please enable JavaScript"), not every line naming it.
-    c4_javascript_notices_only: bool = False
+    c4_javascript_notices_only: bool = True
     c4_filter_policy: bool = True
     c4_filter_lorem_ipsum: bool = True
-    c4_filter_curly_bracket: bool = True
-    c4_min_sentences: int | None = 5
+    c4_filter_curly_bracket: bool = False
+    c4_min_sentences: int | None = None
 
     # FineWeb
     line_punct_thr: float | None = 0.12
@@ -123,19 +129,23 @@ class QualityConfig:
     new_line_ratio: float | None = 0.3
 
     # Prose (our own): sentences ending in . ! ? or 。！？ over the whole text, CJK or not; the share of
-    # the text in lines of prose.
-    min_sentences: int | None = None
-    min_prose_share: float | None = None
-    # Licence and copyright boilerplate: the share of the text in paragraphs that quote a licence.
-    max_licence_share: float | None = None
+    # the text in lines of prose. About three sentences of explanation and a fifth of the text in prose lines.
+    min_sentences: int | None = 3
+    min_prose_share: float | None = 0.2
+    # Licence and copyright boilerplate: the share of the text in paragraphs that quote a licence. A
+    # licence's own text holds its boilerplate phrases in about a third of its paragraphs (the GPL's 0.29),
+    # documentation that quotes one in far fewer (at most 0.15 on the dev set).
+    max_licence_share: float | None = 0.25
 
     # Page (our own): what extraction measured on the HTML and the address (`extract.PAGE_COLUMNS`); a
     # document without HTML passes. A listing by both its URL and its title (tag, category, archive,
     # search, channel and list pages), and the shares of the visible text in links and removed by extraction.
-    listing_page: bool | None = None
+    # On the labelled web pages the listing and source rules drop 7 % more of the junk and no good page of
+    # any labelled crawl; the link and removed shares cost good pages for little (docs/architecture.md).
+    listing_page: bool | None = True
     # A raw source listing (a Sphinx `_modules` page, a code file shown as a page): nearly all of the text
     # in `<pre>`, and much of it lines of code (`SOURCE_LISTING`).
-    source_listing: bool | None = None
+    source_listing: bool | None = True
     max_html_link_share: float | None = None
     max_html_removed_share: float | None = None
 
@@ -148,52 +158,45 @@ class QualityConfig:
         return max(n, int(n * self.cjk_chars_per_word + 0.5))
 
 
-# The published presets, as datatrove ships them, and ours. `lm_assets` was chosen on the labelled
-# development set (bench/dev_set; docs/curation.md, "Curation defaults"): pages of English and Chinese manuals.
+# The thresholds Gopher, C4 and FineWeb published, as datatrove implements them, where they differ
+# from QualityConfig's defaults (ours): no prose or page rules, C4 rewriting lines.
+PUBLISHED: dict[str, Any] = {
+    "families": ("gopher_quality", "gopher_repetition", "c4", "fineweb"),
+    "min_doc_chars_cjk": 100,
+    "max_non_alpha_words_ratio": 0.8,
+    "repetition_skips_structure_lines": False,
+    "dup_line_frac": 0.3,
+    "dup_para_frac": 0.3,
+    "dup_line_char_frac": 0.2,
+    "dup_para_char_frac": 0.2,
+    "dup_n_grams": ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10)),
+    "c4_filter_no_terminal_punct": True,
+    "c4_min_words_per_line": 3,
+    "c4_min_chars_per_line_cjk": 5,
+    "c4_javascript_notices_only": False,
+    "c4_filter_curly_bracket": True,
+    "c4_min_sentences": 5,
+    "min_sentences": None,
+    "min_prose_share": None,
+    "max_licence_share": None,
+    "listing_page": None,
+    "source_listing": None,
+}
+# The published presets, as datatrove ships them, and ours. `lm_assets` (QualityConfig's defaults) was chosen
+# on the labelled development set (bench/dev_set; docs/curation.md, "Curation defaults"): pages of English and
+# Chinese manuals.
 PRESETS: dict[str, dict[str, Any]] = {
     # Gopher, C4 and FineWeb at once, C4 rewriting lines: the pipeline's earlier default.
-    "published": {},
-    "gopher": {"families": ("gopher_quality", "gopher_repetition")},
-    "c4": {"families": ("c4",)},
+    "published": PUBLISHED,
+    "gopher": {**PUBLISHED, "families": ("gopher_quality", "gopher_repetition")},
+    "c4": {**PUBLISHED, "families": ("c4",)},
     # datatrove's FineWeb pipeline: its C4 filter keeps lines without terminal punctuation.
     "fineweb": {
+        **PUBLISHED,
         "families": ("gopher_repetition", "gopher_quality", "c4", "fineweb"),
         "c4_filter_no_terminal_punct": False,
     },
-    "lm_assets": {
-        "families": ("gopher_quality", "gopher_repetition", "c4", "prose", "page"),
-        # Gopher's 50 words at `cjk_chars_per_word` characters a word.
-        "min_doc_chars_cjk": 75,
-        # Code and SQL tokens ("x_id=3;", "--verbose") carry no letter; prose pages of a manual have 60 %+.
-        "max_non_alpha_words_ratio": 0.6,
-        # Repetition over prose lines only, at twice Gopher's thresholds: a reference page repeats whole
-        # sentences by design ("Changed in version 3.10: Added the key parameter." under every function),
-        # spam repeats far more.
-        "repetition_skips_structure_lines": True,
-        "dup_line_frac": 0.6,
-        "dup_para_frac": 0.6,
-        "dup_line_char_frac": 0.4,
-        "dup_para_char_frac": 0.4,
-        "dup_n_grams": ((5, 0.30), (6, 0.28), (7, 0.26), (8, 0.24), (9, 0.22), (10, 0.20)),
-        # C4's line rules and its curly-bracket and sentence rules are aimed at web spam; here they would
-        # remove headings, list items and code, and drop SQL, templates and short reference pages.
-        "c4_filter_no_terminal_punct": False,
-        "c4_min_words_per_line": 0,
-        "c4_min_chars_per_line_cjk": 0,
-        "c4_javascript_notices_only": True,
-        "c4_filter_curly_bracket": False,
-        "c4_min_sentences": None,
-        # About three sentences of explanation, a fifth of the text in prose lines, and not a licence: a
-        # licence's own text holds its boilerplate phrases in about a third of its paragraphs (the GPL's
-        # 0.29), documentation that quotes one in far fewer (at most 0.15 on the dev set).
-        "min_sentences": 3,
-        "min_prose_share": 0.2,
-        "max_licence_share": 0.25,
-        # On the labelled web pages this drops 7 % more of the junk and no good page of any labelled crawl; the
-        # link and removed shares cost good pages for little (docs/architecture.md).
-        "listing_page": True,
-        "source_listing": True,
-    },
+    "lm_assets": {},
 }
 DEFAULT_PRESET = "lm_assets"
 

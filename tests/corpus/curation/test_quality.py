@@ -72,8 +72,14 @@ NO_STOP_WORDS_ZH = (
 SPAM_LINE_ZH = "点击这里领取免费礼品，机会难得不要错过！"
 
 
+def published(**config) -> QualityConfig:
+    """The published thresholds (Gopher, C4 and FineWeb as datatrove implements them), which these tests
+    exercise rule by rule; `config` on top."""
+    return preset("published", **config)
+
+
 def reason(text: str, lang: str = "en", **config) -> str | None:
-    cfg = QualityConfig(**config)
+    cfg = published(**config)
     return reasons_from_signals(quality_signals([text], [lang], cfg), cfg)[0]
 
 
@@ -82,7 +88,7 @@ def only(family: str, text: str, lang: str = "en", **config) -> str | None:
 
 
 def signals(text: str, lang: str = "en", **config) -> dict:
-    return quality_signals([text], [lang], QualityConfig(**config)).row(0, named=True)
+    return quality_signals([text], [lang], published(**config)).row(0, named=True)
 
 
 def numbered_sentences(count: int) -> str:
@@ -107,7 +113,7 @@ def test_ordinary_prose_passes_every_family(text, lang):
 
 def test_chinese_prose_passes_end_to_end():
     df = pl.DataFrame({"doc_id": ["zh1", "zh2"], "text": [GOOD_ZH, SHORT_LINES_ZH], "lang": ["zh", "zh-Hans"]})
-    result = apply_quality_rules(df, QualityConfig())
+    result = apply_quality_rules(df, published())
     assert result.dropped.height == 0
     assert result.kept["q_cjk"].to_list() == [True, True]
 
@@ -273,7 +279,7 @@ def test_cjk_ngrams_span_more_characters():
 
 def kept_text(text: str, lang: str = "en", **config) -> tuple[str, dict]:
     df = pl.DataFrame({"doc_id": ["d"], "text": [text], "lang": [lang]})
-    result = apply_quality_rules(df, QualityConfig(families=("c4",), **config))
+    result = apply_quality_rules(df, published(families=("c4",), **config))
     assert result.dropped.height == 0, result.dropped
     return result.kept["text"][0], result.stats
 
@@ -415,7 +421,7 @@ def mixed_frame() -> pl.DataFrame:
 
 def test_apply_quality_rules_splits_and_explains():
     df = mixed_frame()
-    result = apply_quality_rules(df, QualityConfig())
+    result = apply_quality_rules(df, published())
 
     assert result.kept["doc_id"].to_list() == ["en_good", "zh_good", "ja_good"]
     reasons = dict(zip(result.dropped["doc_id"], result.dropped["reason"], strict=True))
@@ -434,12 +440,12 @@ def test_apply_quality_rules_splits_and_explains():
 
 
 def test_kept_rows_carry_signals_that_can_be_rethresholded():
-    result = apply_quality_rules(mixed_frame())
+    result = apply_quality_rules(mixed_frame(), published())
     signal_columns = [c for c in result.kept.columns if c.startswith("q_")]
     assert {"q_word_count", "q_dup_line_frac", "q_top_2gram_frac", "q_c4_sentences", "q_fw_short_line_ratio"} <= set(
         signal_columns
     )
-    stricter = QualityConfig(min_doc_words=200, min_doc_chars_cjk=200)
+    stricter = published(min_doc_words=200, min_doc_chars_cjk=200)
     assert reasons_from_signals(result.kept, stricter).to_list() == [
         "gopher_quality:min_doc_words",
         None,
@@ -451,35 +457,35 @@ def test_kept_rows_carry_signals_that_can_be_rethresholded():
 
 
 def test_rerunning_on_scored_rows_replaces_old_signals():
-    once = apply_quality_rules(mixed_frame()).kept
-    twice = apply_quality_rules(once)
+    once = apply_quality_rules(mixed_frame(), published()).kept
+    twice = apply_quality_rules(once, published())
     assert twice.kept.columns == once.columns
     assert twice.dropped.height == 0
-    narrower = apply_quality_rules(once, QualityConfig(families=("fineweb",)))
+    narrower = apply_quality_rules(once, published(families=("fineweb",)))
     assert "q_word_count" not in narrower.kept.columns
 
 
 def test_families_can_be_chosen_and_ordered():
     df = mixed_frame()
-    c4_only = apply_quality_rules(df, QualityConfig(families=("c4",)))
+    c4_only = apply_quality_rules(df, published(families=("c4",)))
     assert not any(c.startswith(("q_word", "q_dup", "q_fw")) for c in c4_only.kept.columns)
     assert "en_short" in c4_only.dropped["doc_id"].to_list()
 
     spam = df.filter(pl.col("doc_id") == "zh_spam")
-    assert apply_quality_rules(spam, QualityConfig(families=("fineweb", "gopher_repetition"))).dropped["reason"][0] == (
+    assert apply_quality_rules(spam, published(families=("fineweb", "gopher_repetition"))).dropped["reason"][0] == (
         "fineweb:char_dup_ratio"
     )
 
 
 def test_switched_off_rules_never_fire():
     assert only("gopher_quality", "The cat sat on the mat with the hat.", min_doc_words=None) is None
-    assert "gopher_quality:min_doc_words" not in rule_reasons(QualityConfig(min_doc_words=None))
-    assert rule_reasons(QualityConfig(families=())) == []
+    assert "gopher_quality:min_doc_words" not in rule_reasons(published(min_doc_words=None))
+    assert rule_reasons(published(families=())) == []
     assert reason("", families=()) is None
 
 
 def test_rule_reasons_name_family_and_rule():
-    names = rule_reasons()
+    names = rule_reasons(published())
     assert names[0] == "gopher_quality:min_doc_words"
     assert {"gopher_repetition:dup_line_frac", "c4:lorem_ipsum", "fineweb:short_line_ratio"} <= set(names)
     assert all(name.split(":")[0] in FAMILIES for name in names)
@@ -595,7 +601,7 @@ def test_lm_assets_preset_keeps_a_documentation_page_whole():
 
 
 def test_a_table_of_contents_echoing_the_headings_does_not_trip_repetition():
-    lm_assets = signals(DOC_PAGE, **{k: v for k, v in PRESETS["lm_assets"].items()})
+    lm_assets = quality_signals([DOC_PAGE], ["en"], preset("lm_assets")).row(0, named=True)
     published = signals(DOC_PAGE)
     assert published["q_dup_line_frac"] > 0 and published["q_dup_5gram_frac"] > 0
     assert lm_assets["q_dup_line_frac"] == lm_assets["q_dup_para_frac"] == lm_assets["q_dup_5gram_frac"] == 0.0
@@ -645,7 +651,8 @@ def test_presets_by_name_and_overrides():
     assert preset("lm_assets").min_sentences == 3 and preset().families == preset("lm_assets").families
     assert preset("fineweb").families == ("gopher_repetition", "gopher_quality", "c4", "fineweb")
     assert preset("fineweb").c4_filter_no_terminal_punct is False
-    assert preset("published") == QualityConfig()
+    assert preset("lm_assets") == QualityConfig() == preset()
+    assert preset("published") != QualityConfig()
     assert preset("c4", c4_min_sentences=3).c4_min_sentences == 3
     with pytest.raises(ValueError, match="unknown quality preset"):
         preset("nope")
@@ -668,3 +675,17 @@ def test_a_documents_words_are_its_lines_words_and_its_prose_the_prose_lines_wor
         kept = [line for line, keep in zip(lines, doc.prose_mask()) if keep]
         assert prose.words == [w for line in kept for w in _find_words(line)]
         assert prose.n_tokens >= len(prose.words) and prose.word_chars == sum(map(len, prose.words))
+
+
+def test_bare_rules_are_the_pipelines():
+    """`QualityConfig()` and a bare `apply_quality_rules(df)` run the rules curated_shard runs (the lm_assets
+    preset); the published thresholds stay reachable by name."""
+    from lm_assets.corpus.curation.pipeline import CurationConfig
+
+    assert QualityConfig() == preset() == preset("lm_assets") == CurationConfig().quality
+    assert PRESETS["lm_assets"] == {}
+    df = mixed_frame()
+    bare, named = apply_quality_rules(df), apply_quality_rules(df, preset("lm_assets"))
+    assert bare.kept.equals(named.kept) and bare.dropped.equals(named.dropped)
+    assert not apply_quality_rules(df, preset("published")).dropped.equals(bare.dropped)
+    assert rule_reasons() == rule_reasons(preset("lm_assets"))
