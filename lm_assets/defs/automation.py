@@ -6,6 +6,7 @@ import dagster as dg
 
 from lm_assets.corpus.ingest.readers import landing_shards
 from lm_assets.corpus.quality.registry import classifier_stale_shards
+from lm_assets.defs.common.environment import default_of
 from lm_assets.defs.common.partitions import SHARDS_PER_RUN, partition_range_tags, shard_partitions
 from lm_assets.defs.common.reporting import config_hash, latest_metadata
 from lm_assets.defs.common.resources import LandingResource, StorageResource
@@ -16,7 +17,7 @@ from lm_assets.defs.ingest.assets import RawShardConfig
 
 @dg.sensor(job=landed_shard_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED,
            description="Adds a shards partition for each new file at the top of the landing location and runs "
-           f"landed_shard_job for them, {SHARDS_PER_RUN} shards a run ($LM_ASSETS_SHARDS_PER_RUN, else 50); says "
+           f"landed_shard_job for them, {SHARDS_PER_RUN} shards a run ($LM_ASSETS_SHARDS_PER_RUN, else {default_of('LM_ASSETS_SHARDS_PER_RUN')}); says "
            "which files it skips and why.")
 def landing_sensor(context: dg.SensorEvaluationContext, landing: LandingResource) -> dg.SensorResult:
     """Adds one `shards` partition per new file at the top of the landing location and runs them,

@@ -95,3 +95,29 @@ def test_every_setting_variable_is_registered_read_one_way_and_documented():
     assert [v for v in VARIABLES if v.startswith("LM_ASSETS_") and f"`{v}`" not in reference] == []
     with pytest.raises(KeyError, match="LM_ASSETS_TYPO is not one of the environment variables"):
         from_environment(None, "LM_ASSETS_TYPO")
+
+
+def test_each_registered_default_has_one_home():
+    """The registry holds the defaults of the data paths (and the other variables it records a default for):
+    no other module of the code location (lm_assets/defs, lm_assets/app) spells them, so a default changes in
+    one place."""
+    from lm_assets.defs.common.environment import VARIABLES, Variable, default_of, from_environment
+
+    root = Path(__file__).resolve().parents[2]
+    assert all(isinstance(entry, Variable) for entry in VARIABLES.values())
+    paths = {name: entry.default for name, entry in VARIABLES.items()
+             if isinstance(entry.default, str) and name.endswith(("_ROOT", "_PATH", "_DIR"))}
+    spellable = [default for default in paths.values() if "/" in default]  # "storage" is also a resource's key
+    assert set(paths) >= {"LM_ASSETS_STORAGE_ROOT", "LM_ASSETS_LANDING_ROOT", "LM_ASSETS_MMLU_PATH", "LM_ASSETS_CEVAL_PATH",
+                          "LM_ASSETS_EVAL_TASKS_DIR", "LM_ASSETS_SAFETY_DIR", "LM_ASSETS_BIAS_DIR"}
+    registry = root / "lm_assets" / "defs" / "common" / "environment.py"
+    for path in [*(root / "lm_assets" / "defs").rglob("*.py"), *(root / "lm_assets" / "app").rglob("*.py")]:
+        if path == registry:
+            continue
+        source = path.read_text()
+        spelled = [default for default in spellable if f'"{default}"' in source or f"'{default}'" in source]
+        assert not spelled, f"{path.relative_to(root)} spells the registry's default {spelled}"
+    for name, default in paths.items():
+        assert default_of(name) == default
+    # Unset and without a fallback of its own, a read takes the registry's default.
+    assert from_environment(None, "LM_ASSETS_TRAINING_BACKEND") == default_of("LM_ASSETS_TRAINING_BACKEND") == "local"

@@ -9,7 +9,7 @@ from lm_assets.storage.keys import UnsafeKeyError, check_name
 shard_partitions = dg.DynamicPartitionsDefinition(name="shards")
 # A backfill of the per-shard stages runs this many shards a run (90,000 WARC files: 1,800 runs), each
 # shard still its own materialization with its own checks (`stages.each_shard`).
-SHARDS_PER_RUN = int(from_environment(None, "LM_ASSETS_SHARDS_PER_RUN", 50))
+SHARDS_PER_RUN = int(from_environment(None, "LM_ASSETS_SHARDS_PER_RUN"))
 
 
 def shard_asset(**kwargs):

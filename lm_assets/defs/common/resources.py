@@ -16,8 +16,7 @@ from pydantic import Field
 from lm_assets.defs.common.environment import from_environment, project_path, unset_means
 from lm_assets.storage.store import Storage
 
-DEFAULT_STORAGE_ROOT = "storage"
-DEFAULT_LANDING_ROOT = "data/sample-crawl"
+# Their defaults are the registry's (lm_assets/defs/common/environment.py).
 STORAGE_ROOT_VARIABLE = "LM_ASSETS_STORAGE_ROOT"
 LANDING_ROOT_VARIABLE = "LM_ASSETS_LANDING_ROOT"
 
@@ -75,14 +74,13 @@ class StorageResource(dg.ConfigurableResource):
     root: str | None = Field(
         default=None,
         description="a local folder (relative: inside the project folder) or s3://bucket/prefix; "
-        + unset_means(STORAGE_ROOT_VARIABLE, DEFAULT_STORAGE_ROOT, project_path),
+        + unset_means(STORAGE_ROOT_VARIABLE, resolve=project_path),
     )
     s3: dg.ResourceDependency[S3ClientResource] = Field(description="the S3 client used when root is an s3:// URL")
     environment_variable: ClassVar[str] = STORAGE_ROOT_VARIABLE
-    default_root: ClassVar[str] = DEFAULT_STORAGE_ROOT
 
     def storage(self) -> Storage:
-        return _storage(from_environment(self.root or None, self.environment_variable, self.default_root), self.s3)
+        return _storage(from_environment(self.root or None, self.environment_variable), self.s3)
 
 
 class LandingResource(StorageResource):
@@ -92,7 +90,7 @@ class LandingResource(StorageResource):
     root: str | None = Field(
         default=None,
         description="a local folder (relative: inside the project folder) or s3://bucket/prefix; "
-        + unset_means(LANDING_ROOT_VARIABLE, DEFAULT_LANDING_ROOT, project_path),
+        + unset_means(LANDING_ROOT_VARIABLE, resolve=project_path),
     )
     settle_s: float = Field(
         default=60.0,
@@ -106,7 +104,6 @@ class LandingResource(StorageResource):
         "sensor and refused by raw_shard",
     )
     environment_variable: ClassVar[str] = LANDING_ROOT_VARIABLE
-    default_root: ClassVar[str] = DEFAULT_LANDING_ROOT
 
     def storage(self) -> Storage:
         store = super().storage()

@@ -21,6 +21,7 @@ from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
 from lm_assets.defs.common.environment import (
     DEFAULT_MMLU_PATH,
+    default_of,
     fill_from_environment,
     from_environment,
     project_path,
@@ -55,7 +56,7 @@ from lm_assets.storage.layout import (
     tokenized_keys,
 )
 
-DEFAULT_CEVAL_PATH = "data/eval/ceval-sample"
+DEFAULT_CEVAL_PATH = default_of("LM_ASSETS_CEVAL_PATH")
 SAMPLE_DEFAULTS = SampleSettings()
 UNTRAINED_LOSS_FRACTION = 0.9
 
@@ -403,7 +404,7 @@ class CevalScoreConfig(EvaluationDeviceConfig):
 
     ceval_path: str | None = Field(
         default=None,
-        description="C-Eval's zip or folder; " + unset_means("LM_ASSETS_CEVAL_PATH", "data/eval/ceval-sample"),
+        description="C-Eval's zip or folder; " + unset_means("LM_ASSETS_CEVAL_PATH"),
     )
     subject_names: str | None = Field(
         default=None,

@@ -9,6 +9,7 @@ import polars as pl
 from pydantic import Field
 
 from lm_assets.defs.common.config import to_dataclass
+from lm_assets.defs.common.environment import default_of
 from lm_assets.defs.common.reporting import markdown_table, run_series
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.curation.assets import ToxicityRulesConfig
@@ -20,8 +21,8 @@ from lm_assets.defs.evaluation.assets import (
 )
 from lm_assets.storage.layout import question_results_key, safety_answers_key
 
-SAFETY_SAMPLE = "data/eval/safety"
-BIAS_SAMPLES = "data/eval/bias"
+SAFETY_SAMPLE = default_of("LM_ASSETS_SAFETY_DIR")
+BIAS_SAMPLES = default_of("LM_ASSETS_BIAS_DIR")
 SHIPPED = " (the shipped sample: original items, not the release)"
 
 

@@ -7,6 +7,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from lm_assets.defs.common.environment import default_of
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import latest_metadata, markdown_table, run_series, series_value
 from lm_assets.defs.common.resources import StorageResource
@@ -28,7 +29,7 @@ from lm_assets.defs.evaluation.assets import (
 )
 from lm_assets.evaluation.tasks import TASKS, Task
 
-SAMPLES = "data/eval/tasks"
+SAMPLES = default_of("LM_ASSETS_EVAL_TASKS_DIR")
 SAMPLE_FOLDERS = {"hellaswag": "hellaswag", "arc_easy": "arc/ARC-Easy", "arc_challenge": "arc/ARC-Challenge",
                   "piqa": "piqa", "winogrande": "winogrande", "boolq": "boolq", "cmmlu": "cmmlu",
                   "xstorycloze_zh": "xstorycloze", "xcopa_zh": "xcopa"}  # fmt: skip

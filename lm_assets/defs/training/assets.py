@@ -153,7 +153,7 @@ class TrainingLauncher(dg.ConfigurableResource):
     model_config = ENUM_FIELDS_AS_VALUES
 
     backend: TrainingBackend | None = Field(
-        default=None, description="local or kubernetes; " + unset_means("LM_ASSETS_TRAINING_BACKEND", "local")
+        default=None, description="local or kubernetes; " + unset_means("LM_ASSETS_TRAINING_BACKEND")
     )
     local_launcher: LocalLauncher = Field(
         default="torchrun", description="the local backend's launcher: torchrun or deepspeed"
@@ -176,7 +176,7 @@ class TrainingLauncher(dg.ConfigurableResource):
 
     def backend_name(self) -> str:
         """The backend; unset, $LM_ASSETS_TRAINING_BACKEND, else local."""
-        return from_environment(self.backend, "LM_ASSETS_TRAINING_BACKEND", "local")
+        return from_environment(self.backend, "LM_ASSETS_TRAINING_BACKEND")
 
     def kubernetes_client(self) -> KubernetesTrainingClient:
         bucket = from_environment(self.pipes_bucket, "LM_ASSETS_PIPES_BUCKET")
