@@ -40,12 +40,11 @@ PYTEST_WORKERS ?= 2
 test: install-dev
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
-# The UI's defaults suit the sample crawl: the offline toxicity model, a small vocabulary, short sequences,
-# and the Launchpad's training settings those `make demo` trained with. dagster dev runs under
+# The UI's defaults are the sample crawl's profile, which `make demo` runs with (lm_assets/defs/common/sample_defaults.py:
+# a small vocabulary, short sequences, the training settings). dagster dev runs under
 # lm_assets.app.process_tree, so that a stop (Ctrl-C, or SIGTERM to make's group) ends its webserver, daemon
 # and code servers too.
 UI_DEFAULTS = LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} \
-	LM_ASSETS_VOCAB_SIZE=$${LM_ASSETS_VOCAB_SIZE:-4000} LM_ASSETS_SEQ_LEN=$${LM_ASSETS_SEQ_LEN:-257} \
 	LM_ASSETS_LAUNCHPAD_DEFAULTS=$${LM_ASSETS_LAUNCHPAD_DEFAULTS-sample}
 DAGSTER_DEV = $(BIN)/python -m lm_assets.app.process_tree -- \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}

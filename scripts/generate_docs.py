@@ -173,8 +173,9 @@ ENVIRONMENT_CALLS = {"from_environment": (1, 2), "unset_means": (0, 1), "loaded_
 
 
 def _value_of(node: ast.AST, namespace: dict) -> Any:
-    """A literal, a module-level name or an attribute of one (`TOXICITY_DEFAULTS.backend`); anything else
-    (a call, a local) is not a default this can read."""
+    """A literal, a module-level name or an attribute of one (`TOXICITY_DEFAULTS.backend`), or the code's own
+    fallback of `launchpad_default` (the sample profile's settings are not the code's defaults); anything else
+    (another call, a local) is not a default this can read."""
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Name):
@@ -183,6 +184,8 @@ def _value_of(node: ast.AST, namespace: dict) -> Any:
         return namespace[node.id]
     if isinstance(node, ast.Attribute):
         return getattr(_value_of(node.value, namespace), node.attr)
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "launchpad_default" and len(node.args) == 3:
+        return _value_of(node.args[2], namespace)  # a profile's setting, else the code's own: the latter
     raise LookupError(ast.dump(node))
 
 

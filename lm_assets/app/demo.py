@@ -23,6 +23,7 @@ from lm_assets.app.local_run import DEMO_RUN_CONFIG, LaunchedRuns, run_shard_gra
 from lm_assets.defs.common.environment import project_path
 from lm_assets.defs.common.reporting import latest_metadata, series_value
 from lm_assets.defs.common.resources import default_resources
+from lm_assets.defs.common.sample_defaults import VARIABLE as PROFILE_VARIABLE
 from lm_assets.defs.evaluation.tasks import SCORE_ASSETS
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS
 from lm_assets.storage.accounting import reason_counts
@@ -145,6 +146,9 @@ def step_line(what: str, result: dg.ExecuteInProcessResult, seconds: float) -> s
 
 
 def main() -> int:
+    # The sample crawl's profile (lm_assets/defs/common/sample_defaults.py), as `make ui` selects it: the code
+    # server and the runs it launches inherit it, so that what the run config leaves unset takes the profile's.
+    os.environ[PROFILE_VARIABLE] = "sample"
     from lm_assets.definitions import defs
 
     instance = dg.DagsterInstance.get()

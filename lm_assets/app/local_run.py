@@ -18,40 +18,15 @@ import dagster as dg
 from lm_assets.corpus.ingest.readers import landing_shards
 from lm_assets.defs.common.environment import project_dir
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
-from lm_assets.defs.common.sample_defaults import SAMPLE
+from lm_assets.defs.common.sample_defaults import demo_run_config
 from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
 
-DEMO_MMLU_SUBJECTS = ["abstract_algebra", "high_school_geography", "world_religions"]
 OFFLINE_TOXICITY = {"toxicity": {"backend": "profanity_check"}}
 # For runs without quality labels (benchmarks of speed and dedup, tests): the rules alone decide.
 OFFLINE_RUN_CONFIG = {"ops": {"curated_shard": {"config": {**OFFLINE_TOXICITY, "quality_policy": "rules"}}}}
-# The sample crawl holds about 200 documents: a small vocabulary, short sequences, a larger val split.
-DEMO_RUN_CONFIG = {
-    "ops": {
-        # The demo trains the quality classifier on the sample crawl's labels: the default policy applies.
-        "curated_shard": {"config": OFFLINE_TOXICITY},
-        "tokenizer": {"config": {"vocab_size": 4000}},
-        "packed_dataset": {"config": {"seq_len": 257, "val_fraction": 0.05}},
-        # The sample crawl's training settings (lm_assets/defs/common/sample_defaults.py), which `make ui` also
-        # offers as the Launchpad's defaults.
-        "training_run": {"config": SAMPLE["training_run"]},
-        # A few MMLU subjects keep the demo quick; the asset's default is all 57.
-        "mmlu_score": {"config": {"subjects": DEMO_MMLU_SUBJECTS}},
-        # HumanEval's first 10 problems: generating and judging all 164 for each of the demo's four checkpoints
-        # is its slowest evaluation; the asset's default is all 164 (bench/humaneval_agreement.py runs them).
-        "humaneval_score": {"config": {"limit": 10}},
-        "continuation_scores": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
-        "safety_score": {"config": {"toxicity": OFFLINE_TOXICITY["toxicity"]}},
-        # Fine-tuning the last checkpoint on the shipped instruction set: a few steps, one process.
-        "sft_dataset": {"config": {"seq_len": 257}},
-        "sft_run": {"config": SAMPLE["sft_run"]},
-        "dpo_run": {"config": SAMPLE["dpo_run"]},
-        # The compressed variants of the latest checkpoint, compared on a few questions of each benchmark.
-        "compressed_checkpoint": {"config": {"questions_per_task": 1, "max_sequences": 16, "new_tokens": 16, "serve_tokens": 8}},
-        # The model card shows the licences of the sample crawl's sources, as its PROVENANCE.md gives them.
-        "model_card": {"config": {"data_licences_file": "data/licences/sample-crawl.yaml"}},
-    }
-}
+# `make demo`'s run config: the sample crawl's profile and what the demo runs besides (sample_defaults.py).
+# The demo trains the quality classifier on the sample crawl's labels: the default policy applies.
+DEMO_RUN_CONFIG = demo_run_config()
 
 
 def run_shard_graph(

@@ -184,36 +184,48 @@ def test_the_scaffold_writes_the_choices_an_unset_field_would_take(workspace):
 
 SAMPLE_LAUNCHPAD = """
 import json
-from lm_assets.defs.sft.assets import SftRunConfig
+from lm_assets.defs.sft.assets import SftDatasetConfig, SftRunConfig
+from lm_assets.defs.sft.assets import DpoRunConfig
+from lm_assets.defs.tokens.assets import PackedDatasetConfig, TokenizerTrainingConfig
 from lm_assets.defs.training.assets import TrainingLauncher, TrainingRunConfig
 fields = lambda cls: {name: field.default for name, field in cls.model_fields.items()}
-print(json.dumps({"training_run": fields(TrainingRunConfig), "sft_run": fields(SftRunConfig),
+print(json.dumps({"training_run": fields(TrainingRunConfig), "sft_run": fields(SftRunConfig), "dpo_run": fields(DpoRunConfig),
+                  "sft_dataset": fields(SftDatasetConfig),
+                  # Unset in the schema, they take the profile's when a run starts.
+                  "tokenizer": TokenizerTrainingConfig().model_dump(), "packed_dataset": PackedDatasetConfig().model_dump(),
                   "steps": TrainingRunConfig.model_fields["steps"].description,
                   "cluster": TrainingLauncher.model_fields["cluster"].default is None}, default=str))
 """
 
 
 @pytest.mark.parametrize("profile", ["", "sample"])
-def test_the_launchpad_offers_what_the_demo_trained_under_make_ui(profile):
-    """`make ui` sets $LM_ASSETS_LAUNCHPAD_DEFAULTS=sample: training_run's and sft_run's defaults are then what
-    `make demo` ran; unset, the training program's own. A local run's scaffold has no Kubernetes block."""
+def test_the_launchpad_offers_what_the_demo_ran_under_make_ui(profile):
+    """`make ui` sets $LM_ASSETS_LAUNCHPAD_DEFAULTS=sample: the defaults of the ops the sample profile sets (the
+    tokenizer's vocabulary, both sequence lengths, training, fine-tuning and alignment) are then what `make demo`
+    ran; unset, the code's own. A local run's scaffold has no Kubernetes block."""
     import json
     import os
     import subprocess
     import sys
 
     from lm_assets.app.local_run import DEMO_RUN_CONFIG
+    from lm_assets.defs.common.sample_defaults import SAMPLE_PROFILE
     from training.config import TrainConfig
 
-    env = {**os.environ, "LM_ASSETS_LAUNCHPAD_DEFAULTS": profile}
+    env = {key: value for key, value in os.environ.items() if key not in ("LM_ASSETS_VOCAB_SIZE", "LM_ASSETS_SEQ_LEN")}
+    env["LM_ASSETS_LAUNCHPAD_DEFAULTS"] = profile
     out = subprocess.run([sys.executable, "-c", SAMPLE_LAUNCHPAD], env=env, capture_output=True, text=True, check=True)
     seen = json.loads(out.stdout)
     assert seen["cluster"]
-    for op in ("training_run", "sft_run"):
-        demo = DEMO_RUN_CONFIG["ops"][op]["config"]
-        offered = {name: seen[op][name] for name in demo}
-        assert (offered == demo) == (profile == "sample"), (op, offered, demo)
+    ops = ("training_run", "sft_run", "dpo_run", "sft_dataset", "tokenizer", "packed_dataset")
+    assert {op for op in SAMPLE_PROFILE if op != "toxicity"} == set(ops)
+    for op in ops:
+        profiled = SAMPLE_PROFILE[op]
+        assert {name: DEMO_RUN_CONFIG["ops"][op]["config"][name] for name in profiled} == profiled  # the demo runs it
+        offered = {name: seen[op][name] for name in profiled}
+        assert (offered == profiled) == (profile == "sample"), (op, offered, profiled)
     if profile:
-        assert "as `make demo` trained" in seen["steps"] and seen["sft_run"]["pp"] == 1
+        assert "as `make demo` ran" in seen["steps"] and seen["sft_run"]["pp"] == 1
     else:
         assert seen["training_run"]["steps"] == TrainConfig().steps and "make demo" not in seen["steps"]
+        assert seen["sft_dataset"]["seq_len"] == 1025 and seen["tokenizer"]["vocab_size"] == 32000

@@ -197,7 +197,9 @@ def preference_data(
 
 
 class SftDatasetConfig(dg.Config):
-    seq_len: int = Field(default=1025, description="tokens per packed row; an example must fit whole, with its EOS")
+    seq_len: int = Field(default=launchpad_default("sft_dataset", "seq_len", 1025),
+                         description="tokens per packed row; an example must fit whole, with its EOS"
+                         + defaults_note("sft_dataset"))
     val_fraction: float = Field(default=0.1, description="share of examples (by a hash of their id) held out for val")
 
 

@@ -44,6 +44,7 @@ from lm_assets.defs.common.reporting import (
     shard_check_spec,
 )
 from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.common.sample_defaults import defaults_note, launchpad_default
 from lm_assets.defs.common.stages import each_shard
 from lm_assets.storage.layout import (
     PACKED_MANIFEST,
@@ -64,7 +65,9 @@ TOKENIZER_DEFAULTS = TokenizerConfig()
 class TokenizerTrainingConfig(dg.Config):
     vocab_size: int | None = Field(
         default=None,
-        description="pieces in the vocabulary; " + unset_means("LM_ASSETS_VOCAB_SIZE", TOKENIZER_DEFAULTS.vocab_size),
+        description="pieces in the vocabulary; "
+        + unset_means("LM_ASSETS_VOCAB_SIZE", launchpad_default("tokenizer", "vocab_size", TOKENIZER_DEFAULTS.vocab_size))
+        + defaults_note("tokenizer"),
     )
     sample_docs: int = Field(
         default=TOKENIZER_DEFAULTS.sample_docs,
@@ -95,7 +98,9 @@ class TokenizerTrainingConfig(dg.Config):
     @model_validator(mode="before")
     @classmethod
     def _environment_defaults(cls, data):
-        return fill_from_environment(data, {"vocab_size": ("LM_ASSETS_VOCAB_SIZE", TOKENIZER_DEFAULTS.vocab_size)})
+        # Unset and without $LM_ASSETS_VOCAB_SIZE: the sample profile's where it is selected, else the tokenizer's own.
+        fallback = launchpad_default("tokenizer", "vocab_size", TOKENIZER_DEFAULTS.vocab_size)
+        return fill_from_environment(data, {"vocab_size": ("LM_ASSETS_VOCAB_SIZE", fallback)})
 
 
 @dg.asset(
@@ -260,7 +265,10 @@ class PackedDatasetConfig(dg.Config):
     model_config = ENUM_FIELDS_AS_VALUES
 
     seq_len: int | None = Field(
-        default=None, description="tokens per sequence; " + unset_means("LM_ASSETS_SEQ_LEN", PACKING_DEFAULTS.seq_len)
+        default=None,
+        description="tokens per sequence; "
+        + unset_means("LM_ASSETS_SEQ_LEN", launchpad_default("packed_dataset", "seq_len", PACKING_DEFAULTS.seq_len))
+        + defaults_note("packed_dataset"),
     )
     strategy: PackingStrategy = Field(
         default=PACKING_DEFAULTS.strategy,
@@ -300,7 +308,9 @@ class PackedDatasetConfig(dg.Config):
     @model_validator(mode="before")
     @classmethod
     def _environment_defaults(cls, data):
-        return fill_from_environment(data, {"seq_len": ("LM_ASSETS_SEQ_LEN", PACKING_DEFAULTS.seq_len)})
+        # Unset and without $LM_ASSETS_SEQ_LEN: the sample profile's where it is selected, else packing's own.
+        fallback = launchpad_default("packed_dataset", "seq_len", PACKING_DEFAULTS.seq_len)
+        return fill_from_environment(data, {"seq_len": ("LM_ASSETS_SEQ_LEN", fallback)})
 
 
 def reference_difficulty(context, folder: str, sp, result: PackedResult):
