@@ -61,7 +61,8 @@ VARIABLES = {
     "LM_ASSETS_TRAINING_BACKEND": Variable("local or kubernetes", "local"),
     "LM_ASSETS_PIPES_BUCKET": Variable("the S3 bucket Pipes messages go through on Kubernetes"),
     "LM_ASSETS_LAUNCHPAD_DEFAULTS": Variable(
-        "sample: the Launchpad's training defaults are what `make demo` trained with"
+        "sample: the sample crawl's profile (defs/common/sample_defaults.py), what `make demo` runs with, is the "
+        "Launchpad's defaults and what a run takes for a field it leaves unset"
     ),
     "LM_ASSETS_SHARDS_PER_RUN": Variable(
         "shards a backfill run of the per-shard stages takes at most (read when the code loads)", 50
