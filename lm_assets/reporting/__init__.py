@@ -1,1 +1,2 @@
-"""Reports written from the metadata the assets recorded: plain Python, no Dagster."""
+"""What people read, in plain Python, no Dagster: the model card written from the metadata the assets recorded,
+and the pieces of the assets' pages (markdown tables, histograms, the evaluation pages' tables and charts)."""

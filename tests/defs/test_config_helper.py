@@ -101,12 +101,8 @@ def test_one_default_per_setting():
 def test_training_and_evaluation_configs_default_to_the_program_defaults(monkeypatch):
     monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
     from lm_assets.defs.curation.assets import CuratedShardConfig
-    from lm_assets.defs.evaluation.assets import (
-        CevalScoreConfig,
-        CheckpointSamplesConfig,
-        EvaluationDeviceConfig,
-        MmluScoreConfig,
-    )
+    from lm_assets.defs.evaluation.assets import CevalScoreConfig, CheckpointSamplesConfig, MmluScoreConfig
+    from lm_assets.defs.evaluation.common import EvaluationDeviceConfig
     from lm_assets.defs.training.assets import TrainingRunConfig
     from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
     from lm_assets.evaluation.samples import SampleSettings

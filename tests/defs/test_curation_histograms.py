@@ -24,8 +24,9 @@ from lm_assets.corpus.curation.histograms import (
     linear_edges,
 )
 from lm_assets.defs.common.resources import LandingResource, StorageResource
-from lm_assets.defs.curation.assets import curated_shard, curation_summary, extracted_shard, inline_histogram
+from lm_assets.defs.curation.assets import curated_shard, curation_summary, extracted_shard
 from lm_assets.defs.ingest.assets import raw_shard
+from lm_assets.reporting.histograms import inline_histogram
 from tests.support.dedup_crawl import SAMPLE_CRAWL
 
 SHARD = "crawl-00000.warc.gz"
@@ -134,7 +135,7 @@ def test_the_threshold_is_drawn_where_it_falls_on_the_axis():
 def test_threshold_pairs_are_told_apart_and_each_panel_says_what_it_counts():
     from lm_assets.corpus.curation.histograms import quality_histograms
     from lm_assets.corpus.curation.rules import preset
-    from lm_assets.defs.curation.assets import inline_histogram, mark_styles, thresholds_legend
+    from lm_assets.reporting.histograms import inline_histogram, mark_styles, thresholds_legend
 
     words = {h.signal: h for h in quality_histograms(preset("lm_assets"))}["q_word_count"]
     assert words.mark_labels == ["min_doc_words 50", "min_doc_chars_cjk 75", "max_doc_words 100,000",
@@ -153,7 +154,7 @@ def test_threshold_pairs_are_told_apart_and_each_panel_says_what_it_counts():
 
 def test_thresholds_one_to_a_language_are_named_in_order_along_the_axis():
     from lm_assets.corpus.curation.histograms import score_histogram
-    from lm_assets.defs.curation.assets import mark_styles, thresholds_legend
+    from lm_assets.reporting.histograms import mark_styles, thresholds_legend
 
     # The classifier's rule lists its languages as its config does; its lines lie in order of their cuts.
     classifier = score_histogram(QUALITY_SCORE, "classifier: below_threshold others 0.401, en 0.38, zh 0.489",
@@ -166,7 +167,7 @@ def test_thresholds_one_to_a_language_are_named_in_order_along_the_axis():
 def test_inline_histograms_tick_their_axes_at_round_values():
     from lm_assets.corpus.curation.histograms import quality_histograms
     from lm_assets.corpus.curation.rules import preset
-    from lm_assets.defs.curation.assets import inline_histogram, value_ticks
+    from lm_assets.reporting.histograms import inline_histogram, value_ticks
 
     histograms = {h.signal: h for h in quality_histograms(preset("lm_assets"))}
     words, share = histograms["q_word_count"], histograms["q_alpha_words_ratio"]

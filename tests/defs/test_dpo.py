@@ -77,7 +77,7 @@ def test_dpo_aligns_the_fine_tuned_checkpoint_and_reports_the_held_back_pairs(al
     hf = AutoTokenizer.from_pretrained(ckpt["hf_export"].value)
     assert hf.chat_template == CHAT_TEMPLATE
 
-    from lm_assets.defs.evaluation.assets import hf_export
+    from lm_assets.defs.evaluation.common import hf_export
 
     earlier = hf_export(store, checkpoint_key("dpo", "step_00000006"))  # made now, as evaluation makes it
     assert (earlier / "model.safetensors").exists() and json.loads((earlier / "config.json").read_text())["vocab_size"] == hf.vocab_size

@@ -4,7 +4,8 @@ import math
 
 import dagster as dg
 
-from lm_assets.defs.evaluation.assets import benchmark_selection, score_checks
+from lm_assets.defs.evaluation.assets import benchmark_selection
+from lm_assets.defs.evaluation.common import score_checks
 from lm_assets.evaluation.stats import question_blind_chance
 
 
@@ -85,7 +86,7 @@ def test_evaluation_runs_where_configured_and_auto_means_cuda_bf16_or_cpu_fp32()
     import pytest
     import torch
 
-    from lm_assets.defs.evaluation.assets import resolve_device
+    from lm_assets.defs.evaluation.common import resolve_device
 
     expected = ("cuda", "bfloat16") if torch.cuda.is_available() else ("cpu", "float32")
     assert resolve_device("auto", "auto") == expected

@@ -4,10 +4,13 @@ import math
 
 import dagster as dg
 
-from lm_assets.defs.common.reporting import markdown_table, table_cell
-from lm_assets.defs.evaluation.assets import accuracy_chart, position_table, score_metadata, trend_table
+from lm_assets.defs.common.reporting import markdown_table
+from lm_assets.defs.evaluation.assets import score_metadata
+from lm_assets.defs.evaluation.common import accuracy_chart, trend_table
 from lm_assets.defs.evaluation.safety import safety_series
 from lm_assets.defs.evaluation.tasks import recorded_groups
+from lm_assets.reporting.evaluation import position_table
+from lm_assets.reporting.tables import table_cell
 
 
 def test_a_cell_reads_0_for_zero_and_a_dash_for_nothing():

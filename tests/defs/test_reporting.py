@@ -11,8 +11,8 @@ from lm_assets.defs.common.reporting import (
     WRAP_COLUMNS,
     document_previews,
     fenced,
-    significant,
 )
+from lm_assets.reporting.tables import significant
 from lm_assets.text import hard_wrapped
 
 

@@ -11,8 +11,9 @@ import torch
 from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.resources import STORAGE_ROOT_VARIABLE, StorageResource, s3_resource_from_env
-from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor, checkpoint_samples, samples_table
+from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor, checkpoint_samples
 from lm_assets.evaluation import SAMPLE_PROMPTS, generate, load_model
+from lm_assets.reporting.evaluation import samples_table
 from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, samples_key
 from training.config import from_preset
 from training.export import export_hf
@@ -97,7 +98,7 @@ def test_the_table_marks_cut_prompts_and_continuations_that_ended_at_eos():
         "prompt": ["a long prompt", "中国的首都是"], "greedy": ["", "北京|上海\n"], "sampled": ["x", "y"],
         "prompt_truncated": [True, False], "greedy_stop": ["eos", "length"], "sampled_stop": ["length", "eos"],
     })
-    assert samples_table(samples).value.splitlines() == [
+    assert samples_table(samples).splitlines() == [
         "| prompt | greedy | sampled |", "|---|---|---|",
         "| …a long prompt |  [EOS] | x |",
         "| 中国的首都是 | 北京\\|上海 ↵  | y [EOS] |",
@@ -106,25 +107,25 @@ def test_the_table_marks_cut_prompts_and_continuations_that_ended_at_eos():
         "[EOS]: the model ended its text there_",
     ]
     odd = samples.with_columns(pl.Series("sampled", ["x", "buffer.⟨0x91⟩会"])).head(2)
-    lines = samples_table(odd).value.splitlines()
+    lines = samples_table(odd).splitlines()
     assert lines[3] == "| 中国的首都是 | 北京\\|上海 ↵  | buffer.⟨0x91⟩会 [EOS] |"
     assert lines[-1] == ("_…: the prompt was cut at its start to fit the context; ↵: a line break the model wrote "
                          "(↵×N: N of them); [EOS]: the model ended its text there; ⟨0x91⟩ and the like: a byte the "
                          "model wrote that forms no UTF-8 character_")
-    assert "UTF-8" not in samples_table(samples).value
+    assert "UTF-8" not in samples_table(samples)
 
 
 def test_the_samples_show_in_place_whatever_the_model_writes():
     from lm_assets.charts import INLINE_LIMIT
-    from lm_assets.defs.evaluation.assets import inline_samples_table
+    from lm_assets.reporting.evaluation import inline_samples_table
 
     rambling = pl.DataFrame({
         "prompt": [f"Prompt number {i} asks for a long answer about the harbour" for i in range(6)],
         "greedy": ["\n" * 40] * 6, "sampled": ["word " * 40] * 6, "prompt_truncated": [False] * 6,
         "greedy_stop": ["length"] * 6, "sampled_stop": ["eos"] * 6,
     })
-    assert len(samples_table(rambling).value) > INLINE_LIMIT
-    shown = inline_samples_table(rambling).value
+    assert len(samples_table(rambling)) > INLINE_LIMIT
+    shown = inline_samples_table(rambling)
     assert len(shown) <= INLINE_LIMIT and shown.count("| Prompt number") == 6
     assert "↵×40" in shown and "↵: a line break the model wrote" in shown and "[EOS]: the model ended" in shown
 

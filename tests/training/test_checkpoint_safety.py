@@ -103,7 +103,7 @@ def test_zero3_consolidation_matches_deepspeed(checkpoints):
 @slow
 def test_evaluation_export_refuses_a_planted_pickle(checkpoints, tmp_path):
     """The evaluation assets export a checkpoint without an HF folder before scoring it."""
-    from lm_assets.defs.evaluation.assets import hf_export
+    from lm_assets.defs.evaluation.common import hf_export
 
     ckpt = copy_checkpoint(checkpoints, "plain", tmp_path / "checkpoints" / "run")
     shutil.rmtree(ckpt / TAG / "hf")

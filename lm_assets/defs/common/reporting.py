@@ -11,12 +11,12 @@ import warnings
 from collections.abc import Collection
 
 import dagster as dg
-import numpy as np
 import polars as pl
 
 from lm_assets.defs.common.partitions import checkpoint_partitions, shard_partitions
 from lm_assets.corpus.curation.histograms import number
 from lm_assets.corpus.curation.rules import STAGE as QUALITY_STAGE
+from lm_assets.reporting.tables import markdown_table_text, table_cell
 from lm_assets.storage.accounting import drop_examples, reason_counts, reason_totals
 from lm_assets.storage.layout import parse_checkpoint_key
 from lm_assets.text import hard_wrapped
@@ -69,16 +69,6 @@ def series_value(metadata: dict | None, checkpoint: str, name: str) -> float | N
         return None
 
 
-def significant(value: float, digits: int = 3) -> str:
-    """`value` rounded to `digits` significant digits, written without an exponent: 0.000123, 0.253, 12,300."""
-    if value != value or value in (float("inf"), float("-inf")):
-        return str(value)
-    rounded = float(f"{value:.{digits}g}")
-    if abs(rounded) >= 10 ** (digits - 1):
-        return f"{rounded:,.0f}"
-    return np.format_float_positional(rounded, trim="-")
-
-
 def cut_text(value: float) -> str:
     """A threshold (a cut on a score) as every page writes it, the histograms' captions
     (`corpus.curation.histograms.number`) and curated_shard's classifier_threshold alike: four significant
@@ -86,26 +76,8 @@ def cut_text(value: float) -> str:
     return number(value)
 
 
-def table_cell(value) -> str:
-    """A markdown table cell: floats at 3 significant digits, nothing (None, or a float that is not a number)
-    as –, never `nan`, a real 0 as 0; line breaks shown as ↵, a run of three or more as ↵×N."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    text = significant(value) if isinstance(value, float) else str(value)
-    text = re.sub(r"\n{3,}", lambda run: f" ↵×{len(run.group())} ", text)
-    return text.replace("|", "\\|").replace("\n", " ↵ ")
-
-
 def markdown_table(df: pl.DataFrame, max_rows: int = 20) -> dg.MetadataValue:
-    if df.height == 0:
-        return dg.MetadataValue.md("_none_")
-    head = df.head(max_rows)
-    lines = ["| " + " | ".join(head.columns) + " |", "|" + "---|" * len(head.columns)]
-    for row in head.iter_rows():
-        lines.append("| " + " | ".join(table_cell(v) for v in row) + " |")
-    if df.height > max_rows:
-        lines.append(f"\n_{df.height - max_rows} more rows_")
-    return dg.MetadataValue.md("\n".join(lines))
+    return dg.MetadataValue.md(markdown_table_text(df, max_rows))
 
 
 def length_histogram(lengths: pl.Series, unit: str = "chars") -> dg.MetadataValue:

@@ -10,7 +10,7 @@ from lm_assets.defs.common.environment import DEFAULT_MMLU_PATH, fill_from_envir
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import markdown_table
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.evaluation.assets import EVAL_DEPS, evaluation_data, hf_export
+from lm_assets.defs.evaluation.common import EVAL_DEPS, evaluation_data, hf_export
 from lm_assets.defs.evaluation.tasks import SAMPLE_FOLDERS, SAMPLES
 from lm_assets.storage.layout import PACKED_FOLDER
 

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.evaluation.assets import checkpoint_dir, hf_export
+from lm_assets.defs.evaluation.common import checkpoint_dir, hf_export
 from lm_assets.defs.training.assets import TrainingLauncher, TrainingRunConfig, launch_training
 from lm_assets.storage.layout import PACKED_FOLDER, SFT_KEYS
 

@@ -15,7 +15,7 @@ from lm_assets.defs.common.environment import project_dir, project_path
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import latest_metadata
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.evaluation.assets import hf_export
+from lm_assets.defs.evaluation.common import hf_export
 from lm_assets.reporting.model_card import DATA_ASSETS, EVALUATION_ASSETS, checkpoint_from_export, render_card
 from lm_assets.storage.layout import checkpoint_run_folder, parse_checkpoint_key
 

@@ -13,7 +13,7 @@ from lm_assets.defs.common.environment import default_of
 from lm_assets.defs.common.reporting import markdown_table, run_series
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.curation.assets import ToxicityRulesConfig
-from lm_assets.defs.evaluation.assets import (
+from lm_assets.defs.evaluation.common import (
     EvaluationDeviceConfig,
     evaluation_asset,
     evaluation_data,

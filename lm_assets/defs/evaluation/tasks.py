@@ -11,13 +11,11 @@ from lm_assets.defs.common.environment import default_of
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import latest_metadata, markdown_table, run_series, series_value
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.evaluation.assets import (
+from lm_assets.defs.evaluation.common import (
     EVAL_DEPS,
     UNPLOTTED,
     EvaluationDeviceConfig,
     accuracy_chart,
-    against_band,
-    band_text,
     benchmark_check_specs,
     evaluated,
     evaluation_data,
@@ -28,6 +26,7 @@ from lm_assets.defs.evaluation.assets import (
     training_loss,
 )
 from lm_assets.evaluation.tasks import TASKS, Task
+from lm_assets.reporting.evaluation import against_band, band_text
 
 SAMPLES = default_of("LM_ASSETS_EVAL_TASKS_DIR")
 SAMPLE_FOLDERS = {"hellaswag": "hellaswag", "arc_easy": "arc/ARC-Easy", "arc_challenge": "arc/ARC-Challenge",

@@ -369,7 +369,7 @@ class SftRunConfig(TrainingRunConfig):
 def base_checkpoint(context: dg.AssetExecutionContext, store, config: SftRunConfig) -> tuple[str, str]:
     """The storage key of the HF export of the checkpoint fine-tuning starts from (made now if missing), and
     the checkpoint's partition key."""
-    from lm_assets.defs.evaluation.assets import hf_export
+    from lm_assets.defs.evaluation.common import hf_export
 
     known = context.instance.get_dynamic_partitions(checkpoint_partitions.name)
     chosen = config.base_checkpoint or next((k for k in reversed(known) if k.startswith(f"{config.base_run}-step_")), "")

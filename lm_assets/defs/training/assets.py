@@ -21,11 +21,12 @@ from lm_assets.corpus.tokens.tokenizer import load_tokenizer
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices
 from lm_assets.defs.common.environment import from_environment, unset_means
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions
-from lm_assets.defs.common.reporting import markdown_table, significant
+from lm_assets.defs.common.reporting import markdown_table
 from lm_assets.defs.common.resources import S3ClientResource, StorageResource
 from lm_assets.defs.common.sample_defaults import defaults_note, launchpad_default
 from lm_assets.defs.training.kubernetes import ClusterSpec, KubernetesTrainingClient
 from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_group
+from lm_assets.reporting.tables import significant
 from lm_assets.storage.keys import UnsafeKeyError, check_name
 from lm_assets.storage.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
 from training.config import PRECISIONS, TrainConfig
