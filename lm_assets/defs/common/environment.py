@@ -88,7 +88,8 @@ DEFAULT_MMLU_PATH = default_of("LM_ASSETS_MMLU_PATH")
 def from_environment(value: Any, variable: str, fallback: Any = None) -> Any:
     """`value` when it is set, else $`variable` when set and not empty, else `fallback`, else the registry's
     default: the one way a setting takes its environment default."""
-    default = registered(variable).default if fallback is None else fallback
+    registry_default = registered(variable).default  # refuses a variable the registry lacks
+    default = registry_default if fallback is None else fallback
     if value is not None:
         return value
     return os.environ.get(variable) or default
@@ -99,7 +100,8 @@ def unset_means(variable: str, fallback: Any = None, resolve: Callable[[Any], An
     registry's default), and what that is in the environment the definitions loaded in, so the Launchpad
     shows what a run started now would use; `resolve` turns the value into what a run uses (a relative
     folder into its place in the project folder)."""
-    fallback = registered(variable).default if fallback is None else fallback
+    registry_default = registered(variable).default  # refuses a variable the registry lacks
+    fallback = registry_default if fallback is None else fallback
     value = os.environ.get(variable)
     used = resolve(value or fallback) if resolve else value or fallback
     here = f"{used} (from ${variable})" if value else f"{used} (${variable} is not set)"
