@@ -32,7 +32,7 @@ $(DAGSTER_HOME)/dagster.yaml: deploy/dagster.yaml
 	@cp deploy/dagster.yaml $@
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
-	@LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} $(BIN)/python -m lm_assets.app.demo
+	@$(BIN)/python -m lm_assets.app.demo
 
 # Two workers, each taking whole files (a file's tests share its module fixtures). More would not fit
 # everywhere: a training test starts up to eight processes. PYTEST_WORKERS=0 runs them in this process.
@@ -41,11 +41,10 @@ test: install-dev
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The UI's defaults are the sample crawl's profile, which `make demo` runs with (lm_assets/defs/common/sample_defaults.py:
-# a small vocabulary, short sequences, the training settings). dagster dev runs under
+# the offline toxicity model, a small vocabulary, short sequences, the training settings). dagster dev runs under
 # lm_assets.app.process_tree, so that a stop (Ctrl-C, or SIGTERM to make's group) ends its webserver, daemon
 # and code servers too.
-UI_DEFAULTS = LM_ASSETS_TOXICITY_BACKEND=$${LM_ASSETS_TOXICITY_BACKEND:-profanity_check} \
-	LM_ASSETS_LAUNCHPAD_DEFAULTS=$${LM_ASSETS_LAUNCHPAD_DEFAULTS-sample}
+UI_DEFAULTS = LM_ASSETS_LAUNCHPAD_DEFAULTS=$${LM_ASSETS_LAUNCHPAD_DEFAULTS-sample}
 DAGSTER_DEV = $(BIN)/python -m lm_assets.app.process_tree -- \
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $${PORT:-3000}
 

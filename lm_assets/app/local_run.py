@@ -18,10 +18,11 @@ import dagster as dg
 from lm_assets.corpus.ingest.readers import landing_shards
 from lm_assets.defs.common.environment import project_dir
 from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_partitions, shard_partitions
-from lm_assets.defs.common.sample_defaults import demo_run_config
+from lm_assets.defs.common.sample_defaults import SAMPLE_PROFILE, demo_run_config
 from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
 
-OFFLINE_TOXICITY = {"toxicity": {"backend": "profanity_check"}}
+# The sample profile's offline toxicity model (Detoxify would download its release model).
+OFFLINE_TOXICITY = {"toxicity": {"backend": SAMPLE_PROFILE["toxicity"]["backend"]}}
 # For runs without quality labels (benchmarks of speed and dedup, tests): the rules alone decide.
 OFFLINE_RUN_CONFIG = {"ops": {"curated_shard": {"config": {**OFFLINE_TOXICITY, "quality_policy": "rules"}}}}
 # `make demo`'s run config: the sample crawl's profile and what the demo runs besides (sample_defaults.py).

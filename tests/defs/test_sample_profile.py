@@ -11,9 +11,7 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 def profile_values() -> set[str]:
     values = set()
-    for name, settings in [*SAMPLE_PROFILE.items(), *DEMO_ONLY.items()]:
-        if name == "toxicity":
-            continue
+    for settings in (*SAMPLE_PROFILE.values(), *DEMO_ONLY.values()):
         for value in settings.values():
             for item in value if isinstance(value, list) else [value]:
                 # Names that read as settings (profanity_check, a path), not words a comment may use ("tiny").
@@ -25,7 +23,7 @@ def profile_values() -> set[str]:
 def test_the_makefile_and_the_demo_carry_no_profile_values():
     makefile = (PROJECT / "Makefile").read_text()
     # It selects the profile by name, and sets none of the variables a profile's setting could come from.
-    assert not re.search(r"LM_ASSETS_(VOCAB_SIZE|SEQ_LEN)=", makefile)
+    assert not re.search(r"LM_ASSETS_(VOCAB_SIZE|SEQ_LEN|TOXICITY_BACKEND)=", makefile)
     app = PROJECT / "lm_assets" / "app"
     sources = {path: path.read_text() for path in [PROJECT / "Makefile", app / "local_run.py", app / "demo.py"]}
     for value in profile_values():
@@ -42,3 +40,20 @@ def test_the_demo_runs_the_profile():
         assert {name: ops[op]["config"][name] for name in settings} == settings
     # sft_dataset's sequences are as long as the pretraining ones, in the demo and in the Launchpad alike.
     assert ops["sft_dataset"]["config"]["seq_len"] == ops["packed_dataset"]["config"]["seq_len"]
+
+
+def test_the_toxicity_backend_comes_from_the_variable_else_the_profile_when_a_run_starts(monkeypatch):
+    """curated_shard, continuation_scores and safety_score take the backend the same way, read when their config
+    is built (a run starts), not when the code was imported."""
+    from lm_assets.defs.curation.assets import CuratedShardConfig, ToxicityRulesConfig
+    from lm_assets.defs.evaluation.safety import SafetyScoreConfig
+
+    monkeypatch.delenv("LM_ASSETS_TOXICITY_BACKEND", raising=False)
+    monkeypatch.setenv("LM_ASSETS_LAUNCHPAD_DEFAULTS", "sample")
+    backends = lambda: {ToxicityRulesConfig().backend, CuratedShardConfig().toxicity.backend, SafetyScoreConfig().toxicity.backend}
+    assert backends() == {SAMPLE_PROFILE["toxicity"]["backend"]}
+    monkeypatch.setenv("LM_ASSETS_TOXICITY_BACKEND", "detoxify")
+    assert backends() == {"detoxify"}
+    monkeypatch.delenv("LM_ASSETS_TOXICITY_BACKEND")
+    monkeypatch.setenv("LM_ASSETS_LAUNCHPAD_DEFAULTS", "")
+    assert backends() == {"auto"}

@@ -45,6 +45,7 @@ from lm_assets.defs.common.reporting import (
     cut_text,
 )
 from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.common.sample_defaults import launchpad_default
 from lm_assets.defs.common.stages import (
     CURATED_SCHEMA,
     EXTRACTED_SCHEMA,
@@ -182,10 +183,11 @@ class ToxicityRulesConfig(dg.Config):
     model_config = ENUM_FIELDS_AS_VALUES
 
     backend: ToxicityBackend | None = Field(
-        default=loaded_default("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
+        default=loaded_default("LM_ASSETS_TOXICITY_BACKEND", launchpad_default("toxicity", "backend", TOXICITY_DEFAULTS.backend)),
         description="auto (detoxify where torch sees a CUDA device, profanity_check on a CPU, where Detoxify would "
         "take nearly all of curation's time), detoxify or profanity_check; the metadata's toxicity_backend says which "
-        "ran and why; " + unset_means("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
+        "ran and why; "
+        + unset_means("LM_ASSETS_TOXICITY_BACKEND", launchpad_default("toxicity", "backend", TOXICITY_DEFAULTS.backend)),
     )
     detoxify_model_type: DetoxifyModel = Field(
         default=TOXICITY_DEFAULTS.detoxify_model_type,
@@ -230,8 +232,10 @@ class ToxicityRulesConfig(dg.Config):
     @model_validator(mode="before")
     @classmethod
     def _environment_defaults(cls, data):
+        # Unset and without $LM_ASSETS_TOXICITY_BACKEND: the selected profile's (the sample crawl's), else auto.
+        backend = launchpad_default("toxicity", "backend", TOXICITY_DEFAULTS.backend)
         return fill_from_environment(data, {
-            "backend": ("LM_ASSETS_TOXICITY_BACKEND", TOXICITY_DEFAULTS.backend),
+            "backend": ("LM_ASSETS_TOXICITY_BACKEND", backend),
             "detoxify_checkpoint": ("LM_ASSETS_DETOXIFY_CHECKPOINT", TOXICITY_DEFAULTS.detoxify_checkpoint),
             "detoxify_hf_config_path": ("LM_ASSETS_DETOXIFY_HF_CONFIG", TOXICITY_DEFAULTS.detoxify_hf_config_path),
         })
