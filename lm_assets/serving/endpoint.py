@@ -16,10 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -36,41 +37,58 @@ def serve_command(hf_dir: str | os.PathLike, host: str = "127.0.0.1", port: int 
     return command + [str(Path(hf_dir).resolve())]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+READY = re.compile(r"Uvicorn running on http://[^\s:]+:(\d+)")
+
+
+def bound_port(output: str) -> int | None:
+    """The port a server started with port 0 says it listens on, once it has said so."""
+    found = READY.search(output)
+    return int(found.group(1)) if found else None
 
 
 class LocalEndpoint:
-    """`transformers serve` on the export, on a free loopback port, for the length of a `with` block; its
-    output goes to `log` (default: discarded)."""
+    """`transformers serve` on the export, on a loopback port the kernel gives it, for the length of a `with`
+    block; its output goes to `log` (default: a temporary file, removed after).
+
+    The server binds port 0 and the port is read from its own readiness line: a port chosen here and bound
+    there could be taken in between by another server, whose answers would then be taken for this one's."""
 
     def __init__(self, hf_dir: str | os.PathLike, log: str | os.PathLike | None = None, start_timeout_s: float = 300.0):
         self.hf_dir, self.log, self.start_timeout_s = Path(hf_dir), log, start_timeout_s
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url: str | None = None
         self.process: subprocess.Popen | None = None
 
     def __enter__(self) -> str:
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL  # closed in __exit__
-        self._out = out
+        self._temporary = None
+        if self.log is None:
+            self._temporary = tempfile.TemporaryDirectory(prefix="lm-assets-serve-")
+            self.log = Path(self._temporary.name) / "serve.log"
+        self._out = open(self.log, "ab")  # closed in __exit__
+        start = self._out.tell()
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        self.process = subprocess.Popen(serve_command(self.hf_dir, port=self.port), stdout=out, stderr=out, env=env,
+        self.process = subprocess.Popen(serve_command(self.hf_dir, port=0), stdout=self._out, stderr=self._out, env=env,
                                         start_new_session=True)  # fmt: skip
         deadline = time.monotonic() + self.start_timeout_s  # a hang guard: start-up ends at the first answer
-        while not self.healthy():
+        while not self.healthy(start):
             if self.process.poll() is not None:
                 self.__exit__(None, None, None)
-                raise RuntimeError(f"transformers serve exited with {self.process.returncode} before it answered"
-                                   + (f"; see {self.log}" if self.log else ""))  # fmt: skip
+                raise RuntimeError(f"transformers serve exited with {self.process.returncode} before it answered; "
+                                   f"its output: {self.log}")  # fmt: skip
             if time.monotonic() > deadline:
                 self.__exit__(None, None, None)
-                raise TimeoutError(f"transformers serve did not answer on {self.url} within {self.start_timeout_s:g} s")
+                raise TimeoutError(f"transformers serve did not answer within {self.start_timeout_s:g} s; its output: "
+                                   f"{self.log}")  # fmt: skip
             time.sleep(0.2)
         return self.url
 
-    def healthy(self) -> bool:
+    def healthy(self, start: int = 0) -> bool:
+        if self.url is None:
+            with open(self.log, "rb") as f:
+                f.seek(start)
+                port = bound_port(f.read().decode(errors="replace"))
+            if port is None:
+                return False
+            self.url = f"http://127.0.0.1:{port}"
         try:
             with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
                 return response.status == 200
@@ -87,8 +105,10 @@ class LocalEndpoint:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-        if self._out is not subprocess.DEVNULL:
-            self._out.close()
+        self._out.close()
+        if self._temporary is not None:
+            self._temporary.cleanup()
+            self.log = None
 
 
 def answer(url: str, model: str, prompt: str, max_tokens: int, chat: bool) -> str:
@@ -130,4 +150,4 @@ def our_answers(em, prompts: Sequence[str], max_tokens: int) -> list[str]:
     return out
 
 
-__all__ = ["LocalEndpoint", "answer", "our_answers", "serve_command", "served_answers"]
+__all__ = ["LocalEndpoint", "answer", "bound_port", "our_answers", "serve_command", "served_answers"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lm_assets.app.process_tree import alive, descendants, stop_tree
-from lm_assets.serving.endpoint import free_port, our_answers, served_answers
+from lm_assets.serving.endpoint import bound_port, our_answers, served_answers
 from lm_assets.storage.layout import checkpoint_run_folder
 from tests.compression.test_gguf import export  # noqa: F401 - the fixture: a tiny chat checkpoint's HF export
 
@@ -72,8 +72,8 @@ def test_serve_answers_chat_requests_as_our_generation_does_and_a_ctrl_c_ends_it
     from lm_assets.evaluation.checkpoint import load_model
 
     hf, env = storage
-    port = free_port()
-    served = Served(lm_assets("serve", "--checkpoint", CHECKPOINT, "--host", "127.0.0.1", "--port", str(port)), env)
+    # Port 0: the kernel's choice, read back from the readiness line (a port chosen here could be taken meanwhile).
+    served = Served(lm_assets("serve", "--checkpoint", CHECKPOINT, "--host", "127.0.0.1", "--port", "0"), env)
     try:
         assert served.ready.wait(HANG_GUARD_S), f"no readiness line within {HANG_GUARD_S} s:\n{served.output}"
         assert served.process.poll() is None, f"lm-assets serve exited with {served.process.returncode}:\n{served.output}"
@@ -81,7 +81,7 @@ def test_serve_answers_chat_requests_as_our_generation_does_and_a_ctrl_c_ends_it
         command = served.lines[0].split()
         assert command[1:3] == ["serve", "--host"] and "--continuous-batching" in command, served.lines[0]
         assert command[-1] == str(hf.resolve())
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://127.0.0.1:{bound_port(served.output)}"
         with urllib.request.urlopen(url + "/health", timeout=30) as response:
             assert response.status == 200
 
@@ -121,3 +121,8 @@ def test_a_checkpoint_without_an_export_or_a_malformed_key_is_refused_clearly(st
     assert "checkpoint key 'latest' is refused" in malformed.stderr
     for refused in (missing, malformed):
         assert "Traceback" not in refused.stderr and refused.stdout == ""
+
+
+def test_the_bound_port_is_read_from_the_readiness_line_only():
+    assert bound_port("INFO:     Started server process [18979]\nINFO:     Waiting for application startup.\n") is None
+    assert bound_port("INFO:     Uvicorn running on http://127.0.0.1:37535 (Press CTRL+C to quit)\n") == 37535

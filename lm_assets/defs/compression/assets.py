@@ -76,7 +76,7 @@ def served_check(export: Path, base, config: CompressedCheckpointConfig) -> dg.A
     from lm_assets.serving.endpoint import LocalEndpoint, our_answers, served_answers
 
     chat = base.chat_template is not None
-    with LocalEndpoint(export) as url:
+    with LocalEndpoint(export, log=export.parent / "compressed" / "serve.log") as url:
         served = served_answers(url, export, PROMPTS, config.serve_tokens, chat=chat)
     ours = our_answers(base, PROMPTS, config.serve_tokens)
     rows = pl.DataFrame({"prompt": list(PROMPTS), "served": served, "ours": ours, "equal": [a == b for a, b in zip(served, ours)]})
