@@ -99,3 +99,24 @@ def test_no_checkpoint_no_card(instance_with_lineage):
                             resources={"storage": StorageResource(root=str(storage))})  # fmt: skip
     assert not result.success
     assert not (storage / "checkpoints" / "main" / "step_00000009").exists()
+
+
+def test_the_sensor_asks_a_card_once_evaluated_and_again_once_compressed():
+    from lm_assets.defs.compression.model_card import model_card_sensor
+    from lm_assets.defs.evaluation.assets import EVALUATION_KEYS
+
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(checkpoint_partitions.name, ["main-step_00000008", CHECKPOINT])
+
+    def due():
+        result = model_card_sensor(dg.build_sensor_context(instance=instance))
+        return [(r.partition_key, r.run_key) for r in result.run_requests]
+
+    assert due() == []
+    for key in EVALUATION_KEYS[:-1]:
+        report(instance, key.to_user_string(), {}, CHECKPOINT)
+    assert due() == []  # one evaluation asset still missing
+    report(instance, EVALUATION_KEYS[-1].to_user_string(), {}, CHECKPOINT)
+    assert due() == [(CHECKPOINT, f"model_card:{CHECKPOINT}")]
+    report(instance, "compressed_checkpoint", {}, CHECKPOINT)
+    assert due() == [(CHECKPOINT, f"model_card:{CHECKPOINT}:compressed")]

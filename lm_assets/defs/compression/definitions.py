@@ -6,7 +6,7 @@ from lm_assets.defs.common.catalog import EVALUATION_TEAM, TRAINING_TEAM, catalo
 from lm_assets.defs.compression.assets import compressed_checkpoint
 from lm_assets.defs.compression.distillation import distill_run_and_checkpoint
 from lm_assets.defs.compression.jobs import compression_job, distill_job, model_card_job
-from lm_assets.defs.compression.model_card import model_card
+from lm_assets.defs.compression.model_card import model_card, model_card_sensor
 from lm_assets.reporting import model_card as card
 
 PROGRAM_VERSION = source_version(training)
@@ -19,4 +19,5 @@ defs = dg.Definitions(
                     {"distill_run": PROGRAM_VERSION, "distill_checkpoint": PROGRAM_VERSION}),
     ],
     jobs=[compression_job, model_card_job, distill_job],
+    sensors=[model_card_sensor],
 )

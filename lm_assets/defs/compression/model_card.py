@@ -15,12 +15,14 @@ from lm_assets.defs.common.environment import project_dir, project_path
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import latest_metadata
 from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.compression.jobs import model_card_job
 from lm_assets.defs.evaluation.common import hf_export
 from lm_assets.reporting.model_card import DATA_ASSETS, EVALUATION_ASSETS, checkpoint_from_export, render_card
 from lm_assets.storage.layout import checkpoint_run_folder, parse_checkpoint_key
 
 # The assets whose checkpoints are `checkpoints` partitions, and the run asset that saved them.
-RUN_ASSETS = {"checkpoint": "training_run", "sft_checkpoint": "sft_run", "dpo_checkpoint": "dpo_run"}
+RUN_ASSETS = {"checkpoint": "training_run", "sft_checkpoint": "sft_run", "dpo_checkpoint": "dpo_run",
+              "distill_checkpoint": "distill_run"}
 HISTORY = 100  # materializations of a checkpoint or run asset searched for the run that saved a checkpoint
 CARD = "README.md"
 
@@ -159,3 +161,26 @@ def model_card(context: dg.AssetExecutionContext, config: ModelCardConfig, stora
         "front_matter": dg.MetadataValue.md(f"```yaml\n{front}\n```"),
         "card": dg.MetadataValue.md(body),
     })  # fmt: skip
+
+
+def cards_due(instance: dg.DagsterInstance) -> list[tuple[str, str]]:
+    """(checkpoint, run key) of each checkpoint evaluated by every evaluation asset whose card is not yet written
+    from what it has: one card once it is evaluated, another once its compressed variants are measured."""
+    from lm_assets.defs.evaluation.assets import EVALUATION_KEYS
+
+    checkpoints = instance.get_dynamic_partitions(checkpoint_partitions.name)
+    evaluated = set(checkpoints)
+    for key in EVALUATION_KEYS:
+        evaluated &= instance.get_materialized_partitions(key)
+    compressed = instance.get_materialized_partitions(dg.AssetKey("compressed_checkpoint"))
+    return [(k, f"model_card:{k}" + (":compressed" if k in compressed else "")) for k in checkpoints if k in evaluated]
+
+
+@dg.sensor(job=model_card_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED,
+           description="Writes the model card of every checkpoint evaluated by each evaluation asset, and again once "
+           "its compressed variants are measured.")
+def model_card_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+    due = cards_due(context.instance)
+    if not due:
+        return dg.SensorResult(skip_reason="no checkpoint evaluated by every evaluation asset yet")
+    return dg.SensorResult(run_requests=[dg.RunRequest(partition_key=k, run_key=key) for k, key in due])
