@@ -274,7 +274,7 @@ def evaluation_data(configured: str | None, variable: str, sample: str, folder: 
     the shipped sample (original items, not the release)."""
     if configured:
         return configured, False
-    root = from_environment(None, variable, None)
+    root = from_environment(None, variable, "")  # unset: "", not the registry's default, so the sample is told apart
     return project_path(f"{root or sample}/{folder}".rstrip("/")), not root
 
 
