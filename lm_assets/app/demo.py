@@ -158,10 +158,37 @@ def main() -> int:
     if not shards:
         print(f"no shard files found in {landing.root}", file=sys.stderr)
         return 1
+    put_labels(store)
+    log = Path(os.environ.get("DAGSTER_HOME") or store.root) / "demo.log"
+    elapsed = materialize_graph(defs, instance, shards, log)
+    if elapsed is None:
+        return 1
+    print_documents(store, shards, elapsed)
+    print_classifier(instance)
+    print_packed(store)
+    ckpt_meta = print_training(instance)
+    pretrained = print_scores(instance, ckpt_meta)
+    print_safety_and_bias(instance, pretrained)
+    tuned = print_fine_tuning(instance, store, pretrained)
+    aligned = print_alignment(instance, tuned)
+    print_aligned_beside_tuned(instance, tuned, aligned)
+    print_distilled(instance)
+    print_compressed(instance, aligned)
+    print_model_card(instance, aligned)
+    print_outputs(store)
+    return 0
+
+
+def put_labels(store) -> None:
+    """The sample crawl's hand labels, put under labels/ in the storage root, where the classifier reads them."""
     with open(project_path(DEMO_LABELS), "rb") as labels:
         store.write_bytes(DEMO_LABELS_KEY, labels.read())
     print(f"quality labels: {DEMO_LABELS} -> {store.uri(DEMO_LABELS_KEY)}")
-    log = Path(os.environ.get("DAGSTER_HOME") or store.root) / "demo.log"
+
+
+def materialize_graph(defs: dg.Definitions, instance: dg.DagsterInstance, shards: list[str], log: Path) -> float | None:
+    """Every shard through the whole graph, a line per run on the terminal and the rest in `log`: the seconds
+    it took, or None when a run failed (said on stderr)."""
     print(f"Materializing the graph for {len(shards)} shards; Dagster's and DeepSpeed's logs go to {log}")
     started = time.perf_counter()
     with output_to(log) as terminal, echoed_progress(log, terminal), LaunchedRuns(instance) as runs:
@@ -172,9 +199,12 @@ def main() -> int:
         )
     if not results[-1].success:
         print(f"run {results[-1].run_id} failed: see {log} and `make ui`", file=sys.stderr)
-        return 1
-    elapsed = time.perf_counter() - started
+        return None
+    return time.perf_counter() - started
 
+
+def print_documents(store, shards: list[str], elapsed: float) -> None:
+    """Documents per shard and stage, and why documents were dropped or quarantined."""
     summary = pl.DataFrame([shard_summary(store, s) for s in shards])
     tables = []
     for shard in shards:
@@ -188,6 +218,10 @@ def main() -> int:
         print("\nWhy documents were dropped or quarantined (all shards; curation_summary in the UI shows more):")
         print(reasons_by_stage(reason_counts(*tables)))
     print(f"\nMaterialized the whole graph for {len(shards)} shard partitions in {elapsed:.0f} s.")
+
+
+def print_classifier(instance: dg.DagsterInstance) -> None:
+    """The quality classifier's training data, held-back scores and thresholds, and the curation policy."""
     classifier = instance.get_latest_materialization_event(dg.AssetKey("quality_classifier")).asset_materialization.metadata
     curated = instance.get_latest_materialization_event(dg.AssetKey("curated_shard")).asset_materialization.metadata
     trained_on = classifier["trained_on"].value
@@ -201,6 +235,10 @@ def main() -> int:
         f"{classifier['by_site_balanced_accuracy'].value:.3f}). "
         f"Curation policy: {curated['quality_policy'].value}."
     )
+
+
+def print_packed(store) -> None:
+    """The packed dataset's sequences, tokenizer and packing efficiency."""
     manifest = json.loads(store.read_bytes(PACKED_MANIFEST))
     splits = manifest["splits"]
     print(
@@ -208,6 +246,11 @@ def main() -> int:
         f"{manifest['seq_len']} tokens ({manifest['dtype']}), tokenizer {manifest['tokenizer_hash'][:12]}, "
         f"packing efficiency {manifest['efficiency']:.3f}"
     )
+
+
+def print_training(instance: dg.DagsterInstance) -> dict:
+    """The training run's layout, steps, losses and speed, and where its curves and export are; the checkpoint's
+    metadata."""
     run_meta = instance.get_latest_materialization_event(dg.AssetKey("training_run")).asset_materialization.metadata
     ckpt_meta = instance.get_latest_materialization_event(dg.AssetKey("checkpoint")).asset_materialization.metadata
     tokens_per_s = run_meta["tokens_per_s"].value
@@ -226,6 +269,12 @@ def main() -> int:
         print(f"Curves:           {run_meta['curves_png'].value}; "
               f".venv/bin/tensorboard --logdir {run_meta['tensorboard_logdir'].value}")
     print(f"HF export:        {ckpt_meta['hf_export'].value}  (transformers.LlamaForCausalLM.from_pretrained)")
+    return ckpt_meta
+
+
+def print_scores(instance: dg.DagsterInstance, ckpt_meta: dict) -> str:
+    """Validation loss and perplexity by checkpoint, and the last pretraining checkpoint's benchmark and task
+    scores; that checkpoint."""
     pretraining = [k for k in instance.get_dynamic_partitions("checkpoints") if k.startswith("main-")]
     pretrained = pretraining[-1]
     trend = []
@@ -261,7 +310,11 @@ def main() -> int:
                  if series_value(suite, pretrained, f"{t}/acc") is not None]  # fmt: skip
         print(f"Task suite:       {', '.join(shown)} (acc, zero-shot, on the shipped samples; chance beside each in "
               "benchmark_suite)")
-    print_safety_and_bias(instance, pretrained)
+    return pretrained
+
+
+def print_fine_tuning(instance: dg.DagsterInstance, store, pretrained: str) -> str:
+    """The instruction data, the fine-tuning run and what the tuned checkpoint answers; that checkpoint."""
     instructions = instance.get_latest_materialization_event(dg.AssetKey("instruction_data")).asset_materialization.metadata
     sft = instance.get_latest_materialization_event(dg.AssetKey("sft_run")).asset_materialization.metadata
     sft_checkpoint = instance.get_latest_materialization_event(dg.AssetKey("sft_checkpoint")).asset_materialization.metadata
@@ -276,6 +329,11 @@ def main() -> int:
         f"with its chat template: {sft_checkpoint['hf_export'].value}; asked \"{SAMPLE_PROMPTS[0]}\" it answers "
         f"{sample.strip()[:60]!r}"
     )
+    return tuned
+
+
+def print_alignment(instance: dg.DagsterInstance, tuned: str) -> str:
+    """The preference pairs and the DPO run against the held-back pairs; the aligned checkpoint."""
     preferences = instance.get_latest_materialization_event(dg.AssetKey("preference_data")).asset_materialization.metadata
     print(f"Preferences:      {preferences['pairs'].value} preference pairs (shipped, English and Chinese), "
           f"{preferences['dropped'].value} quarantined")
@@ -290,16 +348,16 @@ def main() -> int:
         held_back = f"no held-back pairs measured ({dpo['validation'].value})"
     print(f"Alignment (DPO):  {dpo['steps'].value} steps from {tuned}, {held_back}; {aligned} exported: "
           f"{dpo_checkpoint['hf_export'].value}")
-    print_aligned_beside_tuned(instance, tuned, aligned)
-    print_distilled(instance)
-    print_compressed(instance, aligned)
-    print_model_card(instance, aligned)
+    return aligned
+
+
+def print_outputs(store) -> None:
+    """Where the outputs are, and what to run next."""
     print(f"\nOutputs:          {store.root}/{{raw,extracted,curated,minhash,deduplicated,decontaminated,tokenized}}/<shard>/")
     print(f"                  {store.uri(CLUSTERS_KEY)}, {store.uri('tokenizer')}/, {store.uri(PACKED_FOLDER)}/")
     print("Trace a sequence: .venv/bin/lm-assets lineage --split train --index 0")
     print(f"Dagster instance: {os.environ.get('DAGSTER_HOME', '(ephemeral)')}")
     print("Open the UI:      make ui   then browse http://127.0.0.1:3000 (asset graph, checks, metadata)")
-    return 0
 
 
 def print_aligned_beside_tuned(instance: dg.DagsterInstance, tuned: str, aligned: str) -> None:
