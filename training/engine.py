@@ -295,27 +295,61 @@ class Trainer:
     """
 
     def __init__(self, cfg: TrainConfig, report: Callable[[dict], None] = print_json):
-        import deepspeed
-        from deepspeed.accelerator import get_accelerator
         from deepspeed.runtime.pipe.engine import PipelineEngine
 
-        from training.model import compile_blocks
-        from training.parallel import LossFn, build_model, init_distributed, setup_parallel
+        from training.parallel import LossFn, setup_parallel
 
         cfg.validate()
         self.cfg = cfg
         self.report = report
         if not cfg.data:
             raise ValueError("no data: set data=<packed dataset directory>")
-        init_distributed()
-        self.world = dist.get_world_size()
-        self.rank = dist.get_rank()
-        dims = cfg.dims(self.world)
-        cfg.validate(self.world)
+        dims = self._join_process_group()
 
         random_seed(cfg.seed)
         self.dataset = PackedDataset(cfg.data, cfg.split, seed=cfg.data_seed)
         self.val_dataset = validation_dataset(cfg)
+        self.model_cfg = self._model_config()
+        self.tokens_per_row = self.dataset.seq_len - 1
+        if self.tokens_per_row > self.model_cfg.max_seq_len:
+            raise ValueError(
+                f"data rows of {self.tokens_per_row} tokens exceed max_seq_len {self.model_cfg.max_seq_len}"
+            )
+        device_type = self._choose_kernels()
+
+        self.state = setup_parallel(dims)
+        self.loss_fn = LossFn(cfg.debug.loss_scales(), self.kernels)
+        self.engine = self._deepspeed_engine(self._build_model(dims), dims)
+        self.pipeline = isinstance(self.engine, PipelineEngine)
+        self.dims = dims
+        self.dpo = self._dpo_objective(dims)
+        self.distill = self._distill_objective(dims)
+        self._init_progress()
+        self.forensics = None
+        if cfg.checkpoint.dir:  # what a spiked step trained on: <checkpoint.dir>/spikes.jsonl
+            self.forensics = SpikeForensics(cfg.checkpoint.dir, self.dataset, cfg.split, cfg.grad_accum, dims.dp,
+                                            cfg.micro_batch_size, cfg.tokenizer_model or None)
+        pin = self.cfg.loader.pin_memory
+        self.pin_memory = device_type == "cuda" if pin is None else bool(pin) and device_type == "cuda"
+        self._install_step_guard()
+        self.checkpoints = self._checkpoint_manager()
+
+    def _join_process_group(self):
+        """Joins the job's process group; the layout (pp, tp, dp) of its world, checked against the config."""
+        from training.parallel import init_distributed
+
+        init_distributed()
+        self.world = dist.get_world_size()
+        self.rank = dist.get_rank()
+        dims = self.cfg.dims(self.world)
+        self.cfg.validate(self.world)
+        return dims
+
+    def _model_config(self):
+        """The model's architecture: the preset's for the data's vocabulary, or the checkpoint's when continuing
+        pretraining (`vocab_added`: the rows its vocabulary grows by), with the teacher's vocabulary when
+        distilling."""
+        cfg = self.cfg
         vocab = cfg.vocab_size or _dataset_vocab_size(self.dataset.manifest)
         if vocab is None:
             raise ValueError("vocab_size is not in the data manifest; set vocab_size=")
@@ -323,27 +357,28 @@ class Trainer:
             from training.hf_init import model_config as hf_model_config
             from training.hf_init import model_vocabulary
 
-            self.model_cfg = apply_overrides(hf_model_config(cfg.init_from), cfg.model_overrides)
-            checkpoint_vocab = self.model_cfg.vocab_size
-            self.model_cfg = replace(self.model_cfg, vocab_size=model_vocabulary(cfg.init_from, vocab, cfg.tokenizer_model))
-            self.vocab_added = self.model_cfg.vocab_size - checkpoint_vocab
+            model_cfg = apply_overrides(hf_model_config(cfg.init_from), cfg.model_overrides)
+            checkpoint_vocab = model_cfg.vocab_size
+            model_cfg = replace(model_cfg, vocab_size=model_vocabulary(cfg.init_from, vocab, cfg.tokenizer_model))
+            self.vocab_added = model_cfg.vocab_size - checkpoint_vocab
         else:
-            self.model_cfg = cfg.model_config(vocab)
+            model_cfg = cfg.model_config(vocab)
         if cfg.objective == "distill":  # the student speaks the teacher's vocabulary
             from training.export import read_hf_config
 
             teacher_vocab = read_hf_config(cfg.distill.teacher)["vocab_size"]
-            if teacher_vocab < vocab or (cfg.init_from and self.model_cfg.vocab_size != teacher_vocab):
+            if teacher_vocab < vocab or (cfg.init_from and model_cfg.vocab_size != teacher_vocab):
                 raise ValueError(f"distill.teacher {cfg.distill.teacher} has a vocabulary of {teacher_vocab} pieces, "
-                                 f"the student {self.model_cfg.vocab_size} and the data {vocab}: distill on data of the "
+                                 f"the student {model_cfg.vocab_size} and the data {vocab}: distill on data of the "
                                  "teacher's tokenizer")  # fmt: skip
-            self.model_cfg = replace(self.model_cfg, vocab_size=teacher_vocab)
-        self.tokens_per_row = self.dataset.seq_len - 1
-        if self.tokens_per_row > self.model_cfg.max_seq_len:
-            raise ValueError(
-                f"data rows of {self.tokens_per_row} tokens exceed max_seq_len {self.model_cfg.max_seq_len}"
-            )
+            model_cfg = replace(model_cfg, vocab_size=teacher_vocab)
+        return model_cfg
 
+    def _choose_kernels(self) -> str:
+        """The kernels, compilation and document masks this device runs with; the device type."""
+        from deepspeed.accelerator import get_accelerator
+
+        cfg = self.cfg
         device_type = get_accelerator().device_name()
         self.kernels = kernels.resolve(cfg.kernels, device_type, cfg.document_mask)
         self.compiled = device_type == "cuda" if cfg.compile is None else cfg.compile
@@ -351,9 +386,15 @@ class Trainer:
         self.eos_id = self.dataset.manifest.get("eos_id") if cfg.document_mask else None
         if cfg.document_mask and self.eos_id is None:
             raise ValueError("document_mask needs the data manifest's eos_id; set document_mask=false")
+        return device_type
 
-        self.state = setup_parallel(dims)
-        self.loss_fn = LossFn(cfg.debug.loss_scales(), self.kernels)
+    def _build_model(self, dims):
+        """This rank's part of the model: built from the seed, or initialized from a Hugging Face checkpoint,
+        with low-rank adapters if configured (`adapter_counts`), and its blocks compiled if `compiled`."""
+        from training.model import compile_blocks
+        from training.parallel import build_model
+
+        cfg = self.cfg
         model = build_model(self.model_cfg, self.state, cfg.seed, self.loss_fn, cfg.activation_checkpointing, self.kernels)
         if cfg.init_from:
             from training import hf_init
@@ -371,40 +412,58 @@ class Trainer:
             self.adapter_counts = apply_lora(model, LoRAConfig(a.rank, a.alpha, a.dropout, list(a.target_modules)), cfg.seed)
         if self.compiled:
             compile_blocks(model, **({} if self.compile_mode == "default" else {"mode": self.compile_mode}))
+        return model
+
+    def _deepspeed_engine(self, model, dims):
+        """The DeepSpeed engine over `model`: AdamW with weight decay on the matrices only, the warmup and
+        cosine schedule, the config `deepspeed_config` generates (`ds_config`)."""
+        import deepspeed
+
+        cfg = self.cfg
         self.ds_config = deepspeed_config(cfg, dims.dp, self.model_cfg.dim)
         decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
         groups = [g for g in ({"params": decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
         schedule = lr_lambda(cfg.optim.warmup_steps, cfg.steps, cfg.optim.min_lr_ratio)
-        self.engine, _, _, _ = deepspeed.initialize(
+        engine, _, _, _ = deepspeed.initialize(
             model=model,
             optimizer=adamw(groups, cfg),
             config=self.ds_config,
             lr_scheduler=lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule),
             mpu=self.state.mpu,
         )
-        self.pipeline = isinstance(self.engine, PipelineEngine)
-        self.dims = dims
-        self.dpo = None
-        if cfg.objective == "dpo":
-            from training.dpo import DpoObjective
+        return engine
 
-            if self.dataset.sides is None and len(self.dataset):
-                raise ValueError(f"objective=dpo needs preference data (a pair to a row, with sides); {cfg.data} has none")
-            dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
-            self.dpo = DpoObjective(cfg.dpo, self.engine.module, self.engine.device, self.state.dp_rank, dims.dp,
-                                    dp_group, cfg.micro_batch_size, self.eos_id)  # fmt: skip
-        self.distill = None
-        if cfg.objective == "distill":
-            from training.distill import DistillObjective
+    def _dpo_objective(self, dims):
+        """DPO's objective when `objective=dpo`, else None."""
+        cfg = self.cfg
+        if cfg.objective != "dpo":
+            return None
+        from training.dpo import DpoObjective
 
-            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
-            self.distill = DistillObjective(cfg.distill, self.engine.device, dtype, self.kernels, self.state.dp_rank,
-                                            dims.dp, cfg.micro_batch_size, self.eos_id, self.compiled)  # fmt: skip
+        if self.dataset.sides is None and len(self.dataset):
+            raise ValueError(f"objective=dpo needs preference data (a pair to a row, with sides); {cfg.data} has none")
+        dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
+        return DpoObjective(cfg.dpo, self.engine.module, self.engine.device, self.state.dp_rank, dims.dp,
+                            dp_group, cfg.micro_batch_size, self.eos_id)  # fmt: skip
+
+    def _distill_objective(self, dims):
+        """Distillation's objective when `objective=distill`, else None."""
+        cfg = self.cfg
+        if cfg.objective != "distill":
+            return None
+        from training.distill import DistillObjective
+
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
+        return DistillObjective(cfg.distill, self.engine.device, dtype, self.kernels, self.state.dp_rank,
+                                dims.dp, cfg.micro_batch_size, self.eos_id, self.compiled)  # fmt: skip
+
+    def _init_progress(self) -> None:
+        """Where the run stands before its first step: counters, spike detection, the last metrics."""
         self._dpo_sums = None
         self._distill_sums = None
         self.dpo_val_start: dict | None = None  # DPO's validation figures before the first update
-        self.spikes = SpikeDetector(cfg.spike)
+        self.spikes = SpikeDetector(self.cfg.spike)
         self.step = 0  # completed steps == the next step's index
         self.tokens_seen = 0
         self.started_at = 0
@@ -415,14 +474,6 @@ class Trainer:
         self._last: dict = {}
         self._last_skipped_steps = 0
         self._loader: StepPrefetcher | None = None
-        self.forensics = None
-        if cfg.checkpoint.dir:  # what a spiked step trained on: <checkpoint.dir>/spikes.jsonl
-            self.forensics = SpikeForensics(cfg.checkpoint.dir, self.dataset, cfg.split, cfg.grad_accum, dims.dp,
-                                            cfg.micro_batch_size, cfg.tokenizer_model or None)
-        pin = self.cfg.loader.pin_memory
-        self.pin_memory = device_type == "cuda" if pin is None else bool(pin) and device_type == "cuda"
-        self._install_step_guard()
-        self.checkpoints = self._checkpoint_manager()
 
     def _checkpoint_manager(self) -> CheckpointManager | None:
         if not self.cfg.checkpoint.dir:
