@@ -25,7 +25,7 @@ What is measured, in one process, side by side:
 
 2. Filters, plain text -> kept documents. Both chains get our extracted texts.
    Ours: `langid.identify_languages` (fastText lid.176 over windows of the whole text, en and zh
-   kept) then `quality.apply_quality_rules` with the pipeline's default preset (`lm_assets`).
+   kept) then `quality.apply_rules` with the pipeline's default preset (`lm_assets`).
    Datatrove: `LanguageFilter` (en, zh; the bench downloads nothing, so its fastText model is the
    quantized lid.176.ftz our language ID loads, in place of the lid.176.bin it would download), `GopherRepetitionFilter`,
    `GopherQualityFilter`, `C4QualityFilter`, `FineWebQualityFilter`, all with default settings
@@ -71,7 +71,7 @@ from lm_assets.corpus.curation.chinese_lexicon import flagged_ratios, lexicon
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents, extract_html
 from lm_assets.corpus.curation.langid import LangIdConfig, bundled_model_path, identify, identify_languages
 from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, CurationConfig, curate, curate_batches
-from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+from lm_assets.corpus.curation.rules import apply_rules, preset
 from lm_assets.corpus.curation.toxicity import ToxicityConfig
 from lm_assets.corpus.ingest.readers import read_shard
 
@@ -219,7 +219,7 @@ def our_filters(extracted: pl.DataFrame) -> tuple[dict, dict[str, str]]:
     with timed(lid_clock):
         lid = identify_languages(extracted, LangIdConfig())
     with timed(quality_clock):
-        quality = apply_quality_rules(lid.kept, OUR_QUALITY)
+        quality = apply_rules(lid.kept, OUR_QUALITY)
     languages = dict.fromkeys(extracted["doc_id"].to_list(), "other")
     languages.update(zip(lid.kept["doc_id"].to_list(), lid.kept["lang"].to_list(), strict=True))
     dropped = Counter(reason.split(":")[0] for reason in quality.dropped["reason"])

@@ -8,7 +8,7 @@ Usage::
 The labelled pages (bench/dev_set/labels.jsonl) are read from the development crawl (built into or reused
 from `$OUT/dev-crawl`, else `bench/out/dev-crawl`, as `curation.py` does) with the pipeline's own
 functions: `readers.read_shard`, `extract.extract_documents`, `langid.identify_languages` (pages it
-drops never reach a classifier), then `quality.quality_signals` with the default preset. `--smoke`:
+drops never reach a classifier), then `rules.rule_signals` with the default preset. `--smoke`:
 seconds, offline, the 50 pages of the test slice.
 
 1. Choices, by repeated cross-validation: `--repeats` times, the pages are dealt into `--folds` folds
@@ -59,7 +59,7 @@ from lm_assets.corpus.audit.curation_eval import read_labels
 from lm_assets.corpus.curation.extract import PAGE_COLUMNS, extract_documents
 from lm_assets.corpus.curation.langid import identify_languages
 from lm_assets.corpus.curation.pipeline import CurationConfig, curate
-from lm_assets.corpus.curation.rules import HARD_RULES, preset, quality_signals, reasons_from_signals
+from lm_assets.corpus.curation.rules import HARD_RULES, preset, rule_signals, reasons_from_signals
 from lm_assets.corpus.curation.toxicity import ToxicityConfig
 from lm_assets.corpus.ingest.readers import read_shard
 from lm_assets.corpus.quality.classifier import ClassifierConfig, QualityClassifier, train_classifier
@@ -123,7 +123,7 @@ def load_pages(crawl: Path, labels: pl.DataFrame) -> tuple[pl.DataFrame, pl.Data
         "url", "package", "confidence", pl.col("lang").alias("label_lang"), (pl.col("label") == "KEEP").alias("keep")
     )
     pages = identified.select("doc_id", "url", "text", "lang", *PAGE_COLUMNS).join(labelled, on="url")
-    signals = quality_signals(pages["text"].to_list(), pages["lang"].to_list(), preset())
+    signals = rule_signals(pages["text"].to_list(), pages["lang"].to_list(), preset())
     pages = pl.concat([pages, signals], how="horizontal")
     counts = {
         "labelled": labels.height, "in_crawl": raw.height, "extracted": extracted.height, "after_langid": pages.height,

@@ -53,7 +53,7 @@ def test_curated_shard_shows_its_histograms_inline_and_whole_beside_its_tables(t
 
     # One inline chart per signal whose rule dropped something here, and for language ID and the classifier.
     inline = {key.removeprefix("hist/"): value.value for key, value in metadata.items() if key.startswith("hist/")}
-    fired = set(dropped.filter(pl.col("stage") == "quality")["reason"])
+    fired = set(dropped.filter(pl.col("stage") == "rules")["reason"])
     assert set(inline) == {LANG_SCORE, QUALITY_SCORE} | {s for s, h in stored.items() if fired & set(h.reasons)}
     assert "q_word_count" in inline and len(inline) >= 4
     for signal, markdown in inline.items():
@@ -73,7 +73,7 @@ def test_curated_shard_shows_its_histograms_inline_and_whole_beside_its_tables(t
     assert f"({by_rule:,} by its rule{'s' if len(stored['q_word_count'].reasons) > 1 else ''}, {later:,} by other rules or at later steps)" in inline["q_word_count"]
     # The binned counts are those of the documents each step kept and dropped.
     assert sum(stored[LANG_SCORE].dropped) == dropped.filter(pl.col("stage") == "langid").height
-    quality_drops = dropped.filter(pl.col("stage").is_in(["quality", "classifier"])).height
+    quality_drops = dropped.filter(pl.col("stage").is_in(["rules", "classifier"])).height
     assert sum(stored["q_word_count"].dropped) == quality_drops
 
     # The whole figure: a PNG beside the tables, its path, and embedded.

@@ -43,7 +43,7 @@ def shown_descriptions() -> dict[str, str]:
 
 def test_no_description_has_a_bare_angle_bracket():
     shown = shown_descriptions()
-    assert {"column title", "check no_unk", "config QualityRules.disabled"} <= set(shown)
+    assert {"column title", "check no_unk", "config RuleOverrides.disabled"} <= set(shown)
     assert "`<title>`" in shown["column title"]
     assert {where: bare_tags(text) for where, text in shown.items() if bare_tags(text)} == {}
 

@@ -168,11 +168,11 @@ def curated_quality(monkeypatch, **config):
 
 
 def test_unset_quality_rules_are_the_preset_exactly(monkeypatch):
-    from lm_assets.corpus.curation.rules import QualityConfig, preset
+    from lm_assets.corpus.curation.rules import RulesConfig, preset
 
-    assert curated_quality(monkeypatch) == preset("lm_assets") == QualityConfig()
+    assert curated_quality(monkeypatch) == preset("lm_assets") == RulesConfig()
     assert curated_quality(monkeypatch, quality_preset="fineweb") == preset("fineweb")
-    assert curated_quality(monkeypatch, quality_preset="published") == preset("published") != QualityConfig()
+    assert curated_quality(monkeypatch, quality_preset="published") == preset("published") != RulesConfig()
 
 
 def test_a_typed_threshold_reaches_the_quality_config(monkeypatch):
@@ -210,16 +210,16 @@ def test_a_threshold_both_set_and_off_is_refused():
 
 
 def test_the_rule_families_cover_quality_config():
-    from lm_assets.corpus.curation.rules import FAMILIES, QualityConfig
-    from lm_assets.defs.curation.quality_rules import PRESET_DEFAULTS, QualityRules, QualityThreshold, shown
+    from lm_assets.corpus.curation.rules import FAMILIES, RulesConfig
+    from lm_assets.defs.curation.quality_rules import PRESET_DEFAULTS, RuleOverrides, RuleThreshold, shown
 
-    family_classes = [QualityRules.model_fields[name].annotation for name in FAMILIES]
+    family_classes = [RuleOverrides.model_fields[name].annotation for name in FAMILIES]
     typed = [name for cls in family_classes for name in cls.model_fields]
     assert len(typed) == len(set(typed))
     # stop_words, a long list per language, is left to the preset.
-    assert set(typed) | {"families", "stop_words"} == {f.name for f in dataclasses.fields(QualityConfig)}
-    assert {t.value for t in QualityThreshold} <= set(typed)
-    hints = typing.get_type_hints(QualityConfig)
+    assert set(typed) | {"families", "stop_words"} == {f.name for f in dataclasses.fields(RulesConfig)}
+    assert {t.value for t in RuleThreshold} <= set(typed)
+    hints = typing.get_type_hints(RulesConfig)
     for cls in family_classes:
         for name, field in cls.model_fields.items():
             assert field.default is None

@@ -113,10 +113,10 @@ def test_each_document_stage_has_one_name_for_asset_folder_and_drops(tmp_path):
 def test_a_drop_reason_is_spelled_one_way():
     from lm_assets.defs.common.reporting import drop_audit_metadata, drop_metadata
 
-    dropped = pl.DataFrame({"doc_id": ["a", "b", "c"], "stage": ["quality", "classifier", "quality"],
+    dropped = pl.DataFrame({"doc_id": ["a", "b", "c"], "stage": ["rules", "classifier", "rules"],
                             "reason": ["gopher_quality:min_doc_words", "below_threshold", "gopher_quality:min_doc_words"]})
     docs = pl.DataFrame({"doc_id": ["a", "b", "c"], "url": ["u1", "u2", "u3"], "text": ["x", "y", "z"]})
-    audit = drop_audit_metadata(dropped, docs, ["quality:c4:min_sentences"])
+    audit = drop_audit_metadata(dropped, docs, ["rules:c4:min_sentences"])
     assert {k: v for k, v in audit.items() if k.startswith("dropped/")} == {
         "dropped/classifier:below_threshold": 1, "dropped/gopher_quality:min_doc_words": 2}
     assert audit["rules_that_dropped_nothing"].value == "c4:min_sentences"

@@ -15,7 +15,7 @@ def test_drop_examples_show_a_few_pages_per_reason_with_their_opening_text():
     })
     dropped = pl.DataFrame({
         "doc_id": ["d0", "d1", "d2", "d3", "d4"],
-        "stage": ["quality"] * 4 + ["langid"],
+        "stage": ["rules"] * 4 + ["langid"],
         "reason": ["prose:min_sentences"] * 4 + ["lang:de"],
     })
     examples = drop_examples(dropped, docs, per_reason=3, chars=300)
@@ -25,8 +25,8 @@ def test_drop_examples_show_a_few_pages_per_reason_with_their_opening_text():
         "https://a.example/0", "https://a.example/1", "https://a.example/2"
     ]
     assert examples["text"].str.len_chars().max() == 300
-    assert reason_totals(dropped, ["quality:prose:min_sentences", "quality:c4:lorem_ipsum"]) == {
-        "langid:lang:de": 1, "quality:c4:lorem_ipsum": 0, "quality:prose:min_sentences": 4
+    assert reason_totals(dropped, ["rules:prose:min_sentences", "rules:c4:lorem_ipsum"]) == {
+        "langid:lang:de": 1, "rules:c4:lorem_ipsum": 0, "rules:prose:min_sentences": 4
     }
     assert drop_examples(dropped.clear(), docs).height == 0
     scored = drop_examples(dropped.with_columns(pl.Series("score", [1.0, 2.0, 0.0, 1.0, 0.3])), docs)
@@ -43,14 +43,14 @@ def test_labels_are_validated_and_scored(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in rows))
     labels = read_labels(path)
     raw = pl.DataFrame({"doc_id": ["k", "j", "l"], "url": [r["url"] for r in rows]})
-    dropped = pl.DataFrame({"doc_id": ["l"], "stage": ["quality"], "reason": ["prose:min_sentences"]})
+    dropped = pl.DataFrame({"doc_id": ["l"], "stage": ["rules"], "reason": ["prose:min_sentences"]})
     quarantine = pl.DataFrame(schema={"url": pl.String, "reason": pl.String})
     curated = pl.DataFrame({"doc_id": ["k", "j"]})
     clusters = pl.DataFrame({"doc_id": ["k", "j"], "kept": [True, True]})
     figures = decision_figures(decisions(labels, outcomes(raw, dropped, quarantine, curated, clusters)))
     assert (figures["good_retention"], figures["junk_rejection"], figures["balanced_accuracy"]) == (0.5, 0.0, 0.25)
     assert figures["keep_survived_dedup"] == 1.0
-    assert figures["keep_dropped_by"] == {"quality:prose:min_sentences": 1}
+    assert figures["keep_dropped_by"] == {"rules:prose:min_sentences": 1}
 
     path.write_text(json.dumps({**rows[0], "label": "MAYBE"}))
     with pytest.raises(ValueError, match="label"):

@@ -45,7 +45,7 @@ from benchlib.crawl.similarity import same_text_groups, similar_pairs
 from benchlib.crawl.warc import ShardWriter
 
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
-from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+from lm_assets.corpus.curation.rules import apply_rules, preset
 from lm_assets.corpus.dedup.minhash import MinHashConfig, normalized_units, shingles
 from lm_assets.corpus.ingest.readers import read_shard
 
@@ -91,14 +91,14 @@ def source_pages(sample_crawl: Path = SAMPLE_CRAWL) -> list[Page]:
             text, _, _ = extract_html(html, ExtractConfig())
             if len(normalized_units(text).split()) >= MIN_UNITS:
                 pages.append(Page(url, html, text, info["lang"]))
-    return sorted(pass_quality_rules(pages), key=lambda page: page.url)
+    return sorted(pass_rules(pages), key=lambda page: page.url)
 
 
-def pass_quality_rules(pages: list[Page]) -> list[Page]:
+def pass_rules(pages: list[Page]) -> list[Page]:
     frame = pl.DataFrame(
         {"doc_id": [p.url for p in pages], "text": [p.text for p in pages], "lang": [p.lang for p in pages]}
     )
-    kept = set(apply_quality_rules(frame, preset("published")).kept["doc_id"])
+    kept = set(apply_rules(frame, preset("published")).kept["doc_id"])
     return [page for page in pages if page.url in kept]
 
 

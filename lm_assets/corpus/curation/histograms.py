@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.curation.rules import QualityConfig, enabled_rules
+from lm_assets.corpus.curation.rules import RulesConfig, enabled_rules
 
 LANG_SCORE, QUALITY_SCORE = "lang_score", "quality_score"
 KEPT, DROPPED = "kept", "dropped"
@@ -109,7 +109,7 @@ def number(value: float) -> str:
 QUALITY_STEP = "the quality rules"
 
 
-def quality_histograms(cfg: QualityConfig) -> list[Histogram]:
+def quality_histograms(cfg: RulesConfig) -> list[Histogram]:
     """One empty histogram per signal that an enabled threshold rule reads (flag rules have none to draw)."""
     by_signal: dict[str, list[tuple[str, float]]] = {}
     for reason, signal, threshold in enabled_rules(cfg):

@@ -30,7 +30,7 @@ from lm_assets.corpus.curation.policy import (
     check_policy,
     decide_quality,
 )
-from lm_assets.corpus.curation.rules import QualityConfig, apply_quality_rules, preset
+from lm_assets.corpus.curation.rules import RulesConfig, apply_rules, preset
 from lm_assets.corpus.curation.toxicity import ToxicityConfig, score_toxicity
 from lm_assets.corpus.quality.shipped import shipped_classifier
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
@@ -46,7 +46,7 @@ FILTERS = (langid.STAGE, rules.STAGE, policy.STAGE, toxicity.STAGE)
 class CurationConfig:
     order: tuple[str, ...] = STEPS
     langid: LangIdConfig = field(default_factory=LangIdConfig)
-    quality: QualityConfig = field(default_factory=preset)
+    quality: RulesConfig = field(default_factory=preset)
     toxicity: ToxicityConfig = field(default_factory=ToxicityConfig)
     # Who decides quality (see quality_policy.py); a policy other than "rules" without a classifier
     # (a QualityClassifier) is decided by the shipped one.
@@ -66,7 +66,7 @@ def run_step(name: str, docs: pl.DataFrame, config: CurationConfig) -> StageResu
     if name == "langid":
         return identify_languages(docs, config.langid)
     if name == "quality":
-        return apply_quality_rules(docs, config.quality, defer=config.uses_classifier)
+        return apply_rules(docs, config.quality, defer=config.uses_classifier)
     if name == "classifier":
         return decide_quality(docs, config.policy, config.classifier, config.threshold, config.retention, config.keep_rate)
     if name == "toxicity":

@@ -5,7 +5,7 @@ hard rules (a minimum length) and left every other document with the rules' verd
 `rules_reason`. Each document gets a `quality_score` (P(KEEP), null without a classifier) and the `quality_model` that
 scored it (`html`, or `text` for a document read without HTML), and:
 
-- `rules`: drops what the rules drop (stage `quality`, the rule as reason);
+- `rules`: drops what the rules drop (stage `rules`, the rule as reason);
 - `classifier`: drops what scores below the threshold (stage `classifier`, `below_threshold`);
 - `both`: drops what either drops, the rules first.
 
@@ -26,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import polars as pl
 
+from lm_assets.corpus.curation.rules import STAGE as RULES_STAGE
 from lm_assets.corpus.stage import SCORED_DROPPED_SCHEMA, StageResult
 from lm_assets.text import base_lang
 
@@ -123,14 +124,14 @@ def decide_quality(docs: pl.DataFrame, policy: str, classifier: Scorer | None, t
     rule_drop = pl.col("rules_reason").is_not_null()
     low = (pl.col("quality_score") < pl.col("_threshold")) if classifier is not None else pl.lit(False)
     if policy == "rules":
-        stage, reason = pl.when(rule_drop).then(pl.lit("quality")), pl.when(rule_drop).then(pl.col("rules_reason"))
+        stage, reason = pl.when(rule_drop).then(pl.lit(RULES_STAGE)), pl.when(rule_drop).then(pl.col("rules_reason"))
     elif policy == "classifier":
         stage, reason = pl.when(low).then(pl.lit(STAGE)), pl.when(low).then(pl.lit("below_threshold"))
     else:
-        stage = pl.when(rule_drop).then(pl.lit("quality")).when(low).then(pl.lit(STAGE))
+        stage = pl.when(rule_drop).then(pl.lit(RULES_STAGE)).when(low).then(pl.lit(STAGE))
         reason = pl.when(rule_drop).then(pl.col("rules_reason")).when(low).then(pl.lit("below_threshold"))
     rule_score = pl.col("rules_score") if "rules_score" in docs.columns else pl.lit(None, dtype=pl.Float64)
-    score = pl.when(pl.col("_stage") == "quality").then(rule_score).otherwise(pl.col("quality_score"))
+    score = pl.when(pl.col("_stage") == RULES_STAGE).then(rule_score).otherwise(pl.col("quality_score"))
     tagged = scored.with_columns(stage.alias("_stage"), reason.alias("_reason"))
     kept = tagged.filter(pl.col("_stage").is_null()).drop(
         "_stage", "_reason", "_threshold", "rules_reason", "rules_score", strict=False

@@ -1,4 +1,4 @@
-"""Heuristic quality rules after Gopher (quality and repetition), C4 and FineWeb, aware of CJK text.
+"""Heuristic rules (drop stage `rules`) after Gopher (quality and repetition), C4 and FineWeb, aware of CJK text.
 
 The rules follow the published thresholds as datatrove implements them. Chinese, Japanese and
 Korean are measured in characters rather than whitespace words: each CJK character is one "word",
@@ -7,7 +7,7 @@ repetition n-grams run over characters (n scaled by `cjk_chars_per_word`), lengt
 characters, and FineWeb's short-line length is `short_line_length_cjk`.
 
 Signals are computed once per document into `q_*` columns; `reasons_from_signals` turns stored
-signals into a drop reason, so thresholds can be changed without recomputing (see QualityConfig
+signals into a drop reason, so thresholds can be changed without recomputing (see RulesConfig
 for the few settings that shape the signals themselves). As in datatrove's FineWeb pipeline, the
 Gopher families read the original text and FineWeb reads what C4's line filter leaves behind.
 
@@ -33,7 +33,7 @@ import polars as pl
 from lm_assets.corpus.stage import StageResult, split_by_reason
 from lm_assets.text import CJK, CJK_CHAR, base_lang, is_cjk_lang
 
-STAGE = "quality"
+STAGE = "rules"
 FAMILIES = ("gopher_quality", "gopher_repetition", "c4", "fineweb", "prose", "page")
 
 
@@ -53,12 +53,12 @@ DEFAULT_STOP_WORDS: dict[str, tuple[str, ...]] = {
 
 
 @dataclass(frozen=True)
-class QualityConfig:
+class RulesConfig:
     """Every threshold of the rule families. `None` switches a single rule off.
 
     The field defaults are the `lm_assets` preset, the rules the pipeline runs (chosen on the labelled
-    development set: pages of English and Chinese manuals), so that `QualityConfig()` and a bare
-    `apply_quality_rules(df)` run what curated_shard runs. `PRESETS` names the others: `published` holds
+    development set: pages of English and Chinese manuals), so that `RulesConfig()` and a bare
+    `apply_rules(df)` run what curated_shard runs. `PRESETS` names the others: `published` holds
     the thresholds of Gopher, C4 and FineWeb as datatrove implements them (see `preset`).
 
     Most fields are thresholds that `reasons_from_signals` can re-apply to stored signals. These
@@ -159,7 +159,7 @@ class QualityConfig:
 
 
 # The thresholds Gopher, C4 and FineWeb published, as datatrove implements them, where they differ
-# from QualityConfig's defaults (ours): no prose or page rules, C4 rewriting lines.
+# from RulesConfig's defaults (ours): no prose or page rules, C4 rewriting lines.
 PUBLISHED: dict[str, Any] = {
     "families": ("gopher_quality", "gopher_repetition", "c4", "fineweb"),
     "min_doc_chars_cjk": 100,
@@ -182,7 +182,7 @@ PUBLISHED: dict[str, Any] = {
     "listing_page": None,
     "source_listing": None,
 }
-# The published presets, as datatrove ships them, and ours. `lm_assets` (QualityConfig's defaults) was chosen
+# The published presets, as datatrove ships them, and ours. `lm_assets` (RulesConfig's defaults) was chosen
 # on the labelled development set (bench/dev_set; docs/curation.md, "Curation defaults"): pages of English and
 # Chinese manuals.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -201,11 +201,11 @@ PRESETS: dict[str, dict[str, Any]] = {
 DEFAULT_PRESET = "lm_assets"
 
 
-def preset(name: str = DEFAULT_PRESET, **overrides: Any) -> QualityConfig:
-    """The named preset's config, with `overrides` (field names of `QualityConfig`) on top."""
+def preset(name: str = DEFAULT_PRESET, **overrides: Any) -> RulesConfig:
+    """The named preset's config, with `overrides` (field names of `RulesConfig`) on top."""
     if name not in PRESETS:
         raise ValueError(f"unknown quality preset {name!r}; choose from {sorted(PRESETS)}")
-    known = {f.name for f in dataclasses.fields(QualityConfig)}
+    known = {f.name for f in dataclasses.fields(RulesConfig)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ValueError(f"unknown quality settings {unknown}; known: {sorted(known)}")
@@ -213,7 +213,7 @@ def preset(name: str = DEFAULT_PRESET, **overrides: Any) -> QualityConfig:
     for key in ("families", "top_n_grams", "dup_n_grams"):
         if key in fields and isinstance(fields[key], list):
             fields[key] = tuple(tuple(item) if isinstance(item, list) else item for item in fields[key])
-    return QualityConfig(**fields)
+    return RulesConfig(**fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -512,7 +512,7 @@ def _column_scan(texts: list[str | None], families: set[str]) -> list[dict[str, 
     return pl.DataFrame(scan).to_dicts() if scan else [{}] * len(texts)
 
 
-def _gopher_quality_signals(doc: _Doc, scan: dict[str, int | bool], cfg: QualityConfig) -> dict:
+def _gopher_quality_signals(doc: _Doc, scan: dict[str, int | bool], cfg: RulesConfig) -> dict:
     words, text = doc.words, doc.text
     n_tokens = max(doc.n_tokens, 1)
     # Lines of text: the blank line between two paragraphs is not a line.
@@ -535,7 +535,7 @@ def _gopher_quality_signals(doc: _Doc, scan: dict[str, int | bool], cfg: Quality
     }
 
 
-def _gopher_repetition_signals(doc: _Doc, cfg: QualityConfig) -> tuple[dict, _Doc]:
+def _gopher_repetition_signals(doc: _Doc, cfg: RulesConfig) -> tuple[dict, _Doc]:
     """The paragraph and line signals, and the document whose n-grams count (see `_NgramCounter`)."""
     if cfg.repetition_skips_structure_lines:
         doc = doc.prose_only()
@@ -563,7 +563,7 @@ class _NgramCounter:
     """Gopher's n-gram signals, counted for runs of documents of one kind (CJK or not) about
     `NGRAM_CHUNK_WORDS` words long as documents come, and written into each document's signals."""
 
-    def __init__(self, cfg: QualityConfig):
+    def __init__(self, cfg: RulesConfig):
         self.cfg = cfg
         self.pending: dict[bool, list[tuple[dict, _Doc]]] = {False: [], True: []}
         self.words = {False: 0, True: 0}
@@ -603,13 +603,13 @@ class _C4Outcome:
     curly_bracket: bool
 
 
-def _c4_line_has_too_few_words(line: str, cjk: bool, cfg: QualityConfig) -> bool:
+def _c4_line_has_too_few_words(line: str, cjk: bool, cfg: RulesConfig) -> bool:
     if cjk:
         return len(line) < cfg.c4_min_chars_per_line_cjk
     return cfg.c4_min_words_per_line > 0 and len(line.split()) < cfg.c4_min_words_per_line
 
 
-def _c4_scan(doc: _Doc, scan: dict[str, int | bool], cfg: QualityConfig) -> _C4Outcome:
+def _c4_scan(doc: _Doc, scan: dict[str, int | bool], cfg: RulesConfig) -> _C4Outcome:
     """Walk lines the way C4 does: drop bad lines, flag lorem ipsum and curly brackets, count sentences.
 
     Flags are set whatever the config says, so they can be switched on later from stored signals.
@@ -669,7 +669,7 @@ def _c4_signals(outcome: _C4Outcome) -> dict:
     }
 
 
-def _fineweb_signals(text: str, cjk: bool, n_tokens: int, cfg: QualityConfig) -> dict:
+def _fineweb_signals(text: str, cjk: bool, n_tokens: int, cfg: RulesConfig) -> dict:
     lines = [line.strip() for line in text.split("\n")]
     lines = [line for line in lines if line]
     if not lines:
@@ -721,7 +721,7 @@ def _count_tokens(text: str) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def _signal_schema(cfg: QualityConfig) -> dict[str, pl.DataType]:
+def _signal_schema(cfg: RulesConfig) -> dict[str, pl.DataType]:
     schema: dict[str, pl.DataType] = {"q_cjk": pl.Boolean}
     if "gopher_quality" in cfg.families:
         schema |= {"q_word_count": pl.Int64, "q_mean_word_length": pl.Float64, "q_hash_word_ratio": pl.Float64,
@@ -747,12 +747,12 @@ def _signal_schema(cfg: QualityConfig) -> dict[str, pl.DataType]:
     return schema
 
 
-def signal_names(cfg: QualityConfig | None = None) -> list[str]:
-    """The `q_*` columns `quality_signals` computes for `cfg`'s families."""
-    return list(_signal_schema(cfg or QualityConfig()))
+def signal_names(cfg: RulesConfig | None = None) -> list[str]:
+    """The `q_*` columns `rule_signals` computes for `cfg`'s families."""
+    return list(_signal_schema(cfg or RulesConfig()))
 
 
-def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig):
+def _score(texts: list[str | None], langs: list[str | None], cfg: RulesConfig):
     """Signals for every document, plus each document's text after C4 line filtering (None if unchanged)."""
     families = set(cfg.families)
     rewrites_lines = "c4" in families and cfg.c4_filter_lines
@@ -787,9 +787,9 @@ def _score(texts: list[str | None], langs: list[str | None], cfg: QualityConfig)
     return pl.DataFrame(rows, schema=_signal_schema(cfg)), filtered_texts
 
 
-def quality_signals(texts: list[str], langs: list[str], cfg: QualityConfig | None = None) -> pl.DataFrame:
+def rule_signals(texts: list[str], langs: list[str], cfg: RulesConfig | None = None) -> pl.DataFrame:
     """One row of `q_*` signals per document, for the families enabled in `cfg`."""
-    signals, _ = _score(texts, langs, cfg or QualityConfig())
+    signals, _ = _score(texts, langs, cfg or RulesConfig())
     return signals
 
 
@@ -803,7 +803,7 @@ def quality_signals(texts: list[str], langs: list[str], cfg: QualityConfig | Non
 _Rule = tuple[str, Any, str, Callable[[Any], pl.Expr]]
 
 
-def _gopher_quality_rules(cfg: QualityConfig) -> list[_Rule]:
+def _gopher_quality_rules(cfg: RulesConfig) -> list[_Rule]:
     cjk, words = pl.col("q_cjk"), pl.col("q_word_count")
     mean_len = pl.col("q_mean_word_length")
     return [
@@ -832,7 +832,7 @@ def _below(column: str) -> Callable[[Any], pl.Expr]:
     return lambda t: pl.col(column) < t
 
 
-def _gopher_repetition_rules(cfg: QualityConfig) -> list[_Rule]:
+def _gopher_repetition_rules(cfg: RulesConfig) -> list[_Rule]:
     rules: list[_Rule] = [
         (name, threshold, f"q_{name}", _above(f"q_{name}"))
         for name, threshold in (
@@ -849,7 +849,7 @@ def _gopher_repetition_rules(cfg: QualityConfig) -> list[_Rule]:
     return rules
 
 
-def _c4_rules(cfg: QualityConfig) -> list[_Rule]:
+def _c4_rules(cfg: RulesConfig) -> list[_Rule]:
     return [
         ("lorem_ipsum", cfg.c4_filter_lorem_ipsum or None, "q_c4_lorem_ipsum", lambda _: pl.col("q_c4_lorem_ipsum")),
         ("curly_bracket", cfg.c4_filter_curly_bracket or None, "q_c4_curly_bracket", lambda _: pl.col("q_c4_curly_bracket")),
@@ -864,7 +864,7 @@ def _too_little_line_punct(exclude_zero: bool) -> Callable[[Any], pl.Expr]:
     return lambda t: punct < t
 
 
-def _fineweb_rules(cfg: QualityConfig) -> list[_Rule]:
+def _fineweb_rules(cfg: RulesConfig) -> list[_Rule]:
     return [
         ("line_punct_ratio", cfg.line_punct_thr, "q_fw_line_punct_ratio", _too_little_line_punct(cfg.line_punct_exclude_zero)),
         ("short_line_ratio", cfg.short_line_thr, "q_fw_short_line_ratio", lambda t: pl.col("q_fw_short_line_ratio") >= t),
@@ -873,7 +873,7 @@ def _fineweb_rules(cfg: QualityConfig) -> list[_Rule]:
     ]
 
 
-def _prose_rules(cfg: QualityConfig) -> list[_Rule]:
+def _prose_rules(cfg: RulesConfig) -> list[_Rule]:
     return [
         ("min_sentences", cfg.min_sentences, "q_sentences", _below("q_sentences")),
         ("min_prose_share", cfg.min_prose_share, "q_prose_share", _below("q_prose_share")),
@@ -881,7 +881,7 @@ def _prose_rules(cfg: QualityConfig) -> list[_Rule]:
     ]
 
 
-def _page_rules(cfg: QualityConfig) -> list[_Rule]:
+def _page_rules(cfg: RulesConfig) -> list[_Rule]:
     return [
         ("listing_page", cfg.listing_page or None, "q_url_listing",
          lambda _: (pl.col("q_url_listing") == 1) & (pl.col("q_title_listing") == 1)),
@@ -922,10 +922,10 @@ _RULES_BY_FAMILY = {
 }
 
 
-def enabled_rules(cfg: QualityConfig | None = None) -> list[tuple[str, str, Any]]:
+def enabled_rules(cfg: RulesConfig | None = None) -> list[tuple[str, str, Any]]:
     """The enabled rules in the order they are checked: reason (`family:rule`), the signal column it reads,
     its threshold (True for a rule that reads a flag)."""
-    cfg = cfg or QualityConfig()
+    cfg = cfg or RulesConfig()
     return [
         (f"{family}:{name}", signal, threshold)
         for family in cfg.families
@@ -934,7 +934,7 @@ def enabled_rules(cfg: QualityConfig | None = None) -> list[tuple[str, str, Any]
     ]
 
 
-def rule_reasons(cfg: QualityConfig | None = None) -> list[str]:
+def rule_reasons(cfg: RulesConfig | None = None) -> list[str]:
     """Every reason string the enabled rules can produce, in the order they are checked."""
     return [reason for reason, _, _ in enabled_rules(cfg)]
 
@@ -947,7 +947,7 @@ HARD_RULES = (
 )
 
 
-def _verdict_exprs(cfg: QualityConfig, only: tuple[str, ...] | None = None) -> tuple[pl.Expr, pl.Expr]:
+def _verdict_exprs(cfg: RulesConfig, only: tuple[str, ...] | None = None) -> tuple[pl.Expr, pl.Expr]:
     """The first failing rule as `family:rule` (null: passes), and the value of the signal that failed it."""
     reason = score = None
     for family in cfg.families:
@@ -964,14 +964,14 @@ def _verdict_exprs(cfg: QualityConfig, only: tuple[str, ...] | None = None) -> t
 
 
 def reasons_from_signals(
-    signals_df: pl.DataFrame, cfg: QualityConfig | None = None, only: tuple[str, ...] | None = None
+    signals_df: pl.DataFrame, cfg: RulesConfig | None = None, only: tuple[str, ...] | None = None
 ) -> pl.Series:
     """The first failing rule per document as `family:rule`, or null for documents that pass;
     `only` limits the rules to those reasons."""
-    return with_page_columns(signals_df).select(_verdict_exprs(cfg or QualityConfig(), only)[0].alias("reason")).to_series()
+    return with_page_columns(signals_df).select(_verdict_exprs(cfg or RulesConfig(), only)[0].alias("reason")).to_series()
 
 
-def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defer: bool = False) -> StageResult:
+def apply_rules(df: pl.DataFrame, cfg: RulesConfig | None = None, defer: bool = False) -> StageResult:
     """Score `df` (columns `doc_id`, `text`, `lang`), drop failing documents and keep their signals.
     Each drop's `score` is the value of the signal that failed its rule, and its `q_*` signals follow it.
 
@@ -979,7 +979,7 @@ def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defe
     HARD_RULES drop here; every kept document carries the rules' verdict in `rules_reason` (and the
     failing signal's value in `rules_score`) for a classifier policy to decide on.
     """
-    cfg = cfg or QualityConfig()
+    cfg = cfg or RulesConfig()
     signals, filtered_texts = _score(df["text"].to_list(), df["lang"].to_list(), cfg)
     # Signals from an earlier run are replaced, not duplicated; extraction's page signals stay.
     earlier = [name for name in df.columns if name.startswith("q_") and not name.startswith(PAGE_SIGNAL_PREFIXES)]
@@ -1003,7 +1003,7 @@ def apply_quality_rules(df: pl.DataFrame, cfg: QualityConfig | None = None, defe
     return result
 
 
-def _stats(docs_in: int, result: StageResult, cfg: QualityConfig) -> dict:
+def _stats(docs_in: int, result: StageResult, cfg: RulesConfig) -> dict:
     stats = {
         "docs_in": docs_in,
         "docs_out": result.kept.height,

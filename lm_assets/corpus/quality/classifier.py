@@ -3,7 +3,7 @@
 fastText reads the normalized text (lower case, white space collapsed, punctuation and every CJK
 character split into tokens, so `wordNgrams=2` gives Chinese its character bigrams) and gives
 P(KEEP). With `features="text+signals"` that probability, as a logit, is stacked with the `q_*` rule
-signals of `quality.py` by small gradient-boosted trees (or a logistic regression); the fastText
+signals of `curation/rules.py` by small gradient-boosted trees (or a logistic regression); the fastText
 probability the stacker learns from is cross-fitted on the training split with each source whole in
 one fold, so the stacker learns how far fastText carries to sources it never saw, which is what a new
 crawl is made of. bench/quality_classifier.py and bench/quality_transfer.py measured these choices.
@@ -46,7 +46,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import polars as pl
 
-from lm_assets.corpus.curation.rules import PAGE_SIGNAL_PREFIXES, preset, quality_signals, signal_names
+from lm_assets.corpus.curation.rules import PAGE_SIGNAL_PREFIXES, preset, rule_signals, signal_names
 from lm_assets.corpus.quality.fasttext_training import train_fasttext_model
 from lm_assets.corpus.quality.token_signals import SIGNALS as TOKEN_SIGNALS
 from lm_assets.corpus.quality.token_signals import token_signal_matrix
@@ -267,7 +267,7 @@ def fasttext_lines(texts: list[str], keep: np.ndarray, weight: np.ndarray, balan
 
 def signal_frame(docs: pl.DataFrame, names: list[str] | None = None) -> pl.DataFrame:
     """The `q_*` columns `names`, reused from `docs` when it holds them all, else the rule signals computed
-    with `quality_signals(..., preset())` and extraction's page signals taken from `docs`. With `names`
+    with `rule_signals(..., preset())` and extraction's page signals taken from `docs`. With `names`
     None: every rule signal of the default preset, and the page signals `docs` holds."""
     if names is not None and all(name in docs.columns for name in names):
         return docs.select(names)
@@ -280,7 +280,7 @@ def signal_frame(docs: pl.DataFrame, names: list[str] | None = None) -> pl.DataF
             f"this classifier reads the page signals {missing_page}, which extraction records: the documents lack "
             "them (extracted before the signals existed, or not from HTML); re-materialize extracted_shard"
         )
-    signals = quality_signals(docs["text"].to_list(), docs["lang"].to_list(), preset())
+    signals = rule_signals(docs["text"].to_list(), docs["lang"].to_list(), preset())
     rules = [name for name in names if name not in page] if names is not None else sorted(signals.columns)
     missing = [name for name in rules if name not in signals.columns]
     if missing:

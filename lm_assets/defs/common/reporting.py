@@ -15,7 +15,7 @@ import polars as pl
 
 from lm_assets.defs.common.partitions import checkpoint_partitions, shard_partitions
 from lm_assets.corpus.curation.histograms import number
-from lm_assets.corpus.curation.rules import STAGE as QUALITY_STAGE
+from lm_assets.corpus.curation.rules import STAGE as RULES_STAGE
 from lm_assets.reporting.tables import markdown_table_text, table_cell
 from lm_assets.storage.accounting import drop_examples, reason_counts, reason_totals
 from lm_assets.storage.layout import parse_checkpoint_key
@@ -133,12 +133,12 @@ def spelled(key: str) -> str:
     """A `stage:reason` as every table, key and line of the metadata spells it: `classifier:below_threshold`,
     `langid:lang:ja`, and a quality rule, whose reason already names its family, by family and rule alone:
     `gopher_quality:min_doc_words`."""
-    return key.removeprefix(f"{QUALITY_STAGE}:")
+    return key.removeprefix(f"{RULES_STAGE}:")
 
 
 def spelled_reasons(frame: pl.DataFrame) -> pl.DataFrame:
     """`stage` and `reason` as one `reason` column, spelled as `spelled` spells it."""
-    joined = pl.when(pl.col("stage") == QUALITY_STAGE).then(pl.col("reason")).otherwise(
+    joined = pl.when(pl.col("stage") == RULES_STAGE).then(pl.col("reason")).otherwise(
         pl.concat_str("stage", pl.lit(":"), "reason"))
     return frame.select(joined.alias("reason"), pl.exclude("stage", "reason"))
 

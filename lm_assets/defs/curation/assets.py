@@ -23,7 +23,8 @@ from lm_assets.corpus.curation.histograms import (
 from lm_assets.corpus.curation.pii import find_pii
 from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STEPS, CurationConfig, CurationRun
 from lm_assets.corpus.curation.policy import POLICIES, check_targets, language_name
-from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, QualityConfig, preset, rule_reasons
+from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, RulesConfig, preset, rule_reasons
+from lm_assets.corpus.curation.rules import STAGE as RULES_STAGE
 from lm_assets.corpus.curation.toxicity import BACKENDS, DETOXIFY_MODELS, ToxicityConfig
 from lm_assets.corpus.quality.classifier import QualityClassifier
 from lm_assets.corpus.quality.registry import (
@@ -54,7 +55,7 @@ from lm_assets.defs.common.stages import (
     StreamedDocuments,
     each_shard,
 )
-from lm_assets.defs.curation.quality_rules import QualityRules
+from lm_assets.defs.curation.quality_rules import RuleOverrides
 from lm_assets.reporting.histograms import FIGURE_LEGEND, INLINE_LEGEND, figure_markdown, histogram_panels
 from lm_assets.reporting.tables import significant
 from lm_assets.storage.accounting import drop_example_ids
@@ -277,8 +278,8 @@ class CuratedShardConfig(dg.Config):
         description="the quality rules' base values: lm_assets (chosen on labelled manuals), published "
         "(Gopher+C4+FineWeb as published), or gopher, c4, fineweb alone",
     )
-    quality_rules: QualityRules = Field(
-        default=QualityRules(),
+    quality_rules: RuleOverrides = Field(
+        default=RuleOverrides(),
         description="thresholds by rule family on top of the preset: a field left unset keeps the preset's value; "
         "disabled switches single thresholds off",
     )
@@ -329,7 +330,7 @@ class CuratedShardConfig(dg.Config):
         })
 
 
-def quality_config(name: str, overrides: dict[str, Any]) -> QualityConfig:
+def quality_config(name: str, overrides: dict[str, Any]) -> RulesConfig:
     try:
         return preset(name, **overrides)
     except (ValueError, TypeError) as exc:
@@ -445,7 +446,7 @@ def curate_shard(shard: str, config: CuratedShardConfig, storage: StorageResourc
                HISTOGRAMS_PNG: png, HISTOGRAMS_JSON: json.dumps(to_json(histograms)).encode()},
         metadata={
             **drop_audit_metadata(
-                result.dropped, extracted, [f"quality:{reason}" for reason in rule_reasons(curation_config.quality)]
+                result.dropped, extracted, [f"{RULES_STAGE}:{reason}" for reason in rule_reasons(curation_config.quality)]
             ),
             "quality_preset": config.quality_preset,
             "quality_policy": config.quality_policy,

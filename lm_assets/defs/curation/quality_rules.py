@@ -1,7 +1,7 @@
-"""curated_shard's quality rules as typed fields, one Config class per rule family of QualityConfig.
+"""curated_shard's heuristic rules (config `quality_rules`) as typed fields, one Config per rule family of RulesConfig.
 
 The preset (`quality_preset`) gives every value. A field left unset keeps the preset's value and a
-field that is set replaces it; `disabled` switches single thresholds off (None in QualityConfig, where
+field that is set replaces it; `disabled` switches single thresholds off (None in RulesConfig, where
 None means "this rule is off"), so unset and off never mean the same thing. The result goes through
 `preset(name, **overrides)` like any other override. `stop_words`, a long list per language, is
 left to the preset.
@@ -15,21 +15,21 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.curation.rules import DEFAULT_PRESET, FAMILIES, QualityConfig, preset
+from lm_assets.corpus.curation.rules import DEFAULT_PRESET, FAMILIES, RulesConfig, preset
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices
 
 PRESET_DEFAULTS = preset(DEFAULT_PRESET)
 
-QualityFamily = choices("QualityFamily", FAMILIES)
-# The thresholds that None switches off: the QualityConfig fields whose type allows None.
-QualityThreshold = choices(
-    "QualityThreshold",
-    [name for name, hint in typing.get_type_hints(QualityConfig).items() if type(None) in typing.get_args(hint)],
+RuleFamilyName = choices("RuleFamilyName", FAMILIES)
+# The thresholds that None switches off: the RulesConfig fields whose type allows None.
+RuleThreshold = choices(
+    "RuleThreshold",
+    [name for name, hint in typing.get_type_hints(RulesConfig).items() if type(None) in typing.get_args(hint)],
 )
 
 
 def shown(value: Any) -> str:
-    """A QualityConfig value as a description shows it."""
+    """A RulesConfig value as a description shows it."""
     if value is None:
         return "off"
     if isinstance(value, bool):
@@ -40,7 +40,7 @@ def shown(value: Any) -> str:
 
 
 def preset_field(name: str, meaning: str) -> Any:
-    """An unset field standing for QualityConfig's `name`, its description ending with the default
+    """An unset field standing for RulesConfig's `name`, its description ending with the default
     preset's value."""
     return Field(default=None, description=f"{meaning}; unset: the preset's ({shown(getattr(PRESET_DEFAULTS, name))} "
                                            f"in {DEFAULT_PRESET})")
@@ -48,7 +48,7 @@ def preset_field(name: str, meaning: str) -> Any:
 
 class RuleFamily(dg.Config):
     def overrides(self) -> dict[str, Any]:
-        """The QualityConfig fields this family sets."""
+        """The RulesConfig fields this family sets."""
         return {name: value for name, value in self.model_dump().items() if value is not None}
 
 
@@ -221,17 +221,17 @@ class PageRules(RuleFamily):
     )
 
 
-class QualityRules(dg.Config):
+class RuleOverrides(dg.Config):
     """The quality rules on top of the preset, by family; a family's thresholds apply when it runs."""
 
     model_config = ENUM_FIELDS_AS_VALUES
 
-    families: list[QualityFamily] | None = Field(
+    families: list[RuleFamilyName] | None = Field(
         default=None,
         description=f"the rule families that run; unset: the preset's ({', '.join(PRESET_DEFAULTS.families)} in "
         f"{DEFAULT_PRESET})",
     )
-    disabled: list[QualityThreshold] = Field(
+    disabled: list[RuleThreshold] = Field(
         default=[],
         description="thresholds switched off, whatever the preset says; one also set below is refused",
     )
@@ -260,6 +260,6 @@ class QualityRules(dg.Config):
         return values
 
     def overrides(self) -> dict[str, Any]:
-        """The QualityConfig fields to set on top of the preset."""
+        """The RulesConfig fields to set on top of the preset."""
         families = {} if self.families is None else {"families": tuple(self.families)}
         return families | self.set_thresholds() | dict.fromkeys(self.disabled)

@@ -61,7 +61,7 @@ def test_binned_counts_add_up_to_the_documents_each_decision_kept_and_dropped(po
     # The quality decision: the rules', or with a classifier the classifier step's.
     decision = stats.get("classifier", stats["quality"])
     words = histograms["q_word_count"]  # never null
-    quality_drops = dropped.filter(pl.col("stage").is_in(["quality", "classifier"])).height
+    quality_drops = dropped.filter(pl.col("stage").is_in(["rules", "classifier"])).height
     assert (sum(words.kept), sum(words.dropped)) == (decision["docs_out"], quality_drops) and quality_drops > 0
     if policy == "rules":
         assert QUALITY_SCORE not in histograms

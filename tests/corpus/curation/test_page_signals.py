@@ -69,7 +69,7 @@ def test_extracted_documents_carry_the_signals_and_text_rows_leave_them_null():
 
 
 def test_a_page_listed_by_its_url_and_title_is_dropped_by_the_default_rules_and_text_without_html_passes():
-    from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+    from lm_assets.corpus.curation.rules import apply_rules, preset
 
     prose = (
         "The write-ahead log records every change before it reaches the database file. When a transaction commits, "
@@ -83,12 +83,12 @@ def test_a_page_listed_by_its_url_and_title_is_dropped_by_the_default_rules_and_
         "doc_id": ["listing", "url-only", "plain"], "text": [prose] * 3, "lang": ["en"] * 3,
         "q_url_listing": [1, 1, None], "q_title_listing": [1, 0, None],
     })
-    result = apply_quality_rules(frame, preset())
+    result = apply_rules(frame, preset())
     assert result.dropped.select("doc_id", "reason").rows() == [("listing", "page:listing_page")]
     assert result.kept["doc_id"].to_list() == ["url-only", "plain"]
     assert "q_html_link_share" not in result.kept.columns  # a frame without extraction's columns gets none
-    assert apply_quality_rules(frame.drop("q_url_listing", "q_title_listing"), preset()).dropped.height == 0
-    assert apply_quality_rules(frame, preset(listing_page=None)).dropped.height == 0
+    assert apply_rules(frame.drop("q_url_listing", "q_title_listing"), preset()).dropped.height == 0
+    assert apply_rules(frame, preset(listing_page=None)).dropped.height == 0
 
 
 MODULE_SOURCE = '''"""Caching helpers for the session."""
@@ -159,7 +159,7 @@ LICENCE = "".join(
 
 
 def test_a_source_listing_and_a_licence_are_dropped_even_when_a_classifier_decides():
-    from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+    from lm_assets.corpus.curation.rules import apply_rules, preset
 
     docs = pl.DataFrame({
         "doc_id": ["listing", "manual", "licence"],
@@ -170,11 +170,11 @@ def test_a_source_listing_and_a_licence_are_dropped_even_when_a_classifier_decid
         "text": [None, None, None],
     }, schema_overrides={"text": pl.String})
     extracted = extract_documents(docs).kept.with_columns(pl.lit("en").alias("lang"))
-    deferred = apply_quality_rules(extracted, preset(), defer=True)
+    deferred = apply_rules(extracted, preset(), defer=True)
     assert deferred.dropped.select("doc_id", "reason").sort("doc_id").rows() == [
         ("licence", "prose:max_licence_share"), ("listing", "page:source_listing"),
     ]
     assert deferred.kept["doc_id"].to_list() == ["manual"]
-    relaxed = apply_quality_rules(extracted, preset(source_listing=None, max_licence_share=None), defer=True)
+    relaxed = apply_rules(extracted, preset(source_listing=None, max_licence_share=None), defer=True)
     assert relaxed.dropped.height == 0
-    assert apply_quality_rules(extracted, preset("published")).dropped.filter(pl.col("reason") == "page:source_listing").height == 0
+    assert apply_rules(extracted, preset("published")).dropped.filter(pl.col("reason") == "page:source_listing").height == 0

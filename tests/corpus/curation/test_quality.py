@@ -7,12 +7,12 @@ import pytest
 from lm_assets.corpus.curation.rules import (
     FAMILIES,
     PRESETS,
-    QualityConfig,
+    RulesConfig,
     _ngram_repetitions,
-    apply_quality_rules,
+    apply_rules,
     is_structure_line,
     preset,
-    quality_signals,
+    rule_signals,
     reasons_from_signals,
     rule_reasons,
 )
@@ -72,7 +72,7 @@ NO_STOP_WORDS_ZH = (
 SPAM_LINE_ZH = "点击这里领取免费礼品，机会难得不要错过！"
 
 
-def published(**config) -> QualityConfig:
+def published(**config) -> RulesConfig:
     """The published thresholds (Gopher, C4 and FineWeb as datatrove implements them), which these tests
     exercise rule by rule; `config` on top."""
     return preset("published", **config)
@@ -80,7 +80,7 @@ def published(**config) -> QualityConfig:
 
 def reason(text: str, lang: str = "en", **config) -> str | None:
     cfg = published(**config)
-    return reasons_from_signals(quality_signals([text], [lang], cfg), cfg)[0]
+    return reasons_from_signals(rule_signals([text], [lang], cfg), cfg)[0]
 
 
 def only(family: str, text: str, lang: str = "en", **config) -> str | None:
@@ -88,7 +88,7 @@ def only(family: str, text: str, lang: str = "en", **config) -> str | None:
 
 
 def signals(text: str, lang: str = "en", **config) -> dict:
-    return quality_signals([text], [lang], published(**config)).row(0, named=True)
+    return rule_signals([text], [lang], published(**config)).row(0, named=True)
 
 
 def numbered_sentences(count: int) -> str:
@@ -113,7 +113,7 @@ def test_ordinary_prose_passes_every_family(text, lang):
 
 def test_chinese_prose_passes_end_to_end():
     df = pl.DataFrame({"doc_id": ["zh1", "zh2"], "text": [GOOD_ZH, SHORT_LINES_ZH], "lang": ["zh", "zh-Hans"]})
-    result = apply_quality_rules(df, published())
+    result = apply_rules(df, published())
     assert result.dropped.height == 0
     assert result.kept["q_cjk"].to_list() == [True, True]
 
@@ -269,9 +269,9 @@ def test_chinese_sentence_repeated_in_one_paragraph_fails_character_ngrams():
 
 
 def test_cjk_ngrams_span_more_characters():
-    assert QualityConfig().cjk_ngram_size(2) == 3
-    assert QualityConfig().cjk_ngram_size(5) == 8
-    assert QualityConfig(cjk_chars_per_word=1.0).cjk_ngram_size(5) == 5
+    assert RulesConfig().cjk_ngram_size(2) == 3
+    assert RulesConfig().cjk_ngram_size(5) == 8
+    assert RulesConfig(cjk_chars_per_word=1.0).cjk_ngram_size(5) == 5
 
 
 # --- C4 -----------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ def test_cjk_ngrams_span_more_characters():
 
 def kept_text(text: str, lang: str = "en", **config) -> tuple[str, dict]:
     df = pl.DataFrame({"doc_id": ["d"], "text": [text], "lang": [lang]})
-    result = apply_quality_rules(df, published(families=("c4",), **config))
+    result = apply_rules(df, published(families=("c4",), **config))
     assert result.dropped.height == 0, result.dropped
     return result.kept["text"][0], result.stats
 
@@ -421,7 +421,7 @@ def mixed_frame() -> pl.DataFrame:
 
 def test_apply_quality_rules_splits_and_explains():
     df = mixed_frame()
-    result = apply_quality_rules(df, published())
+    result = apply_rules(df, published())
 
     assert result.kept["doc_id"].to_list() == ["en_good", "zh_good", "ja_good"]
     reasons = dict(zip(result.dropped["doc_id"], result.dropped["reason"], strict=True))
@@ -432,7 +432,7 @@ def test_apply_quality_rules_splits_and_explains():
         "en_lorem": "c4:lorem_ipsum",
         "en_null": "gopher_quality:min_doc_words",
     }
-    assert set(result.dropped["stage"]) == {"quality"}
+    assert set(result.dropped["stage"]) == {"rules"}
     assert result.stats["docs_in"] == 8
     assert result.stats["docs_out"] == 3
     assert result.stats["dropped_by_reason"]["gopher_quality:min_doc_words"] == 2
@@ -440,7 +440,7 @@ def test_apply_quality_rules_splits_and_explains():
 
 
 def test_kept_rows_carry_signals_that_can_be_rethresholded():
-    result = apply_quality_rules(mixed_frame(), published())
+    result = apply_rules(mixed_frame(), published())
     signal_columns = [c for c in result.kept.columns if c.startswith("q_")]
     assert {"q_word_count", "q_dup_line_frac", "q_top_2gram_frac", "q_c4_sentences", "q_fw_short_line_ratio"} <= set(
         signal_columns
@@ -452,27 +452,27 @@ def test_kept_rows_carry_signals_that_can_be_rethresholded():
         "gopher_quality:min_doc_chars_cjk",
     ]
     # Stored signals give the same answer as a fresh computation.
-    fresh = quality_signals(result.kept["text"].to_list(), result.kept["lang"].to_list(), stricter)
+    fresh = rule_signals(result.kept["text"].to_list(), result.kept["lang"].to_list(), stricter)
     assert reasons_from_signals(fresh, stricter).to_list() == reasons_from_signals(result.kept, stricter).to_list()
 
 
 def test_rerunning_on_scored_rows_replaces_old_signals():
-    once = apply_quality_rules(mixed_frame(), published()).kept
-    twice = apply_quality_rules(once, published())
+    once = apply_rules(mixed_frame(), published()).kept
+    twice = apply_rules(once, published())
     assert twice.kept.columns == once.columns
     assert twice.dropped.height == 0
-    narrower = apply_quality_rules(once, published(families=("fineweb",)))
+    narrower = apply_rules(once, published(families=("fineweb",)))
     assert "q_word_count" not in narrower.kept.columns
 
 
 def test_families_can_be_chosen_and_ordered():
     df = mixed_frame()
-    c4_only = apply_quality_rules(df, published(families=("c4",)))
+    c4_only = apply_rules(df, published(families=("c4",)))
     assert not any(c.startswith(("q_word", "q_dup", "q_fw")) for c in c4_only.kept.columns)
     assert "en_short" in c4_only.dropped["doc_id"].to_list()
 
     spam = df.filter(pl.col("doc_id") == "zh_spam")
-    assert apply_quality_rules(spam, published(families=("fineweb", "gopher_repetition"))).dropped["reason"][0] == (
+    assert apply_rules(spam, published(families=("fineweb", "gopher_repetition"))).dropped["reason"][0] == (
         "fineweb:char_dup_ratio"
     )
 
@@ -493,7 +493,7 @@ def test_rule_reasons_name_family_and_rule():
 
 def test_unknown_family_is_rejected():
     with pytest.raises(ValueError, match="unknown quality rule families"):
-        QualityConfig(families=("gopher", "c4"))
+        RulesConfig(families=("gopher", "c4"))
 
 
 def test_documents_shorter_than_the_ngram_size():
@@ -555,9 +555,9 @@ def test_quality_signals_do_not_depend_on_how_documents_are_chunked(monkeypatch)
     texts = [" ".join(rng.choice(["alpha", "beta", "gamma", "delta."]) for _ in range(rng.randint(5, 300)))
              for _ in range(40)] + ["重复的句子。" * 30, "一个不同的句子。" * 5, ""]
     langs = ["en"] * 40 + ["zh", "zh", "en"]
-    whole = quality_signals(texts, langs)
+    whole = rule_signals(texts, langs)
     monkeypatch.setattr(rules, "NGRAM_CHUNK_WORDS", 50)
-    assert quality_signals(texts, langs).equals(whole)
+    assert rule_signals(texts, langs).equals(whole)
     assert whole["q_top_2gram_frac"].max() > 0 and whole["q_dup_5gram_frac"].max() > 0
 
 
@@ -594,14 +594,14 @@ DOC_PAGE = "\n\n".join(
 def test_lm_assets_preset_keeps_a_documentation_page_whole():
     cfg = preset("lm_assets")
     df = pl.DataFrame({"doc_id": ["doc"], "text": [DOC_PAGE], "lang": ["en"]})
-    result = apply_quality_rules(df, cfg)
+    result = apply_rules(df, cfg)
     assert result.dropped.height == 0, result.dropped
     # Nothing removed: headings, the contents list, code and paragraphs stand as they were.
     assert result.kept["text"][0] == DOC_PAGE
 
 
 def test_a_table_of_contents_echoing_the_headings_does_not_trip_repetition():
-    lm_assets = quality_signals([DOC_PAGE], ["en"], preset("lm_assets")).row(0, named=True)
+    lm_assets = rule_signals([DOC_PAGE], ["en"], preset("lm_assets")).row(0, named=True)
     published = signals(DOC_PAGE)
     assert published["q_dup_line_frac"] > 0 and published["q_dup_5gram_frac"] > 0
     assert lm_assets["q_dup_line_frac"] == lm_assets["q_dup_para_frac"] == lm_assets["q_dup_5gram_frac"] == 0.0
@@ -651,8 +651,8 @@ def test_presets_by_name_and_overrides():
     assert preset("lm_assets").min_sentences == 3 and preset().families == preset("lm_assets").families
     assert preset("fineweb").families == ("gopher_repetition", "gopher_quality", "c4", "fineweb")
     assert preset("fineweb").c4_filter_no_terminal_punct is False
-    assert preset("lm_assets") == QualityConfig() == preset()
-    assert preset("published") != QualityConfig()
+    assert preset("lm_assets") == RulesConfig() == preset()
+    assert preset("published") != RulesConfig()
     assert preset("c4", c4_min_sentences=3).c4_min_sentences == 3
     with pytest.raises(ValueError, match="unknown quality preset"):
         preset("nope")
@@ -678,14 +678,14 @@ def test_a_documents_words_are_its_lines_words_and_its_prose_the_prose_lines_wor
 
 
 def test_bare_rules_are_the_pipelines():
-    """`QualityConfig()` and a bare `apply_quality_rules(df)` run the rules curated_shard runs (the lm_assets
+    """`RulesConfig()` and a bare `apply_rules(df)` run the rules curated_shard runs (the lm_assets
     preset); the published thresholds stay reachable by name."""
     from lm_assets.corpus.curation.pipeline import CurationConfig
 
-    assert QualityConfig() == preset() == preset("lm_assets") == CurationConfig().quality
+    assert RulesConfig() == preset() == preset("lm_assets") == CurationConfig().quality
     assert PRESETS["lm_assets"] == {}
     df = mixed_frame()
-    bare, named = apply_quality_rules(df), apply_quality_rules(df, preset("lm_assets"))
+    bare, named = apply_rules(df), apply_rules(df, preset("lm_assets"))
     assert bare.kept.equals(named.kept) and bare.dropped.equals(named.dropped)
-    assert not apply_quality_rules(df, preset("published")).dropped.equals(bare.dropped)
+    assert not apply_rules(df, preset("published")).dropped.equals(bare.dropped)
     assert rule_reasons() == rule_reasons(preset("lm_assets"))

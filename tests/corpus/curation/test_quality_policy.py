@@ -7,7 +7,7 @@ import pytest
 from lm_assets.corpus.curation.extract import PAGE_COLUMNS, signal_columns
 from lm_assets.corpus.curation.pipeline import CurationConfig, curate
 from lm_assets.corpus.curation.policy import decide_quality
-from lm_assets.corpus.curation.rules import apply_quality_rules, preset
+from lm_assets.corpus.curation.rules import apply_rules, preset
 from lm_assets.corpus.curation.toxicity import ToxicityConfig
 from lm_assets.corpus.quality.shipped import shipped_classifier
 
@@ -65,7 +65,7 @@ def test_each_policy_decides_and_accounts_for_every_document():
     classifier = run("classifier")
     dropped = {r["doc_id"]: r for r in classifier.dropped.iter_rows(named=True)}
     # The hard rules (minimum length) still drop the stub; the classifier drops the list of links, with its score.
-    assert dropped["d2"]["stage"] == "quality" and dropped["d2"]["reason"] == "gopher_quality:min_doc_words"
+    assert dropped["d2"]["stage"] == "rules" and dropped["d2"]["reason"] == "gopher_quality:min_doc_words"
     assert (dropped["d1"]["stage"], dropped["d1"]["reason"], dropped["d1"]["score"]) == ("classifier", "below_threshold", 0.1)
     assert "d4" in classifier.kept["doc_id"].to_list()
     stats = classifier.stats["classifier"]
@@ -102,7 +102,7 @@ def test_curation_without_a_classifier_is_decided_by_the_shipped_one():
     scored = pl.concat([result.kept.select("doc_id", "quality_score"),
                         result.dropped.filter(pl.col("stage") == "classifier")
                         .select("doc_id", pl.col("score").alias("quality_score"))]).sort("doc_id")
-    quality = apply_quality_rules(plain, preset(), defer=True).kept
+    quality = apply_rules(plain, preset(), defer=True).kept
     quality = quality.filter(pl.col("doc_id").is_in(scored["doc_id"].to_list())).sort("doc_id")
     assert scored.height == quality.height == 4 and scored["quality_score"].null_count() == 0
     assert np.allclose(scored["quality_score"].to_numpy(), shipped.score(quality))
@@ -121,7 +121,7 @@ def test_pages_with_html_and_documents_from_text_are_cut_by_their_own_models():
     plain = docs().with_columns(signal_columns([dict.fromkeys(PAGE_COLUMNS)] * docs().height))
     page = {**dict.fromkeys(PAGE_COLUMNS, 0), "q_html_text_ratio": 0.3, "q_html_link_share": 0.05}
     pages = docs().with_columns(signal_columns([page] * docs().height)).with_columns(pl.col("doc_id") + "-page")
-    quality = apply_quality_rules(pl.concat([plain, pages]), preset(), defer=True).kept
+    quality = apply_rules(pl.concat([plain, pages]), preset(), defer=True).kept
     result = decide_quality(quality, "classifier", shipped)
     scored = pl.concat([result.kept.select("doc_id", "quality_model"), result.dropped.select("doc_id")], how="diagonal")
     assert result.stats["scored_by"] == {"html": 4, "text": 4}
@@ -152,7 +152,7 @@ def test_a_classifier_policy_without_a_classifier_is_refused():
 
 def test_each_language_is_cut_at_its_own_threshold_unless_one_is_given():
     frame = docs().with_columns(pl.Series("lang", ["en", "en", "en", "zh", "en"]))
-    quality = apply_quality_rules(frame, preset(), defer=True).kept
+    quality = apply_rules(frame, preset(), defer=True).kept
     scorer = KeywordScorer()
     # The planner page scores 0.6: above English's 0.5, below Chinese's 0.7.
     as_zh = decide_quality(quality, "classifier", scorer)
@@ -163,7 +163,7 @@ def test_each_language_is_cut_at_its_own_threshold_unless_one_is_given():
 
 def test_the_cut_can_be_a_share_of_good_pages_or_of_documents_to_keep_per_language():
     frame = docs().with_columns(pl.Series("lang", ["en", "en", "en", "zh", "en"]))
-    quality = apply_quality_rules(frame, preset(), defer=True).kept  # d0 0.9, d1 0.1, d4 0.9 (en); d3 0.6 (zh)
+    quality = apply_rules(frame, preset(), defer=True).kept  # d0 0.9, d1 0.1, d4 0.9 (en); d3 0.6 (zh)
     scorer = KeywordScorer()
     # Keep 20 % of English good pages: the cut 0.8; Chinese keeps its trained 0.7, and drops d3.
     by_retention = decide_quality(quality, "classifier", scorer, retention={"en": 0.2})

@@ -15,7 +15,7 @@ import pytest
 
 from lm_assets.corpus.audit.curation_eval import read_labels
 from lm_assets.corpus.curation.extract import extract_documents
-from lm_assets.corpus.curation.rules import preset, quality_signals
+from lm_assets.corpus.curation.rules import preset, rule_signals
 from lm_assets.corpus.ingest.readers import read_shard
 from lm_assets.corpus.quality.classifier import (
     FASTTEXT_ENTRY,
@@ -115,7 +115,7 @@ def test_round_trip_gives_identical_scores_and_reuses_signals(stacked, examples)
     assert np.array_equal(scores, second.score(examples))
     assert ((scores >= 0) & (scores <= 1)).all()
     with_signals = pl.concat(
-        [examples, quality_signals(examples["text"].to_list(), examples["lang"].to_list(), preset())], how="horizontal"
+        [examples, rule_signals(examples["text"].to_list(), examples["lang"].to_list(), preset())], how="horizontal"
     )
     assert np.array_equal(first.score(with_signals), scores)
 
