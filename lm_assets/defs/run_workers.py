@@ -10,14 +10,14 @@ run launcher (Kubernetes) checks its workers itself through run monitoring, so t
 nothing.
 
 Runs of the implicit asset job carry no job tags, so run monitoring would bound them by the instance's
-max_runtime_seconds; `run_limit_sensor` gives them their stage's tags instead."""
+max_runtime_seconds; `run_limit_sensor` gives them their workload's tags instead."""
 
 from __future__ import annotations
 
 import dagster as dg
 import psutil
 
-from lm_assets.defs.common.jobs import MAX_RUNTIME_TAG, run_stage, stage_tags
+from lm_assets.defs.common.jobs import MAX_RUNTIME_TAG, run_workload, workload_tags
 
 WORKER_CHECK_INTERVAL_S = 60
 RUN_LIMIT_INTERVAL_S = 30
@@ -73,30 +73,30 @@ ACTIVE_STATUSES = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.QUEUED, 
 
 
 def tag_run_limits(instance: dg.DagsterInstance) -> dict[str, str]:
-    """Give every unfinished run without a `dagster/max_runtime` tag its stage's tags (a queued run then
-    also waits for its stage's concurrency limit); returns {run id: stage}."""
+    """Give every unfinished run without a `dagster/max_runtime` tag its workload's tags (a queued run then
+    also waits for its workload's concurrency limit); returns {run id: workload}."""
     tagged = {}
     for run in instance.get_runs(filters=dg.RunsFilter(statuses=ACTIVE_STATUSES)):
         if MAX_RUNTIME_TAG in run.tags or not run.asset_selection:
             continue
-        stage = run_stage(key.to_user_string() for key in run.asset_selection)
-        if stage is None:
+        workload = run_workload(key.to_user_string() for key in run.asset_selection)
+        if workload is None:
             continue
-        tags = {k: v for k, v in stage_tags(stage).items() if k not in run.tags}
+        tags = {k: v for k, v in workload_tags(workload).items() if k not in run.tags}
         instance.add_run_tags(run.run_id, tags)
-        tagged[run.run_id] = stage
+        tagged[run.run_id] = workload
     return tagged
 
 
 @dg.sensor(minimum_interval_seconds=RUN_LIMIT_INTERVAL_S, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Gives runs of the implicit asset job (dagster asset materialize, the UI's Materialize "
-           "button) the maximum runtime and stage tag of the stage their assets belong to, as the named jobs' runs "
-           "have them.")  # fmt: skip
+           "button) the maximum runtime and workload tag of the workload their assets belong to, as the named "
+           "jobs' runs have them.")  # fmt: skip
 def run_limit_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
     tagged = tag_run_limits(context.instance)
-    for run_id, stage in tagged.items():
-        context.log.info(f"run {run_id}: tagged with the {stage} stage's limits")
-    return dg.SkipReason(f"{len(tagged)} run(s) tagged with their stage's limits" if tagged
+    for run_id, workload in tagged.items():
+        context.log.info(f"run {run_id}: tagged with the {workload} workload's limits")
+    return dg.SkipReason(f"{len(tagged)} run(s) tagged with their workload's limits" if tagged
                          else "every unfinished asset run has a maximum runtime")  # fmt: skip
 
 

@@ -79,7 +79,7 @@ def test_a_launched_run_is_a_run_of_the_code_locations_job(stops_started_process
         assert result.success
         run = instance.get_run_by_id(result.run_id)
         assert run.job_name == "shard_ingest_job" and run.remote_job_origin.location_name == LOCATION
-        assert run.tags["dagster/partition"] == shard and run.tags["lm-assets/stage"] == "curation"
+        assert run.tags["dagster/partition"] == shard and run.tags["lm-assets/workload"] == "curation"
         materialized = {event.asset_key.to_user_string() for event in result.get_asset_materialization_events()}
         assert materialized == {"raw_shard", "extracted_shard"}
 

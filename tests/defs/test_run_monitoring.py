@@ -164,18 +164,18 @@ def test_runs_of_the_implicit_asset_job_get_their_stages_limits(instance):
     # `dagster asset materialize`, `lm-assets materialize` and the UI's Materialize button run the implicit
     # asset job, which carries no job tags: run monitoring would give a training run one day, not seven.
     from lm_assets.definitions import defs
-    from lm_assets.defs.common.jobs import ASSET_STAGES, MAX_RUNTIME_S
+    from lm_assets.defs.common.jobs import ASSET_WORKLOADS, MAX_RUNTIME_S
     from lm_assets.defs.run_workers import tag_run_limits
 
-    assert {node.key.to_user_string() for node in defs.resolve_asset_graph().asset_nodes} == set(ASSET_STAGES)
+    assert {node.key.to_user_string() for node in defs.resolve_asset_graph().asset_nodes} == set(ASSET_WORKLOADS)
     job = defs.resolve_implicit_global_asset_job_def()
     keys = [dg.AssetKey(name) for name in ("training_run", "checkpoint", "raw_shard")]
     training = instance.create_run_for_job(job, asset_selection=frozenset(keys))
-    curation = instance.create_run_for_job(job, asset_selection=frozenset(keys[2:]), tags={"lm-assets/stage": "mine"})
+    curation = instance.create_run_for_job(job, asset_selection=frozenset(keys[2:]), tags={"lm-assets/workload": "mine"})
     named = instance.create_run_for_job(job, asset_selection=frozenset(keys[2:]), tags={"dagster/max_runtime": "60"})
     assert tag_run_limits(instance) == {training.run_id: "training", curation.run_id: "curation"}
     tags = {run.run_id: instance.get_run_by_id(run.run_id).tags for run in (training, curation, named)}
-    assert tags[training.run_id] == {"dagster/max_runtime": str(MAX_RUNTIME_S["training"]), "lm-assets/stage": "training"}
-    assert tags[curation.run_id] == {"dagster/max_runtime": str(8 * 3600), "lm-assets/stage": "mine"}
+    assert tags[training.run_id] == {"dagster/max_runtime": str(MAX_RUNTIME_S["training"]), "lm-assets/workload": "training"}
+    assert tags[curation.run_id] == {"dagster/max_runtime": str(8 * 3600), "lm-assets/workload": "mine"}
     assert tags[named.run_id] == {"dagster/max_runtime": "60"}
     assert tag_run_limits(instance) == {}

@@ -119,7 +119,7 @@ def test_the_production_instance_runs_sensors_queued_runs_and_backfills_on_postg
     assert type(instance.schedule_storage).__name__ == "PostgresScheduleStorage"
     assert type(instance.compute_log_manager).__name__ == "S3ComputeLogManager"
     limits = instance.run_coordinator.get_run_queue_config().tag_concurrency_limits
-    assert {"key": "lm-assets/stage", "value": "training", "limit": 1} in limits
+    assert {"key": "lm-assets/workload", "value": "training", "limit": 1} in limits
     assert instance.run_monitoring_enabled
     from lm_assets.app.cli import main as lm_assets
 
@@ -132,7 +132,7 @@ def test_the_production_instance_runs_sensors_queued_runs_and_backfills_on_postg
         [queued] = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.QUEUED]))
         assert (queued.tags["dagster/asset_partition_range_start"], queued.tags["dagster/asset_partition_range_end"]) == (
             shards[0], shards[-1])
-        assert queued.tags["lm-assets/stage"] == "curation" and queued.tags["dagster/max_runtime"] == str(8 * 3600)
+        assert queued.tags["lm-assets/workload"] == "curation" and queued.tags["dagster/max_runtime"] == str(8 * 3600)
 
         list(QueuedRunCoordinatorDaemon(interval_seconds=1).run_iteration(workspace))
         finished = wait_for(instance, queued.run_id)
@@ -158,5 +158,5 @@ def test_the_production_instance_runs_sensors_queued_runs_and_backfills_on_postg
 
         instance.add_dynamic_partitions("checkpoints", ["demo-step_00000002"])
         daemon_tick(workspace, "checkpoint_evaluation_sensor")
-        evaluation = instance.get_runs(filters=dg.RunsFilter(tags={"lm-assets/stage": "evaluation"}))
+        evaluation = instance.get_runs(filters=dg.RunsFilter(tags={"lm-assets/workload": "evaluation"}))
         assert [run.tags["dagster/partition"] for run in evaluation] == ["demo-step_00000002"]

@@ -74,7 +74,7 @@ def pytorch_job_manifest(name: str, train_config: dict, cluster: ClusterSpec, pi
     job = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "PyTorchJob",
-        "metadata": {"name": name, "namespace": cluster.namespace, "labels": {"app": "lm-assets", "lm-assets/stage": "training"}},
+        "metadata": {"name": name, "namespace": cluster.namespace, "labels": {"app": "lm-assets", "lm-assets/workload": "training"}},
         "spec": {"runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 3}, "pytorchReplicaSpecs": replicas},
     }
     return {"config_map": config_map, "job": job}
