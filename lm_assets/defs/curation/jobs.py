@@ -1,4 +1,4 @@
-"""The jobs that read, extract and curate one shard."""
+"""The jobs that curate shards (shard_ingest_job, which reads and extracts one, is in defs/ingest/jobs.py)."""
 
 from lm_assets.defs.common.jobs import workload_job
 
@@ -6,10 +6,6 @@ landed_shard_job = workload_job(
     "landed_shard_job", "curation", ("raw_shard", "extracted_shard", "curated_shard", "minhash_signatures"),
     "Read, extract and curate one newly landed shard, and sketch it for dedup: what landing_sensor and "
     "nightly_curation_refresh run.",
-)
-shard_ingest_job = workload_job(
-    "shard_ingest_job", "curation", ("raw_shard", "extracted_shard"),
-    "Read and extract one shard (the text that quality labels are joined to).",
 )
 shard_curation_job = workload_job(
     "shard_curation_job", "curation", ("curated_shard", "minhash_signatures"),
@@ -22,4 +18,4 @@ curation_summary_job = workload_job(
     "Sum every curated shard's quality histograms and drops into the quality dashboard.",
 )
 
-JOBS = [landed_shard_job, shard_ingest_job, shard_curation_job, curation_summary_job]
+JOBS = [landed_shard_job, shard_curation_job, curation_summary_job]
