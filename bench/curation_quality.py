@@ -35,7 +35,7 @@ quality_labels and quality_classifier materialized there) and copies it into the
 e.g. `--train $OUT/dev-crawl bench/dev_set/labels.jsonl --crawl $OUT/transfer-crawl --labels
 bench/transfer_set/labels.jsonl`. `--smoke` trains on the slice itself.
 
-Printed per package, per language (of the label) and overall, by `lm_assets.corpus.audit.curation_eval`:
+Printed per package, per language (of the label) and overall, by `lm_assets.corpus.audit.agreement`:
 good retention (KEEP pages kept after curation), junk rejection (DROP pages dropped), balanced
 accuracy, the share of kept KEEP pages that dedup keeps as themselves (pages truth.json lists as
 natural duplicates of other source pages left out: only one of them can survive), and the rules that dropped
@@ -62,7 +62,7 @@ from benchlib.crawls import LABELLED_CRAWLS, WEB_LABELS, find_shards, labelled_c
 from benchlib.paths import REPO, TEST_SLICE, out_dir
 
 from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_config_for, run_shard_graph
-from lm_assets.corpus.audit.curation_eval import (
+from lm_assets.corpus.audit.agreement import (
     decision_figures,
     decisions,
     grouped_figures,

@@ -16,11 +16,11 @@ dedup_clusters runs across all shards, then the per-shard deduplicated_shard job
 `local_run.run_shard_graph(..., through_packing=False)` in this process (tokenizer and packing are
 skipped), on an ephemeral Dagster instance and a fresh storage root in a temporary folder, with the
 offline toxicity backend and the default dedup settings. The clusters, the sketches (url, lang)
-and the curated texts are then scored against `truth.json` by `lm_assets.corpus.dedup.evaluation` (its
+and the curated texts are then scored against `truth.json` by `lm_assets.corpus.dedup.accuracy` (its
 docstring defines the figures). The curation stages drop some pages before dedup; only documents
 that reach dedup count, and the output says how many did.
 
-The last line printed is the JSON object `dedup_eval.evaluate` returns.
+The last line printed is the JSON object `accuracy.dedup_accuracy` returns.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import polars as pl
 from benchlib.crawls import find_shards, resolve_crawl
 
 from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
-from lm_assets.corpus.dedup.evaluation import LANGUAGE_GROUPS, LanguageTally, figures, tally
+from lm_assets.corpus.dedup.accuracy import LANGUAGE_GROUPS, LanguageTally, figures, tally
 from lm_assets.corpus.dedup.minhash import lsh_params
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.dedup.assets import DedupSettings

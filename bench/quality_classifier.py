@@ -55,7 +55,7 @@ from benchlib.documents import as_text_documents
 from benchlib.paths import REPO, TEST_SLICE, out_dir
 
 import lm_assets.corpus.quality.classifier as qc
-from lm_assets.corpus.audit.curation_eval import read_labels
+from lm_assets.corpus.audit.agreement import read_labels
 from lm_assets.corpus.curation.extract import PAGE_COLUMNS, extract_documents
 from lm_assets.corpus.curation.langid import identify_languages
 from lm_assets.corpus.curation.pipeline import CurationConfig, curate

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from lm_assets.corpus.audit.curation_eval import read_labels  # noqa: E402
+from lm_assets.corpus.audit.agreement import read_labels  # noqa: E402
 from lm_assets.corpus.quality import shipped as quality_model  # noqa: E402
 
 

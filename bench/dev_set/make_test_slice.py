@@ -1,4 +1,4 @@
-"""Write the slice of the labelled development set that `tests/corpus/audit/test_curation_quality.py` scores.
+"""Write the slice of the labelled development set that `tests/corpus/audit/test_agreement.py` scores.
 
 Usage::
 

@@ -8,7 +8,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from lm_assets.corpus.audit.curation_eval import read_labels
+from lm_assets.corpus.audit.agreement import read_labels
 from lm_assets.corpus.quality.shipped import shipped_classifier, training_pages
 from lm_assets.defs.automation import stale_shards
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env

@@ -3,7 +3,7 @@ import json
 import polars as pl
 import pytest
 
-from lm_assets.corpus.audit.curation_eval import decision_figures, decisions, outcomes, read_labels
+from lm_assets.corpus.audit.agreement import decision_figures, decisions, outcomes, read_labels
 from lm_assets.storage.accounting import drop_examples, reason_totals
 
 

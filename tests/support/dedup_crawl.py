@@ -1,7 +1,7 @@
 """A small crawl with known duplicates, built offline from the shipped sample crawl, for dedup quality tests.
 
 `build_dedup_crawl(out, seed)` writes gzip-WARC shards `crawl-NNNNN.warc.gz` and a `truth.json` of
-the shape `bench/build_crawl.py` writes, so `lm_assets.corpus.dedup.evaluation` scores both the same
+the shape `bench/build_crawl.py` writes, so `lm_assets.corpus.dedup.accuracy` scores both the same
 way, and with the same text-node edits and copies (`benchlib.crawl`). Everything follows from the seed
 and the sample crawl; no network is needed.
 

@@ -1,7 +1,7 @@
 """Injected duplicates: a page served again at a new URL, byte for byte or with a few words edited.
 
 A page is anything with `url`, `html` and `cjk` (whether its text is mostly CJK); its copies get truth
-entries in the shape `lm_assets.corpus.dedup.evaluation` reads.
+entries in the shape `lm_assets.corpus.dedup.accuracy` reads.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.audit.curation_eval import read_labels
+from lm_assets.corpus.audit.agreement import read_labels
 from lm_assets.corpus.curation.extract import extract_documents
 from lm_assets.corpus.curation.rules import preset, rule_signals
 from lm_assets.corpus.ingest.readers import read_shard

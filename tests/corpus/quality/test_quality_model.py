@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from lm_assets.corpus.audit.curation_eval import read_labels
+from lm_assets.corpus.audit.agreement import read_labels
 from lm_assets.corpus.quality import shipped as quality_model
 from lm_assets.corpus.quality.classifier import ClassifierConfig, sites, train_classifier
 

@@ -1,7 +1,7 @@
 """Dedup quality on a crawl with injected duplicates (tests/support/dedup_crawl.py), through the real asset graph.
 
 The pipeline runs raw_shard → extracted_shard → curated_shard → minhash_signatures per shard, then
-dedup_clusters, with the default dedup settings; `dedup_eval.evaluate` scores the clusters against
+dedup_clusters, with the default dedup settings; `accuracy.dedup_accuracy` scores the clusters against
 the crawl's truth.json. The bars are the ones the benchmark crawl is held to.
 """
 
@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from lm_assets.app.local_run import OFFLINE_RUN_CONFIG, run_shard_graph
-from lm_assets.corpus.dedup.evaluation import edit_rate_bin, evaluate, language_group, tally
+from lm_assets.corpus.dedup.accuracy import dedup_accuracy, edit_rate_bin, language_group, tally
 from lm_assets.definitions import defs as project_defs
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
 from lm_assets.defs.dedup.assets import DedupSettings
@@ -63,7 +63,7 @@ def deduplicated(crawl, tmp_path_factory):
     definitions = pipeline_definitions(storage_root, folder)
     results = run_shard_graph(definitions, instance, shards, OFFLINE_RUN_CONFIG, through_packing=False)
     clusters, texts = dedup_tables(storage_root, shards)
-    return results, tally(clusters, texts, truth), evaluate(clusters, texts, truth)
+    return results, tally(clusters, texts, truth), dedup_accuracy(clusters, texts, truth)
 
 
 def test_the_crawl_is_reproducible(crawl, tmp_path):
@@ -111,7 +111,7 @@ def test_chinese_near_recall_keeps_up_with_english(deduplicated):
     assert recall["zh"] >= recall["en"] - 0.05, recall
 
 
-# evaluate on a hand-made clusters table ------------------------------------------------------
+# dedup_accuracy on a hand-made clusters table -----------------------------------------------
 
 WORDS = "the quick brown fox jumps over the lazy dog while seven tall ships sail past a quiet harbour at dawn".split()
 
@@ -171,7 +171,7 @@ HAND_MADE_TEXTS = {
 
 
 def test_evaluate_on_a_hand_made_table():
-    figures = evaluate(HAND_MADE_CLUSTERS, HAND_MADE_TEXTS, HAND_MADE_TRUTH)
+    figures = dedup_accuracy(HAND_MADE_CLUSTERS, HAND_MADE_TEXTS, HAND_MADE_TRUTH)
     assert figures == {
         "en": {
             "docs": 18,

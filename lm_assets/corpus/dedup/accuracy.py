@@ -1,4 +1,4 @@
-"""Dedup quality against the known duplicates of a benchmark crawl (the `truth.json` that `bench/build_crawl.py` writes).
+"""Dedup accuracy against the known duplicates of a benchmark crawl (the `truth.json` that `bench/build_crawl.py` writes).
 
 Inputs
     `clusters`: the dedup clusters table joined with the sketches, one row per document that reached
@@ -290,7 +290,7 @@ def tally(
     truth: Mapping,
     minhash: MinHashConfig | None = None,
 ) -> dict[str, LanguageTally]:
-    """The counts behind `evaluate`, per language group, with the misses listed."""
+    """The counts behind `dedup_accuracy`, per language group, with the misses listed."""
     outcome, known = DedupOutcome(clusters_with_urls), Truth(truth)
     texts, config = text_lookup(texts), minhash or MinHashConfig()
     tallies = {group: LanguageTally() for group in LANGUAGE_GROUPS}
@@ -305,7 +305,7 @@ def figures(tallies: Mapping[str, LanguageTally]) -> dict:
     return {group: tallies[group].figures() for group in LANGUAGE_GROUPS}
 
 
-def evaluate(
+def dedup_accuracy(
     clusters_with_urls: pl.DataFrame,
     texts: Mapping[str, str] | pl.DataFrame,
     truth: Mapping,

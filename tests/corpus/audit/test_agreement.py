@@ -6,7 +6,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from lm_assets.corpus.audit.curation_eval import decision_figures, decisions, outcomes, read_labels, text_integrity
+from lm_assets.corpus.audit.agreement import decision_figures, decisions, outcomes, read_labels, text_integrity
 from lm_assets.corpus.curation.extract import extract_documents
 from lm_assets.corpus.curation.pipeline import CurationConfig, curate
 from lm_assets.corpus.curation.rules import preset

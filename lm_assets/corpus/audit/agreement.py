@@ -1,4 +1,4 @@
-"""Curation decisions against pages labelled KEEP or DROP by reading them, and text integrity.
+"""The agreement of curation decisions with pages labelled KEEP or DROP by reading them, and text integrity.
 
 Labels are JSON lines: `url, package, lang, label (KEEP|DROP), confidence (high|low), reason`. A
 page's outcome comes from the pipeline's own tables, joined on the URL:
