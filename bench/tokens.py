@@ -83,7 +83,7 @@ from benchlib.timing import Clock, rounded, timed  # noqa: E402
 from benchlib.documents import load_documents, text_mb  # noqa: E402
 from benchlib.paths import command_line  # noqa: E402
 
-from lm_assets.corpus.tokens.packing import SPLITS, PackingConfig, ShardTokens, pack, write_packed  # noqa: E402
+from lm_assets.corpus.tokens.packing import PACKED_SPLITS, PackingConfig, ShardTokens, pack, write_packed  # noqa: E402
 from lm_assets.corpus.tokens.tokenize import (  # noqa: E402
     document_index,
     index_path,
@@ -452,7 +452,7 @@ def build_shards(
 def materialize(result) -> int:
     """Every row of every split through `iter_chunks`; returns the tokens produced."""
     produced = 0
-    for split in SPLITS:
+    for split in PACKED_SPLITS:
         for chunk in result.iter_chunks(split):
             produced += chunk.size
     return produced
@@ -490,10 +490,10 @@ def pack_strategy(shards: list[ShardTokens], strategy: str, folder: Path, repeat
         "val_fraction": cfg.val_fraction,
         "input_tokens": tokens,
         "output_tokens": produced,
-        "sequences": {split: splits[split]["sequences"] for split in SPLITS},
+        "sequences": {split: splits[split]["sequences"] for split in PACKED_SPLITS},
         "efficiency": round(manifest["efficiency"], 5),
         "truncated_share": round(manifest["truncated_share"], 5),
-        "split_share": {split: round(splits[split]["split_share"], 5) for split in SPLITS},
+        "split_share": {split: round(splits[split]["split_share"], 5) for split in PACKED_SPLITS},
         "layout": pack_figures(tokens, layout),
         "iter_chunks": pack_figures(tokens, chunks),
         "layout_plus_iter_chunks": pack_figures(

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-SPLITS = ("train", "val")
+SFT_SPLITS = ("train", "val")  # the fine-tuning and preference data's splits
 
 
 def split_of(example_id: str, val_fraction: float) -> str:
@@ -51,7 +51,7 @@ def pack_examples(examples: list[tuple[str, np.ndarray, np.ndarray]], seq_len: i
     """`{split: (tokens [n, seq_len], mask [n, seq_len], placement frame)}` and the too-long example ids."""
     too_long = [eid for eid, ids, _ in examples if len(ids) + 1 > seq_len]
     out = {}
-    for split in SPLITS:
+    for split in SFT_SPLITS:
         mine = [e for e in examples if len(e[1]) + 1 <= seq_len and split_of(e[0], val_fraction) == split]
         bins = best_fit([len(ids) + 1 for _, ids, _ in mine], seq_len)
         tokens = np.full((len(bins), seq_len), pad_id, dtype=np.int64)
@@ -107,7 +107,7 @@ def pack_pairs(pairs: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.nda
     fits = [p for p in pairs if len(p[1]) + len(p[3]) + 2 <= seq_len]
     too_long = [p[0] for p in pairs if len(p[1]) + len(p[3]) + 2 > seq_len]
     out = {}
-    for split in SPLITS:
+    for split in SFT_SPLITS:
         mine = [p for p in fits if split_of(p[0], val_fraction) == split]
         tokens = np.full((len(mine), seq_len), pad_id, dtype=np.int64)
         sides = np.zeros((len(mine), seq_len), dtype=np.uint8)
@@ -147,5 +147,5 @@ def write_preference_packed(packed: dict, out_dir: str | Path, vocab_size: int, 
     return manifest
 
 
-__all__ = ["CHOSEN", "REJECTED", "SPLITS", "UNSCORED", "best_fit", "pack_examples", "pack_pairs", "split_of",
+__all__ = ["CHOSEN", "REJECTED", "SFT_SPLITS", "UNSCORED", "best_fit", "pack_examples", "pack_pairs", "split_of",
            "write_preference_packed", "write_sft_packed"]

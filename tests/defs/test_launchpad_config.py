@@ -65,9 +65,9 @@ def test_choices_are_dropdowns_of_the_corpus_values():
     from lm_assets.corpus.curation.policy import POLICIES
     from lm_assets.corpus.curation.rules import PRESETS
     from lm_assets.corpus.curation.toxicity import BACKENDS
-    from lm_assets.corpus.decontam.contamination import SPLITS as BENCHMARK_SPLITS
+    from lm_assets.corpus.decontam.contamination import BENCHMARK_SPLITS
     from lm_assets.corpus.quality.classifier import FEATURES
-    from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
+    from lm_assets.corpus.tokens.packing import PACKED_SPLITS
     from lm_assets.corpus.tokens.packing import STRATEGIES
     from lm_assets.defs.curation.assets import curated_shard, extracted_shard
     from lm_assets.defs.evaluation.assets import ceval_score, mmlu_score, perplexity

@@ -46,7 +46,7 @@ from lm_assets.text import CJK_CHAR, joined_unit_hashes, normalized_units
 from training.primitives import fmix64
 
 DECONTAMINATED = "decontaminated"  # the stage, and the `stage` of its drops
-SPLITS = ("dev", "val", "test")
+BENCHMARK_SPLITS = ("dev", "val", "test")  # the folders of a C-Eval-style benchmark, as it ships them
 CHOICES = ("A", "B", "C", "D")
 MMLU_SCHEMA = {
     "subject": pl.String,
@@ -137,8 +137,8 @@ def _benchmark_csvs(path: str | Path) -> list[tuple[str, str, str, str]]:
     else:
         raise FileNotFoundError(f"{path} is neither a folder nor a zip archive")
     if not found:
-        raise FileNotFoundError(f"no <split>/<subject>_<split>.csv files (split in {SPLITS}) under {path}")
-    found.sort(key=lambda f: (SPLITS.index(f[0]), f[1]))
+        raise FileNotFoundError(f"no <split>/<subject>_<split>.csv files (split in {BENCHMARK_SPLITS}) under {path}")
+    found.sort(key=lambda f: (BENCHMARK_SPLITS.index(f[0]), f[1]))
     return found
 
 

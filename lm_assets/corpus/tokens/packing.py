@@ -65,7 +65,7 @@ import polars as pl
 from training.primitives import splitmix64, temp_beside
 
 FORMAT = "lm-assets-packed/1"
-SPLITS = ("train", "val")
+PACKED_SPLITS = ("train", "val")  # the packed dataset's splits
 CURRICULA = ("none", "length", "quality", "perplexity")
 STRATEGIES = ("concat", "bfd")
 SEGMENT_SCHEMA = {
@@ -603,7 +603,7 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
 
     layouts = {}
     placed = np.zeros(len(docs), dtype=np.int64)
-    for split in SPLITS:
+    for split in PACKED_SPLITS:
         m = is_val[unit_row] if split == "val" else ~is_val[unit_row]
         rows = unit_row[m]
         lay = _layout(
@@ -740,7 +740,7 @@ def write_packed(
         manifest["curriculum"] |= dict(curriculum_info)
     staged: list[tuple[Path, Path]] = []
     try:
-        for split in SPLITS:
+        for split in PACKED_SPLITS:
             n_seq = result.num_sequences(split)
             bin_path, seg_path = out / f"{split}.bin", out / f"{split}_segments.parquet"
             tmp = temp_beside(bin_path)

@@ -22,8 +22,8 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, model_validator
 
-from lm_assets.corpus.decontam.contamination import SPLITS as BENCHMARK_SPLITS
-from lm_assets.corpus.tokens.packing import SPLITS as PACKED_SPLITS
+from lm_assets.corpus.decontam.contamination import BENCHMARK_SPLITS
+from lm_assets.corpus.tokens.packing import PACKED_SPLITS
 from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.common.environment import (
     DEFAULT_MMLU_PATH,
