@@ -72,7 +72,7 @@ from lm_assets.storage.layout import (
 )
 
 DEFAULT_CEVAL_PATH = default_of("LM_ASSETS_CEVAL_PATH")
-SAMPLE_DEFAULTS = SampleSettings()
+GENERATION_DEFAULTS = SampleSettings()  # checkpoint_samples' generation settings
 
 
 def with_blind_chance(result: dict) -> dict:
@@ -201,13 +201,13 @@ class CheckpointSamplesConfig(EvaluationDeviceConfig):
         default=[], description="prompts to continue; empty: the built-in English and Chinese ones "
         "(lm_assets.evaluation.samples.SAMPLE_PROMPTS)",
     )
-    max_new_tokens: int = Field(default=SAMPLE_DEFAULTS.max_new_tokens, description="tokens generated at most per prompt, greedy and sampled")
-    temperature: float = Field(default=SAMPLE_DEFAULTS.temperature, description="the sampled continuations' temperature (> 0)")
+    max_new_tokens: int = Field(default=GENERATION_DEFAULTS.max_new_tokens, description="tokens generated at most per prompt, greedy and sampled")
+    temperature: float = Field(default=GENERATION_DEFAULTS.temperature, description="the sampled continuations' temperature (> 0)")
     top_p: float | None = Field(
-        default=SAMPLE_DEFAULTS.top_p, description="sample from the smallest set of likeliest tokens holding this probability; unset: all"
+        default=GENERATION_DEFAULTS.top_p, description="sample from the smallest set of likeliest tokens holding this probability; unset: all"
     )
-    top_k: int | None = Field(default=SAMPLE_DEFAULTS.top_k, description="sample from the k likeliest tokens only; unset: no limit")
-    seed: int = Field(default=SAMPLE_DEFAULTS.seed, description="seed of the sampled continuations' random generator")
+    top_k: int | None = Field(default=GENERATION_DEFAULTS.top_k, description="sample from the k likeliest tokens only; unset: no limit")
+    seed: int = Field(default=GENERATION_DEFAULTS.seed, description="seed of the sampled continuations' random generator")
 
 
 class HumanEvalConfig(EvaluationDeviceConfig):
