@@ -419,7 +419,7 @@ def mixed_frame() -> pl.DataFrame:
     )
 
 
-def test_apply_quality_rules_splits_and_explains():
+def test_apply_rules_splits_and_explains():
     df = mixed_frame()
     result = apply_rules(df, published())
 
