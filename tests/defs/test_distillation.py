@@ -62,3 +62,15 @@ def test_distill_run_makes_a_student_checkpoint_partition_from_a_teacher_partiti
     with pytest.raises(dg.Failure, match="one of this distillation run's own"):
         dg.materialize([distill_run_and_checkpoint], instance=instance, resources=resources,
                        run_config={"ops": {"distill_run": {"config": settings | {"teacher_checkpoint": student}}}})  # fmt: skip
+
+
+def test_the_sample_profile_leaves_distillation_without_pipeline_stages():
+    import os
+    import subprocess
+    import sys
+
+    code = ("from lm_assets.defs.compression.distillation import DistillRunConfig as D; "
+            "from lm_assets.defs.training.assets import TrainingRunConfig as T; print(D().pp, T().pp)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LM_ASSETS_LAUNCHPAD_DEFAULTS": "sample"},
+                         capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    assert out == ["1", "2"]  # pretraining's sample layout is pipeline parallel; distillation refuses it

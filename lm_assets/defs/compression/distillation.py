@@ -22,6 +22,11 @@ class DistillRunConfig(TrainingRunConfig):
     run_name: str = Field(default="distill", description="the student's run: its checkpoints are `checkpoints` "
                           "partitions `<run_name>-step_<n>`, evaluated as every checkpoint is")  # fmt: skip
     steps: int = Field(default=100, description="optimizer steps the run ends at")
+    # Pretraining's layout defaults are not distillation's: the teacher's logits never reach a pipeline's
+    # last stage, so distillation runs data and tensor parallel only.
+    pp: int = Field(default=1, description="pipeline-parallel degree: 1 (distillation refuses pipeline parallelism)")
+    tp: int = Field(default=1, description="tensor-parallel degree")
+    dp: int = Field(default=1, description="data-parallel degree; the run has tp × dp ranks")
     teacher_checkpoint: str = Field(default="", description="the teacher, a checkpoints partition (e.g. "
                                     "dpo-step_00000030); empty: the latest of teacher_run")  # fmt: skip
     teacher_run: str = Field(default="main", description="with teacher_checkpoint empty: the run whose latest "
