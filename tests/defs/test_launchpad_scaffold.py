@@ -186,11 +186,12 @@ SAMPLE_LAUNCHPAD = """
 import json
 from lm_assets.defs.sft.assets import SftDatasetConfig, SftRunConfig
 from lm_assets.defs.sft.assets import DpoRunConfig
+from lm_assets.defs.compression.distillation import DistillRunConfig
 from lm_assets.defs.tokens.assets import PackedDatasetConfig, TokenizerTrainingConfig
 from lm_assets.defs.training.assets import TrainingLauncher, TrainingRunConfig
 fields = lambda cls: {name: field.default for name, field in cls.model_fields.items()}
 print(json.dumps({"training_run": fields(TrainingRunConfig), "sft_run": fields(SftRunConfig), "dpo_run": fields(DpoRunConfig),
-                  "sft_dataset": fields(SftDatasetConfig),
+                  "distill_run": fields(DistillRunConfig), "sft_dataset": fields(SftDatasetConfig),
                   # Unset in the schema, they take the profile's when a run starts.
                   "tokenizer": TokenizerTrainingConfig().model_dump(), "packed_dataset": PackedDatasetConfig().model_dump(),
                   "steps": TrainingRunConfig.model_fields["steps"].description,
@@ -217,7 +218,7 @@ def test_the_launchpad_offers_what_the_demo_ran_under_make_ui(profile):
     out = subprocess.run([sys.executable, "-c", SAMPLE_LAUNCHPAD], env=env, capture_output=True, text=True, check=True)
     seen = json.loads(out.stdout)
     assert seen["cluster"]
-    ops = ("training_run", "sft_run", "dpo_run", "sft_dataset", "tokenizer", "packed_dataset")
+    ops = ("training_run", "sft_run", "dpo_run", "distill_run", "sft_dataset", "tokenizer", "packed_dataset")
     assert {op for op in SAMPLE_PROFILE if op != "toxicity"} == set(ops)
     for op in ops:
         profiled = SAMPLE_PROFILE[op]

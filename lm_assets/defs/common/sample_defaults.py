@@ -36,6 +36,8 @@ SAMPLE_PROFILE: dict[str, dict[str, Any]] = {
     "sft_run": {"steps": 40, "lr": 3e-3, "micro_batch_size": 4, "warmup_steps": 4},
     # Aligning the fine-tuned checkpoint on the shipped preference pairs: a few passes over them, one process.
     "dpo_run": {"steps": 30, "lr": 1e-4, "micro_batch_size": 4, "warmup_steps": 3},
+    # Distilling the last pretraining checkpoint into a one-layer student: one process, one checkpoint at the end.
+    "distill_run": {"steps": 50, "lr": 3e-3, "micro_batch_size": 4, "warmup_steps": 4, "save_every": 0},
 }
 # The resources the profile sets; the other keys of SAMPLE_PROFILE are ops.
 PROFILE_RESOURCES = ("toxicity",)

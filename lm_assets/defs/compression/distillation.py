@@ -8,12 +8,18 @@ import dagster as dg
 from pydantic import Field
 
 from lm_assets.defs.common.partitions import checkpoint_partitions
+from lm_assets.defs.common.sample_defaults import defaults_note, launchpad_default
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.evaluation.common import checkpoint_dir, hf_export
-from lm_assets.defs.training.assets import TrainingLauncher, TrainingRunConfig, launch_training
+from lm_assets.defs.training.assets import TRAIN_DEFAULTS, TrainingLauncher, TrainingRunConfig, launch_training
 from lm_assets.storage.layout import PACKED_FOLDER, SFT_KEYS
 
 DISTILL_DATA = {"pretraining": PACKED_FOLDER, "sft": SFT_KEYS["packed"]}
+
+
+def distill_default(field: str, fallback):
+    """distill_run's default for `field`: the selected profile's, else its own."""
+    return launchpad_default("distill_run", field, fallback)
 
 
 class DistillRunConfig(TrainingRunConfig):
@@ -21,7 +27,16 @@ class DistillRunConfig(TrainingRunConfig):
 
     run_name: str = Field(default="distill", description="the student's run: its checkpoints are `checkpoints` "
                           "partitions `<run_name>-step_<n>`, evaluated as every checkpoint is")  # fmt: skip
-    steps: int = Field(default=100, description="optimizer steps the run ends at")
+    steps: int = Field(default=distill_default("steps", 100),
+                       description="optimizer steps the run ends at" + defaults_note("distill_run"))
+    lr: float = Field(default=distill_default("lr", TRAIN_DEFAULTS.optim.lr),
+                      description="peak learning rate, after warmup, decayed by a cosine to a tenth of it")
+    warmup_steps: int = Field(default=distill_default("warmup_steps", TRAIN_DEFAULTS.optim.warmup_steps),
+                              description="steps of linear warmup to lr")
+    micro_batch_size: int = Field(default=distill_default("micro_batch_size", TRAIN_DEFAULTS.micro_batch_size),
+                                  description="sequences per rank per micro-step")
+    save_every: int = Field(default=distill_default("save_every", 0), description="a checkpoint every this many "
+                            "steps, and one at the end; 0: only at the end")  # fmt: skip
     # Pretraining's layout defaults are not distillation's: the teacher's logits never reach a pipeline's
     # last stage, so distillation runs data and tensor parallel only.
     pp: int = Field(default=1, description="pipeline-parallel degree: 1 (distillation refuses pipeline parallelism)")
