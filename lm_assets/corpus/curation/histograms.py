@@ -197,9 +197,10 @@ def summed(shards: list[dict[str, Histogram]]) -> tuple[dict[str, Histogram], in
     return total, left_out
 
 
-# The figure's grid: three panels a row, each this wide and tall (inches), its title in type of this size
-# (points), which reads where the UI shows the figure scaled to its column.
-COLUMNS, PANEL_WIDTH, PANEL_HEIGHT, TITLE_SIZE = 3, 6.4, 4.6, 15
+# The figure's grid: two panels a row, each this wide and tall (inches), its title in type of this size
+# (points), which reads where the UI shows the figure scaled to its column. Two panels at 72 dpi are 922 px
+# wide, inside the UI's metadata dialog at 1600 px; three (1382 px) were cut there.
+COLUMNS, PANEL_WIDTH, PANEL_HEIGHT, TITLE_SIZE = 2, 6.4, 4.6, 15
 
 
 def figure_title(histogram: Histogram, taller: int) -> str:
