@@ -83,8 +83,9 @@ def svg(body: str, left: Ticks = (), bottom: Ticks = (), right: Ticks = (), righ
     labels += "".join(label(x, HEIGHT + 10, text) for x, text in bottom)
     labels += "".join(label(WIDTH + 12, y + 3, text, f" fill='{COLORS[right_color]}'") for y, text in right)
     width, height = LEFT + WIDTH + RIGHT, TOP + HEIGHT + BOTTOM
-    # Drawn twice its size, to be read; its height follows from the viewBox.
-    return (f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='{-LEFT},{-TOP},{width},{height}' width='{width * 2}' "
+    # Drawn at 1.5 times its size, to be read (447 px: whole in the UI's metadata value column at a 1600-pixel
+    # window, where twice its size was cut); its height follows from the viewBox.
+    return (f"<svg xmlns='http://www.w3.org/2000/svg' viewBox='{-LEFT},{-TOP},{width},{height}' width='{width * 3 // 2}' "
             f"font-size='8' style='background:#fff'><path d='M0,0H{WIDTH}V{HEIGHT}H0Z{marks}' fill='none' "
             f"stroke='#bbb'/>{body}{labels}</svg>")  # fmt: skip
 

@@ -150,3 +150,9 @@ def test_training_runs_curves_draw_the_loss_with_many_points_and_the_lr_on_a_cha
     lr_line = [p for p in svg_of(lr).iter(f"{SVG}path") if p.get("stroke") == COLORS["orange"]][0]
     assert len(path_points(loss_line.get("d"))) >= 16 and len(path_points(lr_line.get("d"))) >= 32
     assert {"1e-4", "2e-4", "1k", "2k"} <= set(texts(svg_of(lr)))
+
+
+def test_an_inline_chart_is_whole_in_the_uis_metadata_column_at_1600_pixels():
+    # The value column of an asset's metadata table is about 490 px wide at a 1600-pixel window.
+    svg = svg_of(inline_line_chart("loss", "loss", [([(1, 2.0), (2, 1.0)], "blue")], []))
+    assert 400 <= int(svg.get("width")) <= 480
