@@ -212,11 +212,11 @@ class DistillObjective:
             del table
             dist.barrier()
             self.table = TeacherTopK(folder, *shape)
+            if not np.isfinite(self.table.values).all():  # before the record: a resume trusts what it records
+                raise ValueError(f"the teacher's logits in {folder} hold values that are not finite")
             if rank == 0:
                 with atomic_path(record) as tmp:
                     tmp.write_text(json.dumps(identity | {"sha256": self.table.digests()}, indent=2, sort_keys=True) + "\n")
             dist.barrier()
             self.scoring_s = time.perf_counter() - started
-        if not np.isfinite(self.table.values).all():
-            raise ValueError(f"the teacher's logits in {folder} hold values that are not finite")
         self.teacher = None  # the steps read the table; the teacher's memory is freed
