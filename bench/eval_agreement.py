@@ -131,9 +131,9 @@ def smoke_checkpoint(out: Path) -> Path:
     """A tiny random model (the `tiny` preset) and a small tokenizer trained on the dev questions of the
     zip, exported to `out/smoke-hf/`: something both sides can score in seconds."""
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
-    from training.config import from_preset
-    from training.export import export_hf
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.export import export_hf
+    from lm_assets.training.model import Transformer
 
     hf_dir = out / "smoke-hf"
     if is_export(hf_dir):
@@ -664,9 +664,9 @@ def suite_checkpoint(out: Path) -> Path:
     """A tiny random model with a byte-fallback tokenizer trained on the shipped task samples (English and
     Chinese), exported to `out/suite-hf/`."""
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
-    from training.config import from_preset
-    from training.export import export_hf
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.export import export_hf
+    from lm_assets.training.model import Transformer
 
     hf_dir = out / "suite-hf"
     if is_export(hf_dir):

@@ -5,9 +5,9 @@ Usage::
     .venv/bin/python bench/lora_footprint.py [--presets tiny,125m,350m] [--vocab 4004] [--rank 8]
         [--targets q_proj,k_proj,v_proj,o_proj] [--smoke]
 
-It prints figures; it checks nothing. For each preset it builds `training.model.Transformer` on the CPU
+It prints figures; it checks nothing. For each preset it builds `lm_assets.training.model.Transformer` on the CPU
 (`--vocab` tokens: 4004 is the demo's, its 4,000-piece tokenizer and the four chat markers), and for a full
-fine-tune and for `training.lora.apply_lora` at `--rank` on `--targets` it counts the parameters that
+fine-tune and for `lm_assets.training.lora.apply_lora` at `--rank` on `--targets` it counts the parameters that
 train, then takes one real AdamW step (torch's, the engine's default) on gradients of ones and measures
 the bytes of the gradients and optimizer states that step left: what fine-tuning holds beyond the
 weights. The first preset, `tiny` with the demo's vocabulary, is the demo's model.
@@ -24,9 +24,9 @@ import json
 
 import torch
 
-from training.config import from_preset
-from training.lora import LoRAConfig, apply_lora
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.lora import LoRAConfig, apply_lora
+from lm_assets.training.model import Transformer
 
 
 def held_bytes(model: torch.nn.Module) -> tuple[int, int]:

@@ -339,9 +339,9 @@ def smoke_exports(out: Path) -> tuple[Path, Path, Path]:
     model with the plain tokenizer (no chat markers): the mismatch the bench must refuse."""
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
     from lm_assets.sft.chat import CHAT_TEMPLATE, chat_tokenizer
-    from training.config import from_preset
-    from training.export import CHAT_TEMPLATE_NAME, export_hf
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.export import CHAT_TEMPLATE_NAME, export_hf
+    from lm_assets.training.model import Transformer
 
     texts = [p.prompt for p in builtin_prompts()] * 20
     vocab = 600  # the prompts' characters (Chinese among them) and some merges

@@ -8,11 +8,11 @@ It prints figures; it checks nothing. In one process (`DS_ACCELERATOR=cpu`, `OMP
 one torch thread), on a synthetic packed dataset written to a temporary folder (uniform random ids,
 rows of 129 tokens, so 128-token inputs: the `tiny` preset's context), it times one training step of:
 
-- plain torch: `training.model.Transformer` (the `tiny` preset, seed 0), `cross_entropy`,
+- plain torch: `lm_assets.training.model.Transformer` (the `tiny` preset, seed 0), `cross_entropy`,
   torch's fused AdamW (the engine's default) with the same decay / no-decay groups and hyperparameters, the same
   warmup-cosine `LambdaLR`, `clip_grad_norm_` at `optim.grad_clip` (1.0), `zero_grad`, and the loss
   read back as a float (`benchlib.training.PlainLoop`, fp32);
-- our engine: `training.engine.Trainer.train_step()` on a job of one process (the plain DeepSpeed
+- our engine: `lm_assets.training.engine.Trainer.train_step()` on a job of one process (the plain DeepSpeed
   engine, fp32, `document_mask=false` like the plain loop), once with ZeRO stage 0 and once with stage 1. `init_distributed` skips the shm
   JIT build as always. `spike.k_sigma=0`, so every step applies its update (the spike check still
   runs; only its k-sigma test is off).
@@ -53,8 +53,8 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 from benchlib.training import PlainLoop, write_synthetic_packed  # noqa: E402
 
-from training.data import PackedDataset  # noqa: E402
-from training.config import SpikeConfig, TrainConfig  # noqa: E402
+from lm_assets.training.data import PackedDataset  # noqa: E402
+from lm_assets.training.config import SpikeConfig, TrainConfig  # noqa: E402
 
 GOAL = 1.3
 SEQ_LEN = 129  # rows of 129 tokens: 128-token inputs, the tiny preset's max_seq_len
@@ -78,7 +78,7 @@ class PlainSide:
 
 class EngineSide:
     def __init__(self, cfg: TrainConfig):
-        from training.engine import Trainer
+        from lm_assets.training.engine import Trainer
 
         self.trainer = Trainer(cfg, report=lambda metrics: None)
         self.name = f"deepspeed ZeRO-{cfg.zero_stage}"
@@ -95,7 +95,7 @@ def quiet() -> None:
     from deepspeed.utils import logger
 
     logger.setLevel(logging.WARNING)
-    logging.getLogger("training").setLevel(logging.WARNING)
+    logging.getLogger("lm_assets.training").setLevel(logging.WARNING)
 
 
 def measure(sides: dict, warmup: int, steps: int, per_round: int) -> tuple[dict, dict]:
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
     quiet()
-    from training.model import num_params
+    from lm_assets.training.model import num_params
 
     with tempfile.TemporaryDirectory(prefix="train_cpu_") as tmp:
         n_seq = max(256, (args.warmup + args.steps) * args.micro_batch)

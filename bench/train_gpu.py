@@ -8,31 +8,31 @@ Usage::
 
 `train_gpu.sh` picks the Python (`$PYTHON`, else `python3`) and runs this file. Everything it
 needs is on the GPU machine except DeepSpeed and its small dependencies, `dagster-pipes`
-(`training.train` imports it) and liger-kernel; wheels of those in `bench/out/gpu_wheels/` (see
+(`lm_assets.training.train` imports it) and liger-kernel; wheels of those in `bench/out/gpu_wheels/` (see
 bench/README.md) are installed into a temporary folder, each only when that package is missing or
 older there. Nothing is fetched from the network.
 
 A synthetic packed dataset (uniform random token ids cut into documents of `--mean-doc-tokens` by
 EOS, no padding; `seq_len` 2049 gives rows of 2048 tokens) is written to a temporary folder in the
-layout `training.data.PackedDataset` reads. Then each case, in order (a case is
+layout `lm_assets.training.data.PackedDataset` reads. Then each case, in order (a case is
 `kind/preset/compiled|eager[/docmask|causal]`):
 
-- `engine/...`: `python -m training.train data=... model=<preset> precision=bf16 zero_stage=1
+- `engine/...`: `python -m lm_assets.training.train data=... model=<preset> precision=bf16 zero_stage=1
   micro_batch_size=16 compile=<..> document_mask=<..> debug.profile_step=<warmup>` in a
   subprocess: bf16 weights with fp32 master weights and torch's fused AdamW (ZeRO-1), the kernels
-  `training/kernels.py` resolves ("auto": liger-kernel when installed, FlexAttention block masks
+  `lm_assets/training/kernels.py` resolves ("auto": liger-kernel when installed, FlexAttention block masks
   for documents, FlashAttention through SDPA for the causal mask). Its step lines and final
   summary (kernels, compile, peak memory, the profiled step's kernel names) are parsed.
 - `.../offload`: ZeRO-2 with the optimizer on the host (DeepSpeed's CPU Adam); `.../curriculum`:
   the same rows with a seeded random difficulty each and an easy-to-hard curriculum over the first
   quarter of the epoch (`benchlib.training.with_curriculum`), so the step reads its rows out of
   order: its step time and `data_wait_s_mean` against the case without it show what ordering costs.
-- `.../distill-fly` and `.../distill-topk`: `objective=distill` (training/distill.py), the case's preset the
+- `.../distill-fly` and `.../distill-topk`: `objective=distill` (lm_assets/training/distill.py), the case's preset the
   student of a randomly initialized `--teacher` preset (1b) exported once in bf16: the teacher's forward on
   every micro-batch, or its `--top-k` logits scored once before the first step (`teacher_scoring_s`, and
   the table's bytes on disk, in the case's `distill` figures); against the case without it, what each
   way of distilling costs a step. MFU counts the student's FLOPs only.
-- `plain/...`: the same `training.model.Transformer` in a plain-torch bf16 loop (`PlainLoop`):
+- `plain/...`: the same `lm_assets.training.model.Transformer` in a plain-torch bf16 loop (`PlainLoop`):
   fp32 master weights in a fused AdamW, the same lr schedule and clipping, each block compiled on
   its own (when compiled) and the head fused with the loss, under
   `sdpa_kernel(SDPBackend.FLASH_ATTENTION)`: the ceiling the engine is measured against.
@@ -43,7 +43,7 @@ alone, which raises if FlashAttention cannot take it.
 Figures: the median over the steps after `--warmup` of the step time (the engine's own
 `step_time_s`, forward to `engine.step()`, data loading excluded; the plain loop's same span,
 closed by a device synchronization), the profiled step left out; tokens/s = micro_batch *
-(seq_len - 1) / step time; MFU = `training.model.flops_per_token` * tokens/s / `--peak-tflops`
+(seq_len - 1) / step time; MFU = `lm_assets.training.model.flops_per_token` * tokens/s / `--peak-tflops`
 (989, the H200's dense bf16 peak); the device's peak allocated memory. `--deadline-s` (450 by
 default, so that the whole script stays under 8 minutes) skips the cases that no longer fit,
 last ones first.
@@ -88,13 +88,13 @@ WHEEL_MODULES = {
     "liger_kernel": "liger_kernel",
 }
 
-# Used only when dagster-pipes is missing: `training.pipes.reporting` then prints JSON lines as it
+# Used only when dagster-pipes is missing: `lm_assets.training.pipes.reporting` then prints JSON lines as it
 # does outside Dagster. The command line (a) runs says so.
 PIPES_STUB = (
     "import sys, types; m = types.ModuleType('dagster_pipes');"
     "m.PipesEnvVarParamsLoader = type('PipesEnvVarParamsLoader', (), "
     "{'is_dagster_pipes_process': lambda self: False}); sys.modules['dagster_pipes'] = m;"
-    "from training.train import main; main()"
+    "from lm_assets.training.train import main; main()"
 )
 
 
@@ -188,7 +188,7 @@ def median(xs):
 
 def summarize(step_times: list[float], tokens_per_step: int, warmup: int, model_cfg, seq_len: int,
               peak: float) -> dict:  # fmt: skip
-    from training.model import flops_per_token
+    from lm_assets.training.model import flops_per_token
 
     timed = step_times[warmup:] if len(step_times) > warmup else step_times[-1:]
     med = median(timed)
@@ -225,7 +225,7 @@ def flash_probe(model_cfg, micro_batch: int, seq_len: int, device: str) -> dict:
 
 @dataclass(frozen=True)
 class Case:
-    """One measured configuration: `engine` (python -m training.train) or `plain` (PlainLoop)."""
+    """One measured configuration: `engine` (python -m lm_assets.training.train) or `plain` (PlainLoop)."""
 
     kind: str  # engine | plain
     model: str
@@ -275,8 +275,8 @@ NEEDS_S = {("engine", True): 110.0, ("engine", False): 60.0, ("plain", True): 90
 
 
 def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) -> dict:
-    """`python -m training.train` in a subprocess; its step lines and summary parsed."""
-    from training.config import TrainConfig
+    """`python -m lm_assets.training.train` in a subprocess; its step lines and summary parsed."""
+    from lm_assets.training.config import TrainConfig
 
     zero = ["zero_stage=2", "offload.optimizer=cpu"] if case.offload else ["zero_stage=1"]
     if case.curriculum:
@@ -297,11 +297,11 @@ def engine_path(args, case: Case, data_dir: Path, vocab: int, timeout_s: float) 
         result["reason"] = f"deepspeed is not installed for {sys.executable} and no wheel of it in {WHEELS}"
         return result
     if module_available("dagster_pipes"):
-        cmd = [sys.executable, "-m", "training.train", *overrides]
+        cmd = [sys.executable, "-m", "lm_assets.training.train", *overrides]
     else:
         cmd = [sys.executable, "-c", PIPES_STUB, *overrides]
-        result["note"] = "dagster-pipes missing: training.train.main() run with a stub dagster_pipes module"
-    result["command"] = "python -m training.train " + " ".join(overrides)
+        result["note"] = "dagster-pipes missing: lm_assets.training.train.main() run with a stub dagster_pipes module"
+    result["command"] = "python -m lm_assets.training.train " + " ".join(overrides)
     env = dict(os.environ)
     env["DS_ACCELERATOR"] = "cpu" if args.device == "cpu" else "cuda"
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
@@ -363,9 +363,9 @@ def distill_overrides(args, case: Case, tmp: Path) -> list[str]:
     do not depend on what the teacher knows); top-k keeps its logits under a checkpoint folder of the case."""
     import torch
 
-    from training.config import from_preset
-    from training.export import export_hf
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.export import export_hf
+    from lm_assets.training.model import Transformer
 
     folder = tmp / f"teacher-{args.teacher}"
     if not (folder / "config.json").exists():
@@ -384,9 +384,9 @@ def plain_path(args, case: Case, data_dir: Path, vocab: int, time_left: float | 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from training.config import TrainConfig
-    from training.data import PackedDataset
-    from training.kernels import kernel_profile, step_profiler
+    from lm_assets.training.config import TrainConfig
+    from lm_assets.training.data import PackedDataset
+    from lm_assets.training.kernels import kernel_profile, step_profiler
 
     result: dict = {"case": case.name, "status": "ran", "compiled": case.compiled}
     say(f"\n{case.name}: {args.precision}, micro batch {args.micro_batch}")
@@ -464,7 +464,7 @@ def print_table(results: dict[str, dict]) -> None:
             f"{(r['tokens_per_s'] if ok else 0):>10,.0f} {(r['mfu'] * 100 if ok else 0):>6.1f}% "
             f"{(f'{memory:.1f}' if memory is not None else '-'):>8} {share:>8}"
         )
-    say("MFU: training.model.flops_per_token * tokens/s over the peak; of plain: tokens/s over plain/<model>/compiled")
+    say("MFU: lm_assets.training.model.flops_per_token * tokens/s over the peak; of plain: tokens/s over plain/<model>/compiled")
     for name, r in results.items():
         if r.get("kernels"):
             say(f"{name}: kernels {json.dumps(r['kernels'])}")
@@ -527,7 +527,7 @@ def main(argv=None) -> int:
     for err in packages["errors"]:
         say(f"package note: {err}")
 
-    from training.config import TrainConfig
+    from lm_assets.training.config import TrainConfig
 
     results: dict[str, dict] = {}
     probes: dict[str, dict] = {}

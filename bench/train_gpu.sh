@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Training throughput on one GPU: our DeepSpeed engine (python -m training.train, bf16, ZeRO-1)
+# Training throughput on one GPU: our DeepSpeed engine (python -m lm_assets.training.train, bf16, ZeRO-1)
 # against a plain-torch bf16 loop on the same model (compiled: the ceiling; eager), in tokens/s
 # and MFU against 989 TFLOP/s. See bench/train_gpu.py for what is measured.
 #

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from training.primitives import fmix64
+from lm_assets.training.primitives import fmix64
 
 # Inclusive code point ranges. Han: the unified ideographs, extension A, the compatibility
 # ideographs and the supplementary ideographic planes (extensions B to H).
@@ -107,7 +107,7 @@ def normalized_units(text: str | None) -> str:
 
 
 def mix64(x: int) -> int:
-    """`training.primitives.fmix64` on one Python int."""
+    """`lm_assets.training.primitives.fmix64` on one Python int."""
     x ^= x >> 33
     x = (x * _MIX1) & _MASK64
     x ^= x >> 33

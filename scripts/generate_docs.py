@@ -10,8 +10,8 @@ is rebuilt from the code on every run, so that a change to the code is a change 
 - `environment`: the environment variables, from their registry (`defs/common/environment.VARIABLES`),
   each with its default as the code passes it (`from_environment`, `unset_means`, `loaded_default`,
   `fill_from_environment`), or as the registry records it where it does;
-- `train-config`: every field of `training.config.TrainConfig`, its type, default and the comment
-  beside it in `training/config.py`;
+- `train-config`: every field of `lm_assets.training.config.TrainConfig`, its type, default and the comment
+  beside it in `lm_assets/training/config.py`;
 - `eval-tasks`, `eval-releases`: the task suite (`lm_assets.evaluation.tasks.TASKS`) with each release
   and licence, and the other benchmarks' releases (`data/eval/releases.toml`).
 
@@ -54,10 +54,10 @@ LIBRARY = {
     "dedup": ["lm_assets/corpus/dedup/"],
     "decontam": ["lm_assets/corpus/decontam/"],
     "tokens": ["lm_assets/corpus/tokens/"],
-    "training": ["training/"],
-    "sft": ["lm_assets/sft/", "training/"],
+    "training": ["lm_assets/training/"],
+    "sft": ["lm_assets/sft/", "lm_assets/training/"],
     "evaluation": ["lm_assets/evaluation/"],
-    "compression": ["lm_assets/compression/", "lm_assets/reporting/", "training/"],
+    "compression": ["lm_assets/compression/", "lm_assets/reporting/", "lm_assets/training/"],
 }
 PARTITIONS = {"shards": "shard", "checkpoints": "checkpoint", "dedup_bands": "band range"}
 
@@ -317,9 +317,9 @@ def show_value(value: Any) -> str:
 
 
 def train_config_block(document: str) -> str:
-    from training import config
+    from lm_assets.training import config
 
-    path = ROOT / "training" / "config.py"
+    path = ROOT / "lm_assets" / "training" / "config.py"
     comments, types = field_comments(path), annotations(path)
     rows = []
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("lm_assets", "training")
+PACKAGES = ("lm_assets",)
 
 Graph = dict[str, dict[str, int]]  # module -> {imported module: first line naming it}
 
@@ -141,9 +141,18 @@ def test_no_import_cycles():
 
 
 def test_no_import_cycles_within_training():
-    graph = _only(import_graph(module_files(ROOT, PACKAGES)), "training")
+    graph = _only(import_graph(module_files(ROOT, PACKAGES)), "lm_assets.training")
     found = cycles(graph)
     assert not found, "import cycles:\n" + describe(graph, found)
+
+
+def test_the_training_program_imports_nothing_else_of_lm_assets():
+    """lm_assets.training runs standalone under torchrun: the rest of lm_assets may import it, never the reverse."""
+    graph = import_graph(module_files(ROOT, PACKAGES))
+    inside = lambda name: name == "lm_assets.training" or name.startswith("lm_assets.training.")  # noqa: E731
+    outside = {m: sorted(t for t in edges if not inside(t)) for m, edges in graph.items() if inside(m)}
+    assert len(outside) > 15
+    assert {m: t for m, t in outside.items() if t} == {}
 
 
 def test_walker_finds_function_level_and_relative_cycles(tmp_path):
@@ -168,12 +177,12 @@ def test_walker_finds_function_level_and_relative_cycles(tmp_path):
 
 
 def test_the_library_rooms_import_no_dagster():
-    """corpus/, storage/, evaluation/, sft/, compression/, serving/, reporting/, text.py and training/ are plain
+    """corpus/, storage/, evaluation/, sft/, compression/, serving/, reporting/, text.py and lm_assets/training/ are plain
     Python: Dagster stays in defs/ and app/."""
     modules = module_files(ROOT, PACKAGES)
     plain = {m: path for m, path in modules.items() if m.startswith(
         ("lm_assets.corpus", "lm_assets.storage", "lm_assets.evaluation", "lm_assets.sft", "lm_assets.compression", "lm_assets.serving",
-         "lm_assets.reporting", "lm_assets.text", "training"))}  # fmt: skip
+         "lm_assets.reporting", "lm_assets.text", "lm_assets.training"))}  # fmt: skip
     assert len(plain) > 40
     offenders = {}
     for module, path in plain.items():
@@ -191,7 +200,7 @@ def test_each_dagster_group_has_its_defs_folder_and_corpus_package():
 
     graph = defs.resolve_asset_graph()
     groups = {graph.get(key).group_name for key in graph.get_all_asset_keys()}
-    program = {"training": ROOT / "training", "evaluation": ROOT / "lm_assets" / "evaluation", "sft": ROOT / "lm_assets" / "sft",
+    program = {"training": ROOT / "lm_assets" / "training", "evaluation": ROOT / "lm_assets" / "evaluation", "sft": ROOT / "lm_assets" / "sft",
                "compression": ROOT / "lm_assets" / "compression"}
     for group in groups:
         assert (ROOT / "lm_assets" / "defs" / group / "assets.py").exists(), group

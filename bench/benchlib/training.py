@@ -41,7 +41,7 @@ def write_synthetic_packed(out_dir: str | os.PathLike, n_seq: int, seq_len: int,
 
 
 class PlainLoop:
-    """One training step of `training.model.Transformer` in plain torch, configured as `Trainer`
+    """One training step of `lm_assets.training.model.Transformer` in plain torch, configured as `Trainer`
     configures DeepSpeed: AdamW with the decay / no-decay groups, the warmup-cosine `LambdaLR`,
     global gradient-norm clipping at `optim.grad_clip`.
 
@@ -54,8 +54,8 @@ class PlainLoop:
                  fused: bool = False):  # fmt: skip
         import torch
 
-        from training.engine import lr_lambda
-        from training.model import Transformer, cross_entropy
+        from lm_assets.training.engine import lr_lambda
+        from lm_assets.training.model import Transformer, cross_entropy
 
         self.torch = torch
         self.model_cfg = cfg.model_config(vocab_size)

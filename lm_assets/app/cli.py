@@ -214,11 +214,11 @@ def check_instance(args) -> int:
 
 def plan_training(args) -> int:
     """Rank the parallel layouts for a model on a cluster by their estimated memory per GPU
-    (training/planner.py), print them and the recommended one with its reason; `--write` saves it as
+    (lm_assets/training/planner.py), print them and the recommended one with its reason; `--write` saves it as
     `training_run`'s config."""
     import json
 
-    from training import planner
+    from lm_assets.training import planner
 
     shape = planner.ModelShape(params=args.params, layers=args.layers, hidden=args.hidden,
                                heads=args.heads or max(1, args.hidden // 128), vocab=args.vocab)

@@ -98,7 +98,7 @@ def output_to(log: Path):
         terminal.close()
 
 
-# The training program's progress lines (training/monitor.py), as rank 0 writes them to the log.
+# The training program's progress lines (lm_assets/training/monitor.py), as rank 0 writes them to the log.
 PROGRESS_LINE = re.compile(r"^\[rank 0\] (step \d+/\d+ .*)$")
 
 
@@ -282,7 +282,7 @@ def print_scores(instance: dg.DagsterInstance, ckpt_meta: dict) -> str:
         perplexity = series_value(latest_metadata(instance, dg.AssetKey("perplexity"), key), key, "perplexity")
         if perplexity is not None:
             trend.append(f"{key.rsplit('_', 1)[-1].lstrip('0')} {perplexity:,.0f}")
-    from training.checkpoint import describe_checkpoints  # torch: imported once the graph has run
+    from lm_assets.training.checkpoint import describe_checkpoints  # torch: imported once the graph has run
 
     checkpoints = describe_checkpoints(ckpt_meta["checkpoint_dir"].value, ckpt_meta["tags"].value)
     vals = [f"{c['val_loss']:.4f}" for c in checkpoints if c["val_loss"] is not None]

@@ -71,7 +71,7 @@ def add_tokenizer(writer, folder: Path, rows: int) -> None:
     import gguf
     import sentencepiece as spm
 
-    from training.export import read_sentencepiece
+    from lm_assets.training.export import read_sentencepiece
 
     model = (folder / "tokenizer.model").read_bytes()
     sp = spm.SentencePieceProcessor(model_proto=model)
@@ -97,7 +97,7 @@ def add_tokenizer(writer, folder: Path, rows: int) -> None:
         if token >= 0:
             add(token)
     writer.add_add_space_prefix(spec["add_dummy_prefix"])
-    writer.add_add_bos_token(False)  # the training stream has no BOS (training/export.py)
+    writer.add_add_bos_token(False)  # the training stream has no BOS (lm_assets/training/export.py)
     writer.add_add_eos_token(False)
     settings = folder / "tokenizer_config.json"
     template = json.loads(settings.read_text()).get("chat_template") if settings.exists() else None
@@ -110,7 +110,7 @@ def write_gguf(hf_dir: str | os.PathLike, out: str | os.PathLike, type: str = "F
     import gguf
     from safetensors.numpy import load_file
 
-    from training.export import read_hf_config
+    from lm_assets.training.export import read_hf_config
 
     if type not in TYPES:
         raise ValueError(f"GGUF type {type!r}: one of {', '.join(TYPES)}")

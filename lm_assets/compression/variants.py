@@ -4,7 +4,7 @@
     em = load_variant(variants[1], hf_dir)                 # an EvalModel: every evaluation runs on it
 
 A GGUF variant is loaded as transformers reads it back (dequantized to float32, the RoPE permutation
-undone) into `training.model.Transformer`, so its scores are those of the weights the file holds. The
+undone) into `lm_assets.training.model.Transformer`, so its scores are those of the weights the file holds. The
 int8 variant is torchao's weight-only int8 (`Int8WeightOnlyConfig`) applied to our model; on disk it is
 the Hugging Face folder transformers writes for that config (safetensors, `quantization_config` in
 `config.json`), which `from_pretrained` reads with torchao installed.

@@ -1,12 +1,12 @@
-"""Load an exported checkpoint (`training/export.py`'s Hugging Face folder) as our own `Transformer`.
+"""Load an exported checkpoint (`lm_assets/training/export.py`'s Hugging Face folder) as our own `Transformer`.
 
 `load_model(hf_dir)` reads
 
-- `config.json` (a `LlamaConfig`) into a `training.config.ModelConfig`: hidden_size, layers, heads,
+- `config.json` (a `LlamaConfig`) into a `lm_assets.training.config.ModelConfig`: hidden_size, layers, heads,
   kv heads, intermediate_size, max_position_embeddings, rms_norm_eps, rope theta
   (`rope_parameters.rope_theta`, else `rope_theta`), tie_word_embeddings, initializer_range; checked
-  first by `training.export.read_hf_config` (types and bounds), a bad file refused naming it;
-- `model.safetensors`, renamed to `Transformer` names with `training.export.native_state_dict`
+  first by `lm_assets.training.export.read_hf_config` (types and bounds), a bad file refused naming it;
+- `model.safetensors`, renamed to `Transformer` names with `lm_assets.training.export.native_state_dict`
   (with tied embeddings the output projection is the embedding matrix);
 - `tokenizer.model` with `sentencepiece`.
 
@@ -33,9 +33,9 @@ from pathlib import Path
 import sentencepiece as spm
 import torch
 
-from training.config import ModelConfig
-from training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict, read_hf_config
-from training.model import Transformer
+from lm_assets.training.config import ModelConfig
+from lm_assets.training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict, read_hf_config
+from lm_assets.training.model import Transformer
 
 TOKENIZER_NAME = "tokenizer.model"
 
@@ -95,8 +95,8 @@ class EvalModel:
 
 
 def model_config_from_hf(config: dict) -> ModelConfig:
-    """The `ModelConfig` of a `LlamaForCausalLM` config.json (as written by `training.export.hf_config`), its
-    settings already checked by `training.export.read_hf_config`."""
+    """The `ModelConfig` of a `LlamaForCausalLM` config.json (as written by `lm_assets.training.export.hf_config`), its
+    settings already checked by `lm_assets.training.export.read_hf_config`."""
     if config.get("model_type", "llama") != "llama":
         raise ValueError(f"expected a llama config, got model_type {config.get('model_type')!r}")
     rope = config.get("rope_parameters") or {}
@@ -104,11 +104,11 @@ def model_config_from_hf(config: dict) -> ModelConfig:
     for spec in (rope, scaling):
         kind = spec.get("rope_type", spec.get("type", "default"))
         if kind != "default":
-            raise ValueError(f"rope type {kind!r} is not supported by training.model.Transformer")
+            raise ValueError(f"rope type {kind!r} is not supported by lm_assets.training.model.Transformer")
     if config.get("hidden_act", "silu") != "silu":
         raise ValueError(f"hidden_act {config['hidden_act']!r} is not supported")
     if config.get("attention_bias") or config.get("mlp_bias"):
-        raise ValueError("biases are not supported by training.model.Transformer")
+        raise ValueError("biases are not supported by lm_assets.training.model.Transformer")
     if config.get("max_position_embeddings") is None:
         raise ValueError("max_position_embeddings is missing: the model's context length")
     n_heads = config["num_attention_heads"]
@@ -156,7 +156,7 @@ def load_model(
     hf_dir: str | os.PathLike, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32
 ) -> EvalModel:
     """Our `Transformer` and the SentencePiece tokenizer from an exported HF folder (see the module docstring)."""
-    from training.hf_init import read_safetensors
+    from lm_assets.training.hf_init import read_safetensors
 
     path = Path(hf_dir)
     config = read_hf_config(path)  # types and sizes checked, refusals naming the file
@@ -176,8 +176,8 @@ def load_model(
 def ensure_hf_export(checkpoint_dir: str | Path, tag: str, tokenizer_model: str | Path) -> Path:
     """`<checkpoint_dir>/<tag>/hf`, the HF export of a saved checkpoint, made now from its DeepSpeed
     files if the run did not make it; FileNotFoundError when there is no such checkpoint."""
-    from training import checkpoint
-    from training.export import export_hf
+    from lm_assets.training import checkpoint
+    from lm_assets.training.export import export_hf
 
     folder = checkpoint.tag_folder(checkpoint_dir, tag)  # a link to another run's checkpoint is refused
     out = folder / "hf"

@@ -1,4 +1,4 @@
-"""Text generation from a checkpoint with a key/value cache, on our own `training.model.Transformer`.
+"""Text generation from a checkpoint with a key/value cache, on our own `lm_assets.training.model.Transformer`.
 
     gen = generate(em.model, [em.encode("The capital of France is")], max_new_tokens=32,
                    eos_id=em.tokenizer.eos_id())
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from training import kernels
-from training.model import Attention, Transformer
+from lm_assets.training import kernels
+from lm_assets.training.model import Attention, Transformer
 
 
 @dataclass

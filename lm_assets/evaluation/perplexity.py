@@ -1,4 +1,4 @@
-"""Perplexity and bits per byte on a packed split (`training.data.PackedDataset`, e.g. `val`).
+"""Perplexity and bits per byte on a packed split (`lm_assets.training.data.PackedDataset`, e.g. `val`).
 
 Each row of `seq_len` tokens is read as in training: `inputs = row[:-1]`, `targets = row[1:]`, and
 targets equal to the manifest's `pad_id` are not scored. Every other target is: text tokens and the
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from lm_assets.evaluation.checkpoint import EvalModel
 from lm_assets.evaluation.scoring import hidden_states
-from training.data import PackedDataset
+from lm_assets.training.data import PackedDataset
 
 HEAD_CHUNK = 4_096
 

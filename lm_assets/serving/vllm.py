@@ -3,7 +3,7 @@
     manifests = vllm_manifests(VllmSpec(name="lm", model="/models/dpo-step_00000030/hf", image=..., tensor_parallel=2,
                                         draft="/models/distill-step_00000200/hf"))
 
-vLLM's OpenAI-compatible server (`vllm serve`) runs on the folder `training/export.py` writes, which
+vLLM's OpenAI-compatible server (`vllm serve`) runs on the folder `lm_assets/training/export.py` writes, which
 holds the weights, `config.json` and the tokenizer with its chat template. `tensor_parallel` sets
 `--tensor-parallel-size` and the GPUs the pod asks for; a `draft` checkpoint turns on speculative
 decoding (`--speculative-config` with `method: draft_model`). The checkpoints are read from a volume

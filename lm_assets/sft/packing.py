@@ -7,7 +7,7 @@ scored. An example longer than a row (`seq_len - 1` tokens and its EOS) cannot b
 is returned as too long rather than cut. Examples go to train or val by a hash of their id, whatever
 the seed, as the corpus packer splits documents.
 
-The output is the packed layout `training.data.PackedDataset` reads: `<split>.bin` tokens,
+The output is the packed layout `lm_assets.training.data.PackedDataset` reads: `<split>.bin` tokens,
 `<split>_mask.bin` (one uint8 per token, 1 where the loss counts), `<split>_examples.parquet` (where
 each example went) and `manifest.json`.
 """

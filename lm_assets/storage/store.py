@@ -31,7 +31,7 @@ from typing import Iterator
 import polars as pl
 
 from lm_assets.storage.keys import UnsafeKeyError, check_name, confined_path
-from training.primitives import atomic_path
+from lm_assets.training.primitives import atomic_path
 
 MANIFEST = ".published.json"
 # Rows per parquet row group: readers decode a row group's column at once, so a group of MinHash

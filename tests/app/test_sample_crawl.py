@@ -262,7 +262,7 @@ def test_packed_dataset_traces_back_to_the_warc_record(materialized):
     from lm_assets.corpus.ingest.readers import read_shard
     from lm_assets.corpus.tokens.tokenizer import load_tokenizer
     from lm_assets.storage.store import Storage
-    from training.data import PackedDataset
+    from lm_assets.training.data import PackedDataset
 
     root, _, runs = materialized
     manifest = json.loads((root / "packed" / "manifest.json").read_text())

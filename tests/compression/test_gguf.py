@@ -16,9 +16,9 @@ TEXTS = ["The river flows past the old mill and under the stone bridge.", "æ²³æ°
 def export(tmp_path_factory):
     """A chat checkpoint of 64-wide layers (Q8_0 blocks fit every matrix but the 176-wide down projection)."""
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
-    from training.config import from_preset
-    from training.export import CHAT_TEMPLATE_NAME, export_hf
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.export import CHAT_TEMPLATE_NAME, export_hf
+    from lm_assets.training.model import Transformer
 
     folder = tmp_path_factory.mktemp("gguf")
     tok = train_tokenizer(TEXTS, TokenizerConfig(vocab_size=400, num_threads=1), folder / "tok")

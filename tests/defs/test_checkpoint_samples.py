@@ -15,9 +15,9 @@ from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor, check
 from lm_assets.evaluation import SAMPLE_PROMPTS, generate, load_model
 from lm_assets.reporting.evaluation import samples_table
 from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, samples_key
-from training.config import from_preset
-from training.export import export_hf
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import export_hf
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)

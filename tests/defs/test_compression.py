@@ -14,9 +14,9 @@ def storage_with_checkpoint(tmp_path):
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
     from lm_assets.evaluation.checkpoint import load_model
     from lm_assets.storage.layout import PACKED_FOLDER, checkpoint_run_folder
-    from training.config import from_preset
-    from training.export import export_hf
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.export import export_hf
+    from lm_assets.training.model import Transformer
 
     tok = train_tokenizer(TEXTS, TokenizerConfig(vocab_size=400, num_threads=1), tmp_path / "tok")
     cfg = from_preset("tiny", 400, max_seq_len=128)

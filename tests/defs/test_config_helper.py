@@ -106,7 +106,7 @@ def test_training_and_evaluation_configs_default_to_the_program_defaults(monkeyp
     from lm_assets.defs.training.assets import TrainingRunConfig
     from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
     from lm_assets.evaluation.samples import SampleSettings
-    from training.config import TrainConfig, config_from_dict
+    from lm_assets.training.config import TrainConfig, config_from_dict
 
     assert CuratedShardConfig().curation_config().policy == CurationConfig().policy == "classifier"
     built = config_from_dict(TrainingRunConfig().train_config("packed", "ckpt", "tok.model", seq_len=2049))

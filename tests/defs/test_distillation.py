@@ -13,9 +13,9 @@ from lm_assets.defs.training.assets import TrainingLauncher, with_setting
 from lm_assets.storage.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
 from tests.support.tiny_llama import llama_style_tokenizer
 from tests.training.test_training_parallel import write_packed
-from training.config import from_preset
-from training.export import export_hf
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import export_hf
+from lm_assets.training.model import Transformer
 
 
 def test_with_setting_reaches_nested_fields_and_keeps_the_rest():

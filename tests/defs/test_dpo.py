@@ -17,9 +17,9 @@ from lm_assets.defs.training.assets import TrainingLauncher
 from lm_assets.sft.chat import CHAT_TEMPLATE, chat_tokenizer
 from lm_assets.storage.layout import SFT_KEYS, checkpoint_key, checkpoint_run_folder
 from lm_assets.storage.store import Storage
-from training.config import from_preset
-from training.export import export_hf
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import export_hf
+from lm_assets.training.model import Transformer
 
 pytestmark = pytest.mark.slow
 os.environ["HF_HUB_OFFLINE"] = "1"

@@ -12,8 +12,8 @@ import torch
 from lm_assets.evaluation.humaneval import load_problems
 from tests.evaluation.test_long_text import TEXTS
 from tests.evaluation.test_ratings import SAMPLES, sheet_bytes
-from training.config import from_preset
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)
@@ -25,9 +25,9 @@ def test_humaneval_score_of_a_checkpoint(tmp_path):
     from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
     from lm_assets.defs.evaluation.assets import humaneval_score
     from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, question_results_key
-    from training.config import from_preset
-    from training.export import export_hf
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.export import export_hf
+    from lm_assets.training.model import Transformer
 
     problems = load_problems()[:4]
     tok = train_tokenizer([p["prompt"] for p in load_problems()[:40]], TokenizerConfig(vocab_size=400, num_threads=1),
@@ -66,7 +66,7 @@ def test_position_perplexity_and_continuation_scores_on_a_packed_corpus_and_a_ch
     from lm_assets.defs.tokens.assets import packed_dataset, tokenized_shard, tokenizer
     from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, continuations_key
     from lm_assets.storage.store import Storage
-    from training.export import export_hf
+    from lm_assets.training.export import export_hf
 
     root = tmp_path / "storage"
     n = 40

@@ -66,8 +66,8 @@ def test_a_random_model_scores_at_chance_on_the_full_mmlu_test_set(tmp_path):
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
     from lm_assets.evaluation import evaluate_mmlu
     from lm_assets.evaluation.checkpoint import EvalModel
-    from training.config import from_preset
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.model import Transformer
 
     torch.set_num_threads(1)
     mmlu = load_mmlu("data/eval/mmlu.zip")

@@ -31,7 +31,7 @@ def test_manifest_content():
     container = replicas["Master"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry.example/lm-assets:1.0"
     assert container["command"] == [
-        "torchrun", "--nnodes=4", "--nproc_per_node=8", "-m", "training.train", "--config", "/etc/lm-assets/train.json"
+        "torchrun", "--nnodes=4", "--nproc_per_node=8", "-m", "lm_assets.training.train", "--config", "/etc/lm-assets/train.json"
     ]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
     env = {e["name"]: e["value"] for e in container["env"]}
@@ -66,7 +66,7 @@ class LocalCluster:
         text = json.dumps(train).replace("/data", str(self.mounts["data"]))
         (config_dir / "train.json").write_text(text)
         env = {**os.environ, **{e["name"]: e["value"] for e in container["env"]}, "DS_ACCELERATOR": "cpu"}
-        command = [sys.executable, "-m", "training.train", "--config", str(config_dir / "train.json")]
+        command = [sys.executable, "-m", "lm_assets.training.train", "--config", str(config_dir / "train.json")]
         done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
         self.last_stderr = done.stderr
         state = "Succeeded" if done.returncode == 0 else "Failed"

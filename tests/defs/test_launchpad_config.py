@@ -74,8 +74,8 @@ def test_choices_are_dropdowns_of_the_corpus_values():
     from lm_assets.defs.quality.assets import quality_classifier
     from lm_assets.defs.tokens.assets import packed_dataset
     from lm_assets.defs.training.assets import training_run_and_checkpoint
-    from training.config import PRECISIONS
-    from training.config import PRESETS as MODEL_PRESETS
+    from lm_assets.training.config import PRECISIONS
+    from lm_assets.training.config import PRESETS as MODEL_PRESETS
 
     assert field_choices(curated_shard, "quality_policy") == list(POLICIES)
     assert field_choices(curated_shard, "quality_preset") == list(PRESETS)

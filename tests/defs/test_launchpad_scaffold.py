@@ -211,7 +211,7 @@ def test_the_launchpad_offers_what_the_demo_ran_under_make_ui(profile):
 
     from lm_assets.app.local_run import DEMO_RUN_CONFIG
     from lm_assets.defs.common.sample_defaults import SAMPLE_PROFILE
-    from training.config import TrainConfig
+    from lm_assets.training.config import TrainConfig
 
     env = {key: value for key, value in os.environ.items() if key not in ("LM_ASSETS_VOCAB_SIZE", "LM_ASSETS_SEQ_LEN")}
     env["LM_ASSETS_LAUNCHPAD_DEFAULTS"] = profile

@@ -19,9 +19,9 @@ from lm_assets.sft.chat import END, MARKERS, encode_example, render
 from lm_assets.sft.instructions import read_examples
 from lm_assets.storage.layout import INSTRUCTION_KEYS, SFT_KEYS, checkpoint_key, checkpoint_run_folder
 from lm_assets.storage.store import Storage
-from training.config import from_preset
-from training.export import export_hf
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import export_hf
+from lm_assets.training.model import Transformer
 
 pytestmark = pytest.mark.slow
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -162,7 +162,7 @@ def test_fine_tuning_a_checkpoint_teaches_it_the_format(tmp_path):
         at = slice(r["seq_offset"], r["seq_offset"] + r["length"])
         assert rows[r["seq_index"], at].tolist() == ids.tolist() and masks[r["seq_index"], at].tolist() == mask.tolist()
         assert rows[r["seq_index"], at.stop] == manifest["eos_id"] and masks[r["seq_index"], at.stop] == 0
-    from training.data import PackedDataset
+    from lm_assets.training.data import PackedDataset
 
     x, y = PackedDataset(folder, "train").get_batch(0, 0, 1, 4)
     assert (y != -100).sum() == sum(int(masks[i, 1:].sum()) for i in PackedDataset(folder, "train").batch_indices(0, 0, 1, 4))

@@ -14,9 +14,9 @@ from lm_assets.defs.common.resources import StorageResource, s3_resource_from_en
 from lm_assets.defs.evaluation.tasks import SCORE_ASSETS, TASK_SCORES, benchmark_suite
 from lm_assets.evaluation.tasks import TASKS
 from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, question_results_key
-from training.config import from_preset
-from training.export import export_hf
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import export_hf
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)

@@ -223,7 +223,7 @@ def test_continued_pretraining_from_a_hugging_face_llama_with_its_tokenizer_exte
     from lm_assets.corpus.tokens.packing import PackingConfig as Packing
     from lm_assets.evaluation.checkpoint import load_model
     from lm_assets.evaluation.perplexity import sequence_losses
-    from training.data import PackedDataset
+    from lm_assets.training.data import PackedDataset
 
     def pack_with(reference, **kw):
         settings = {"seq_len": 33, "val_fraction": 0.1, "curriculum": "perplexity", "curriculum_reference": str(reference)}

@@ -80,7 +80,7 @@ def test_the_layout_names_every_package_and_module():
     layout = (ROOT / "docs" / "layout.md").read_text()
     missing = [f"{p.name}/" for p in (ROOT / "lm_assets").iterdir()
                if p.is_dir() and (p / "__init__.py").exists() and f"{p.name}/" not in layout]  # fmt: skip
-    for folder in ("training", "lm_assets/evaluation", "lm_assets/sft", "scripts"):
+    for folder in ("lm_assets/training", "lm_assets/evaluation", "lm_assets/sft", "scripts"):
         missing += [f"{folder}/{p.name}" for p in sorted((ROOT / folder).glob("*.py"))
                     if p.name != "__init__.py" and not re.search(rf"^\s+{re.escape(p.name)}\s", layout, re.M)]  # fmt: skip
     assert not missing, f"docs/layout.md does not name {missing}"

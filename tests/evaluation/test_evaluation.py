@@ -34,9 +34,9 @@ from lm_assets.evaluation import (
 )
 from lm_assets.evaluation.scoring import BatchStats, encode_requests
 from lm_assets.evaluation.stats import binomial_band, binomial_quantile
-from training.config import from_preset
-from training.export import export_hf
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import export_hf
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)

@@ -8,9 +8,9 @@ import torch
 from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.evaluation import load_model
 from lm_assets.evaluation.generation import generate, next_token_scores
-from training.config import from_preset
-from training.export import EOS_ID, export_hf
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import EOS_ID, export_hf
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)

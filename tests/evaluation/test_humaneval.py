@@ -71,8 +71,8 @@ def test_canonical_solutions_pass_and_scores_count_them(problems):
 def test_a_model_completes_each_problem_greedily_and_sampled(problems, tmp_path):
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
     from lm_assets.evaluation.checkpoint import EvalModel
-    from training.config import from_preset
-    from training.model import Transformer
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.model import Transformer
 
     texts = [p["prompt"] + p["canonical_solution"] for p in problems[:40]]
     tok = train_tokenizer(texts, TokenizerConfig(vocab_size=500, num_threads=1, hard_vocab_limit=False), tmp_path)

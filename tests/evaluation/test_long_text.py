@@ -15,8 +15,8 @@ from lm_assets.evaluation.long_text import (
     position_perplexity,
     validation_documents,
 )
-from training.config import from_preset
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)

@@ -1,10 +1,10 @@
-"""`training.checkpoint.CheckpointManager` in-process, with a stand-in for the DeepSpeed engine.
+"""`lm_assets.training.checkpoint.CheckpointManager` in-process, with a stand-in for the DeepSpeed engine.
 
 The real engines' save and resume are covered by the multi-process runs in
 `tests/training/test_training_parallel.py` and `tests/training/test_checkpoint_safety.py`; these tests pin the
 manager's own contract: the files it writes, that `latest` comes last, that `resume` hands back
 the saved state and RNGs without touching a trainer, which checkpoints it refuses, and that a
-changed layout goes to `training.reshard` (the resharding itself: `tests/training/test_reshard.py`).
+changed layout goes to `lm_assets.training.reshard` (the resharding itself: `tests/training/test_reshard.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from training import checkpoint, reshard
-from training.checkpoint import CheckpointManager, latest_tag, run_layout
-from training.config import ModelConfig, ParallelDims
+from lm_assets.training import checkpoint, reshard
+from lm_assets.training.checkpoint import CheckpointManager, latest_tag, run_layout
+from lm_assets.training.config import ModelConfig, ParallelDims
 
 MODEL = ModelConfig(dim=32, n_layers=2, n_heads=2, vocab_size=64)
 
@@ -104,7 +104,7 @@ def test_a_changed_layout_resumes_only_with_a_supported_optimizer(tmp_path):
 
 def test_a_changed_layout_is_resharded_and_logged(tmp_path, monkeypatch, caplog):
     """Saved by one rank of pp=2 x dp=2, resumed as ranks 0 and 3 of pp=1 x tp=2 x dp=2: both go
-    through `training.reshard`; rank 0 continues its saved RNG stream and logs the change, rank 3
+    through `lm_assets.training.reshard`; rank 0 continues its saved RNG stream and logs the change, rank 3
     (no RNG file of that number) seeds from the tag and its rank."""
     manager(tmp_path, pp=2, dp=2, stage=1).save(5, {"step": 5, "tokens": 640}, {})
     random.seed(7)
@@ -120,7 +120,7 @@ def test_a_changed_layout_is_resharded_and_logged(tmp_path, monkeypatch, caplog)
     monkeypatch.setattr(reshard, "load", lambda engine, state, layout, rank: calls.append(("load", rank)))
 
     random.seed(0)
-    with caplog.at_level(logging.INFO, logger="training"):
+    with caplog.at_level(logging.INFO, logger="lm_assets.training"):
         ckpt = manager(tmp_path, tp=2, dp=2, stage=1, rank=0)
         assert ckpt.resume() == {"step": 6, "tokens": 768}
     assert random.random() == expected
@@ -151,7 +151,7 @@ def test_latest_names_a_checkpoint_of_this_run_only(tmp_path):
 
 def write_plain_checkpoint(path: Path, model: ModelConfig = MODEL) -> dict[str, torch.Tensor]:
     """The files `consolidated_state_dict` reads from a one-process checkpoint; returns its weights."""
-    from training.model import Transformer
+    from lm_assets.training.model import Transformer
 
     path.mkdir(parents=True)
     weights = Transformer(model, seed=0).state_dict()
@@ -173,7 +173,7 @@ def test_a_tag_folder_linked_to_another_run_is_refused_and_nothing_is_loaded_fro
     loaded = []
     real_load = checkpoint.load_weights_only
     monkeypatch.setattr(checkpoint, "load_weights_only", lambda *a: loaded.append(a) or real_load(*a))
-    monkeypatch.setattr("training.checkpoint_files.load_weights_only", lambda *a: loaded.append(a) or real_load(*a))
+    monkeypatch.setattr("lm_assets.training.checkpoint_files.load_weights_only", lambda *a: loaded.append(a) or real_load(*a))
     refused = re.escape(f"{run / 'latest'} names 'step_00000009'") + ".*outside " + re.escape(str(run))
     with pytest.raises(ValueError, match=refused):
         latest_tag(run)

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from tests.training.test_training_parallel import base, launch, run_ok, write_packed
-from training.checkpoint import consolidated_state_dict, rng_state, set_rng_state
+from lm_assets.training.checkpoint import consolidated_state_dict, rng_state, set_rng_state
 
 TAG = "step_00000002"
 slow = pytest.mark.slow
@@ -178,7 +178,7 @@ def test_rng_state_round_trips_through_a_weights_only_load(tmp_path):
 def test_a_pickled_or_corrupt_safetensors_file_fails_naming_its_folder_and_file(tmp_path):
     import pickle
 
-    from training.hf_init import read_safetensors
+    from lm_assets.training.hf_init import read_safetensors
 
     pickled = tmp_path / "export" / "model.safetensors"
     pickled.parent.mkdir()

@@ -8,9 +8,9 @@ import torch
 
 from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, adopt_tokenizer, load_tokenizer, train_tokenizer
 from tests.support.tiny_llama import TEXTS, llama_style_tokenizer, tiny_hf_llama
-from training.export import export_hf
-from training.hf_init import extend_vocabulary, load_into, model_config, model_vocabulary, weights
-from training.model import Transformer
+from lm_assets.training.export import export_hf
+from lm_assets.training.hf_init import extend_vocabulary, load_into, model_config, model_vocabulary, weights
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)

@@ -18,9 +18,9 @@ import torch
 
 from tests.support.tiny_llama import tiny_hf_llama
 from tests.training.test_training_parallel import VOCAB, launch, losses, run_ok, write_packed
-from training.config import TrainConfig, override
-from training.distill import distill_loss, parts_dict
-from training.model import IGNORE_INDEX
+from lm_assets.training.config import TrainConfig, override
+from lm_assets.training.distill import distill_loss, parts_dict
+from lm_assets.training.model import IGNORE_INDEX
 
 slow = pytest.mark.slow
 

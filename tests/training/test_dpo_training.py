@@ -26,7 +26,7 @@ import torch
 from lm_assets.sft.packing import pack_pairs, write_preference_packed
 from tests.support.tiny_llama import tiny_hf_llama
 from tests.training.test_training_parallel import launch, losses, run_ok
-from training.config import TrainConfig, override
+from lm_assets.training.config import TrainConfig, override
 
 VOCAB, EOS, PAD = 128, 2, 0
 SEQ_LEN = 33
@@ -143,7 +143,7 @@ def test_dpo_with_a_lora_adapter_on_two_tensor_parallel_ranks(dpo_inputs, tmp_pa
     assert torch.allclose(theirs, ours, atol=1e-5)
     assert (theirs - plain).abs().max() > 1e-4  # the adapter is not a no-op
 
-    from training import checkpoint, hf_init
+    from lm_assets.training import checkpoint, hf_init
 
     earlier = checkpoint.model_state_dict(tmp_path / "live", "step_00000005")  # what evaluation exports of any tag
     frozen = hf_init.weights(base)
@@ -218,7 +218,7 @@ def test_fine_tuning_with_a_lora_adapter_resumes_exactly_from_adapter_only_check
 
 
 def reference_scores(splits: dict[str, int], val_positions: dict[int, int], vocab: int):
-    from training.dpo import ReferenceScores
+    from lm_assets.training.dpo import ReferenceScores
 
     generator = torch.Generator().manual_seed(0)
     logps = {split: -1 - 20 * torch.rand(n, 2, generator=generator, dtype=torch.float64) for split, n in splits.items()}
@@ -229,7 +229,7 @@ def reference_scores(splits: dict[str, int], val_positions: dict[int, int], voca
 def test_reference_scores_that_do_not_fit_the_run_or_its_record_are_refused(tmp_path):
     import hashlib
 
-    from training.dpo import ReferenceScores
+    from lm_assets.training.dpo import ReferenceScores
 
     splits, val_positions = {"train": 53, "val": 3}, {0: 8, 1: 7, 2: 8}
     identity = {"splits": splits, "val_rows": [[0, 1], [2]], "model": {"vocab_size": 16}, "init_from": "base"}

@@ -1,4 +1,4 @@
-"""Hugging Face export (training/export.py): LlamaForCausalLM and the tokenizer load it offline."""
+"""Hugging Face export (lm_assets/training/export.py): LlamaForCausalLM and the tokenizer load it offline."""
 
 import json
 import os
@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
-from training.config import from_preset
-from training.export import (
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import (
     PROBE_TEXTS,
     build_hf_tokenizer,
     export_hf,
@@ -19,7 +19,7 @@ from training.export import (
     hf_state_dict,
     native_state_dict,
 )
-from training.model import Transformer
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)
@@ -177,8 +177,8 @@ def test_a_hostile_config_json_is_refused_naming_the_file(exported, tmp_path, ca
     import shutil
 
     from lm_assets.evaluation.checkpoint import load_model
-    from training import hf_init
-    from training.export import read_hf_config
+    from lm_assets.training import hf_init
+    from lm_assets.training.export import read_hf_config
 
     folder = tmp_path / "hf"
     shutil.copytree(exported, folder)
@@ -194,7 +194,7 @@ def test_a_hostile_config_json_is_refused_naming_the_file(exported, tmp_path, ca
 def test_config_json_that_is_not_a_regular_file_or_too_large_is_refused_unread(exported, tmp_path):
     import shutil
 
-    from training.export import read_hf_config
+    from lm_assets.training.export import read_hf_config
 
     folder = tmp_path / "hf"
     shutil.copytree(exported, folder)

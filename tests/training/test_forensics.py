@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from training.forensics import longest_run, scan
+from lm_assets.training.forensics import longest_run, scan
 
 
 def test_the_longest_run_and_a_degenerate_sequence():

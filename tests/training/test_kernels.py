@@ -1,4 +1,4 @@
-"""Kernels, document masks and compilation (training/kernels.py, training/model.py) on CPU.
+"""Kernels, document masks and compilation (lm_assets/training/kernels.py, lm_assets/training/model.py) on CPU.
 
 - Document masking: a packed row computed with document masks gives, at every position, the
   logits of its document run alone, through the dense SDPA mask (the CPU path) and through
@@ -15,10 +15,10 @@ import pytest
 import torch
 
 from tests.training.test_training_parallel import VOCAB, base, losses, run_ok, write_packed
-from training import kernels
-from training.config import KernelConfig, from_preset
-from training.kernels import Kernels, document_ids, document_positions
-from training.model import Transformer, use_kernels
+from lm_assets.training import kernels
+from lm_assets.training.config import KernelConfig, from_preset
+from lm_assets.training.kernels import Kernels, document_ids, document_positions
+from lm_assets.training.model import Transformer, use_kernels
 
 EOS = 3
 

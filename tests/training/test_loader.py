@@ -8,7 +8,7 @@ import torch
 
 from lm_assets.corpus.tokens.packing import PackingConfig, pack, write_packed
 from tests.corpus.tokens.test_packing import make_shard
-from training.data import IGNORE_INDEX, PackedDataset, batch_indices, permute
+from lm_assets.training.data import IGNORE_INDEX, PackedDataset, batch_indices, permute
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,15 +110,15 @@ def _imports(module: str) -> set[str]:
 
 
 def test_training_data_imports_only_numpy_torch_and_stdlib():
-    # training.primitives is allowed because it, in turn, imports only numpy and the standard library.
-    imported = {name.split(".")[0] for name in _imports("training.data") - {"training.primitives"}}
+    # lm_assets.training.primitives is allowed because it, in turn, imports only numpy and the standard library.
+    imported = {name.split(".")[0] for name in _imports("lm_assets.training.data") - {"lm_assets.training.primitives"}}
     assert imported - set(sys.stdlib_module_names) <= {"__future__", "numpy", "torch"}, imported
-    primitives = {name.split(".")[0] for name in _imports("training.primitives")}
+    primitives = {name.split(".")[0] for name in _imports("lm_assets.training.primitives")}
     assert primitives <= {"numpy"} | set(sys.stdlib_module_names), primitives
 
 
 def test_the_prefetcher_hands_out_each_steps_batches_in_order():
-    from training.data import StepPrefetcher
+    from lm_assets.training.data import StepPrefetcher
 
     made = []
 

@@ -1,4 +1,4 @@
-"""LoRA adapters (training/lora.py): PEFT loads our adapter on our HF export and gives our logits;
+"""LoRA adapters (lm_assets/training/lora.py): PEFT loads our adapter on our HF export and gives our logits;
 the merged export loads in transformers alone; only the adapter trains."""
 
 import json
@@ -7,10 +7,10 @@ import os
 import pytest
 import torch
 
-from training.config import from_preset
-from training.export import export_hf, export_peft_adapter
-from training.lora import LoRAConfig, LoRALinear, adapter_state_dict, apply_lora, merged_state_dict
-from training.model import Transformer
+from lm_assets.training.config import from_preset
+from lm_assets.training.export import export_hf, export_peft_adapter
+from lm_assets.training.lora import LoRAConfig, LoRALinear, adapter_state_dict, apply_lora, merged_state_dict
+from lm_assets.training.model import Transformer
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 torch.set_num_threads(1)
@@ -110,7 +110,7 @@ def test_bad_adapter_settings_are_refused_before_training(cfg):
 def _tensor_parallel_rank(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from training.parallel import ColumnParallelLinear, RowParallelLinear
+    from lm_assets.training.parallel import ColumnParallelLinear, RowParallelLinear
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     torch.manual_seed(0)

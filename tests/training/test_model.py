@@ -1,4 +1,4 @@
-"""The Llama-style model in training/model.py and its config (training/config.py)."""
+"""The Llama-style model in lm_assets/training/model.py and its config (lm_assets/training/config.py)."""
 
 import math
 from dataclasses import dataclass
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.config import PRESETS, ModelConfig, apply_overrides, from_preset, override, swiglu_hidden
-from training.model import (
+from lm_assets.training.config import PRESETS, ModelConfig, apply_overrides, from_preset, override, swiglu_hidden
+from lm_assets.training.model import (
     IGNORE_INDEX,
     Block,
     Embedding,

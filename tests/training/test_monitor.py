@@ -1,11 +1,11 @@
-"""training/monitor.py: TensorBoard events per step, a progress line every few steps, averages without
+"""lm_assets/training/monitor.py: TensorBoard events per step, a progress line every few steps, averages without
 the warm-up steps, the loss and lr curves as a PNG."""
 
 import struct
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from training.monitor import NO_PEAK_FLOPS, RunMonitor
+from lm_assets.training.monitor import NO_PEAK_FLOPS, RunMonitor
 
 
 def metrics(step: int, mfu=None) -> dict:

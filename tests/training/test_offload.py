@@ -11,8 +11,8 @@ def test_zero3_with_the_optimizer_and_parameters_offloaded_to_the_host_trains(tm
     the run trains, and its losses follow the run without offload (CPU Adam against torch's AdamW)."""
     import json
 
-    from training.config import load_config
-    from training.engine import deepspeed_config
+    from lm_assets.training.config import load_config
+    from lm_assets.training.engine import deepspeed_config
 
     cfg = load_config(None, ["zero_stage=3", "offload.optimizer=cpu", "offload.param=cpu"])
     zero = deepspeed_config(cfg, 2)["zero_optimization"]

@@ -61,7 +61,7 @@ def test_ranks_die_with_a_killed_torchrun_and_latest_stays_whole(tmp_path):
     saving = [f"checkpoint.dir={ckpt}", "checkpoint.save_every=1"]
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())]
-    cmd += ["-m", "training.train", *common, *saving]
+    cmd += ["-m", "lm_assets.training.train", *common, *saving]
     with open(tmp_path / "job.log", "w") as log:
         torchrun = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log)
     ranks: set[int] = set()

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from training.planner import (
+from lm_assets.training.planner import (
     Layout,
     ModelShape,
     estimate,
@@ -54,8 +54,8 @@ def test_model_state_estimates_bound_what_two_cpu_ranks_hold(zero_stage, precisi
     at least 70% of it. The estimate counts the step's peak, DeepSpeed's estimators' way; before the
     step, mixed precision holds about 9 bytes a parameter against 11-12 estimated."""
     from tests.training.test_training_parallel import base, run_ok, write_packed
-    from training.config import apply_overrides, from_preset
-    from training.model import num_params
+    from lm_assets.training.config import apply_overrides, from_preset
+    from lm_assets.training.model import num_params
 
     model = apply_overrides(from_preset("tiny", 300), MEASURED_SHAPE)
     summaries = []
@@ -112,7 +112,7 @@ def test_the_command_prints_the_recommendation_and_writes_it(tmp_path, capsys):
 
 
 def test_adapters_leave_the_frozen_base_its_weights_only_and_a_held_reference_adds_a_copy():
-    from training.planner import Layout, ModelShape, Tuning, estimate, lora_params
+    from lm_assets.training.planner import Layout, ModelShape, Tuning, estimate, lora_params
 
     shape = ModelShape(params=7e9, layers=32, hidden=4096, heads=32, ffn_hidden=11008)
     adapter = lora_params(shape, 8)

@@ -1,4 +1,4 @@
-"""DPO's loss and rewards (training/preference.py) equal TRL's DPOTrainer (trl 1.16) on a fixed batch."""
+"""DPO's loss and rewards (lm_assets/training/preference.py) equal TRL's DPOTrainer (trl 1.16) on a fixed batch."""
 
 from collections import defaultdict
 from types import SimpleNamespace
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.preference import dpo_loss, kl_to_reference, sequence_log_probs
+from lm_assets.training.preference import dpo_loss, kl_to_reference, sequence_log_probs
 
 PAIRS, T = 6, 9
 

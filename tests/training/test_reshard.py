@@ -1,4 +1,4 @@
-"""Resuming under another layout (`training.reshard`).
+"""Resuming under another layout (`lm_assets.training.reshard`).
 
 The fast test shards a whole training state for a (pp, tp, dp) layout the way the ZeRO-1/2 and bf16
 optimizers hold it (DeepSpeed's own `link_hp_params` maps each parameter onto the flat
@@ -25,10 +25,10 @@ import pytest
 import torch
 
 from tests.training.test_training_parallel import VOCAB, base, launch, losses, run_ok, write_packed
-from training.checkpoint import TAG_FORMAT
-from training.checkpoint_files import merge_tp, tp_dim
-from training.config import from_preset
-from training.reshard import consolidate, gather_flat_partitions, logical_name, scatter_to_partition, tp_shard
+from lm_assets.training.checkpoint import TAG_FORMAT
+from lm_assets.training.checkpoint_files import merge_tp, tp_dim
+from lm_assets.training.config import from_preset
+from lm_assets.training.reshard import consolidate, gather_flat_partitions, logical_name, scatter_to_partition, tp_shard
 
 slow = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def whole_state(seed: int = 0) -> dict[str, dict[str, torch.Tensor]]:
     cfg = from_preset("tiny", VOCAB)
     g = torch.Generator().manual_seed(seed)
     with torch.device("meta"):
-        from training.model import Transformer
+        from lm_assets.training.model import Transformer
 
         shapes = {n: p.shape for n, p in Transformer(cfg, seed=None).named_parameters()}
     return {n: {k: torch.randn(shape, generator=g) for k in ("param", "exp_avg", "exp_avg_sq")} for n, shape in shapes.items()}
@@ -53,7 +53,7 @@ def stage_names(names: list[str], n_layers: int, pp: int) -> list[dict[str, str]
     the embedding on the first stage, the head on the last)."""
     if pp == 1:
         return [{n: n for n in names}]
-    from training.parallel import pipeline_layer_name
+    from lm_assets.training.parallel import pipeline_layer_name
 
     stages = []
     for s, blocks in enumerate(np.array_split(np.arange(1, n_layers + 1), pp)):

@@ -1,7 +1,7 @@
 """The training program across parallel layouts, on CPU with gloo.
 
 Fast tests check the config, the schedule and the spike detector in-process. The `slow` ones
-launch real jobs (`torchrun`, the `deepspeed` launcher, or a lone `python -m training.train`) on a
+launch real jobs (`torchrun`, the `deepspeed` launcher, or a lone `python -m lm_assets.training.train`) on a
 tiny model and a tiny packed dataset written here, and read the per-step JSON lines rank 0 prints:
 
 - pp=2 x tp=2 x dp=2 (8 processes) trains (the loss goes down) and matches a single process on
@@ -76,13 +76,13 @@ def launch(
     port = str(free_port())
     if launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", port]
-        cmd += ["-m", "training.train"]
+        cmd += ["-m", "lm_assets.training.train"]
     elif launcher == "deepspeed":
         cmd = [sys.executable, "-m", "deepspeed.launcher.runner", "--num_nodes", "1", "--num_gpus", str(nproc)]
-        cmd += ["--master_port", port, "--module", "training.train"]
+        cmd += ["--master_port", port, "--module", "lm_assets.training.train"]
     else:
         assert launcher == "python" and nproc == 1
-        cmd = [sys.executable, "-m", "training.train"]
+        cmd = [sys.executable, "-m", "lm_assets.training.train"]
     proc = subprocess.run(cmd + overrides, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     metrics = []
     for line in proc.stdout.splitlines():
@@ -124,7 +124,7 @@ def base(data: Path, steps: int, **extra) -> list[str]:
 
 
 def test_config_validation_refuses_unsupported_combinations():
-    from training.config import TrainConfig, load_config
+    from lm_assets.training.config import TrainConfig, load_config
 
     def cfg(*overrides):
         return load_config(None, ["data=/nowhere", *overrides])
@@ -156,7 +156,7 @@ def test_config_validation_refuses_unsupported_combinations():
 
 
 def test_model_split_checks():
-    from training.config import ParallelDims, from_preset
+    from lm_assets.training.config import ParallelDims, from_preset
 
     tiny = from_preset("tiny", VOCAB)  # 4 heads, 2 kv heads, ffn 176, 2 layers
     ParallelDims(pp=2, tp=2, dp=2).check_model(tiny)
@@ -167,8 +167,8 @@ def test_model_split_checks():
 
 
 def test_config_files_and_generated_deepspeed_json(tmp_path):
-    from training.config import load_config
-    from training.engine import adamw, deepspeed_config
+    from lm_assets.training.config import load_config
+    from lm_assets.training.engine import adamw, deepspeed_config
 
     toml = tmp_path / "run.toml"
     toml.write_text('data = "/d"\nprecision = "bf16"\nzero_stage = 1\nmodel_overrides = ["n_layers=4"]\n'
@@ -192,7 +192,7 @@ def test_config_files_and_generated_deepspeed_json(tmp_path):
 
 
 def test_lr_schedule_warmup_then_cosine():
-    from training.engine import lr_lambda
+    from lm_assets.training.engine import lr_lambda
 
     f = lr_lambda(warmup_steps=4, total_steps=14, min_ratio=0.1)
     assert [f(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
@@ -203,8 +203,8 @@ def test_lr_schedule_warmup_then_cosine():
 
 
 def test_spike_detector_window_and_consecutive_limit():
-    from training.config import SpikeConfig
-    from training.engine import LossSpikeError, SpikeDetector
+    from lm_assets.training.config import SpikeConfig
+    from lm_assets.training.engine import LossSpikeError, SpikeDetector
 
     det = SpikeDetector(SpikeConfig(k_sigma=3.0, window=5, min_history=3, max_consecutive=2))
     assert det.check(100.0) is None  # no history yet: only non-finite losses count
@@ -258,8 +258,8 @@ def test_pp2_tp2_dp2_trains(layout_runs):
 
 @slow
 def test_single_process_reports_mfu(layout_runs):
-    from training.config import from_preset
-    from training.model import flops_per_token
+    from lm_assets.training.config import from_preset
+    from lm_assets.training.model import flops_per_token
 
     _, single, _ = layout_runs
     for m in single:
@@ -269,7 +269,7 @@ def test_single_process_reports_mfu(layout_runs):
 
 @slow
 def test_pp2_tp2_dp2_matches_single_process(layout_runs):
-    from training.checkpoint import consolidated_state_dict
+    from lm_assets.training.checkpoint import consolidated_state_dict
 
     three_d, single, ckpt = layout_runs
     np.testing.assert_allclose(losses(three_d), losses(single), rtol=0, atol=1e-3)
@@ -281,8 +281,8 @@ def test_pp2_tp2_dp2_matches_single_process(layout_runs):
     for name in a:
         assert a[name].shape == b[name].shape, name
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=2e-3, msg=name)
-    from training.checkpoint import model_config
-    from training.model import Transformer
+    from lm_assets.training.checkpoint import model_config
+    from lm_assets.training.model import Transformer
 
     assert model_config(ckpt / "3d") == model_config(ckpt / "single")
     model = Transformer(model_config(ckpt / "3d"), seed=None)
@@ -349,7 +349,7 @@ def test_loss_spike_skips_update(data, tmp_path, layout):
     assert all(math.isfinite(m["loss"]) for m in metrics[7:10])  # no NaN leaked into the weights
     assert metrics[9]["loss"] < metrics[0]["loss"]
 
-    from training.checkpoint import consolidated_state_dict
+    from lm_assets.training.checkpoint import consolidated_state_dict
 
     before, after = ckpt / "step_00000010", ckpt / "step_00000011"
     w0, w1 = consolidated_state_dict(ckpt, before.name), consolidated_state_dict(ckpt, after.name)
@@ -375,7 +375,7 @@ def test_consecutive_spikes_stop_the_job(data):
 
 
 def test_fp16_with_loss_scaling_trains_on_the_cpu_accelerator(data):
-    """fp16 runs on a machine without a GPU through `training.accelerator`, DeepSpeed's dynamic loss scale included."""
+    """fp16 runs on a machine without a GPU through `lm_assets.training.accelerator`, DeepSpeed's dynamic loss scale included."""
     metrics = run_ok(1, base(data, 8, micro_batch_size=2, zero_stage=1, precision="fp16"), launcher="python")
     loss = losses(metrics)
     assert [m["step"] for m in metrics] == list(range(1, 9))
@@ -385,8 +385,8 @@ def test_fp16_with_loss_scaling_trains_on_the_cpu_accelerator(data):
 def test_fp16_loss_scale_settings_reach_deepspeed_and_overflows_are_counted(data, tmp_path):
     """A scale too large for fp16 (2^30) overflows: those steps are skipped and counted, and the scale
     halves until it fits; started at 2^4 nothing overflows. The settings reach DeepSpeed's config."""
-    from training.config import load_config
-    from training.engine import deepspeed_config
+    from lm_assets.training.config import load_config
+    from lm_assets.training.engine import deepspeed_config
 
     cfg = load_config(None, ["precision=fp16", "zero_stage=1", "fp16.initial_scale_power=14",
                                     "fp16.loss_scale_window=50", "fp16.hysteresis=1", "fp16.min_loss_scale=0.5"])
@@ -423,9 +423,9 @@ def test_batches_made_ahead_by_the_loader_train_exactly_as_batches_made_on_deman
 def test_compile_mode_reaches_torch_compile_and_cuda_graphs_are_refused_without_cuda(data, monkeypatch):
     import torch
 
-    from training.config import from_preset, load_config
-    from training.engine import check_compile_mode
-    from training.model import Transformer, compile_blocks
+    from lm_assets.training.config import from_preset, load_config
+    from lm_assets.training.engine import check_compile_mode
+    from lm_assets.training.model import Transformer, compile_blocks
 
     with pytest.raises(ValueError, match="compile_mode must be one of"):
         load_config(None, ["compile_mode=fastest"]).validate()
@@ -446,8 +446,8 @@ def test_compile_mode_reaches_torch_compile_and_cuda_graphs_are_refused_without_
 def test_a_poisoned_batch_is_recorded_with_its_sequences_and_their_scan(tmp_path):
     """Step 2's sequences are overwritten with one token repeated, and its loss made NaN: spikes.jsonl
     names exactly that step's sequences, finds the degenerate ones, and the summary points at it."""
-    from training.data import PackedDataset
-    from training.forensics import read_spikes
+    from lm_assets.training.data import PackedDataset
+    from lm_assets.training.forensics import read_spikes
 
     data = write_packed(tmp_path / "packed")
     dataset = PackedDataset(data, "train")
@@ -478,8 +478,8 @@ def test_weights_from_a_hugging_face_llama_give_its_logits():
     import torch
     from transformers import LlamaForCausalLM
 
-    from training.hf_init import load_into, model_config, weights
-    from training.model import Transformer
+    from lm_assets.training.hf_init import load_into, model_config, weights
+    from lm_assets.training.model import Transformer
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = tiny_hf_llama(Path(tmp) / "llama")
@@ -498,7 +498,7 @@ def test_a_run_continues_from_a_hugging_face_llama_on_two_tensor_parallel_ranks(
     import torch
     from transformers import LlamaForCausalLM
 
-    from training.data import PackedDataset
+    from lm_assets.training.data import PackedDataset
 
     folder = tiny_hf_llama(tmp_path / "llama")
     settings = {"init_from": folder, "parallel.tp": 2, "document_mask": "false", "model_overrides": "max_seq_len=64"}
@@ -508,7 +508,7 @@ def test_a_run_continues_from_a_hugging_face_llama_on_two_tensor_parallel_ranks(
         logits = LlamaForCausalLM.from_pretrained(folder).eval()(x).logits
     expected = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
     assert metrics[0]["loss"] == pytest.approx(float(expected), rel=1e-4)
-    from training.config import load_config
+    from lm_assets.training.config import load_config
 
     with pytest.raises(ValueError, match="no config.json"):
         load_config(None, ["init_from=/no/such/folder"]).validate()
@@ -517,7 +517,7 @@ def test_a_run_continues_from_a_hugging_face_llama_on_two_tensor_parallel_ranks(
 def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
     from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
 
-    from training.accelerator import SHARED_MEMORY_COMM, TrainingCPUAccelerator
+    from lm_assets.training.accelerator import SHARED_MEMORY_COMM, TrainingCPUAccelerator
 
     accelerator = TrainingCPUAccelerator()
     assert accelerator.create_op_builder(SHARED_MEMORY_COMM) is None
@@ -529,7 +529,7 @@ def test_training_accelerator_skips_the_shared_memory_op_and_allows_fp16():
 def test_the_training_reference_lists_every_training_option():
     import dataclasses
 
-    from training.config import TrainConfig
+    from lm_assets.training.config import TrainConfig
 
     reference = (ROOT / "docs" / "training.md").read_text()
 

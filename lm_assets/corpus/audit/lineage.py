@@ -126,7 +126,7 @@ def trace_sequences(store, split: str, indices: list[int]) -> pl.DataFrame:
 
 
 def spike_documents(store, spikes: list[dict]) -> pl.DataFrame:
-    """The documents of each sequence a spiked step trained on (`training.forensics`' rows), one row per
+    """The documents of each sequence a spiked step trained on (`lm_assets.training.forensics`' rows), one row per
     piece: the step, why it spiked, the sequence and its scan, and the document's shard, URL and record."""
     if not spikes:
         return pl.DataFrame()

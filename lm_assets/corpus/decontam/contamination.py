@@ -43,7 +43,7 @@ import polars as pl
 
 from lm_assets.corpus.stage import DROPPED_SCHEMA, StageResult
 from lm_assets.text import CJK_CHAR, joined_unit_hashes, normalized_units
-from training.primitives import fmix64
+from lm_assets.training.primitives import fmix64
 
 DECONTAMINATED = "decontaminated"  # the stage, and the `stage` of its drops
 BENCHMARK_SPLITS = ("dev", "val", "test")  # the folders of a C-Eval-style benchmark, as it ships them

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lm_assets.text import is_cjk_lang, mix64, normalized_units, unit_hash, unit_hashes
-from training.primitives import fmix64
+from lm_assets.training.primitives import fmix64
 
 SCHEMES = ("affine32", "affine64", "legacy")
 SIGNATURE_DTYPE = np.uint32

@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from training.primitives import splitmix64, temp_beside
+from lm_assets.training.primitives import splitmix64, temp_beside
 
 FORMAT = "lm-assets-packed/1"
 PACKED_SPLITS = ("train", "val")  # the packed dataset's splits

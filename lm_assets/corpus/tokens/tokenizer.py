@@ -45,7 +45,7 @@ import sentencepiece as spm
 
 from lm_assets.storage.store import atomic_path
 from lm_assets.text import CJK_CHAR, base_lang
-from training.primitives import read_varint
+from lm_assets.training.primitives import read_varint
 
 MODEL_FILENAME = "tokenizer.model"
 NEWLINE = "\n"
@@ -430,7 +430,7 @@ def special_ids(sp: spm.SentencePieceProcessor) -> dict[str, int]:
     """The ids the pipeline writes: EOS between documents, PAD in padding. A tokenizer without a pad
     piece (Llama's) pads with its unk piece, which byte fallback never emits, so padding never
     collides with a token the model must learn; a tokenizer without EOS cannot separate documents."""
-    from training.export import tokenizer_special_ids
+    from lm_assets.training.export import tokenizer_special_ids
 
     ids = tokenizer_special_ids(sp)
     if ids["eos"] < 0:
@@ -489,7 +489,7 @@ class AdoptedTokenizer(_TokenizerFile):
 def adopt_tokenizer(folder: str | Path, extra_pieces: Sequence[str] = ()) -> AdoptedTokenizer:
     """The tokenizer of the Hugging Face checkpoint in `folder` (its SentencePiece `tokenizer.model`),
     extended by `extra_pieces`. Refuses what the pipeline could not tokenize with or export again."""
-    from training.export import CONFIG_NAME, build_hf_tokenizer, read_hf_config
+    from lm_assets.training.export import CONFIG_NAME, build_hf_tokenizer, read_hf_config
 
     folder = Path(folder)
     path = folder / MODEL_FILENAME

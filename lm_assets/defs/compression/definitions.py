@@ -1,5 +1,5 @@
 import dagster as dg
-import training
+from lm_assets import training
 
 from lm_assets import compression
 from lm_assets.defs.common.catalog import EVALUATION_TEAM, TRAINING_TEAM, catalogued, source_version

@@ -1,5 +1,5 @@
 """Distillation: a smaller student trained on a teacher checkpoint's logits, by the same training program
-(`objective=distill`, training/distill.py), engine, layouts and Pipes as every run."""
+(`objective=distill`, lm_assets/training/distill.py), engine, layouts and Pipes as every run."""
 
 import json
 from pathlib import Path
@@ -61,7 +61,7 @@ class DistillRunConfig(TrainingRunConfig):
     top_k: int = Field(default=64, ge=1, description="logits kept per position with teacher_logits=top-k")
 
     def student_shape(self, teacher_folder: Path) -> list[str]:
-        from training.hf_init import model_config
+        from lm_assets.training.hf_init import model_config
 
         t = model_config(teacher_folder)
         layers = self.student_layers or max(1, t.n_layers // 2)

@@ -360,11 +360,11 @@ def sequence_preview(result: PackedResult, decode) -> dg.MetadataValue:
 
 
 def curriculum_view(packed: Path, data_seed: int = 0) -> dg.MetadataValue:
-    """The curriculum as training reads it (`training.data`, the default data seed): the mean difficulty of
+    """The curriculum as training reads it (`lm_assets.training.data`, the default data seed): the mean difficulty of
     the first epoch's positions in ten bins, easiest first within the curriculum's share, then shuffled."""
     import numpy as np
 
-    from training.data import PackedDataset
+    from lm_assets.training.data import PackedDataset
 
     dataset = PackedDataset(packed, "train", seed=data_seed)
     difficulty = np.fromfile(packed / "train_difficulty.bin", dtype="<f4")

@@ -29,8 +29,8 @@ from lm_assets.defs.training.process_group import ProcessFailed, run_in_process_
 from lm_assets.reporting.tables import significant
 from lm_assets.storage.keys import UnsafeKeyError, check_name
 from lm_assets.storage.layout import PACKED_FOLDER, TOKENIZER_KEYS, checkpoint_key, checkpoint_run_folder
-from training.config import PRECISIONS, TrainConfig
-from training.config import PRESETS as MODEL_PRESETS
+from lm_assets.training.config import PRECISIONS, TrainConfig
+from lm_assets.training.config import PRESETS as MODEL_PRESETS
 
 TRAIN_DEFAULTS = TrainConfig()
 
@@ -47,7 +47,7 @@ LocalDevice = choices("LocalDevice", ("cpu", "auto"))
 
 
 class TrainingRunConfig(dg.Config):
-    """The main knobs of training/config.py's TrainConfig; `overrides` reaches every other field."""
+    """The main knobs of lm_assets/training/config.py's TrainConfig; `overrides` reaches every other field."""
 
     model_config = ENUM_FIELDS_AS_VALUES
 
@@ -58,7 +58,7 @@ class TrainingRunConfig(dg.Config):
     )
     model: ModelPreset = Field(
         default=run_default("model", TRAIN_DEFAULTS.model),
-        description="a model preset of training/config.py: tiny, 125m, 350m or 1b"
+        description="a model preset of lm_assets/training/config.py: tiny, 125m, 350m or 1b"
     )
     steps: int = Field(default=run_default("steps", TRAIN_DEFAULTS.steps),
                        description="optimizer steps the run ends at" + defaults_note("training_run"))
@@ -116,7 +116,7 @@ class TrainingRunConfig(dg.Config):
     )
     overrides: list[str] = Field(
         default=[],
-        description='"a.b=value" settings of any other field of training/config.py\'s TrainConfig, '
+        description='"a.b=value" settings of any other field of lm_assets/training/config.py\'s TrainConfig, '
         'e.g. "optim.weight_decay=0.05"',
     )
 
@@ -193,7 +193,7 @@ class TrainingLauncher(dg.ConfigurableResource):
             head = [str(bin_dir / "deepspeed"), "--num_nodes", "1", "--num_gpus", str(world_size), "--module"]
         else:
             raise dg.Failure(f"unknown local launcher {self.local_launcher!r}: use torchrun or deepspeed")
-        module = ["training.train"] if self.local_launcher == "deepspeed" else ["-m", "training.train"]
+        module = ["lm_assets.training.train"] if self.local_launcher == "deepspeed" else ["-m", "lm_assets.training.train"]
         return [*head, *module, "--config", config_path, *overrides]
 
     def env(self) -> dict[str, str]:
@@ -270,7 +270,7 @@ def launch_training(
     path_settings: dict[str, str] | None = None,
     settings: dict | None = None,
 ):
-    """Run training/ on the packed data at `data_key` with the tokenizer at `tokenizer_key`, locally or on
+    """Run lm_assets/training/ on the packed data at `data_key` with the tokenizer at `tokenizer_key`, locally or on
     Kubernetes, and yield what it reports through Pipes. `path_settings` are TrainConfig fields whose values
     are storage keys (e.g. `init_from`), resolved where the run reads them; `settings` are set as given."""
     store = storage.storage()
@@ -345,16 +345,16 @@ def with_metadata(result: dg.MaterializeResult, extra: dict, first: tuple[str, .
 
 
 def training_plan(config: TrainingRunConfig, train_config: dict, measured_mib: float | None = None) -> dg.MetadataValue:
-    """What training/planner.py estimates this run's layout needs per GPU (`lm-assets plan-training` ranks
+    """What lm_assets/training/planner.py estimates this run's layout needs per GPU (`lm-assets plan-training` ranks
     the others), beside the model states rank 0 held when the run measured them."""
-    from training.config import apply_overrides, from_preset, load_config
-    from training.model import num_params
-    from training.planner import Layout, ModelShape, estimate
+    from lm_assets.training.config import apply_overrides, from_preset, load_config
+    from lm_assets.training.model import num_params
+    from lm_assets.training.planner import Layout, ModelShape, estimate
 
     extra = load_config(None, config.overrides)  # the settings the overrides reach: offload, recomputation
     init_from = extra.init_from or train_config.get("init_from")
     if init_from:
-        from training.hf_init import model_config
+        from lm_assets.training.hf_init import model_config
 
         model = apply_overrides(model_config(init_from), train_config["model_overrides"])
     else:
@@ -372,7 +372,7 @@ def training_plan(config: TrainingRunConfig, train_config: dict, measured_mib: f
         f"| layout | parameters | model states | measured | activations | total per GPU |\n|---|---|---|---|---|---|\n"
         f"| {layout.describe()} | {shape.params / 1e6:,.1f} M | {found.model_states_gib:.3f} GiB | {measured} | "
         f"{found.activations_gib:.3f} GiB | {found.total_gib:.3f} GiB |\n\n"
-        "Estimated by `training/planner.py` at the model's context length (model states at the optimizer step's "
+        "Estimated by `lm_assets/training/planner.py` at the model's context length (model states at the optimizer step's "
         "peak); measured: the tensors rank 0 held before an optimizer step. `lm-assets plan-training` ranks every layout."
     )
 

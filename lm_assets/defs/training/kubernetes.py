@@ -33,7 +33,7 @@ class ClusterSpec(dg.Config):
 
 
 def pytorch_job_manifest(name: str, train_config: dict, cluster: ClusterSpec, pipes_env: dict[str, str]) -> dict:
-    """A PyTorchJob (Master + Workers) that runs `training.train` under torchrun on every node,
+    """A PyTorchJob (Master + Workers) that runs `lm_assets.training.train` under torchrun on every node,
     and the ConfigMap holding its train config."""
     config_map = {
         "apiVersion": "v1",
@@ -43,7 +43,7 @@ def pytorch_job_manifest(name: str, train_config: dict, cluster: ClusterSpec, pi
     }
     command = [
         "torchrun", f"--nnodes={cluster.nodes}", f"--nproc_per_node={cluster.gpus_per_node}",
-        "-m", "training.train", "--config", f"{cluster.config_mount}/train.json",
+        "-m", "lm_assets.training.train", "--config", f"{cluster.config_mount}/train.json",
     ]
     env = {"OMP_NUM_THREADS": "1", "LM_ASSETS_PIPES_MESSAGES": "s3", **cluster.env, **pipes_env}
     container = {

@@ -6,7 +6,7 @@ Dagster's client forwards SIGINT to the launched process alone and, if it has no
 whatever a stuck launcher started, would outlive the run. Here the command starts a new session,
 so on an interrupt the whole group gets SIGINT and then, whatever is left after the timeout,
 SIGKILL. (torchrun puts each rank in a session of its own; those ranks die with torchrun through
-`training.orphans`.)
+`lm_assets.training.orphans`.)
 """
 
 import os

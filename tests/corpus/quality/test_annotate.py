@@ -10,7 +10,7 @@ from lm_assets.app.cli import main
 from lm_assets.corpus.quality.annotate import TEXT_CAP, LMAnnotator, sample_for_labelling
 from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.storage.store import Storage
-from training.export import export_tokenizer
+from lm_assets.training.export import export_tokenizer
 
 torch.set_num_threads(1)
 

@@ -391,7 +391,7 @@ def test_a_curriculum_scores_each_sequence_and_training_starts_easy_to_hard(tmp_
     """Scored by the quality of their documents: the packer writes each train sequence's difficulty, and
     the trainer's first epoch takes a seeded quarter of the sequences easiest first, then the rest
     shuffled, each once; the order is fixed by the seed, and with no curriculum nothing changes."""
-    from training.data import PackedDataset, batch_indices
+    from lm_assets.training.data import PackedDataset, batch_indices
 
     rng = np.random.default_rng(3)
     shard = make_shard("web", 400, rng, min_len=5, max_len=30)

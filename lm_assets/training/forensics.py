@@ -1,6 +1,6 @@
 """What a spiked step trained on. When a step's loss is not finite or a spike, rank 0 appends to
 `<checkpoint.dir>/spikes.jsonl` one line per sequence of the step's global batch (every data-parallel
-rank's, every micro-batch's: the order is a function of the step alone, `training.data`), with a scan
+rank's, every micro-batch's: the order is a function of the step alone, `lm_assets.training.data`), with a scan
 of its tokens for what poisons a batch: a degenerate run (one token repeated `DEGENERATE_RUN` times,
 or over half of a shorter sequence) and, when the tokenizer is known, characters no text should hold (control characters other
 than tab and newline, U+FFFD replacement characters). The Dagster side joins the sequences to their

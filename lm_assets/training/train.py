@@ -1,13 +1,13 @@
-"""Entry point: `python -m training.train --config run.json [key=value ...]`.
+"""Entry point: `python -m lm_assets.training.train --config run.json [key=value ...]`.
 
 Runs one rank of a training job; start it under a launcher, one process per device:
 
-    DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 torchrun --nproc_per_node 8 -m training.train \\
+    DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 torchrun --nproc_per_node 8 -m lm_assets.training.train \\
         --config run.json data=/path/to/packed parallel.pp=2 parallel.tp=2 parallel.dp=2 zero_stage=1
-    DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 deepspeed --num_gpus 8 --module training.train \\
+    DS_ACCELERATOR=cpu OMP_NUM_THREADS=1 deepspeed --num_gpus 8 --module lm_assets.training.train \\
         --config run.json ...   (on CPU: --num_nodes 1 --num_gpus N sets the process count)
 
-A lone `python -m training.train ...` is a job of one process. Overrides use dotted paths into
+A lone `python -m lm_assets.training.train ...` is a job of one process. Overrides use dotted paths into
 `TrainConfig` (`optim.lr=1e-3`, `checkpoint.dir=/ckpt`, `model_overrides=dim=128,n_layers=4`).
 `--print-config` prints the resolved config and the DeepSpeed JSON and exits without training.
 
@@ -16,7 +16,7 @@ Rank 0 prints one JSON object per step on stdout (loss, lr, grad_norm, tokens_pe
 error on stderr and exits 1, which makes the launcher stop the job with a non-zero status; a
 successful rank ends with a barrier and `os._exit(0)` (DeepSpeed's process-group teardown can
 otherwise abort at exit). Under a launcher, a rank is killed when the launcher exits
-(`training.orphans`).
+(`lm_assets.training.orphans`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m training.train", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lm_assets.training.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", help="a TrainConfig as JSON or TOML")
     p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)  # deepspeed launcher
@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = None) -> None:
     if "LOCAL_RANK" in os.environ:  # started by torchrun or the deepspeed launcher
-        from training.orphans import die_with_launcher
+        from lm_assets.training.orphans import die_with_launcher
 
         die_with_launcher()
     args = parse_args(argv)
@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
     logging.basicConfig(level=logging.INFO, format=f"[rank {rank}] %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)  # fmt: skip
     try:
-        from training.config import load_config, to_dict
-        from training.engine import deepspeed_config
+        from lm_assets.training.config import load_config, to_dict
+        from lm_assets.training.engine import deepspeed_config
 
         cfg = load_config(args.config, args.overrides)
         if args.print_config:
@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
             return
         _quiet_deepspeed()
         warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
-        from training.engine import Trainer
-        from training.pipes import reporting
+        from lm_assets.training.engine import Trainer
+        from lm_assets.training.pipes import reporting
 
         with reporting(int(rank)) as reporter:
             monitor = run_monitor(cfg, reporter.progress) if int(rank) == 0 else None
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None, report: Callable[[dict], None] | None = 
 
 def run_monitor(cfg, progress):
     """Rank 0's monitor: TensorBoard events beside the run's checkpoints (none without a checkpoint folder)."""
-    from training.monitor import RunMonitor
+    from lm_assets.training.monitor import RunMonitor
 
     folder = os.path.join(cfg.checkpoint.dir, "tensorboard") if cfg.checkpoint.dir else None
     return RunMonitor(folder, cfg.steps, cfg.optim.warmup_steps, cfg.log_every, print_line=progress)
@@ -104,8 +104,8 @@ def both(monitor, reporter):
 
 def finish(trainer, resumed_from: int, monitor=None) -> dict:
     """Rank 0, after the last checkpoint: export it for HF and summarize the run."""
-    from training import checkpoint
-    from training.export import export_hf
+    from lm_assets.training import checkpoint
+    from lm_assets.training.export import export_hf
 
     summary = {
         "step": trainer.step,
@@ -136,7 +136,7 @@ def finish(trainer, resumed_from: int, monitor=None) -> dict:
     ckpt_dir = trainer.cfg.checkpoint.dir
     if not ckpt_dir:
         return summary
-    from training.forensics import SPIKES_FILE, read_spikes
+    from lm_assets.training.forensics import SPIKES_FILE, read_spikes
 
     spikes = read_spikes(ckpt_dir)
     if spikes:
@@ -158,9 +158,9 @@ def export_adapter(trainer, tag_dir: str) -> str:
     """An adapter checkpoint's adapter as a PEFT folder, `<tag>/adapter/`, over its frozen base: `init_from`,
     or when the run added vocabulary rows that base with them, exported once beside the run (`base_hf/`), so
     that `PeftModel.from_pretrained` has a base of the right shape."""
-    from training import checkpoint, hf_init
-    from training.export import export_hf, export_peft_adapter
-    from training.lora import is_adapter_param
+    from lm_assets.training import checkpoint, hf_init
+    from lm_assets.training.export import export_hf, export_peft_adapter
+    from lm_assets.training.lora import is_adapter_param
 
     cfg = trainer.cfg
     a = cfg.adapter

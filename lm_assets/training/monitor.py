@@ -18,7 +18,7 @@ from pathlib import Path
 
 SCALARS = ("loss", "lr", "grad_norm", "tokens_per_s", "step_time_s", "data_wait_s", "mfu", "loss_scale",
            "overflow_skipped_steps",
-           # DPO's (training/dpo.py)
+           # DPO's (lm_assets/training/dpo.py)
            "reward_accuracy", "reward_margin", "chosen_reward", "rejected_reward", "chosen_logp", "rejected_logp")
 NO_PEAK_FLOPS = ("n/a: no peak FLOP/s known for this device; set `peak_flops` in training_run's config (the Launchpad, "
                  "or `peak_flops=` on the command line), per device: H100 SXM and H200 989e12, A100 312e12 (dense bf16)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from training.config import check_loss_settings
+from lm_assets.training.config import check_loss_settings
 
 
 @dataclass

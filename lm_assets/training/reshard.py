@@ -1,11 +1,11 @@
 """Resuming a checkpoint under another parallel layout, ZeRO stage or precision.
 
-`training.checkpoint.CheckpointManager.resume` comes here when the checkpoint was written with a
+`lm_assets.training.checkpoint.CheckpointManager.resume` comes here when the checkpoint was written with a
 (pp, tp, dp) layout, ZeRO stage or precision other than the running job's; the same layout and
 optimizer keep DeepSpeed's own `load_checkpoint`. Two steps:
 
 - `consolidate(path)` reads the checkpoint into one whole tensor per parameter of
-  `training.model.Transformer` (named as in its state dict, fp32, on CPU), whatever the layout:
+  `lm_assets.training.model.Transformer` (named as in its state dict, fp32, on CPU), whatever the layout:
   the weights (the fp32 master weights where the optimizer keeps them, else the module's), every
   per-element optimizer state (AdamW's `exp_avg` and `exp_avg_sq`) and each parameter's optimizer
   step count; plus the LR scheduler's state, DeepSpeed's step counters and the training loop's
@@ -21,8 +21,8 @@ How the files are read. Model-parallel rank `mp` of a job is `stage * tp + tp_ra
 `PipelineParallelGrid` orders a data-parallel slice by pipeline stage, then tensor-parallel rank;
 the plain engine's is the tensor-parallel rank), and `mp_rank_XX_model_states.pt` is that rank's
 file. Pipeline parameters are named `<layer index>.<name in the layer>` and renamed with
-`training.parallel.pipeline_layer_name`; tensor-parallel shards are concatenated as
-`training.checkpoint_files.merge_tp` does.
+`lm_assets.training.parallel.pipeline_layer_name`; tensor-parallel shards are concatenated as
+`lm_assets.training.checkpoint_files.merge_tp` does.
 
 - The ZeRO-1/2 and bf16 optimizers keep, per param group, one flat fp32 partition per
   data-parallel rank; their files (`[bf16_]zero_pp_rank_D_mp_rank_XX_optim_states.pt`) hold it
@@ -39,7 +39,7 @@ Each rank reads only the files of the model-parallel ranks that hold its paramet
 model-states file names them) and keeps only its parameters' state. Loading uses the mapping
 DeepSpeed itself built for the new engine (each parameter's `_hp_mapping`: which elements of the
 parameter this rank's flat partition holds, and where), so the partition arithmetic is
-DeepSpeed's. All files are read weights-only, like the rest of `training.checkpoint`.
+DeepSpeed's. All files are read weights-only, like the rest of `lm_assets.training.checkpoint`.
 
 Supported: fp32 or bf16, ZeRO stage 0, 1 or 2, on either side (the pipeline engine allows ZeRO-1
 at most). Refused with the reason: fp16 (its loss scale is not carried over) and ZeRO-3 (its
@@ -59,7 +59,7 @@ from typing import Any
 
 import torch
 
-from training.checkpoint_files import (
+from lm_assets.training.checkpoint_files import (
     load_weights_only,
     merge_tp,
     module_pieces,
@@ -67,7 +67,7 @@ from training.checkpoint_files import (
     optimizer_format,
     tp_dim,
 )
-from training.config import ModelConfig
+from lm_assets.training.config import ModelConfig
 
 SUPPORTED = "fp32 or bf16 with ZeRO stage 0, 1 or 2"
 _OPTIM_FILE = re.compile(r"(?:bf16_)?zero_pp_rank_(\d+)_mp_rank_(\d+)_optim_states\.pt")
@@ -101,7 +101,7 @@ def logical_name(name: str, pipeline: bool, n_layers: int) -> str:
     """The `Transformer` state-dict name of an engine's parameter `name`."""
     if not pipeline:
         return name
-    from training.parallel import pipeline_layer_name
+    from lm_assets.training.parallel import pipeline_layer_name
 
     index, rest = name.split(".", 1)
     return pipeline_layer_name(int(index), n_layers) + rest
@@ -114,7 +114,7 @@ def tp_shard(full: torch.Tensor, dim: int | None, tp: int, tp_rank: int) -> torc
 
 def full_shapes(cfg: ModelConfig) -> dict[str, torch.Size]:
     """Every parameter of the whole model and its shape (built on the meta device: no memory)."""
-    from training.model import Transformer
+    from lm_assets.training.model import Transformer
 
     with torch.device("meta"):
         model = Transformer(cfg, seed=None)

@@ -1,4 +1,4 @@
-"""The training loop: the DeepSpeed config a `TrainConfig` (`training.config`) generates, loss-spike
+"""The training loop: the DeepSpeed config a `TrainConfig` (`lm_assets.training.config`) generates, loss-spike
 detection, and `Trainer`, which runs steps on a DeepSpeed engine and reports per-step metrics.
 
 Config. `deepspeed_config(cfg, dp)` is the JSON handed to `deepspeed.initialize`; it is written
@@ -12,7 +12,7 @@ stream positions starting at `s*m*dp*g`, whatever the layout, so runs that diffe
 losses up to float rounding). The loss of a step is the mean over its micro-batches and
 data-parallel ranks of each micro-batch's mean token loss.
 
-How a step computes. `kernels` (`training/kernels.py`) are resolved for the device and given to the model
+How a step computes. `kernels` (`lm_assets/training/kernels.py`) are resolved for the device and given to the model
 and the loss when they are built; `compile` (default: on for CUDA, off for CPU) compiles every
 transformer block's layer with `torch.compile` before `deepspeed.initialize`, so the pipeline
 stages and tensor-parallel linears are compiled the same way; the optimizer is torch's AdamW
@@ -73,13 +73,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from training import kernels
-from training.checkpoint import CheckpointManager, random_seed, run_layout
-from training.config import SpikeConfig, TrainConfig, apply_overrides, to_dict
-from training.data import PackedDataset, StepPrefetcher
-from training.forensics import SpikeForensics
+from lm_assets.training import kernels
+from lm_assets.training.checkpoint import CheckpointManager, random_seed, run_layout
+from lm_assets.training.config import SpikeConfig, TrainConfig, apply_overrides, to_dict
+from lm_assets.training.data import PackedDataset, StepPrefetcher
+from lm_assets.training.forensics import SpikeForensics
 
-log = logging.getLogger("training")
+log = logging.getLogger("lm_assets.training")
 
 # ---------------------------------------------------------------------------------------------
 # DeepSpeed config and learning-rate schedule
@@ -251,7 +251,7 @@ def _no_update(engine):
 def live_tensor_bytes() -> int:
     """Bytes of the distinct tensor storages alive in this process. Between steps that is the model
     states (weights, gradients, optimizer states, ZeRO's partitions and buffers): what
-    `training.planner` estimates, measured on any device."""
+    `lm_assets.training.planner` estimates, measured on any device."""
     import gc
 
     storages: dict[int, int] = {}
@@ -297,7 +297,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, report: Callable[[dict], None] = print_json):
         from deepspeed.runtime.pipe.engine import PipelineEngine
 
-        from training.parallel import LossFn, setup_parallel
+        from lm_assets.training.parallel import LossFn, setup_parallel
 
         cfg.validate()
         self.cfg = cfg
@@ -336,7 +336,7 @@ class Trainer:
 
     def _join_process_group(self):
         """Joins the job's process group; the layout (pp, tp, dp) of its world, checked against the config."""
-        from training.parallel import init_distributed
+        from lm_assets.training.parallel import init_distributed
 
         init_distributed()
         self.world = dist.get_world_size()
@@ -354,8 +354,8 @@ class Trainer:
         if vocab is None:
             raise ValueError("vocab_size is not in the data manifest; set vocab_size=")
         if cfg.init_from:  # continued pretraining: the checkpoint's architecture, not the preset's
-            from training.hf_init import model_config as hf_model_config
-            from training.hf_init import model_vocabulary
+            from lm_assets.training.hf_init import model_config as hf_model_config
+            from lm_assets.training.hf_init import model_vocabulary
 
             model_cfg = apply_overrides(hf_model_config(cfg.init_from), cfg.model_overrides)
             checkpoint_vocab = model_cfg.vocab_size
@@ -364,7 +364,7 @@ class Trainer:
         else:
             model_cfg = cfg.model_config(vocab)
         if cfg.objective == "distill":  # the student speaks the teacher's vocabulary
-            from training.export import read_hf_config
+            from lm_assets.training.export import read_hf_config
 
             teacher_vocab = read_hf_config(cfg.distill.teacher)["vocab_size"]
             if teacher_vocab < vocab or (cfg.init_from and model_cfg.vocab_size != teacher_vocab):
@@ -391,13 +391,13 @@ class Trainer:
     def _build_model(self, dims):
         """This rank's part of the model: built from the seed, or initialized from a Hugging Face checkpoint,
         with low-rank adapters if configured (`adapter_counts`), and its blocks compiled if `compiled`."""
-        from training.model import compile_blocks
-        from training.parallel import build_model
+        from lm_assets.training.model import compile_blocks
+        from lm_assets.training.parallel import build_model
 
         cfg = self.cfg
         model = build_model(self.model_cfg, self.state, cfg.seed, self.loss_fn, cfg.activation_checkpointing, self.kernels)
         if cfg.init_from:
-            from training import hf_init
+            from lm_assets.training import hf_init
 
             state = hf_init.extend_vocabulary(hf_init.weights(cfg.init_from), self.model_cfg.vocab_size)
             loaded = hf_init.load_into(model, state, self.model_cfg, dims.pp > 1, dims.tp, self.state.tp_rank)
@@ -406,7 +406,7 @@ class Trainer:
                          loaded, cfg.init_from, self.vocab_added)  # fmt: skip
         self.adapter_counts = None
         if cfg.adapter.enabled:
-            from training.lora import LoRAConfig, apply_lora
+            from lm_assets.training.lora import LoRAConfig, apply_lora
 
             a = cfg.adapter
             self.adapter_counts = apply_lora(model, LoRAConfig(a.rank, a.alpha, a.dropout, list(a.target_modules)), cfg.seed)
@@ -439,7 +439,7 @@ class Trainer:
         cfg = self.cfg
         if cfg.objective != "dpo":
             return None
-        from training.dpo import DpoObjective
+        from lm_assets.training.dpo import DpoObjective
 
         if self.dataset.sides is None and len(self.dataset):
             raise ValueError(f"objective=dpo needs preference data (a pair to a row, with sides); {cfg.data} has none")
@@ -452,7 +452,7 @@ class Trainer:
         cfg = self.cfg
         if cfg.objective != "distill":
             return None
-        from training.distill import DistillObjective
+        from lm_assets.training.distill import DistillObjective
 
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision, torch.float32)
         return DistillObjective(cfg.distill, self.engine.device, dtype, self.kernels, self.state.dp_rank,
@@ -539,7 +539,7 @@ class Trainer:
         if self.distill is not None:
             info["distill"] = to_dict(self.cfg.distill) | self.distill.info()
         if self.adapter_counts is not None:
-            from training.lora import optimizer_state_bytes
+            from lm_assets.training.lora import optimizer_state_bytes
 
             counts = self.adapter_counts
             info["adapter"] = to_dict(self.cfg.adapter) | counts | {
@@ -675,11 +675,11 @@ class Trainer:
         if last["reason"] is not None:
             metrics["spike_reason"] = last["reason"]
         if self._dpo_sums is not None:
-            from training.dpo import stats_dict
+            from lm_assets.training.dpo import stats_dict
 
             metrics |= stats_dict(self._dpo_sums)
         if self._distill_sums is not None:
-            from training.distill import parts_dict
+            from lm_assets.training.distill import parts_dict
 
             metrics |= parts_dict(self._distill_sums) | {"teacher_s": self.distill.take_teacher_seconds()}
         if self.cfg.precision == "fp16":
@@ -694,7 +694,7 @@ class Trainer:
     def _mfu(self, tokens_per_s: float) -> float | None:
         if self.cfg.peak_flops is None:
             return None
-        from training.model import mfu
+        from lm_assets.training.model import mfu
 
         return mfu(self.model_cfg, self.tokens_per_row, tokens_per_s, self.cfg.peak_flops * self.world)
 
@@ -713,7 +713,7 @@ class Trainer:
     # -- DPO's reference -----------------------------------------------------------------------
 
     def dpo_val_rows(self) -> list[list[int]]:
-        from training.dpo import validation_rows
+        from lm_assets.training.dpo import validation_rows
 
         if self.val_dataset is None:
             return []
@@ -722,7 +722,7 @@ class Trainer:
     def prepare_reference(self, resumed: bool) -> None:
         """DPO's precomputed reference: read from `<checkpoint.dir>/reference/` when a run in this folder
         scored it, else scored now by the model the run starts from (refused after a resume: that model is gone)."""
-        from training.dpo import IDENTITY_FILE, REFERENCE_FOLDER, ReferenceScores
+        from lm_assets.training.dpo import IDENTITY_FILE, REFERENCE_FOLDER, ReferenceScores
 
         if self.cfg.dpo.reference != "precomputed":
             return
@@ -752,7 +752,7 @@ class Trainer:
 
     def prepare_teacher_top_k(self, resumed: bool) -> None:
         """Distillation's top-k teacher logits of the training split, in `<checkpoint.dir>/teacher/`."""
-        from training.distill import TEACHER_FOLDER
+        from lm_assets.training.distill import TEACHER_FOLDER
 
         manifest = (self.dataset.path / "manifest.json").read_bytes()
         teacher_config = (Path(self.cfg.distill.teacher) / "config.json").read_bytes()

@@ -36,9 +36,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from training.config import DistillConfig
-from training.model import IGNORE_INDEX
-from training.primitives import atomic_path
+from lm_assets.training.config import DistillConfig
+from lm_assets.training.model import IGNORE_INDEX
+from lm_assets.training.primitives import atomic_path
 
 TEACHER_FOLDER = "teacher"
 VALUES_FILE, IDS_FILE, IDENTITY_FILE = "values.bin", "ids.bin", "identity.json"
@@ -77,8 +77,8 @@ def parts_dict(parts: torch.Tensor, prefix: str = "") -> dict[str, float]:
 def load_teacher(folder: str, device: torch.device, dtype: torch.dtype, kernel, compiled: bool = False) -> torch.nn.Module:
     """The teacher in `folder` (a Hugging Face Llama folder), as our `Transformer` on `device` in `dtype`, in
     eval mode, with no parameter requiring a gradient; each block compiled as the student's are, when they are."""
-    from training import hf_init
-    from training.model import Transformer, compile_blocks
+    from lm_assets.training import hf_init
+    from lm_assets.training.model import Transformer, compile_blocks
 
     cfg = hf_init.model_config(folder)
     model = Transformer(cfg, seed=None, kernels=kernel)
@@ -122,7 +122,7 @@ class TeacherTopK:
 
 
 class DistillObjective:
-    """Distillation's loss and figures for `Trainer` (`training.engine`)."""
+    """Distillation's loss and figures for `Trainer` (`lm_assets.training.engine`)."""
 
     def __init__(self, cfg: DistillConfig, device: torch.device, dtype: torch.dtype, kernel, dp_rank: int, dp: int,
                  micro_batch_size: int, eos_id: int | None, compiled: bool = False):  # fmt: skip
@@ -169,7 +169,7 @@ class DistillObjective:
         """The top-k table of `dataset`: read from `folder` when a run there computed it for `identity`,
         else scored now (each data-parallel rank a share of the rows, written into one file) and the
         teacher dropped from memory."""
-        from training import kernels
+        from lm_assets.training import kernels
 
         if folder is None:
             raise ValueError("distill.teacher_logits=top-k keeps the teacher's logits beside the checkpoints: set "

@@ -1,6 +1,6 @@
 """Typed configuration for the training program.
 
-`ModelConfig` fixes the architecture (a Llama-style decoder, see `training/model.py`). Presets give
+`ModelConfig` fixes the architecture (a Llama-style decoder, see `lm_assets/training/model.py`). Presets give
 Llama-like shapes; `from_preset(name, vocab_size, **overrides)` builds one for a tokenizer's
 vocabulary. `override(cfg, "a.b=c")` applies a command-line override to any (nested) config
 dataclass, parsing the value as the field's declared type.
@@ -14,8 +14,8 @@ resolves its layout to a `ParallelDims`. `to_dict` turns any of these configs in
 
 Standard library only, so that the launcher and lm_assets import it without torch.
 
-Parameter counts (`training.model.num_params`) with a 32,000-token vocabulary, untied embeddings,
-and training FLOPs per token at seq_len 2048 (`training.model.flops_per_token`):
+Parameter counts (`lm_assets.training.model.num_params`) with a 32,000-token vocabulary, untied embeddings,
+and training FLOPs per token at seq_len 2048 (`lm_assets.training.model.flops_per_token`):
 
     preset  dim   layers heads kv  ffn    max_seq  params                          FLOPs/token
     tiny      64     2     4    2   176    128        4.19M (130,880 at vocab 300)   -
@@ -51,7 +51,7 @@ def swiglu_hidden(dim: int, multiple_of: int = 256, ffn_dim_multiplier: float | 
 
 @dataclass
 class ModelConfig:
-    """Architecture of the decoder (see `training/model.py`).
+    """Architecture of the decoder (see `lm_assets/training/model.py`).
 
     `n_kv_heads` < `n_heads` gives grouped-query attention (it must divide `n_heads`; `None` means
     `n_heads`, plain multi-head attention). `ffn_hidden` is the SwiGLU width; `None` derives it from
@@ -278,7 +278,7 @@ KERNEL_CHOICES = {
 
 @dataclass
 class KernelConfig:
-    """The kernel of each hot op: "auto" or one of `KERNEL_CHOICES[op]` (`training/kernels.py`
+    """The kernel of each hot op: "auto" or one of `KERNEL_CHOICES[op]` (`lm_assets/training/kernels.py`
     says what each is). "auto" takes liger-kernel on CUDA when it is installed, FlexAttention on
     CUDA for document masks, torch's own kernels otherwise."""
 
@@ -321,7 +321,7 @@ def check_loss_settings(beta: float, label_smoothing: float, loss_type: str) -> 
 
 @dataclass
 class AdapterConfig:
-    """Low-rank adapters (`training/lora.py`): with `type="lora"` the model's weights are frozen and
+    """Low-rank adapters (`lm_assets/training/lora.py`): with `type="lora"` the model's weights are frozen and
     only a rank-`rank` update of each of `target_modules` trains (scaled by alpha / rank) and is saved."""
 
     type: str = "none"  # none | lora
@@ -337,7 +337,7 @@ class AdapterConfig:
 
 @dataclass
 class DpoConfig:
-    """Direct preference optimization (`training/preference.py`), with `objective="dpo"` on preference
+    """Direct preference optimization (`lm_assets/training/preference.py`), with `objective="dpo"` on preference
     data (a pair to a row). The reference is the model the run starts from: `precomputed`, its
     log-probabilities of every pair computed once before the first step and kept beside the
     checkpoints (so one model is held, and a resume reads the same numbers); `adapter-disabled`, with
@@ -351,7 +351,7 @@ class DpoConfig:
 
 @dataclass
 class DistillConfig:
-    """Knowledge distillation (`training/distill.py`), with `objective="distill"`: the loss is
+    """Knowledge distillation (`lm_assets/training/distill.py`), with `objective="distill"`: the loss is
     alpha * T^2 * KL(teacher || student) at temperature T, plus (1 - alpha) times the next-token loss.
     `teacher` is a Hugging Face Llama folder of the data's tokenizer; the student takes its vocabulary.
     Its logits are computed `on-the-fly` each micro-batch, or once before the first step as each
@@ -390,7 +390,7 @@ class TrainConfig:
     split: str = "train"  # the packed split trained on
     data_seed: int = 0  # the seed of the data order (not of the packing)
     loader: LoaderConfig = field(default_factory=LoaderConfig)
-    model: str = "tiny"  # a preset of training.config.PRESETS
+    model: str = "tiny"  # a preset of lm_assets.training.config.PRESETS
     init_from: str = ""  # a Hugging Face Llama folder: its architecture and weights replace the preset's
     run_asset: str = "training_run"  # the Dagster assets rank 0 reports the run and its checkpoints as, through Pipes
     checkpoint_asset: str = "checkpoint"  # the asset its checkpoints are reported as
@@ -420,7 +420,7 @@ class TrainConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # where and how often checkpoints are saved
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     peak_flops: float | None = None  # peak FLOP/s of one device, for MFU
-    log_every: int = 10  # a progress line every this many steps (training/monitor.py)
+    log_every: int = 10  # a progress line every this many steps (lm_assets/training/monitor.py)
     spike: SpikeConfig = field(default_factory=SpikeConfig)  # a loss spike skips its step; too many in a row stop the run
     debug: DebugConfig = field(default_factory=DebugConfig)
 

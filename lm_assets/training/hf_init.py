@@ -1,7 +1,7 @@
 """Continued pretraining: a run's weights taken from a Hugging Face `LlamaForCausalLM` folder
 (`init_from`), the model's shape from its `config.json`, every rank loading its own slice.
 
-`model_config` reads the architecture (refusing what `training.model` does not build: biases, other
+`model_config` reads the architecture (refusing what `lm_assets.training.model` does not build: biases, other
 activations, RoPE scaling); `weights` reads `model.safetensors` (or the shards its index names) into
 `Transformer` names (`export.native_state_dict`); `load_into` copies each parameter of this rank's
 model (a `Transformer`, or a pipeline stage) from the full tensors, cut along its tensor-parallel
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from training.config import ModelConfig
-from training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict, read_hf_config, read_sentencepiece
-from training.reshard import logical_name, tp_shard
+from lm_assets.training.config import ModelConfig
+from lm_assets.training.export import CONFIG_NAME, WEIGHTS_NAME, native_state_dict, read_hf_config, read_sentencepiece
+from lm_assets.training.reshard import logical_name, tp_shard
 
 
 def model_config(folder: str | os.PathLike, max_seq_len: int | None = None) -> ModelConfig:

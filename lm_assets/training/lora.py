@@ -10,7 +10,7 @@ so training starts from the base model exactly. Only `A` and `B` train, and only
 (`adapter_state_dict`). Under tensor parallelism the adapter follows its layer's split: after a
 column-parallel layer `B` holds this rank's output rows and `A` is whole; after a row-parallel layer
 `A` holds this rank's input columns, the rank-sized partial products are summed across the group and
-`B` is whole. `training.export.export_peft_adapter` writes the adapter as a PEFT folder, and
+`B` is whole. `lm_assets.training.export.export_peft_adapter` writes the adapter as a PEFT folder, and
 `merged_state_dict` folds it into the base weights.
 """
 
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.config import check_adapter_settings
+from lm_assets.training.config import check_adapter_settings
 
 ADAPTER_PARAMS = ("lora_A", "lora_B")
 
@@ -50,7 +50,7 @@ class LoRALinear(nn.Module):
 
     def __init__(self, base: nn.Module, config: LoRAConfig, generator: torch.Generator | None = None):
         super().__init__()
-        from training.parallel import ColumnParallelLinear, RowParallelLinear
+        from lm_assets.training.parallel import ColumnParallelLinear, RowParallelLinear
 
         self.base = base
         self.disabled = False
@@ -89,7 +89,7 @@ class LoRALinear(nn.Module):
         return self.base.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from training.parallel import copy_to_tp, reduce_from_tp
+        from lm_assets.training.parallel import copy_to_tp, reduce_from_tp
 
         y = self.base(x)
         if self.disabled:

@@ -1,7 +1,7 @@
 """Rank 0's line to Dagster, through dagster-pipes; every other rank, and a run outside Dagster,
 prints JSON lines instead.
 
-Every few steps rank 0 logs a progress line to the Dagster run (training/monitor.py writes every step
+Every few steps rank 0 logs a progress line to the Dagster run (lm_assets/training/monitor.py writes every step
 to TensorBoard). At the end it reports two materializations: `training_run` (final metrics, averages
 over the run, the loss and lr curves as a PNG, the TensorBoard folder, the step it resumed from) and
 `checkpoint` (where the checkpoint and its HF export are). Messages go

@@ -1,5 +1,5 @@
 """DPO in the training loop: each pair's log-probabilities, the reference's, and the per-step and
-validation figures a run reports (the loss itself is `training.preference.dpo_loss`).
+validation figures a run reports (the loss itself is `lm_assets.training.preference.dpo_loss`).
 
 Data. Preference data holds a pair to a row: the chosen conversation, EOS, the rejected one, EOS,
 PAD (`lm_assets.sft.packing.pack_pairs`). With document masks each conversation attends to itself
@@ -35,10 +35,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.config import DpoConfig
-from training.data import PackedDataset
-from training.preference import dpo_loss, kl_to_reference
-from training.primitives import atomic_path
+from lm_assets.training.config import DpoConfig
+from lm_assets.training.data import PackedDataset
+from lm_assets.training.preference import dpo_loss, kl_to_reference
+from lm_assets.training.primitives import atomic_path
 
 CHOSEN, REJECTED = 1, 2
 STATS = ("reward_accuracy", "reward_margin", "chosen_reward", "rejected_reward", "chosen_logp", "rejected_logp")
@@ -157,7 +157,7 @@ def validation_rows(n_rows: int, batches: int, dp: int, micro_batch_size: int) -
 
 
 class DpoObjective:
-    """DPO's loss and figures for `Trainer` (`training.engine`): `cfg` the run's `DpoConfig`."""
+    """DPO's loss and figures for `Trainer` (`lm_assets.training.engine`): `cfg` the run's `DpoConfig`."""
 
     def __init__(self, cfg: DpoConfig, model: torch.nn.Module, device: torch.device, dp_rank: int, dp: int,
                  dp_group, micro_batch_size: int, eos_id: int | None):  # fmt: skip
@@ -172,7 +172,7 @@ class DpoObjective:
     # -- inputs --------------------------------------------------------------------------------
 
     def _inputs(self, dataset: PackedDataset, rows) -> tuple:
-        from training import kernels
+        from lm_assets.training import kernels
 
         x, y, sides = dataset.rows(rows)
         doc = None if self.eos_id is None else kernels.document_ids(x, self.eos_id)
@@ -181,7 +181,7 @@ class DpoObjective:
 
     @torch.no_grad()
     def _reference_logits(self, x, doc) -> torch.Tensor:
-        from training.lora import adapters_disabled
+        from lm_assets.training.lora import adapters_disabled
 
         with adapters_disabled(self.model):
             return self.model(x, doc)

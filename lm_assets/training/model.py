@@ -16,7 +16,7 @@
   to earlier tokens of its own document and its RoPE position counts from its document's start,
   so every document is computed as if it were alone in the row.
 
-The norm, RoPE, SwiGLU, cross-entropy and attention run on the kernels `training/kernels.py` has
+The norm, RoPE, SwiGLU, cross-entropy and attention run on the kernels `lm_assets/training/kernels.py` has
 activated for the process (eager math by default). `compile_blocks` compiles every block's layer.
 
 Building blocks for parallel wrappers. `Embedding`, `Block` and `Head` are separate modules
@@ -47,9 +47,9 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from training import kernels
-from training.config import ModelConfig
-from training.kernels import Kernels, apply_rope, rotate_half
+from lm_assets.training import kernels
+from lm_assets.training.config import ModelConfig
+from lm_assets.training.kernels import Kernels, apply_rope, rotate_half
 
 EAGER = Kernels()  # the reference kernels: what a model runs on unless it is given others
 
@@ -215,7 +215,7 @@ class Transformer(nn.Module):
     """The whole decoder: `forward(ids [B, T] int64) -> logits [B, T, vocab_size]`.
 
     `seed=None` skips initialization (e.g. before `load_state_dict`, or on the meta device). `kernels`:
-    what its ops run on (`training/kernels.py`; `use_kernels` changes them).
+    what its ops run on (`lm_assets/training/kernels.py`; `use_kernels` changes them).
     """
 
     def __init__(self, cfg: ModelConfig, seed: int | None = 0, linear_factory: LinearFactory = default_linear,

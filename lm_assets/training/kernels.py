@@ -1,6 +1,6 @@
 """The kernels the model's hot ops run on, chosen per process, and the document-masked attention.
 
-`training.model` calls the functions here (`rms_norm`, `rope`, `swiglu`, `cross_entropy`,
+`lm_assets.training.model` calls the functions here (`rms_norm`, `rope`, `swiglu`, `cross_entropy`,
 `attention`) instead of writing the math inline, so one switch moves every layer to another kernel:
 
     op             "eager"                          "torch"                        "liger"
@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass
 import torch
 import torch.nn.functional as F
 
-from training.config import KERNEL_CHOICES, KernelConfig
+from lm_assets.training.config import KERNEL_CHOICES, KernelConfig
 
 IGNORE_INDEX = -100
 

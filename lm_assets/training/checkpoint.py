@@ -6,7 +6,7 @@ exactly what saving and resuming need (the DeepSpeed engine, this process's rank
 (they meet at barriers):
 
 - `save(step, state, metrics)` writes the checkpoint of `step` completed steps and returns its
-  tag. `state` is the loop's own state as plain Python data (for `training.engine.Trainer`: the
+  tag. `state` is the loop's own state as plain Python data (for `lm_assets.training.engine.Trainer`: the
   completed steps, which fix the data position, the tokens seen and the loss-spike window),
   `metrics` the last step's report;
 - `resume()` loads `latest` into the engine and this process's RNGs and returns the `state` it
@@ -32,11 +32,11 @@ checkpoint, and a tag folder with `layout.json` is complete, even when the job i
 
 Resuming. `resume` loads `latest` and hands back the loop's state. It needs the same model and
 the same global batch (`micro_batch_size * grad_accum * dp` sequences per step: the data order is
-a function of the step number alone, `training.data`), and refuses a checkpoint that differs in
+a function of the step number alone, `lm_assets.training.data`), and refuses a checkpoint that differs in
 either. With the same (pp, tp, dp) layout, ZeRO stage and precision, DeepSpeed's `load_checkpoint`
 loads it and each rank restores its own RNG file; in fp32 on CPU the losses after the resume are
 identical to an uninterrupted run. Saved with another layout, ZeRO stage or precision, it is
-resharded by `training.reshard` (fp32 or bf16, ZeRO stage 0 to 2, on both sides; fp16 and ZeRO-3
+resharded by `lm_assets.training.reshard` (fp32 or bf16, ZeRO stage 0 to 2, on both sides; fp16 and ZeRO-3
 are refused): the weights, fp32 master weights, AdamW moments and step counts, the LR scheduler
 and DeepSpeed's step counters are consolidated per parameter and sliced for each rank of the new
 layout; the losses then match an uninterrupted run up to the float rounding of the two layouts.
@@ -47,10 +47,10 @@ DeepSpeed saves by position only, `save` adds the parameters' names to the clien
 (`optimizer_param_names`).
 
 `consolidated_state_dict` gathers a checkpoint's module weights, from any layout, into one
-`training.model.Transformer` state dict (pipeline layer files renamed, tensor-parallel shards
+`lm_assets.training.model.Transformer` state dict (pipeline layer files renamed, tensor-parallel shards
 concatenated; ZeRO-3 checkpoints, tp=1 only, re-assembled from the optimizer files' flat
 partitions as DeepSpeed's `zero_to_fp32` does). With `model_config` it feeds
-`training.export.export_hf`.
+`lm_assets.training.export.export_hf`.
 
 Loading. A `.pt` file is a pickle, and unpickling can call any function the file names. So every
 file read here (module weights, ZeRO-3 partitions, RNG states) is loaded with `weights_only=True`:
@@ -80,8 +80,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from training import reshard
-from training.checkpoint_files import (
+from lm_assets.training import reshard
+from lm_assets.training.checkpoint_files import (
     load_weights_only,
     merge_tp,
     module_pieces,
@@ -89,10 +89,10 @@ from training.checkpoint_files import (
     optimizer_format,
     weights_only_checkpoint_engine,
 )
-from training.config import ModelConfig, ParallelDims, to_dict
-from training.primitives import atomic_path
+from lm_assets.training.config import ModelConfig, ParallelDims, to_dict
+from lm_assets.training.primitives import atomic_path
 
-log = logging.getLogger("training")
+log = logging.getLogger("lm_assets.training")
 
 TAG_FORMAT = "step_{:08d}"
 
@@ -245,7 +245,7 @@ class CheckpointManager:
     def resume(self) -> dict | None:
         """Load the latest checkpoint into the engine and this process's RNGs; returns the `state`
         it was saved with, or None when there is no checkpoint. Saved with another layout, ZeRO
-        stage or precision, it is resharded (`training.reshard`) and each rank restores the RNG
+        stage or precision, it is resharded (`lm_assets.training.reshard`) and each rank restores the RNG
         file of its own rank number where there is one, else seeds its RNGs from the tag and its
         rank (the RNG streams of a changed world size cannot be continued)."""
         tag = latest_tag(self.folder)
@@ -351,7 +351,7 @@ def _zero3_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def model_config(ckpt_dir: str | os.PathLike, tag: str | None = None) -> ModelConfig:
-    """The `ModelConfig` a checkpoint was trained with (for `training.export.export_hf`)."""
+    """The `ModelConfig` a checkpoint was trained with (for `lm_assets.training.export.export_hf`)."""
     tag = tag or latest_tag(ckpt_dir)
     if tag is None:
         raise FileNotFoundError(f"no checkpoint under {ckpt_dir}")
@@ -391,8 +391,8 @@ def model_state_dict(ckpt_dir: str | os.PathLike, tag: str | None = None) -> dic
     settings = adapter_settings(ckpt_dir, tag)
     if settings is None:
         return state
-    from training import hf_init
-    from training.lora import LoRAConfig, merged_state_dict
+    from lm_assets.training import hf_init
+    from lm_assets.training.lora import LoRAConfig, merged_state_dict
 
     adapter, init_from = settings
     base = hf_init.extend_vocabulary(hf_init.weights(init_from), model_config(ckpt_dir, tag).vocab_size)

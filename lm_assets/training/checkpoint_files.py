@@ -1,7 +1,7 @@
-"""Reading a checkpoint's files, for `training.checkpoint` and `training.reshard`.
+"""Reading a checkpoint's files, for `lm_assets.training.checkpoint` and `lm_assets.training.reshard`.
 
 - `load_weights_only`: `torch.load` that unpickles tensors and plain Python data only (see
-  "Loading" in `training.checkpoint`), plus `optimizer_file_classes` for DeepSpeed's optimizer files;
+  "Loading" in `lm_assets.training.checkpoint`), plus `optimizer_file_classes` for DeepSpeed's optimizer files;
   `weights_only_checkpoint_engine`, DeepSpeed's checkpoint engine loading that way;
 - tensor-parallel weights by name: `COLUMN_PARALLEL` (split along dim 0), `ROW_PARALLEL` (dim 1),
   the rest replicated; `tp_dim` and `merge_tp`;
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from training.config import ModelConfig
+from lm_assets.training.config import ModelConfig
 
 # Megatron-style split dimension of tensor-parallel weights, by name (the rest is replicated).
 COLUMN_PARALLEL = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight", "up_proj.weight")
@@ -63,7 +63,7 @@ def weights_only_checkpoint_engine(config=None):
 
 def tp_dim(name: str) -> int | None:
     """The dimension a tensor-parallel parameter is split along (None: replicated). An adapter
-    (`training.lora`) follows its layer: `B` of a column-parallel layer by its output rows, `A` of a
+    (`lm_assets.training.lora`) follows its layer: `B` of a column-parallel layer by its output rows, `A` of a
     row-parallel one by its input columns; the base weight it wraps (`q_proj.base.weight`) as the layer's."""
     name = name.replace(".base.", ".")
     if name.endswith(".lora_B"):
@@ -90,7 +90,7 @@ def module_pieces(path: Path, layout: dict, cfg: ModelConfig, keep=None) -> dict
     tensor-parallel rank, in rank order; only the names `keep` accepts, when given."""
     pieces: dict[str, list[torch.Tensor]] = {}
     if layout["pp"] > 1:
-        from training.parallel import pipeline_layer_name
+        from lm_assets.training.parallel import pipeline_layer_name
 
         pattern = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
         files = sorted((int(m[1]), int(m[2]), f) for f in path.iterdir() if (m := pattern.fullmatch(f.name)))

@@ -3,7 +3,7 @@
 `export_hf(model_or_state_dict, cfg, out_dir, tokenizer_model_path=None)` writes
 
 - `model.safetensors`: all weights in one file, named as `LlamaForCausalLM` names them (no
-  permutation: `training/model.py` uses HF's rotate_half RoPE layout);
+  permutation: `lm_assets/training/model.py` uses HF's rotate_half RoPE layout);
 - `config.json` (+ `generation_config.json`): a `LlamaConfig`, so
   `transformers.LlamaForCausalLM.from_pretrained(out_dir)` loads it with no conversion script;
 - with a SentencePiece model: `tokenizer.model` (a copy), `tokenizer.json`, `tokenizer_config.json`
@@ -49,8 +49,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from training.config import ModelConfig
-from training.primitives import atomic_path, read_varint
+from lm_assets.training.config import ModelConfig
+from lm_assets.training.primitives import atomic_path, read_varint
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
@@ -199,7 +199,7 @@ HF_CONFIG_SIZES = {  # setting: (required, largest)
     "max_position_embeddings": (False, 1 << 20),
     "head_dim": (False, 1 << 12),
 }
-MAX_ROPE_ROWS = 1 << 24  # layers x positions: each layer of `training.model` keeps its own RoPE tables
+MAX_ROPE_ROWS = 1 << 24  # layers x positions: each layer of `lm_assets.training.model` keeps its own RoPE tables
 HF_CONFIG_NUMBERS = {"rope_theta": "positive", "rms_norm_eps": "positive", "initializer_range": "non-negative"}
 HF_CONFIG_FLAGS = ("tie_word_embeddings", "attention_bias", "mlp_bias")
 HF_CONFIG_NAMES = ("model_type", "hidden_act")

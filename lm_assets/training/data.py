@@ -33,7 +33,7 @@ the targets whose mask is 1, the assistant's tokens; the rest become -100 too. P
 (`files.<split>.sides`: a `<split>_sides.bin` of one uint8 per token, 0 unscored, 1 chosen, 2 rejected;
 a pair to a row) scores the answers' tokens, and `rows` also gives each target's side.
 The packer writes an EOS after every document; with `document_mask` the trainer derives each
-row's document ids from those (`training.kernels.document_ids`) and attention stays within
+row's document ids from those (`lm_assets.training.kernels.document_ids`) and attention stays within
 documents.
 """
 
@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.primitives import splitmix64
+from lm_assets.training.primitives import splitmix64
 
 IGNORE_INDEX = -100
 _U64 = np.uint64

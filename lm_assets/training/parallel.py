@@ -1,7 +1,7 @@
 """Parallelism for the training program: the (pp, tp, dp) layout, its process groups,
 Megatron-style tensor-parallel linears, and building the model for the layout.
 
-Layout. `training.config.ParallelDims(pp, tp, dp)` with `pp * tp * dp == world size`. Ranks are
+Layout. `lm_assets.training.config.ParallelDims(pp, tp, dp)` with `pp * tp * dp == world size`. Ranks are
 laid out by DeepSpeed's `PipeModelDataParallelTopology` (axes `pipe, data, model`, the model axis
 varying fastest), so the ranks of a tensor-parallel group are adjacent (one node, in practice).
 
@@ -15,13 +15,13 @@ head stay replicated: their gradients are identical on the ranks of a group beca
 gradient that reaches them has already been summed. Sharded weights carry
 `tensor_model_parallel = True`, which DeepSpeed reads to count them once per shard (and the
 replicated ones once per group) in the global gradient norm. Initialization draws the full matrix
-from the seed (`training.model` keys every weight by its name) and each rank keeps its slice, so
+from the seed (`lm_assets.training.model` keys every weight by its name) and each rank keeps its slice, so
 any layout starts from the same weights as a single process.
 
 Model. With `pp > 1` the model is a `deepspeed.pipe.PipelineModule` of `LayerSpec`s
 `[EmbeddingPipe, BlockPipe x n_layers, HeadPipe]` with the loss as `loss_fn`, blocks split evenly
 across stages (`partition_method="type:BlockPipe"`); each stage builds only its own layers. With
-`pp == 1` it is a plain `training.model.Transformer` (its state dict is the export layout), which
+`pp == 1` it is a plain `lm_assets.training.model.Transformer` (its state dict is the export layout), which
 the ordinary DeepSpeed engine trains with any ZeRO stage. With document masks the pipeline carries
 `(hidden, doc_ids, positions)` between stages (integer tensors get no gradient); each stage builds
 the attention mask of a micro-batch once, from `doc_ids`, for all its blocks.
@@ -43,10 +43,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as torch_checkpoint
 
-from training import kernels
-from training.config import ModelConfig, ParallelDims
-from training.kernels import Kernels
-from training.model import EAGER, Block, Embedding, Head, Transformer, cross_entropy, default_linear
+from lm_assets.training import kernels
+from lm_assets.training.config import ModelConfig, ParallelDims
+from lm_assets.training.kernels import Kernels
+from lm_assets.training.model import EAGER, Block, Embedding, Head, Transformer, cross_entropy, default_linear
 
 # ---------------------------------------------------------------------------------------------
 # Process groups
@@ -71,7 +71,7 @@ def init_distributed(timeout_s: float = 600.0) -> None:
     import deepspeed
     from deepspeed.accelerator import get_accelerator
 
-    from training.accelerator import use_training_accelerator
+    from lm_assets.training.accelerator import use_training_accelerator
 
     use_training_accelerator()
 
@@ -250,7 +250,7 @@ class RowParallelLinear(nn.Module):
 
 
 def tp_linear_factory(group):
-    """A `training.model.LinearFactory` giving column/row-parallel linears over `group`
+    """A `lm_assets.training.model.LinearFactory` giving column/row-parallel linears over `group`
     (plain `nn.Linear` when there is no group)."""
     if group is None:
         return default_linear
