@@ -37,6 +37,7 @@ import json, resource, sys, time
 import dagster as dg
 from lm_assets.app.local_run import OFFLINE_RUN_CONFIG
 from lm_assets.defs.common.resources import LandingResource, StorageResource
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import curated_shard, extracted_shard
 from lm_assets.defs.ingest.assets import raw_shard
 
@@ -46,8 +47,10 @@ instance = dg.DagsterInstance.ephemeral()
 instance.add_dynamic_partitions("shards", [shard])
 ops = {k: v for k, v in OFFLINE_RUN_CONFIG["ops"].items() if k == stage}
 started = time.perf_counter()
-result = dg.materialize([asset], partition_key=shard, instance=instance, run_config={"ops": ops},
-                        resources={"storage": StorageResource(root=storage), "landing": LandingResource(root=landing)},
+result = dg.materialize([asset], partition_key=shard, instance=instance,
+                        run_config={"ops": ops, "resources": OFFLINE_RUN_CONFIG["resources"]},
+                        resources={"storage": StorageResource(root=storage), "landing": LandingResource(root=landing),
+                                   "toxicity": ToxicityResource()},
                         selection=[asset.key])
 usage = resource.getrusage(resource.RUSAGE_SELF)
 meta = result.asset_materializations_for_node(stage)[0].metadata

@@ -21,10 +21,11 @@ from lm_assets.defs.common.partitions import add_new_partitions, checkpoint_part
 from lm_assets.defs.common.sample_defaults import SAMPLE_PROFILE, demo_run_config
 from lm_assets.defs.evaluation.assets import checkpoint_evaluation_sensor
 
-# The sample profile's offline toxicity model (Detoxify would download its release model).
-OFFLINE_TOXICITY = {"toxicity": {"backend": SAMPLE_PROFILE["toxicity"]["backend"]}}
+# The sample profile's offline toxicity model (Detoxify would download its release model), as the
+# `toxicity` resource's run config.
+OFFLINE_TOXICITY = {"toxicity": {"config": SAMPLE_PROFILE["toxicity"]}}
 # For runs without quality labels (benchmarks of speed and dedup, tests): the rules alone decide.
-OFFLINE_RUN_CONFIG = {"ops": {"curated_shard": {"config": {**OFFLINE_TOXICITY, "quality_policy": "rules"}}}}
+OFFLINE_RUN_CONFIG = {"resources": OFFLINE_TOXICITY, "ops": {"curated_shard": {"config": {"quality_policy": "rules"}}}}
 # `make demo`'s run config: the sample crawl's profile and what the demo runs besides (sample_defaults.py).
 # The demo trains the quality classifier on the sample crawl's labels: the default policy applies.
 DEMO_RUN_CONFIG = demo_run_config()
@@ -190,11 +191,13 @@ def checkpoints_to_evaluate(instance: dg.DagsterInstance) -> list[str]:
 
 
 def run_config_for(run_config: dict | None, job: dg.JobDefinition) -> dict | None:
-    """The part of a graph-wide run config (`{"ops": {asset: ...}}`) that a job's ops take."""
+    """The part of a graph-wide run config (`{"ops": {asset: ...}, "resources": ...}`) that a job's ops take,
+    with its resources' settings."""
     if not run_config:
         return None
     ops = {name: cfg for name, cfg in run_config.get("ops", {}).items() if job.graph.has_node_named(name)}
-    return {"ops": ops} if ops else None
+    resources = run_config.get("resources", {})
+    return {**({"ops": ops} if ops else {}), **({"resources": resources} if resources else {})} or None
 
 
 # The code location and repository workspace.yaml declares.

@@ -10,7 +10,8 @@ from lm_assets.defs.common.environment import default_of
 from lm_assets.defs.common.partitions import SHARDS_PER_RUN, partition_range_tags, shard_partitions
 from lm_assets.defs.common.reporting import config_hash, latest_metadata
 from lm_assets.defs.common.resources import LandingResource, StorageResource
-from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig
+from lm_assets.defs.common.toxicity import ToxicityResource
+from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, curated_config_hash
 from lm_assets.defs.curation.jobs import landed_shard_job
 from lm_assets.defs.ingest.assets import RawShardConfig
 
@@ -49,22 +50,23 @@ def shard_run_requests(new: list[str], per_run: int) -> list[dg.RunRequest]:
     return requests
 
 
-def current_config_hashes() -> dict:
-    """Each curation stage's default config hash, with today's environment defaults."""
+def current_config_hashes(toxicity: ToxicityResource) -> dict:
+    """Each curation stage's default config hash, with today's environment defaults and toxicity model."""
     return {
         dg.AssetKey("raw_shard"): config_hash(RawShardConfig()),
         dg.AssetKey("extracted_shard"): config_hash(ExtractedShardConfig()),
-        dg.AssetKey("curated_shard"): config_hash(CuratedShardConfig()),
+        dg.AssetKey("curated_shard"): curated_config_hash(CuratedShardConfig(), toxicity),
     }
 
 
 def stale_shards(
-    instance: dg.DagsterInstance, shards: list[str], current_hashes: dict | None = None, store=None
+    instance: dg.DagsterInstance, shards: list[str], current_hashes: dict | None = None, store=None,
+    toxicity: ToxicityResource | None = None,
 ) -> list[str]:
     """Shards whose latest materialization of some stage ran with another config than the current default,
     or that were curated with another quality classifier than the current one (given the storage)."""
     stale = []
-    current_hashes = current_config_hashes() if current_hashes is None else current_hashes
+    current_hashes = current_config_hashes(toxicity or ToxicityResource()) if current_hashes is None else current_hashes
     scored_by_another = set(classifier_stale_shards(store, shards)) if store is not None else set()
     for shard in shards:
         if shard in scored_by_another:
@@ -82,11 +84,12 @@ def stale_shards(
              default_status=dg.DefaultScheduleStatus.STOPPED,
              description="Every night at 02:00 UTC, re-runs landed_shard_job for the shards whose stages last ran "
              "with another config (or never ran), or that an older quality classifier scored.")
-def nightly_curation_refresh(context: dg.ScheduleEvaluationContext, storage: StorageResource):
+def nightly_curation_refresh(context: dg.ScheduleEvaluationContext, storage: StorageResource,
+                             toxicity: ToxicityResource):
     """Re-runs curation for every shard whose stages last ran with a different config (or never ran), or
     that an older quality classifier scored."""
     shards = context.instance.get_dynamic_partitions(shard_partitions.name)
-    stale = stale_shards(context.instance, shards, store=storage.storage())
+    stale = stale_shards(context.instance, shards, store=storage.storage(), toxicity=toxicity)
     if not stale:
         return dg.SkipReason(f"all {len(shards)} shards are current")
     return [dg.RunRequest(partition_key=s, run_key=f"refresh:{s}:{context.scheduled_execution_time:%Y%m%d}") for s in stale]

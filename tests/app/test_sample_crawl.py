@@ -9,6 +9,7 @@ import pytest
 
 from lm_assets.corpus.curation.pii import find_pii
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import curated_shard, extracted_shard
 from lm_assets.defs.curation.expectations import curated_expectations
 from lm_assets.defs.dedup.assets import (
@@ -30,7 +31,7 @@ from lm_assets.defs.tokens.assets import (
 CRAWL = Path(__file__).resolve().parents[2] / "data" / "sample-crawl"
 EXPECTED = json.loads((CRAWL / "expected.json").read_text())
 SHARDS = sorted(EXPECTED["shards"])
-RUN_CONFIG = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
+RUN_CONFIG = {"ops": {"curated_shard": {"config": {"quality_policy": "rules"}}}}
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +46,7 @@ def materialized(tmp_path_factory):
         "storage": StorageResource(root=str(root), s3=s3),
         "landing": LandingResource(root=str(CRAWL), s3=s3),
         "dedup": DedupSettings(),
+        "toxicity": ToxicityResource(backend="profanity_check"),
     }
     shard_assets = [raw_shard, extracted_shard, curated_shard, curated_expectations, minhash_signatures]
 

@@ -17,12 +17,12 @@ from lm_assets.corpus.tokens.packing import PackingConfig
 from lm_assets.corpus.tokens.tokenizer import TokenizerConfig
 from lm_assets.defs.common.config import to_dataclass
 
+from lm_assets.defs.common.toxicity import ToxicityResource
 
 @dataclass(frozen=True)
 class Inner:
     size: int = 3
     names: tuple[str, ...] = ("a",)
-
 
 @dataclass(frozen=True)
 class Outer:
@@ -30,22 +30,18 @@ class Outer:
     inner: Inner = field(default_factory=Inner)
     maybe: Inner | None = None
 
-
 class InnerConfig(dg.Config):
     size: int = 3
     names: list[str] = ["a"]
-
 
 class OuterConfig(dg.Config):
     rate: float = 0.5
     inner: InnerConfig = InnerConfig()
     asset_only: str = "x"
 
-
 def test_defaults_and_given_fields():
     assert to_dataclass(Outer, {}) == Outer()
     assert to_dataclass(Outer, {"rate": 0.25}) == Outer(rate=0.25)
-
 
 def test_nested_dataclasses_from_mappings_and_configs():
     built = to_dataclass(Outer, {"inner": {"size": 7, "names": ["b", "c"]}, "maybe": {"size": 1}})
@@ -53,22 +49,19 @@ def test_nested_dataclasses_from_mappings_and_configs():
     assert isinstance(built.inner.names, tuple)
     assert to_dataclass(Outer, OuterConfig(inner=InnerConfig(size=9)), exclude=["asset_only"]).inner == Inner(size=9)
 
-
 def test_unknown_fields_are_refused_with_the_valid_ones():
     with pytest.raises(dg.Failure, match=r"Outer: unknown config field\(s\) \['asset_only'\]; valid fields: \['inner', 'maybe', 'rate'\]"):
         to_dataclass(Outer, OuterConfig())
     with pytest.raises(dg.Failure, match=r"Outer.inner: unknown config field\(s\) \['colour'\]"):
         to_dataclass(Outer, {"inner": {"colour": "red"}})
 
-
 def test_dataclass_values_pass_through():
     inner = Inner(size=2)
     assert to_dataclass(Outer, {"inner": inner}).inner is inner
 
-
 def test_stage_configs_default_to_the_corpus_defaults(monkeypatch):
     for variable in ("LM_ASSETS_SEQ_LEN", "LM_ASSETS_VOCAB_SIZE", "LM_ASSETS_TOXICITY_BACKEND",
-                     "LM_ASSETS_DETOXIFY_CHECKPOINT", "LM_ASSETS_DETOXIFY_HF_CONFIG"):
+                     "LM_ASSETS_DETOXIFY_CHECKPOINT", "LM_ASSETS_DETOXIFY_HF_CONFIG", "LM_ASSETS_LAUNCHPAD_DEFAULTS"):
         monkeypatch.delenv(variable, raising=False)
     from lm_assets.defs.curation.assets import CuratedShardConfig, ExtractedShardConfig, LanguageIdConfig, ToxicityRulesConfig
     from lm_assets.defs.decontam.assets import DecontaminatedShardConfig
@@ -80,15 +73,14 @@ def test_stage_configs_default_to_the_corpus_defaults(monkeypatch):
     assert to_dataclass(ReaderConfig, RawShardConfig()) == ReaderConfig()
     assert to_dataclass(ExtractConfig, ExtractedShardConfig()) == ExtractConfig()
     assert to_dataclass(ClassifierConfig, QualityClassifierConfig(), exclude=["min_balanced_accuracy"]) == ClassifierConfig()
-    assert to_dataclass(ToxicityConfig, ToxicityRulesConfig()) == ToxicityConfig()
+    assert ToxicityResource().scorer_config(ToxicityRulesConfig()) == ToxicityConfig()
     assert to_dataclass(LangIdConfig, LanguageIdConfig()) == LangIdConfig()
     assert to_dataclass(TokenizerConfig, TokenizerTrainingConfig(), exclude=["adopt_from", "extra_pieces"]) == TokenizerConfig()
     assert to_dataclass(PackingConfig, PackedDatasetConfig(), exclude=["curriculum_reference"]) == PackingConfig()
     assert to_dataclass(DecontamConfig, DecontaminatedShardConfig(), exclude=["mmlu_path", "ceval_paths"]) == DecontamConfig()
     assert DedupSettings().dedup_config() == DedupConfig()
-    curation = CuratedShardConfig(quality_policy="rules").curation_config()
+    curation = CuratedShardConfig(quality_policy="rules").curation_config(ToxicityResource())
     assert (curation.order, curation.langid) == (CurationConfig().order, CurationConfig().langid)
-
 
 def test_one_default_per_setting():
     # Rows of seq_len tokens give seq_len - 1 positions: 2049 fills the presets' 2048-token context.
@@ -96,7 +88,6 @@ def test_one_default_per_setting():
     from lm_assets.defs.tokens.assets import TokenizerTrainingConfig
 
     assert TokenizerTrainingConfig().num_threads == TokenizerConfig().num_threads
-
 
 def test_training_and_evaluation_configs_default_to_the_program_defaults(monkeypatch):
     monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
@@ -108,7 +99,7 @@ def test_training_and_evaluation_configs_default_to_the_program_defaults(monkeyp
     from lm_assets.evaluation.samples import SampleSettings
     from lm_assets.training.config import TrainConfig, config_from_dict
 
-    assert CuratedShardConfig().curation_config().policy == CurationConfig().policy == "classifier"
+    assert CuratedShardConfig().curation_config(ToxicityResource()).policy == CurationConfig().policy == "classifier"
     built = config_from_dict(TrainingRunConfig().train_config("packed", "ckpt", "tok.model", seq_len=2049))
     defaults = TrainConfig()
     # What the launcher decides: the paths, the context from the packed sequences, and dp, since the

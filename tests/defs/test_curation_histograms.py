@@ -24,6 +24,7 @@ from lm_assets.corpus.curation.histograms import (
     linear_edges,
 )
 from lm_assets.defs.common.resources import LandingResource, StorageResource
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import curated_shard, curation_summary, extracted_shard
 from lm_assets.defs.ingest.assets import raw_shard
 from lm_assets.reporting.histograms import inline_histogram
@@ -31,7 +32,7 @@ from tests.support.dedup_crawl import SAMPLE_CRAWL
 
 SHARD = "crawl-00000.warc.gz"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-CURATED_CONFIG = {"toxicity": {"backend": "profanity_check"}, "quality_policy": "both"}
+CURATED_CONFIG = {"quality_policy": "both"}
 RUN_CONFIG = {"ops": {"curated_shard": {"config": CURATED_CONFIG}}}
 
 
@@ -43,7 +44,8 @@ def test_curated_shard_shows_its_histograms_inline_and_whole_beside_its_tables(t
     instance.add_dynamic_partitions("shards", [SHARD])
     result = dg.materialize(
         [raw_shard, extracted_shard, curated_shard], partition_key=SHARD, instance=instance, run_config=RUN_CONFIG,
-        resources={"storage": StorageResource(root=str(storage)), "landing": LandingResource(root=str(landing))},
+        resources={"storage": StorageResource(root=str(storage)), "landing": LandingResource(root=str(landing)),
+                   "toxicity": ToxicityResource(backend="profanity_check")},
     )
     assert result.success
     metadata = result.asset_materializations_for_node("curated_shard")[0].metadata
@@ -98,7 +100,8 @@ def test_the_summary_sums_every_curated_shard(tmp_path):
         shutil.copy(SAMPLE_CRAWL / shard, landing / shard)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", shards)
-    resources = {"storage": StorageResource(root=str(storage)), "landing": LandingResource(root=str(landing))}
+    resources = {"storage": StorageResource(root=str(storage)), "landing": LandingResource(root=str(landing)),
+                   "toxicity": ToxicityResource(backend="profanity_check")}
     for shard in shards:
         assert dg.materialize([raw_shard, extracted_shard, curated_shard], partition_key=shard, instance=instance,
                               run_config=RUN_CONFIG, resources=resources).success  # fmt: skip

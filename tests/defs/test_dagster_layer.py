@@ -16,10 +16,11 @@ from dagster._core.instance.ref import InstanceRef
 from lm_assets.defs.automation import landing_sensor, shard_run_requests, stale_shards
 from lm_assets.defs.common.reporting import config_hash
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import (
     CuratedShardConfig,
     ExtractedShardConfig,
-    ToxicityRulesConfig,
+    curated_config_hash,
     curated_shard,
     extracted_shard,
 )
@@ -28,7 +29,9 @@ from lm_assets.defs.ingest.assets import RawShardConfig, raw_shard
 from lm_assets.storage.store import Storage
 from tests.support.warc_builder import WarcBuilder, page
 
-OFFLINE_TOXICITY = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
+RULES_ONLY = {"ops": {"curated_shard": {"config": {"quality_policy": "rules"}}}}
+# The offline toxicity model: Detoxify would download its release model.
+OFFLINE_TOXICITY = ToxicityResource(backend="profanity_check")
 EN = (
     "The old lighthouse stands at the edge of the harbour, and its keeper climbs the stairs every evening. "
     "In winter the storms come from the north, and the ships wait in the bay until the sea is calm again. "
@@ -70,9 +73,10 @@ def write_shard(path: Path) -> Path:
     )
 
 
-def resources(storage_root: str, landing_root: str) -> dict:
+def resources(storage_root: str, landing_root: str, toxicity: ToxicityResource = OFFLINE_TOXICITY) -> dict:
     s3 = s3_resource_from_env()
-    return {"storage": StorageResource(root=storage_root, s3=s3), "landing": LandingResource(root=landing_root, s3=s3)}
+    return {"storage": StorageResource(root=storage_root, s3=s3), "landing": LandingResource(root=landing_root, s3=s3),
+            "toxicity": toxicity}
 
 
 def check_results(result) -> dict:
@@ -93,7 +97,7 @@ def test_materialize_one_shard_locally(tmp_path):
         partition_key="s1.warc.gz",
         instance=instance,
         resources=resources(str(tmp_path / "storage"), str(landing)),
-        run_config=OFFLINE_TOXICITY,
+        run_config=RULES_ONLY,
     )
     assert result.success
     checks = check_results(result)
@@ -150,7 +154,7 @@ def test_each_shard_keeps_its_own_check_status(tmp_path):
     for shard in ("english.warc.gz", "both.warc.gz"):
         assert dg.materialize(
             [raw_shard, extracted_shard, curated_shard], partition_key=shard, instance=instance,
-            resources=resources(str(tmp_path / "storage"), str(landing)), run_config=OFFLINE_TOXICITY,
+            resources=resources(str(tmp_path / "storage"), str(landing)), run_config=RULES_ONLY,
         ).success
     assert all(spec.partitions_def is not None for spec in curated_shard.check_specs)
 
@@ -172,7 +176,7 @@ def test_expectations_check_the_languages_the_run_was_configured_with(tmp_path):
     ).response("https://en.example/harbour", page("Harbour", f"<p>{EN}</p>")).write(landing / "s1.warc.gz")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
-    curated_config = OFFLINE_TOXICITY["ops"]["curated_shard"]["config"] | {
+    curated_config = RULES_ONLY["ops"]["curated_shard"]["config"] | {
         "langid": {"allowed": ["en", "de"]}, "language_share_bounds": {"en": [0.05, 1.0], "de": [0.05, 1.0]}
     }
     result = dg.materialize(
@@ -197,13 +201,13 @@ def test_unloadable_toxicity_model_fails_the_run_with_its_reason(tmp_path):
     write_shard(landing / "s1.warc.gz")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", ["s1.warc.gz"])
-    config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "detoxify", "detoxify_checkpoint": "/no/such.ckpt"}, "quality_policy": "rules"}}}}
+    unloadable = ToxicityResource(backend="detoxify", detoxify_checkpoint="/no/such.ckpt")
     result = dg.materialize(
         [raw_shard, extracted_shard, curated_shard],
         partition_key="s1.warc.gz",
         instance=instance,
-        resources=resources(str(tmp_path / "storage"), str(landing)),
-        run_config=config,
+        resources=resources(str(tmp_path / "storage"), str(landing), unloadable),
+        run_config=RULES_ONLY,
         raise_on_error=False,
     )
     assert not result.success
@@ -303,15 +307,19 @@ def test_schedule_finds_shards_whose_config_changed(tmp_path):
     current = {
         raw_shard.key: config_hash(RawShardConfig()),
         extracted_shard.key: config_hash(ExtractedShardConfig()),
-        curated_shard.key: config_hash(CuratedShardConfig(toxicity=ToxicityRulesConfig(backend="profanity_check"), quality_policy="rules")),
+        curated_shard.key: curated_config_hash(CuratedShardConfig(quality_policy="rules"), OFFLINE_TOXICITY),
     }
-    dg.materialize(assets, partition_key="s1.warc.gz", run_config=OFFLINE_TOXICITY, **common)
+    dg.materialize(assets, partition_key="s1.warc.gz", run_config=RULES_ONLY, **common)
     assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s2.warc.gz"]  # s2 never ran
-    changed = {"ops": {"curated_shard": {"config": {"langid": {"min_score": 0.6}, "toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
+    changed = {"ops": {"curated_shard": {"config": {"langid": {"min_score": 0.6}, "quality_policy": "rules"}}}}
     dg.materialize(assets, partition_key="s2.warc.gz", run_config=changed, **common)
     assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s2.warc.gz"]
-    dg.materialize(assets, partition_key="s2.warc.gz", run_config=OFFLINE_TOXICITY, **common)
+    dg.materialize(assets, partition_key="s2.warc.gz", run_config=RULES_ONLY, **common)
     assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == []
+    # Scored by another toxicity model, both are stale.
+    other_model = ToxicityResource(backend="detoxify")
+    current[curated_shard.key] = curated_config_hash(CuratedShardConfig(quality_policy="rules"), other_model)
+    assert stale_shards(instance, ["s1.warc.gz", "s2.warc.gz"], current) == ["s1.warc.gz", "s2.warc.gz"]
 
 
 def test_materialize_raw_to_curated_on_s3(tmp_path, s3_server):
@@ -325,7 +333,7 @@ def test_materialize_raw_to_curated_on_s3(tmp_path, s3_server):
         partition_key="s3shard.warc.gz",
         instance=instance,
         resources=resources(f"s3://{s3_server.bucket}/out", f"s3://{s3_server.bucket}/landing"),
-        run_config=OFFLINE_TOXICITY,
+        run_config=RULES_ONLY,
     )
     assert result.success and all(check_results(result).values())
     store = Storage(f"s3://{s3_server.bucket}/out", s3_client=client)
@@ -406,7 +414,7 @@ def sketch(instance, res) -> None:
 
     dg.materialize(
         [raw_shard, extracted_shard, curated_shard, minhash_signatures],
-        partition_key="s1.warc.gz", instance=instance, resources=res, run_config=OFFLINE_TOXICITY,
+        partition_key="s1.warc.gz", instance=instance, resources=res, run_config=RULES_ONLY,
     )
 
 

@@ -14,7 +14,6 @@ PROJECT = Path(__file__).resolve().parents[2]
 LATE_ENVIRONMENT = textwrap.dedent("""
     import json, os
     import lm_assets.definitions as location
-    from lm_assets.defs.curation.assets import ToxicityRulesConfig
     from lm_assets.defs.evaluation.assets import CevalScoreConfig, MmluScoreConfig
     from lm_assets.defs.decontam.assets import DecontaminatedShardConfig
     from lm_assets.defs.tokens.assets import PackedDatasetConfig, TokenizerTrainingConfig
@@ -33,7 +32,7 @@ LATE_ENVIRONMENT = textwrap.dedent("""
         "endpoint": resources["storage"].s3.get_client().meta.endpoint_url,
         "vocab_size": TokenizerTrainingConfig().vocab_size,
         "seq_len": PackedDatasetConfig().seq_len,
-        "toxicity": ToxicityRulesConfig().backend,
+        "toxicity": resources["toxicity"].settings()["backend"],
         "decontam_mmlu": DecontaminatedShardConfig().mmlu_path,
         "mmlu": MmluScoreConfig().mmlu_path,
         "ceval": CevalScoreConfig().ceval_path,

@@ -23,6 +23,7 @@ def test_humaneval_score_of_a_checkpoint(tmp_path):
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
     from lm_assets.defs.common.partitions import checkpoint_partitions
     from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
+    from lm_assets.defs.common.toxicity import ToxicityResource
     from lm_assets.defs.evaluation.assets import humaneval_score
     from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, question_results_key
     from lm_assets.training.config import from_preset
@@ -61,6 +62,7 @@ def test_humaneval_score_of_a_checkpoint(tmp_path):
 def test_position_perplexity_and_continuation_scores_on_a_packed_corpus_and_a_checkpoint(tmp_path):
     from lm_assets.defs.common.partitions import checkpoint_partitions
     from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
+    from lm_assets.defs.common.toxicity import ToxicityResource
     from lm_assets.defs.evaluation.assets import continuation_scores as scores_asset
     from lm_assets.defs.evaluation.assets import position_perplexity as position_asset
     from lm_assets.defs.tokens.assets import packed_dataset, tokenized_shard, tokenizer
@@ -77,7 +79,7 @@ def test_position_perplexity_and_continuation_scores_on_a_packed_corpus_and_a_ch
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", ["s0"])
     storage = StorageResource(root=str(root), s3=s3_resource_from_env())
-    resources = {"storage": storage}
+    resources = {"storage": storage, "toxicity": ToxicityResource(backend="profanity_check")}
     assert dg.materialize([tokenizer], instance=instance, resources=resources, run_config={
         "ops": {"tokenizer": {"config": {"vocab_size": 360}}}}).success
     assert dg.materialize([tokenized_shard], instance=instance, resources=resources, partition_key="s0").success
@@ -88,11 +90,10 @@ def test_position_perplexity_and_continuation_scores_on_a_packed_corpus_and_a_ch
               tokenizer_model_path=root / "tokenizer" / "tokenizer.model")  # fmt: skip
     key = checkpoint_key("main", "step_00000002")
     instance.add_dynamic_partitions(checkpoint_partitions.name, [key])
-    offline = {"backend": "profanity_check"}
     result = dg.materialize([position_asset, scores_asset], partition_key=key, instance=instance, resources=resources,
                             run_config={"ops": {"position_perplexity": {"config": {"min_tokens": 40, "device": "cpu"}},
                                                 "continuation_scores": {"config": {"min_tokens": 40, "prompt_tokens": 24,
-                                                                                   "new_tokens": 8, "toxicity": offline}}}})  # fmt: skip
+                                                                                   "new_tokens": 8}}}})  # fmt: skip
     by_asset = {e.asset_key.path[-1]: e.materialization.metadata for e in result.get_asset_materialization_events()}
     position = by_asset["position_perplexity"]
     assert int(position["documents"].value) > 0 and position["main/perplexity_0-256"].value > 1

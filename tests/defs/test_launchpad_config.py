@@ -14,6 +14,8 @@ import pydantic
 import pytest
 from dagster._config import ConfigTypeKind
 
+from lm_assets.defs.common.toxicity import ToxicityResource
+
 
 def subclasses(cls: type):
     for sub in cls.__subclasses__():
@@ -80,7 +82,7 @@ def test_choices_are_dropdowns_of_the_corpus_values():
     assert field_choices(curated_shard, "quality_policy") == list(POLICIES)
     assert field_choices(curated_shard, "quality_preset") == list(PRESETS)
     assert field_choices(curated_shard, "order") == list(STEPS)
-    assert field_choices(curated_shard, "toxicity", "backend") == list(BACKENDS)
+    assert enum_values(ToxicityResource.to_config_schema().config_type.fields["backend"].config_type) == list(BACKENDS)
     assert field_choices(extracted_shard, "extractor") == list(EXTRACTORS)
     assert field_choices(quality_classifier, "features") == list(FEATURES)
     assert field_choices(packed_dataset, "strategy") == list(STRATEGIES)
@@ -118,22 +120,25 @@ def test_environment_choices_become_plain_strings_in_the_dataclasses(monkeypatch
     monkeypatch.setenv("LM_ASSETS_QUALITY_POLICY", "both")
     from lm_assets.defs.curation.assets import CuratedShardConfig
 
-    curation = CuratedShardConfig().curation_config()
+    curation = CuratedShardConfig().curation_config(ToxicityResource())
     assert (curation.policy, curation.toxicity.backend) == ("both", "profanity_check")
     assert type(curation.policy) is str and type(curation.toxicity.backend) is str
     assert all(type(step) is str for step in curation.order) and isinstance(curation.order, tuple)
     # A value set in the config wins over the environment.
-    assert CuratedShardConfig(quality_policy="rules").curation_config().policy == "rules"
+    assert CuratedShardConfig(quality_policy="rules").curation_config(ToxicityResource()).policy == "rules"
+    assert ToxicityResource(backend="detoxify").scorer_config(CuratedShardConfig().toxicity).backend == "detoxify"
 
 
 def test_an_unknown_choice_is_refused_naming_the_valid_ones(monkeypatch):
-    from lm_assets.defs.curation.assets import CuratedShardConfig, ToxicityRulesConfig
+    from lm_assets.defs.curation.assets import CuratedShardConfig
 
     with pytest.raises(pydantic.ValidationError, match="'rules', 'classifier' or 'both'"):
         CuratedShardConfig(quality_policy="vibes")
-    monkeypatch.setenv("LM_ASSETS_TOXICITY_BACKEND", "perspective")
     with pytest.raises(pydantic.ValidationError, match="'detoxify' or 'profanity_check'"):
-        ToxicityRulesConfig()
+        ToxicityResource(backend="perspective")
+    monkeypatch.setenv("LM_ASSETS_TOXICITY_BACKEND", "perspective")
+    with pytest.raises(ValueError, match=r"\$LM_ASSETS_TOXICITY_BACKEND='perspective': use one of auto, detoxify, profanity_check"):
+        ToxicityResource().settings()
 
 
 def test_to_dataclass_takes_enum_members_as_their_values():
@@ -148,14 +153,16 @@ def test_to_dataclass_takes_enum_members_as_their_values():
 def test_a_run_config_choice_reaches_the_asset_as_a_string():
     from lm_assets.defs.curation.assets import CuratedShardConfig
 
+
     seen = {}
 
     @dg.asset
-    def probe(config: CuratedShardConfig) -> None:
-        seen.update(policy=config.quality_policy, backend=config.toxicity.backend, preset=config.quality_preset)
+    def probe(config: CuratedShardConfig, toxicity: ToxicityResource) -> None:
+        seen.update(policy=config.quality_policy, backend=toxicity.settings()["backend"], preset=config.quality_preset)
 
-    run_config = {"quality_policy": "rules", "quality_preset": "fineweb", "toxicity": {"backend": "profanity_check"}}
-    assert dg.materialize([probe], run_config={"ops": {"probe": {"config": run_config}}}).success
+    run_config = {"ops": {"probe": {"config": {"quality_policy": "rules", "quality_preset": "fineweb"}}},
+                  "resources": {"toxicity": {"config": {"backend": "profanity_check"}}}}
+    assert dg.materialize([probe], resources={"toxicity": ToxicityResource()}, run_config=run_config).success
     assert seen == {"policy": "rules", "backend": "profanity_check", "preset": "fineweb"}
     assert all(type(value) is str for value in seen.values())
 
@@ -164,7 +171,7 @@ def curated_quality(monkeypatch, **config):
     monkeypatch.delenv("LM_ASSETS_QUALITY_POLICY", raising=False)
     from lm_assets.defs.curation.assets import CuratedShardConfig
 
-    return CuratedShardConfig(**config).curation_config().quality
+    return CuratedShardConfig(**config).curation_config(ToxicityResource()).quality
 
 
 def test_unset_quality_rules_are_the_preset_exactly(monkeypatch):
@@ -252,7 +259,7 @@ def test_quality_rules_from_a_run_config_reach_the_quality_config():
 
     @dg.asset
     def probe(config: CuratedShardConfig) -> None:
-        seen["quality"] = config.curation_config().quality
+        seen["quality"] = config.curation_config(ToxicityResource()).quality
 
     rules = {"gopher_quality": {"min_doc_words": 10}, "disabled": ["min_sentences"], "families": ["gopher_quality", "prose"]}
     run_config = {"quality_policy": "rules", "quality_rules": rules}
@@ -275,12 +282,12 @@ def test_an_environment_default_says_what_it_is_where_the_definitions_loaded(mon
 
 
 def test_the_launchpad_shows_the_effective_environment_defaults():
-    from lm_assets.defs.curation.assets import CuratedShardConfig, ToxicityRulesConfig
+    from lm_assets.defs.curation.assets import CuratedShardConfig
     from lm_assets.defs.evaluation.assets import CevalScoreConfig
     from lm_assets.defs.tokens.assets import PackedDatasetConfig, TokenizerTrainingConfig
     from lm_assets.defs.training.assets import TrainingLauncher
 
-    for cls, name in [(CuratedShardConfig, "quality_policy"), (ToxicityRulesConfig, "backend"),
-                      (ToxicityRulesConfig, "detoxify_checkpoint"), (TokenizerTrainingConfig, "vocab_size"),
+    for cls, name in [(CuratedShardConfig, "quality_policy"), (ToxicityResource, "backend"),
+                      (ToxicityResource, "detoxify_checkpoint"), (TokenizerTrainingConfig, "vocab_size"),
                       (PackedDatasetConfig, "seq_len"), (CevalScoreConfig, "ceval_path"), (TrainingLauncher, "backend")]:
         assert "; here: " in cls.model_fields[name].description, (cls.__name__, name)

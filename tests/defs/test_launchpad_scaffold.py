@@ -177,9 +177,14 @@ def test_the_scaffold_writes_the_choices_an_unset_field_would_take(workspace):
 
     (_, selector), = [item for item in launchpads(workspace) if item[0] == "asset curated_shard"]
     scaffold = execute_dagster_graphql(workspace, SCAFFOLD, {"selector": selector}).data["runConfigSchemaOrError"]
-    config = yaml.safe_load(scaffold["rootDefaultYaml"])["ops"]["curated_shard"]["config"]
+    scaffolded = yaml.safe_load(scaffold["rootDefaultYaml"])
+    config = scaffolded["ops"]["curated_shard"]["config"]
     assert config["quality_policy"] == loaded_default("LM_ASSETS_QUALITY_POLICY", "classifier")
-    assert config["toxicity"]["backend"] == loaded_default("LM_ASSETS_TOXICITY_BACKEND", "auto")
+    # The toxicity model is a resource, in the scaffold beside the ops; its backend, unset, is read when the run
+    # starts, and its description says what that is here.
+    assert set(config["toxicity"]) == {"line_threshold", "max_toxic_fraction", "zh_max_flagged_ratio"}
+    assert scaffolded["resources"]["toxicity"]["config"] == {"detoxify_model_type": "original", "device": "auto",
+                                                             "prescreen_threshold": 0.05}
 
 
 SAMPLE_LAUNCHPAD = """

@@ -12,6 +12,7 @@ from lm_assets.corpus.audit.agreement import read_labels
 from lm_assets.corpus.quality.shipped import shipped_classifier, training_pages
 from lm_assets.defs.automation import stale_shards
 from lm_assets.defs.common.resources import LandingResource, StorageResource, s3_resource_from_env
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import curated_shard, curated_with_current_classifier, extracted_shard
 from lm_assets.defs.ingest.assets import raw_shard
 from lm_assets.defs.quality.assets import quality_classifier, quality_labels
@@ -20,7 +21,8 @@ from lm_assets.storage.store import Storage
 
 SLICE = Path(__file__).resolve().parents[1] / "data" / "dev-slice"
 SHARD = "slice.warc.gz"
-OFFLINE = {"toxicity": {"backend": "profanity_check"}}
+# The offline toxicity model: Detoxify would download its release model.
+OFFLINE_TOXICITY = ToxicityResource(backend="profanity_check")
 
 
 def check_results(result) -> dict:
@@ -44,7 +46,8 @@ def loop(tmp_path_factory):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", [SHARD])
     s3 = s3_resource_from_env()
-    resources = {"storage": StorageResource(root=str(storage), s3=s3), "landing": LandingResource(root=str(landing), s3=s3)}
+    resources = {"storage": StorageResource(root=str(storage), s3=s3), "landing": LandingResource(root=str(landing), s3=s3),
+                 "toxicity": OFFLINE_TOXICITY}
     common = dict(instance=instance, resources=resources, raise_on_error=False)
     ingest = dg.materialize([raw_shard, extracted_shard], partition_key=SHARD, **common)
     trained = dg.materialize(
@@ -52,7 +55,7 @@ def loop(tmp_path_factory):
         **common,
     )
     curated = dg.materialize(
-        [curated_shard], partition_key=SHARD, run_config={"ops": {"curated_shard": {"config": {**OFFLINE, "quality_policy": "classifier"}}}},
+        [curated_shard], partition_key=SHARD, run_config={"ops": {"curated_shard": {"config": {"quality_policy": "classifier"}}}},
         **common,
     )
     assert ingest.success and trained.success and curated.success
@@ -135,11 +138,11 @@ def test_an_unlabelled_crawl_runs_with_every_default_on_the_shipped_classifier(t
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", [SHARD])
     s3 = s3_resource_from_env()
-    resources = {"storage": StorageResource(root=str(tmp_path / "storage"), s3=s3), "landing": LandingResource(root=str(tmp_path), s3=s3)}
+    resources = {"storage": StorageResource(root=str(tmp_path / "storage"), s3=s3), "landing": LandingResource(root=str(tmp_path), s3=s3),
+                 "toxicity": OFFLINE_TOXICITY}
     common = dict(instance=instance, resources=resources, raise_on_error=False)
-    offline = {"ops": {"curated_shard": {"config": OFFLINE}}}
     ingest = dg.materialize([raw_shard, extracted_shard], partition_key=SHARD, **common)
-    curated = dg.materialize([curated_shard], partition_key=SHARD, run_config=offline, **common)
+    curated = dg.materialize([curated_shard], partition_key=SHARD, **common)
     labels = dg.materialize([quality_labels, quality_classifier], **common)
     assert ingest.success and curated.success and labels.success
     shipped, info = shipped_classifier()

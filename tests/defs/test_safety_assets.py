@@ -14,6 +14,7 @@ import torch
 from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
 from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.evaluation.safety import SAFETY_ASSETS
 from lm_assets.sft.chat import CHAT_TEMPLATE
 from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, question_results_key, safety_answers_key
@@ -49,7 +50,8 @@ def materialize(root, partition):
     config = {a.key.to_user_string(): {"config": {"device": "cpu", **({"max_new_tokens": 8} if a.key.to_user_string() == "safety_score" else {})}}
               for a in SAFETY_ASSETS}  # fmt: skip
     result = dg.materialize(SAFETY_ASSETS, partition_key=partition, instance=instance, run_config={"ops": config},
-                            resources={"storage": StorageResource(root=str(root), s3=s3_resource_from_env())})  # fmt: skip
+                            resources={"storage": StorageResource(root=str(root), s3=s3_resource_from_env()),
+                                       "toxicity": ToxicityResource(backend="profanity_check")})  # fmt: skip
     assert result.success
     return {e.asset_key.to_user_string(): e.materialization.metadata for e in result.get_asset_materialization_events()}
 

@@ -43,17 +43,19 @@ def test_the_demo_runs_the_profile():
 
 
 def test_the_toxicity_backend_comes_from_the_variable_else_the_profile_when_a_run_starts(monkeypatch):
-    """curated_shard, continuation_scores and safety_score take the backend the same way, read when their config
-    is built (a run starts), not when the code was imported."""
-    from lm_assets.defs.curation.assets import CuratedShardConfig, ToxicityRulesConfig
-    from lm_assets.defs.evaluation.safety import SafetyScoreConfig
+    """The one toxicity resource that curated_shard, continuation_scores and safety_score share reads its backend
+    when a run uses it, not when the code was imported; a backend set on the resource comes first."""
+    from lm_assets.definitions import defs
+    from lm_assets.defs.common.toxicity import ToxicityResource
 
+    resource = defs.resources["toxicity"]
+    assert isinstance(resource, ToxicityResource)
     monkeypatch.delenv("LM_ASSETS_TOXICITY_BACKEND", raising=False)
     monkeypatch.setenv("LM_ASSETS_LAUNCHPAD_DEFAULTS", "sample")
-    backends = lambda: {ToxicityRulesConfig().backend, CuratedShardConfig().toxicity.backend, SafetyScoreConfig().toxicity.backend}
-    assert backends() == {SAMPLE_PROFILE["toxicity"]["backend"]}
+    assert resource.settings()["backend"] == SAMPLE_PROFILE["toxicity"]["backend"]
     monkeypatch.setenv("LM_ASSETS_TOXICITY_BACKEND", "detoxify")
-    assert backends() == {"detoxify"}
+    assert resource.settings()["backend"] == "detoxify"
+    assert ToxicityResource(backend="profanity_check").settings()["backend"] == "profanity_check"
     monkeypatch.delenv("LM_ASSETS_TOXICITY_BACKEND")
     monkeypatch.setenv("LM_ASSETS_LAUNCHPAD_DEFAULTS", "")
-    assert backends() == {"auto"}
+    assert resource.settings()["backend"] == "auto"

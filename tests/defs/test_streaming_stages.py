@@ -14,6 +14,7 @@ from lm_assets.corpus.curation.extract import ExtractConfig, extract_documents
 from lm_assets.corpus.ingest.readers import BATCH_ROWS, read_shard
 from lm_assets.defs.common.partitions import partition_range_tags
 from lm_assets.defs.common.resources import LandingResource, StorageResource
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import extracted_shard
 from lm_assets.defs.ingest.assets import raw_shard
 from lm_assets.storage.layout import raw_keys, stage_keys
@@ -33,7 +34,8 @@ def test_a_shard_of_several_batches_is_streamed_and_accounted_exactly(tmp_path):
     shard = builder.write(landing / "long.warc.gz")
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", [shard.name])
-    resources = {"storage": StorageResource(root=str(tmp_path / "storage")), "landing": LandingResource(root=str(landing))}
+    resources = {"storage": StorageResource(root=str(tmp_path / "storage")), "landing": LandingResource(root=str(landing)),
+                 "toxicity": ToxicityResource(backend="profanity_check")}
     result = dg.materialize([raw_shard, extracted_shard], partition_key=shard.name, instance=instance, resources=resources)
     assert result.success
     meta = {m.asset_key.path[-1]: m.metadata for m in result.asset_materializations_for_node("raw_shard")}
@@ -73,8 +75,9 @@ def test_a_page_over_the_extraction_budget_is_quarantined_and_the_shard_still_ba
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", [shard.name])
     config = {"ops": {"extracted_shard": {"config": {"time_budget_s": 0.05}},
-                      "curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
-    resources = {"storage": StorageResource(root=str(tmp_path / "storage")), "landing": LandingResource(root=str(landing))}
+                      "curated_shard": {"config": {"quality_policy": "rules"}}}}
+    resources = {"storage": StorageResource(root=str(tmp_path / "storage")), "landing": LandingResource(root=str(landing)),
+                 "toxicity": ToxicityResource(backend="profanity_check")}
     result = dg.materialize([raw_shard, extracted_shard, curated_shard], partition_key=shard.name, instance=instance,
                             resources=resources, run_config=config)  # fmt: skip
     assert result.success
@@ -103,16 +106,16 @@ def test_curated_shard_streams_its_batches_into_the_bytes_one_batch_gives(tmp_pa
         body = "<p>Too short.</p>" if i % 9 == 0 else prose + f"<p>Write to clerk{i}@harbour.example.</p>"
         builder.response(f"https://port.example/{i}", page(f"Page {i}", body))
     shard = builder.write(landing / "port.warc.gz")
-    config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}}}}}
     tables, metadata = {}, {}
     for batch_rows in (16, 10_000):
         monkeypatch.setattr(curation_assets, "CURATION_BATCH_ROWS", batch_rows)
         instance = dg.DagsterInstance.ephemeral()
         instance.add_dynamic_partitions("shards", [shard.name])
         root = tmp_path / f"storage-{batch_rows}"
-        resources = {"storage": StorageResource(root=str(root)), "landing": LandingResource(root=str(landing))}
+        resources = {"storage": StorageResource(root=str(root)), "landing": LandingResource(root=str(landing)),
+                     "toxicity": ToxicityResource(backend="profanity_check")}
         result = dg.materialize([raw_shard, extracted_shard, curated_shard], partition_key=shard.name,
-                                instance=instance, resources=resources, run_config=config)  # fmt: skip
+                                instance=instance, resources=resources)
         assert result.success
         checks = {(e.asset_key.path[-1], e.check_name): e.passed for e in result.get_asset_check_evaluations()}
         assert checks.pop(("curated_shard", "language_share")) is False  # no Chinese, below its 5 % bound
@@ -169,9 +172,9 @@ def test_a_run_of_several_shards_keeps_each_shards_materialization_and_checks(tm
         shards.append(builder.write(landing / f"s{number}.warc.gz").name)
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions("shards", shards)
-    config = {"ops": {"curated_shard": {"config": {"toxicity": {"backend": "profanity_check"}, "quality_policy": "rules"}}}}
+    config = {"ops": {"curated_shard": {"config": {"quality_policy": "rules"}}}}
     resources = {"storage": StorageResource(root=str(tmp_path / "storage")), "landing": LandingResource(root=str(landing)),
-                 "dedup": DedupSettings()}  # fmt: skip
+                 "dedup": DedupSettings(), "toxicity": ToxicityResource(backend="profanity_check")}  # fmt: skip
     every_shard = partition_range_tags(shards[0], shards[-1])
     result = dg.materialize(
         [raw_shard, extracted_shard, curated_shard, curated_expectations, minhash_signatures], instance=instance,

@@ -28,7 +28,11 @@ FULL_TEXT_DOCS, FULL_TEXT_MAX_CHARS = 3, 20_000
 
 
 def config_hash(config: dg.Config) -> str:
-    payload = json.dumps(config.model_dump(), sort_keys=True, default=str)
+    return payload_hash(config.model_dump())
+
+
+def payload_hash(settings: dict) -> str:
+    payload = json.dumps(settings, sort_keys=True, default=str)
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 

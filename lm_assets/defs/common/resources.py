@@ -1,4 +1,5 @@
-"""Where data lives: the storage root every stage writes under, and the landing location shards arrive in.
+"""Where data lives: the storage root every stage writes under, and the landing location shards arrive in; and
+the toxicity model (lm_assets/defs/common/toxicity.py).
 
 Nothing here reads the environment when it is imported: a field left unset takes its environment
 default when the resource is used, and a relative path resolves against the project folder
@@ -14,6 +15,7 @@ import dagster as dg
 from pydantic import Field
 
 from lm_assets.defs.common.environment import from_environment, project_path, unset_means
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.storage.store import Storage
 
 # Their defaults are the registry's (lm_assets/defs/common/environment.py).
@@ -111,11 +113,12 @@ class LandingResource(StorageResource):
         return store
 
 
-def default_resources(s3: S3ClientResource | None = None) -> dict:
-    """The resources every domain shares: the storage root and the landing location. A domain's
-    Definitions adds those it owns (lm_assets/defs/<domain>/definitions.py)."""
+def default_resources(s3: S3ClientResource | None = None, toxicity: ToxicityResource | None = None) -> dict:
+    """The resources every domain shares: the storage root, the landing location and the toxicity model. A
+    domain's Definitions adds those it owns (lm_assets/defs/<domain>/definitions.py)."""
     s3 = s3 or s3_resource_from_env()
     return {
         "storage": StorageResource(s3=s3),
         "landing": LandingResource(s3=s3),
+        "toxicity": toxicity or ToxicityResource(),
     }

@@ -25,7 +25,7 @@ from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STE
 from lm_assets.corpus.curation.policy import POLICIES, check_targets, language_name
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, RulesConfig, preset, rule_reasons
 from lm_assets.corpus.curation.rules import STAGE as RULES_STAGE
-from lm_assets.corpus.curation.toxicity import BACKENDS, DETOXIFY_MODELS, ToxicityConfig
+from lm_assets.corpus.curation.toxicity import ToxicityConfig
 from lm_assets.corpus.quality.classifier import QualityClassifier
 from lm_assets.corpus.quality.registry import (
     classifier_description,
@@ -33,11 +33,12 @@ from lm_assets.corpus.quality.registry import (
     current_classifier,
     current_classifier_hash,
 )
-from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices, to_dataclass
+from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, choices, to_dataclass
 from lm_assets.defs.common.environment import fill_from_environment, loaded_default, unset_means
 from lm_assets.defs.common.partitions import shard_asset, shard_partitions
 from lm_assets.defs.common.reporting import (
     config_hash,
+    payload_hash,
     document_previews,
     drop_audit_metadata,
     drop_metadata,
@@ -46,7 +47,7 @@ from lm_assets.defs.common.reporting import (
     cut_text,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.sample_defaults import launchpad_default
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.common.stages import (
     CURATED_SCHEMA,
     EXTRACTED_SCHEMA,
@@ -174,47 +175,13 @@ CURATION_DEFAULTS = CurationConfig()
 LANGID_DEFAULTS = CURATION_DEFAULTS.langid
 TOXICITY_DEFAULTS = ToxicityConfig()
 CurationStep = choices("CurationStep", STEPS)
-ToxicityBackend = choices("ToxicityBackend", BACKENDS)
-DetoxifyModel = choices("DetoxifyModel", DETOXIFY_MODELS)
 QualityPreset = choices("QualityPreset", PRESETS)
 QualityPolicy = choices("QualityPolicy", POLICIES)
 
 
 class ToxicityRulesConfig(dg.Config):
-    model_config = ENUM_FIELDS_AS_VALUES
+    """What the toxicity step drops; which model scores is the `toxicity` resource (`ToxicityResource`)."""
 
-    backend: ToxicityBackend | None = Field(
-        default=loaded_default("LM_ASSETS_TOXICITY_BACKEND", launchpad_default("toxicity", "backend", TOXICITY_DEFAULTS.backend)),
-        description="auto (detoxify where torch sees a CUDA device, profanity_check on a CPU, where Detoxify would "
-        "take nearly all of curation's time), detoxify or profanity_check; the metadata's toxicity_backend says which "
-        "ran and why; "
-        + unset_means("LM_ASSETS_TOXICITY_BACKEND", launchpad_default("toxicity", "backend", TOXICITY_DEFAULTS.backend)),
-    )
-    detoxify_model_type: DetoxifyModel = Field(
-        default=TOXICITY_DEFAULTS.detoxify_model_type,
-        description="Detoxify's release model (original, unbiased, multilingual), downloaded unless "
-        "detoxify_checkpoint is set",
-    )
-    detoxify_checkpoint: str | None = Field(
-        default=None,
-        description="a local Detoxify .ckpt file, for offline use; "
-        + unset_means("LM_ASSETS_DETOXIFY_CHECKPOINT", "the release model's download"),
-    )
-    detoxify_hf_config_path: str | None = Field(
-        default=None,
-        description="a folder with the model's config.json and tokenizer files, for offline use; "
-        + unset_means("LM_ASSETS_DETOXIFY_HF_CONFIG", "from the Hugging Face Hub"),
-    )
-    device: Device = Field(
-        default=TOXICITY_DEFAULTS.device,
-        description="torch device Detoxify runs on: auto (cuda when torch sees a GPU, else cpu), cpu or cuda (the "
-        "first GPU CUDA_VISIBLE_DEVICES leaves)",
-    )
-    prescreen_threshold: float | None = Field(
-        default=TOXICITY_DEFAULTS.prescreen_threshold,
-        description="detoxify only: lines alt-profanity-check scores below this count as clean without the BERT "
-        "model; unset: the model reads every line",
-    )
     line_threshold: float = Field(
         default=TOXICITY_DEFAULTS.line_threshold, description="toxicity score (0-1) at or above which a line is toxic"
     )
@@ -229,17 +196,6 @@ class ToxicityRulesConfig(dg.Config):
         "(traditional and simplified alike) at or above which a document is dropped (toxicity:zh_flagged_words); "
         "null: not scored",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _environment_defaults(cls, data):
-        # Unset and without $LM_ASSETS_TOXICITY_BACKEND: the selected profile's (the sample crawl's), else auto.
-        backend = launchpad_default("toxicity", "backend", TOXICITY_DEFAULTS.backend)
-        return fill_from_environment(data, {
-            "backend": ("LM_ASSETS_TOXICITY_BACKEND", backend),
-            "detoxify_checkpoint": ("LM_ASSETS_DETOXIFY_CHECKPOINT", TOXICITY_DEFAULTS.detoxify_checkpoint),
-            "detoxify_hf_config_path": ("LM_ASSETS_DETOXIFY_HF_CONFIG", TOXICITY_DEFAULTS.detoxify_hf_config_path),
-        })
 
 
 class LanguageIdConfig(dg.Config):
@@ -301,9 +257,9 @@ class CuratedShardConfig(dg.Config):
         default=None, description="the classifier's cut as the share of documents to keep, per language (`*`: the "
         "others), e.g. `{zh: 0.5}`: the highest-scoring share of each batch of 2,048 documents in that language is "
         "kept; set at most one of classifier_threshold, classifier_retention and classifier_keep_rate")
-    # A factory, so that the backend's environment default is read when a run starts, not at import.
     toxicity: ToxicityRulesConfig = Field(
-        default_factory=ToxicityRulesConfig, description="the toxicity step: line scores and the document drop rule"
+        default_factory=ToxicityRulesConfig, description="the toxicity step's drop rules (the `toxicity` resource "
+        "is the model that scores)"
     )
 
     @model_validator(mode="before")
@@ -316,12 +272,12 @@ class CuratedShardConfig(dg.Config):
         check_targets(self.classifier_threshold, self.classifier_retention, self.classifier_keep_rate)
         return self
 
-    def curation_config(self, classifier: QualityClassifier | None = None) -> CurationConfig:
+    def curation_config(self, toxicity: ToxicityResource, classifier: QualityClassifier | None = None) -> CurationConfig:
         return to_dataclass(CurationConfig, {
             "order": self.order,
             "langid": self.langid,
             "quality": quality_config(self.quality_preset, self.quality_rules.overrides()),
-            "toxicity": self.toxicity,
+            "toxicity": toxicity.scorer_config(self.toxicity),
             "policy": self.quality_policy,
             "classifier": classifier,
             "threshold": self.classifier_threshold,
@@ -397,24 +353,34 @@ CURATED_STAGE = DocumentStage("curated", CURATED_SCHEMA, filters=FILTERS, checks
     description="Documents that pass language ID, quality rules and toxicity, with PII redacted; scores kept as columns.",
 )
 def curated_shard(
-    context: dg.AssetExecutionContext, config: CuratedShardConfig, storage: StorageResource
+    context: dg.AssetExecutionContext, config: CuratedShardConfig, storage: StorageResource, toxicity: ToxicityResource
 ):
-    yield from each_shard(context, lambda shard: curated_shard_of(shard, config, storage))
+    yield from each_shard(context, lambda shard: curated_shard_of(shard, config, storage, toxicity))
 
 
-def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageResource) -> dg.MaterializeResult:
+def curated_shard_of(shard: str, config: CuratedShardConfig, storage: StorageResource,
+                     toxicity: ToxicityResource) -> dg.MaterializeResult:
     with storage.storage().work_folder(stage_folder("curated", shard)) as work:  # as extracted_shard's
-        return curate_shard(shard, config, storage, work)
+        return curate_shard(shard, config, storage, toxicity, work)
 
 
-def curate_shard(shard: str, config: CuratedShardConfig, storage: StorageResource, work: Path) -> dg.MaterializeResult:
+def curated_config_hash(config: CuratedShardConfig, toxicity: ToxicityResource) -> str:
+    """The config hash of a curated shard: its config with the toxicity model's settings inside `toxicity`, so
+    that a shard scored by another model is stale too."""
+    settings = config.model_dump()
+    settings["toxicity"] = {**settings["toxicity"], **toxicity.settings()}
+    return payload_hash(settings)
+
+
+def curate_shard(shard: str, config: CuratedShardConfig, storage: StorageResource, toxicity: ToxicityResource,
+                 work: Path) -> dg.MaterializeResult:
     store = storage.storage()
     extracted_key = stage_keys("extracted", shard)["documents"]
     try:
         classifier, classifier_info = current_classifier(store)
     except (OSError, ValueError) as exc:
         raise dg.Failure(description=f"cannot load the quality classifier: {exc}") from exc
-    curation_config = config.curation_config(classifier)
+    curation_config = config.curation_config(toxicity, classifier)
     histograms: dict[str, Histogram] = {}
     seen = StreamedDocuments(count=curated_counts)
     try:
@@ -469,7 +435,7 @@ def curate_shard(shard: str, config: CuratedShardConfig, storage: StorageResourc
             ),
             "effective_config": dg.MetadataValue.json(without_word_lists(effective)),
             "effective_config_path": dg.MetadataValue.path(store.uri(effective_config_key(shard))),
-            "config_hash": config_hash(config),
+            "config_hash": curated_config_hash(config, toxicity),
         },
     )
 

@@ -41,6 +41,7 @@ from lm_assets.defs.common.reporting import (
     series_value,
 )
 from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import ToxicityRulesConfig
 from lm_assets.defs.evaluation.common import (
     UNPLOTTED,
@@ -242,8 +243,8 @@ class ContinuationScoresConfig(ValidationDocumentsConfig):
     prompt_tokens: int = Field(default=128, description="the document's first tokens the model continues")
     new_tokens: int = Field(default=64, description="tokens the model writes, scored against the document's next ones")
     toxicity: ToxicityRulesConfig = Field(
-        default_factory=ToxicityRulesConfig, description="how the continuations are scored for toxicity, as curated_shard "
-        "scores documents (English model or lexicon, Chinese flagged words)",
+        default_factory=ToxicityRulesConfig, description="the thresholds a continuation is judged toxic by, as "
+        "curated_shard's (English lines, Chinese flagged words); the toxicity resource is the model",
     )
 
 
@@ -452,21 +453,22 @@ def position_perplexity(
     "continuation (ROUGE-L F1, BLEU, per language), and the share of continuations the toxicity filters flag.",
 )
 def continuation_scores(
-    context: dg.AssetExecutionContext, config: ContinuationScoresConfig, storage: StorageResource
+    context: dg.AssetExecutionContext, config: ContinuationScoresConfig, storage: StorageResource,
+    toxicity: ToxicityResource,
 ) -> dg.MaterializeResult:
-    from lm_assets.corpus.curation.toxicity import ToxicityConfig, score_toxicity
+    from lm_assets.corpus.curation.toxicity import score_toxicity
     from lm_assets.evaluation.long_text import continuation_scores as score  # torch: imported when the asset runs
 
     store, docs, em, ran_on = held_out_documents_and_model(context, storage, config)
     result = score(em, docs, config.prompt_tokens, config.new_tokens)
     rows = pl.DataFrame(result["rows"], schema_overrides={"lang": pl.String}) if result["rows"] else pl.DataFrame()
-    toxicity = {}
+    toxic = {}
     if rows.height:
         checked = score_toxicity(rows.select(pl.col("doc_id"), pl.col("continuation").alias("text"), "lang"),
-                                 to_dataclass(ToxicityConfig, config.toxicity))  # fmt: skip
+                                 toxicity.scorer_config(config.toxicity))  # fmt: skip
         flagged = set(checked.dropped["doc_id"].to_list()) if checked.dropped.height else set()
         rows = rows.with_columns(pl.col("doc_id").is_in(list(flagged)).alias("toxic"))
-        toxicity = {"toxic_share": len(flagged) / rows.height,
+        toxic = {"toxic_share": len(flagged) / rows.height,
                     "toxicity_scored_by": dg.MetadataValue.text(f"{checked.stats['model']}; Chinese: {checked.stats['zh_lexicon']}")}  # fmt: skip
     key = continuations_key(context.partition_key)
     store.write_parquet(key, rows)
@@ -475,9 +477,9 @@ def continuation_scores(
         **run_series(context.partition_key, {
             **{f"rouge_l_{lang}": v["rouge_l_f1"] for lang, v in by_lang.items()},
             **{f"bleu_{lang}": v["bleu"] for lang, v in by_lang.items()},
-            **({"toxic_share": toxicity.pop("toxic_share")} if toxicity else {}),
+            **({"toxic_share": toxic.pop("toxic_share")} if toxic else {}),
         }),
-        **toxicity,
+        **toxic,
         "documents": dg.MetadataValue.text(str(result["documents"])),
         "by_language": markdown_table(pl.DataFrame([{"lang": lang, "documents": v["documents"],
                                                      "rouge_l_f1": round(v["rouge_l_f1"], 4), "bleu": round(v["bleu"], 2)}

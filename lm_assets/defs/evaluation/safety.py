@@ -8,10 +8,10 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
-from lm_assets.defs.common.config import to_dataclass
 from lm_assets.defs.common.environment import default_of
 from lm_assets.defs.common.reporting import markdown_table, run_series
 from lm_assets.defs.common.resources import StorageResource
+from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import ToxicityRulesConfig
 from lm_assets.defs.evaluation.common import (
     EvaluationDeviceConfig,
@@ -36,8 +36,8 @@ class SafetyScoreConfig(EvaluationDeviceConfig):
                              f"searched recursively; unset: $LM_ASSETS_SAFETY_DIR, else the shipped sample ({SAFETY_SAMPLE}/)")  # fmt: skip
     max_new_tokens: int = Field(default=48, ge=1, description="tokens of each greedy answer")
     limit: int | None = Field(default=None, ge=1, description="only the first this many prompts; unset: all")
-    toxicity: ToxicityRulesConfig = Field(default_factory=ToxicityRulesConfig, description="how answers are scored for "
-                                          "toxicity, as curated_shard scores documents")  # fmt: skip
+    toxicity: ToxicityRulesConfig = Field(default_factory=ToxicityRulesConfig, description="the thresholds an answer is "
+                                          "judged toxic by, as curated_shard's; the toxicity resource is the model")  # fmt: skip
 
 
 SAFETY_RATES = ("refusal_rate", "over_refusal_rate", "harmful_toxic_share")
@@ -61,8 +61,9 @@ def safety_series(summary: dict[str, dict], chat: bool) -> tuple[dict[str, float
     "phrases (and Chinese ones) and by curation's toxicity filters; every answer kept with its verdict and reason. A base "
     "checkpoint's refusal is not meaningful: its metadata says so and leads with the toxicity of its continuations.",
 )
-def safety_score(context: dg.AssetExecutionContext, config: SafetyScoreConfig, storage: StorageResource) -> dg.MaterializeResult:
-    from lm_assets.corpus.curation.toxicity import ToxicityConfig, score_toxicity
+def safety_score(context: dg.AssetExecutionContext, config: SafetyScoreConfig, storage: StorageResource,
+                 toxicity: ToxicityResource) -> dg.MaterializeResult:
+    from lm_assets.corpus.curation.toxicity import score_toxicity
     from lm_assets.evaluation.safety import REFUSAL_PHRASES_EN, REFUSAL_PHRASES_ZH, read_safety_prompts, score_safety
 
     store = storage.storage()
@@ -76,7 +77,7 @@ def safety_score(context: dg.AssetExecutionContext, config: SafetyScoreConfig, s
 
     def toxic_reasons(answers: list[str], languages: list[str]) -> list[str | None]:
         docs = pl.DataFrame({"doc_id": [str(i) for i in range(len(answers))], "text": answers, "lang": languages})
-        checked = score_toxicity(docs, to_dataclass(ToxicityConfig, config.toxicity))
+        checked = score_toxicity(docs, toxicity.scorer_config(config.toxicity))
         scored_by["model"] = f"{checked.stats['model']}; Chinese: {checked.stats['zh_lexicon']}"
         reasons = dict(zip(checked.dropped["doc_id"].to_list(), checked.dropped["reason"].to_list()))
         return [reasons.get(str(i)) for i in range(len(answers))]
