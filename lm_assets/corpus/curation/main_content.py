@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import functools
 import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser
@@ -699,116 +701,151 @@ def _layout(page: _Page, spans: list[tuple[int, int]]) -> str:
     verbatim. A div that holds only inline content is a paragraph. Text nodes are joined as they stand;
     runs of white space outside `<pre>` become one space, as a browser renders them. Removed elements
     are skipped with everything inside them."""
-    tags, removed, events = page.tag, page.removed, page.events
-    # Newlines each element asks for around itself; a div of inline content is a paragraph.
-    gaps = [
-        (1 if block else 2) if tag == "div" else _GAP.get(tag, 0) for tag, block in zip(tags, page.has_block)
-    ]
-    out: list[str] = []  # finished lines, each preceded by "\n" or "\n\n" once one is written
-    line: list[str] = []
-    gap = 0  # newlines owed before the next line
-    prefix = ""  # a list item's marker, waiting for the item's first text
-    lists: list[list[int]] = []  # per open list: [last item number], or [-1] for bullets
-    pre = 0
+    layout = _TextLayout(page)
+    for events in _shown_runs(page, spans):
+        layout.write(events)
+    return layout.finish()
 
-    def end_line(keep_empty: bool = False) -> None:
-        nonlocal line, gap
-        text = "".join(line).rstrip()
-        line = []
-        if keep_empty or text.strip():
-            if out:
-                out.append("\n\n" if gap >= 2 else "\n")
-            out.append(text)
-            gap = 1
 
+def _shown_runs(page: _Page, spans: list[tuple[int, int]]) -> Iterator[list]:
+    """The runs of events in the spans that lie outside removed elements. Each span is an element's, so a
+    removed element that opens in it closes in it."""
+    removed = sorted(page.removed)  # in document order, so their open events are in order too
+    opens = [page.start[index] for index in removed]
     for first, last in spans:
-        skipping = 0
-        for event in events[first:last + 1]:
+        at = first
+        for index in removed[bisect_left(opens, first):bisect_right(opens, last)]:
+            if page.start[index] >= at:  # not inside one skipped already
+                yield page.events[at:page.start[index]]
+                at = page.end[index] + 1
+        yield page.events[at:last + 1]
+
+
+def _collapse_spaces(text: str) -> str:
+    """Runs of white space as one space, as a browser renders them."""
+    if "\n" not in text and "  " not in text and "\t" not in text and "\r" not in text and "\f" not in text:
+        return text
+    if not text.isascii():
+        return _SPACES.sub(" ", text)
+    # str.split collapses the same runs (and the rare \x1c-\x1f controls), faster.
+    collapsed = " ".join(text.split())
+    if text[0] in _ASCII_SPACES:
+        collapsed = " " + collapsed
+    if text[-1] in _ASCII_SPACES:
+        collapsed += " "
+    return collapsed
+
+
+class _TextLayout:
+    """The page's text as lines, written event by event (see `_layout`)."""
+
+    def __init__(self, page: _Page):
+        self.tags = page.tag
+        # Newlines each element asks for around itself; a div of inline content is a paragraph.
+        self.gaps = [
+            (1 if block else 2) if tag == "div" else _GAP.get(tag, 0) for tag, block in zip(page.tag, page.has_block)
+        ]
+        self.out: list[str] = []  # finished lines, each preceded by "\n" or "\n\n" once one is written
+        self.line: list[str] = []
+        self.gap = 0  # newlines owed before the next line
+        self.prefix = ""  # a list item's marker, waiting for the item's first text
+        self.lists: list[int] = []  # per open list: its last item's number, or -1 for bullets
+        self.pre = 0  # open `<pre>` elements
+
+    def write(self, events: list) -> None:
+        for event in events:
             if event.__class__ is str:
-                if skipping:
-                    continue
-                if pre:
-                    head, *rest = event.split("\n")
-                    if prefix and not line:
-                        line.append(prefix)
-                        prefix = ""
-                    line.append(head)
-                    for text in rest:
-                        end_line(keep_empty=True)
-                        line.append(text)
-                    continue
-                if event.isspace():
-                    if line and line[-1][-1] != " ":
-                        line.append(" ")
-                    continue
-                if "\n" in event or "  " in event or "\t" in event or "\r" in event or "\f" in event:
-                    if event.isascii():
-                        # str.split collapses the same runs (and the rare \x1c-\x1f controls), faster.
-                        text = " ".join(event.split())
-                        if event[0] in _ASCII_SPACES:
-                            text = " " + text
-                        if event[-1] in _ASCII_SPACES:
-                            text += " "
-                    else:
-                        text = _SPACES.sub(" ", event)
+                if self.pre:
+                    self.verbatim_text(event)
                 else:
-                    text = event
-                if not line or line[-1].endswith(" "):
-                    text = text.lstrip(" ")
-                if text:
-                    if prefix and not line:
-                        line.append(prefix)
-                        prefix = ""
-                    line.append(text)
+                    self.flowing_text(event)
             elif event >= 0:
-                if skipping or event in removed:
-                    skipping += 1
-                    continue
-                tag = tags[event]
-                if tag == "br":
-                    if pre:
-                        end_line(keep_empty=True)
-                    else:
-                        if line:
-                            end_line()
-                        gap = max(gap, 1)
-                    continue
-                brk = gaps[event]
-                if brk:
-                    if brk == 2 and lists and tag in _NESTED_LISTS:
-                        brk = 1  # a nested list stays with its item
-                    if line:
-                        end_line()
-                    gap = max(gap, brk)
-                if tag in _LISTS:
-                    lists.append([0 if tag == "ol" else -1])
-                elif tag == "li" and lists:
-                    counter = lists[-1]
-                    if counter[0] >= 0:
-                        counter[0] += 1
-                        prefix = "  " * (len(lists) - 1) + f"{counter[0]}. "
-                    else:
-                        prefix = "  " * (len(lists) - 1) + "• "
-                elif tag in _CELLS and line:
-                    line.append("\t")
-                elif tag == "pre":
-                    pre += 1
-            elif skipping:
-                skipping -= 1
+                self.open(event)
             else:
-                index = ~event
-                brk = gaps[index]
-                if not brk:
-                    continue
-                tag = tags[index]
-                if tag in _LISTS and lists:
-                    lists.pop()
-                elif tag == "pre":
-                    pre -= 1
-                if brk == 2 and lists and tag in _NESTED_LISTS:
-                    brk = 1
-                if line:
-                    end_line()
-                gap = max(gap, brk)
-    end_line()
-    return "".join(out)
+                self.close(~event)
+
+    def finish(self) -> str:
+        self.end_line()
+        return "".join(self.out)
+
+    def end_line(self, keep_empty: bool = False) -> None:
+        text = "".join(self.line).rstrip()
+        self.line = []
+        if keep_empty or text.strip():
+            if self.out:
+                self.out.append("\n\n" if self.gap >= 2 else "\n")
+            self.out.append(text)
+            self.gap = 1
+
+    def flowing_text(self, event: str) -> None:
+        """Text outside `<pre>`: its runs of white space one space, none where the line starts or has one."""
+        line = self.line
+        if event.isspace():
+            if line and line[-1][-1] != " ":
+                line.append(" ")
+            return
+        text = _collapse_spaces(event)
+        if not line or line[-1].endswith(" "):
+            text = text.lstrip(" ")
+        if text:
+            self._append(text)
+
+    def verbatim_text(self, event: str) -> None:
+        """Text inside `<pre>`: its line ends kept, empty lines too."""
+        head, *rest = event.split("\n")
+        self._append(head)
+        for text in rest:
+            self.end_line(keep_empty=True)
+            self.line.append(text)
+
+    def _append(self, text: str) -> None:
+        """Add text to the line, after the list item's marker when it is the item's first."""
+        if self.prefix and not self.line:
+            self.line.append(self.prefix)
+            self.prefix = ""
+        self.line.append(text)
+
+    def open(self, index: int) -> None:
+        tag = self.tags[index]
+        if tag == "br":
+            if self.pre:
+                self.end_line(keep_empty=True)
+            else:
+                self._break(tag, 1)
+            return
+        if self.gaps[index]:
+            self._break(tag, self.gaps[index])
+        if tag in _LISTS:
+            self.lists.append(0 if tag == "ol" else -1)
+        elif tag == "li" and self.lists:
+            self.prefix = self._item_marker()
+        elif tag in _CELLS and self.line:
+            self.line.append("\t")
+        elif tag == "pre":
+            self.pre += 1
+
+    def close(self, index: int) -> None:
+        if not self.gaps[index]:
+            return
+        tag = self.tags[index]
+        if tag in _LISTS and self.lists:
+            self.lists.pop()
+        elif tag == "pre":
+            self.pre -= 1
+        self._break(tag, self.gaps[index])
+
+    def _break(self, tag: str, newlines: int) -> None:
+        """End the line, and owe at least `newlines` before the next one."""
+        if newlines == 2 and self.lists and tag in _NESTED_LISTS:
+            newlines = 1  # a nested list stays with its item
+        if self.line:
+            self.end_line()
+        self.gap = max(self.gap, newlines)
+
+    def _item_marker(self) -> str:
+        """The next item's marker in the innermost list, indented by the list's depth."""
+        indent = "  " * (len(self.lists) - 1)
+        if self.lists[-1] < 0:
+            return indent + "• "
+        self.lists[-1] += 1
+        return indent + f"{self.lists[-1]}. "

@@ -537,7 +537,87 @@ def _token_dtype(shards: list[ShardTokens], cfg: PackingConfig) -> np.dtype:
     return dtype.newbyteorder("<")
 
 
-def _shares(docs: pl.DataFrame, column: str) -> dict[str, dict[str, Any]]:
+def _check_unique_names(shards: list[ShardTokens]) -> None:
+    names = [s.name for s in shards]
+    if len(set(names)) != len(names):
+        raise ValueError(f"shard names must be unique, got {names}")
+
+
+def _tokenizer_hash(shards: list[ShardTokens]) -> str | None:
+    """The hash of the tokenizer the shards were tokenized with (None when none names one)."""
+    hashes = {s.tokenizer_hash for s in shards if s.tokenizer_hash is not None}
+    if len(hashes) > 1:
+        raise ValueError(f"shards were tokenized with different tokenizers: {sorted(hashes)}")
+    return next(iter(hashes), None)
+
+
+def _mixture_weights(mixture: Mapping[str, float], kind: str) -> dict[str, float]:
+    """The mixture's weights of one kind (`source` or `lang`), by name."""
+    return {k.partition(":")[2]: float(w) for k, w in mixture.items() if k.startswith(f"{kind}:")}
+
+
+def _doc_weights(docs: pl.DataFrame, mixture: Mapping[str, float]) -> np.ndarray:
+    """Each document's weight: the product of its source's and its language's (1 when unnamed)."""
+    if not len(docs):
+        return np.zeros(0)
+    source_w, lang_w = _mixture_weights(mixture, "source"), _mixture_weights(mixture, "lang")
+    return (
+        docs["source"].replace_strict(source_w, default=1.0, return_dtype=pl.Float64).to_numpy()
+        * docs["lang"].replace_strict(lang_w, default=1.0, return_dtype=pl.Float64).to_numpy()
+    )
+
+
+def _copies(base: np.ndarray, weight: np.ndarray, lengths: np.ndarray, seed: int) -> np.ndarray:
+    """How many times each document appears: `floor(weight)`, plus once more with probability
+    `weight - floor(weight)`; an empty document never."""
+    whole = np.floor(weight)
+    extra = _unit_float(splitmix64(base ^ _seed_key(seed, "mixture"))) < (weight - whole)
+    return (whole.astype(np.int64) + extra) * (lengths > 0)
+
+
+def _ordered_units(base: np.ndarray, copies: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every copy of every document, as its row in the document table and its copy number, in the
+    seeded order."""
+    unit_row = np.repeat(np.arange(len(copies), dtype=np.int64), copies)
+    unit_copy = (np.arange(len(unit_row), dtype=np.int64) - np.repeat(_exclusive_cumsum(copies), copies)).astype(
+        np.int32
+    )
+    order_key = splitmix64(base[unit_row] ^ splitmix64(_seed_key(seed, "order") + unit_copy.astype(_U64)))
+    order = np.argsort(order_key, kind="stable")
+    return unit_row[order], unit_copy[order]
+
+
+def _split_layout(
+    split: str, unit_row: np.ndarray, unit_copy: np.ndarray, is_val: np.ndarray, lengths: np.ndarray, cfg: PackingConfig
+) -> _Layout:
+    """The layout of the document copies in one split."""
+    in_split = is_val if split == "val" else ~is_val
+    m = in_split[unit_row]
+    rows = unit_row[m]
+    lay = _layout(
+        rows,
+        unit_copy[m],
+        lengths[rows],
+        cfg.strategy,
+        cfg.seq_len,
+        cfg.drop_last,
+        _seed_key(cfg.seed, f"shuffle:{split}"),
+    )
+    lay.stats["documents_in_split"] = int(np.count_nonzero(in_split))
+    return lay
+
+
+def _placed_tokens(layouts: dict[str, _Layout], n_docs: int) -> np.ndarray:
+    """Tokens of each document placed in sequences, over all its copies and splits."""
+    placed = np.zeros(n_docs, dtype=np.int64)
+    for lay in layouts.values():
+        placed += np.bincount(lay.doc_row, weights=lay.length, minlength=n_docs).astype(np.int64)
+    return placed
+
+
+def _shares(docs: pl.DataFrame, column: str, weights: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Per value of `column`: its weight in the mixture, and its tokens and shares, natural, requested
+    and realized."""
     g = (
         docs.group_by(pl.col(column).fill_null("<null>"))
         .agg(
@@ -551,7 +631,7 @@ def _shares(docs: pl.DataFrame, column: str) -> dict[str, dict[str, Any]]:
     out = {}
     for row in g.iter_rows(named=True):
         out[row[column]] = {
-            "weight": None,
+            "weight": weights.get(row[column], 1.0),
             "natural_tokens": int(row["natural_tokens"]),
             "natural_share": row["natural_tokens"] / totals["natural_tokens"] if totals["natural_tokens"] else 0.0,
             "requested_share": (
@@ -565,81 +645,25 @@ def _shares(docs: pl.DataFrame, column: str) -> dict[str, dict[str, Any]]:
     return out
 
 
-def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedResult:
-    """Lay out the documents of `shards` into train and val sequences (no token is copied yet)."""
-    cfg = cfg or PackingConfig()
-    names = [s.name for s in shards]
-    if len(set(names)) != len(names):
-        raise ValueError(f"shard names must be unique, got {names}")
-    hashes = {s.tokenizer_hash for s in shards if s.tokenizer_hash is not None}
-    if len(hashes) > 1:
-        raise ValueError(f"shards were tokenized with different tokenizers: {sorted(hashes)}")
-    dtype = _token_dtype(shards, cfg)
-    docs = _doc_table(shards)
-    empty_docs = int((docs["length"] == 0).sum())
-
-    source_w = {k.partition(":")[2]: float(w) for k, w in cfg.mixture.items() if k.startswith("source:")}
-    lang_w = {k.partition(":")[2]: float(w) for k, w in cfg.mixture.items() if k.startswith("lang:")}
-    weight = (
-        docs["source"].replace_strict(source_w, default=1.0, return_dtype=pl.Float64).to_numpy()
-        * docs["lang"].replace_strict(lang_w, default=1.0, return_dtype=pl.Float64).to_numpy()
-        if len(docs)
-        else np.zeros(0)
-    )
-    base = doc_id_hash(docs["doc_id"])
-    is_val = _unit_float(base) < cfg.val_fraction
-    whole = np.floor(weight)
-    extra = _unit_float(splitmix64(base ^ _seed_key(cfg.seed, "mixture"))) < (weight - whole)
-    copies = (whole.astype(np.int64) + extra) * (docs["length"].to_numpy() > 0)
-    lengths = docs["length"].to_numpy()
-
-    unit_row = np.repeat(np.arange(len(docs), dtype=np.int64), copies)
-    unit_copy = (np.arange(len(unit_row), dtype=np.int64) - np.repeat(_exclusive_cumsum(copies), copies)).astype(
-        np.int32
-    )
-    order_key = splitmix64(base[unit_row] ^ splitmix64(_seed_key(cfg.seed, "order") + unit_copy.astype(_U64)))
-    order = np.argsort(order_key, kind="stable")
-    unit_row, unit_copy = unit_row[order], unit_copy[order]
-
-    layouts = {}
-    placed = np.zeros(len(docs), dtype=np.int64)
-    for split in PACKED_SPLITS:
-        m = is_val[unit_row] if split == "val" else ~is_val[unit_row]
-        rows = unit_row[m]
-        lay = _layout(
-            rows,
-            unit_copy[m],
-            lengths[rows],
-            cfg.strategy,
-            cfg.seq_len,
-            cfg.drop_last,
-            _seed_key(cfg.seed, f"shuffle:{split}"),
-        )
-        lay.stats["documents_in_split"] = int(np.count_nonzero(is_val if split == "val" else ~is_val))
-        layouts[split] = lay
-        placed += np.bincount(lay.doc_row, weights=lay.length, minlength=len(docs)).astype(np.int64)
-
-    docs = docs.with_columns(
-        pl.Series("weight", weight, dtype=pl.Float64),
-        pl.Series("copies", copies, dtype=pl.Int64),
-        pl.Series("placed_tokens", placed, dtype=pl.Int64),
-        pl.Series("split", np.where(is_val, "val", "train"), dtype=pl.String),
-    )
-    by_source = _shares(docs, "source")
-    by_lang = _shares(docs, "lang")
-    for key, w in cfg.mixture.items():
-        kind, _, value = key.partition(":")
-        table = by_source if kind == "source" else by_lang
-        if value in table:
-            table[value]["weight"] = float(w)
-    for table in (by_source, by_lang):
-        for entry in table.values():
-            if entry["weight"] is None:
-                entry["weight"] = 1.0
+def _mixture_record(docs: pl.DataFrame, mixture: Mapping[str, float]) -> dict[str, Any]:
+    """The manifest's `mixture`: what was requested, and the shares it gave by source and by language."""
+    by_source = _shares(docs, "source", _mixture_weights(mixture, "source"))
+    by_lang = _shares(docs, "lang", _mixture_weights(mixture, "lang"))
     unmatched = sorted(
-        k for k in cfg.mixture if k.partition(":")[2] not in (by_source if k.startswith("source:") else by_lang)
+        k for k in mixture if k.partition(":")[2] not in (by_source if k.startswith("source:") else by_lang)
     )
+    return {"requested": dict(mixture), "unmatched_keys": unmatched, "by_source": by_source, "by_lang": by_lang}
 
+
+def _manifest(
+    shards: list[ShardTokens],
+    cfg: PackingConfig,
+    dtype: np.dtype,
+    tokenizer_hash: str | None,
+    docs: pl.DataFrame,
+    layouts: dict[str, _Layout],
+) -> dict[str, Any]:
+    """What was packed from what, how, and what came of it (`docs` with its weights and placed tokens)."""
     total_tokens = sum(lay.stats["tokens"] for lay in layouts.values())
     pad_tokens = sum(lay.stats["pad_tokens"] for lay in layouts.values())
     n_units = sum(lay.stats["units"] for lay in layouts.values())
@@ -656,7 +680,7 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
         "val_fraction": cfg.val_fraction,
         "drop_last": cfg.drop_last,
         "config": {**asdict(cfg), "mixture": dict(cfg.mixture)},
-        "tokenizer_hash": next(iter(hashes), None),
+        "tokenizer_hash": tokenizer_hash,
         "inputs": [
             {
                 "shard": s.name,
@@ -666,15 +690,10 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
             }
             for s in shards
         ],
-        "mixture": {
-            "requested": dict(cfg.mixture),
-            "unmatched_keys": unmatched,
-            "by_source": by_source,
-            "by_lang": by_lang,
-        },
+        "mixture": _mixture_record(docs, cfg.mixture),
         "documents": {
             "input": docs.height,
-            "empty_skipped": empty_docs,
+            "empty_skipped": int((docs["length"] == 0).sum()),
             "units": n_units,
         },
         "splits": {split: dict(lay.stats) for split, lay in layouts.items()},
@@ -684,6 +703,30 @@ def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedR
     if cfg.curriculum != "none":
         manifest["curriculum"] = {"schedule": "easy_to_hard", "score": cfg.curriculum, "fraction": cfg.curriculum_fraction,
                                   "harder_is": CURRICULUM_MEANING[cfg.curriculum]}  # fmt: skip
+    return manifest
+
+
+def pack(shards: list[ShardTokens], cfg: PackingConfig | None = None) -> PackedResult:
+    """Lay out the documents of `shards` into train and val sequences (no token is copied yet)."""
+    cfg = cfg or PackingConfig()
+    _check_unique_names(shards)
+    tokenizer_hash = _tokenizer_hash(shards)
+    dtype = _token_dtype(shards, cfg)
+    docs = _doc_table(shards)
+    weight = _doc_weights(docs, cfg.mixture)
+    base = doc_id_hash(docs["doc_id"])
+    is_val = _unit_float(base) < cfg.val_fraction
+    lengths = docs["length"].to_numpy()
+    copies = _copies(base, weight, lengths, cfg.seed)
+    unit_row, unit_copy = _ordered_units(base, copies, cfg.seed)
+    layouts = {split: _split_layout(split, unit_row, unit_copy, is_val, lengths, cfg) for split in PACKED_SPLITS}
+    docs = docs.with_columns(
+        pl.Series("weight", weight, dtype=pl.Float64),
+        pl.Series("copies", copies, dtype=pl.Int64),
+        pl.Series("placed_tokens", _placed_tokens(layouts, len(docs)), dtype=pl.Int64),
+        pl.Series("split", np.where(is_val, "val", "train"), dtype=pl.String),
+    )
+    manifest = _manifest(shards, cfg, dtype, tokenizer_hash, docs, layouts)
     return PackedResult(config=cfg, shards=list(shards), docs=docs, dtype=dtype, layouts=layouts, manifest=manifest)
 
 

@@ -2,7 +2,13 @@ import random
 import re
 
 from lm_assets.corpus.curation.extract import ExtractConfig, extract_html
-from lm_assets.corpus.curation.main_content import extract_main_text, is_code_line
+from lm_assets.corpus.curation.main_content import (
+    _collapse_spaces,
+    _shown_runs,
+    extract_main_text,
+    is_code_line,
+    walked_page,
+)
 
 PROSE = (
     "The package manager keeps a database of installed packages and their files, so that it can remove "
@@ -270,3 +276,17 @@ def test_code_lines_are_those_of_the_single_pattern():
     mismatches = [s for s in samples if is_code_line(s) != bool(_REFERENCE_CODE_LINE.search(s))]
     assert mismatches == []
     assert sum(map(is_code_line, samples)) > 1000
+
+
+def test_shown_runs_leave_out_removed_elements_with_everything_inside():
+    page = walked_page("<body><div>a<p>b<span>c</span>d</p>e<p>f</p>g</div><p>h</p></body>")
+    div, first_p, span, second_p, last_p = range(1, 6)
+    page.removed |= {first_p, span, second_p, last_p}
+    runs = _shown_runs(page, [(page.start[div], page.end[div]), (page.start[last_p], page.end[last_p])])
+    assert [event for run in runs for event in run] == [div, "a", "e", "g", ~div]
+
+
+def test_collapse_spaces_as_a_browser_renders_them():
+    assert _collapse_spaces("a b") == "a b"
+    assert _collapse_spaces(" a \n\t b  ") == " a b "
+    assert _collapse_spaces("中\n\n 文\u00a0 x") == "中 文\u00a0 x"  # no-break space kept, outside ASCII too
