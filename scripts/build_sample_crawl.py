@@ -48,9 +48,7 @@ import json
 import random
 import re
 import struct
-import subprocess
 import sys
-import tarfile
 import uuid
 import zlib
 from datetime import datetime, timedelta, timezone
@@ -64,7 +62,8 @@ from warcio.warcwriter import WARCWriter
 SEED = 20260301
 NUM_SHARDS = 3
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "bench"))  # benchlib: the payload writers the benchmark crawls share
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from benchlib.crawl.debian import cached_deb, read_deb  # noqa: E402
 DEFAULT_OUT = REPO_ROOT / "data" / "sample-crawl"
 DEFAULT_ORIGINALS = DEFAULT_OUT / "originals"
 DEFAULT_CACHE = Path.home() / ".cache" / "lm-assets" / "sample-crawl-debs"
@@ -96,62 +95,6 @@ DEBIAN_SOURCES = {
 
 CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
 WORD_RE = re.compile(r"\w+", re.UNICODE)
-
-
-# --------------------------------------------------------------------------
-# Fetching and unpacking Debian packages
-# --------------------------------------------------------------------------
-
-
-def deb_filename_version(version: str) -> str:
-    return version.replace(":", "%3a")
-
-
-def fetch_deb(package: str, version: str, cache: Path) -> Path:
-    """Return the cached .deb for package, downloading it with apt-get if needed."""
-    cache.mkdir(parents=True, exist_ok=True)
-    pinned = sorted(cache.glob(f"{package}_{deb_filename_version(version)}_*.deb"))
-    if pinned:
-        return pinned[0]
-    for spec in (f"{package}={version}", package):
-        result = subprocess.run(
-            ["apt-get", "download", spec], cwd=cache, capture_output=True, text=True
-        )
-        found = sorted(cache.glob(f"{package}_*.deb"))
-        if result.returncode == 0 and found:
-            if spec == package:
-                print(
-                    f"warning: {package} {version} unavailable, using {found[-1].name}; "
-                    "the output will differ from the committed crawl",
-                    file=sys.stderr,
-                )
-            return found[-1]
-    raise SystemExit(
-        f"cannot fetch {package}: run `apt-get update` or put the .deb in {cache}"
-    )
-
-
-def read_deb(deb: Path, wanted) -> dict[str, bytes]:
-    """Read the files of a .deb (an ar archive holding data.tar.*) selected by wanted(path)."""
-    data = deb.read_bytes()
-    if not data.startswith(b"!<arch>\n"):
-        raise ValueError(f"{deb} is not a Debian package")
-    pos, tar_bytes = 8, None
-    while pos + 60 <= len(data):
-        name = data[pos : pos + 16].decode().strip().rstrip("/")
-        size = int(data[pos + 48 : pos + 58].decode().strip())
-        if name.startswith("data.tar"):
-            tar_bytes = data[pos + 60 : pos + 60 + size]
-        pos += 60 + size + (size % 2)
-    if tar_bytes is None:
-        raise ValueError(f"{deb} has no data.tar member")
-    files = {}
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:*") as tar:
-        for member in tar:
-            path = member.name.lstrip("./")
-            if member.isfile() and wanted(path):
-                files[path] = tar.extractfile(member).read()
-    return files
 
 
 # --------------------------------------------------------------------------
@@ -560,18 +503,18 @@ def load_originals(path: Path, lang: str) -> list[Article]:
     return articles
 
 
-def load_all_articles(cache: Path, originals: Path) -> dict[str, list[Article]]:
+def load_all_articles(debs: dict[str, Path], originals: Path) -> dict[str, list[Article]]:
     python_files = read_deb(
-        fetch_deb("python3.11-doc", DEBIAN_SOURCES["python3.11-doc"]["version"], cache),
+        debs["python3.11-doc"],
         lambda p: p.startswith("usr/share/doc/python3.11/html/")
         and p.endswith(".html") and p.count("/") <= 6,
     )
     debmake_files = read_deb(
-        fetch_deb("debmake-doc", DEBIAN_SOURCES["debmake-doc"]["version"], cache),
+        debs["debmake-doc"],
         lambda p: p.startswith("usr/share/doc/debmake-doc/html/") and p.endswith(".html"),
     )
     kicad_files = read_deb(
-        fetch_deb("kicad-doc-zh", DEBIAN_SOURCES["kicad-doc-zh"]["version"], cache),
+        debs["kicad-doc-zh"],
         lambda p: p.startswith("usr/share/doc/kicad/help/zh/") and p.endswith(".html"),
     )
     return {
@@ -2231,34 +2174,29 @@ def build_expected(pages, logs, exact_groups, near_groups, out: Path, worst_unre
 # --------------------------------------------------------------------------
 
 
-def licence_texts(cache: Path) -> dict[str, str]:
+def licence_texts(debs: dict[str, Path]) -> dict[str, str]:
     """Licence texts quoted from the packages themselves."""
-    python = read_deb(fetch_deb("python3.11-doc", DEBIAN_SOURCES["python3.11-doc"]["version"], cache),
-                      lambda p: p.endswith("html/license.html"))
+    python = read_deb(debs["python3.11-doc"], lambda p: p.endswith("html/license.html"))
     markup = next(iter(python.values())).decode("utf-8")
     blocks = extract_blocks(markup)
     start = next(i for i, (t, x) in enumerate(blocks) if t.startswith("h") and x.startswith("PSF LICENSE AGREEMENT"))
     end = next(i for i in range(start + 1, len(blocks)) if blocks[i][0].startswith("h"))
     psf = "\n".join(x for _, x in blocks[start + 1 : end])
-    debmake = read_deb(fetch_deb("debmake-doc", DEBIAN_SOURCES["debmake-doc"]["version"], cache),
-                       lambda p: p == "usr/share/doc/debmake-doc/copyright")
+    debmake = read_deb(debs["debmake-doc"], lambda p: p == "usr/share/doc/debmake-doc/copyright")
     copyright_file = next(iter(debmake.values())).decode("utf-8")
     expat = copyright_file.split("Files:     png/", 1)[0].split("Files:     *", 1)[1].strip()
     return {"psf": psf, "expat": expat}
 
 
-def write_provenance(out: Path, cache: Path, expected: dict, source_counts: dict, seed: int):
-    texts = licence_texts(cache)
-    debs = {}
-    for name, meta in DEBIAN_SOURCES.items():
-        deb = fetch_deb(name, meta["version"], cache)
-        debs[name] = (deb.name, hashlib.sha256(deb.read_bytes()).hexdigest())
+def write_provenance(out: Path, debs: dict[str, Path], expected: dict, source_counts: dict, seed: int):
+    texts = licence_texts(debs)
     stats = expected["stats"]
     files = "\n".join(f"| `{n}` | {f['bytes']:,} | `{f['sha256'][:16]}…` |" for n, f in expected["files"].items())
     deb_rows = "\n".join(
         f"| `{name}` | {meta['version']} | {meta['licence']} | {meta['what']} | {source_counts.get(name, 0)} |"
         for name, meta in DEBIAN_SOURCES.items())
-    deb_hashes = "\n".join(f"- `{file}` sha256 `{digest}`" for file, digest in debs.values())
+    deb_hashes = "\n".join(f"- `{deb.name}` sha256 `{hashlib.sha256(deb.read_bytes()).hexdigest()}`"
+                           for deb in debs.values())
     psf = "\n".join("    " + line for line in texts["psf"].splitlines())
     expat = "\n".join("    " + line.strip() for line in texts["expat"].splitlines())
     body = f"""# Sample crawl: provenance
@@ -2436,7 +2374,8 @@ def check(out: Path) -> list[str]:
 
 def build(out: Path, cache: Path, originals: Path, seed: int):
     rng = random.Random(seed)
-    articles = load_all_articles(cache, originals)
+    debs = {name: cached_deb(name, cache, meta["version"]) for name, meta in DEBIAN_SOURCES.items()}
+    articles = load_all_articles(debs, originals)
     planner = Planner(articles, rng)
     planner.plan_duplicates()
     planner.plan_boilerplate_heavy()
@@ -2472,7 +2411,7 @@ def build(out: Path, cache: Path, originals: Path, seed: int):
     for page in pages:
         source = page.source.split(":", 1)[0] if ":" in page.source else page.source
         source_counts[source] = source_counts.get(source, 0) + 1
-    write_provenance(out, cache, expected, source_counts, seed)
+    write_provenance(out, debs, expected, source_counts, seed)
     return expected
 
 
