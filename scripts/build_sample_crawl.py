@@ -63,7 +63,9 @@ SEED = 20260301
 NUM_SHARDS = 3
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
+from benchlib.crawl import payloads  # noqa: E402
 from benchlib.crawl.debian import cached_deb, read_deb  # noqa: E402
+from benchlib.crawl.similarity import jaccard, shingles  # noqa: E402
 DEFAULT_OUT = REPO_ROOT / "data" / "sample-crawl"
 DEFAULT_ORIGINALS = DEFAULT_OUT / "originals"
 DEFAULT_CACHE = Path.home() / ".cache" / "lm-assets" / "sample-crawl-debs"
@@ -94,7 +96,6 @@ DEBIAN_SOURCES = {
 }
 
 CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-WORD_RE = re.compile(r"\w+", re.UNICODE)
 
 
 # --------------------------------------------------------------------------
@@ -1348,16 +1349,9 @@ def near_duplicate_blocks(article: Article, rng: random.Random) -> list:
     return edited
 
 
-def shingles(text: str, lang: str, n: int = 5) -> set:
-    if lang == "en":
-        tokens = WORD_RE.findall(text.lower())
-    else:
-        tokens = [c for c in text if not c.isspace()]
-    return {tuple(tokens[i : i + n]) for i in range(max(1, len(tokens) - n + 1))}
-
-
-def jaccard(a: set, b: set) -> float:
-    return len(a & b) / max(1, len(a | b))
+def main_shingles(page: Page) -> set:
+    """Word 5-grams of the lower-cased main text (en), or character 5-grams of the main text (zh)."""
+    return shingles(page.main_text.lower() if page.lang == "en" else page.main_text, page.lang == "zh")
 
 
 # --------------------------------------------------------------------------
@@ -1735,31 +1729,6 @@ def render_pages(pages: list[Page], rng: random.Random):
 # --------------------------------------------------------------------------
 
 
-def make_png(width: int, height: int, rng: random.Random) -> bytes:
-    """A small valid RGB PNG with a colour gradient."""
-    base = [rng.randrange(256) for _ in range(3)]
-    rows = []
-    for y in range(height):
-        row = bytearray([0])  # filter type: none
-        for x in range(width):
-            row += bytes(((base[0] + 8 * x) % 256, (base[1] + 8 * y) % 256, base[2]))
-        rows.append(bytes(row))
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b""))
-
-
-def make_pdf(title: str) -> bytes:
-    """A minimal one-page PDF showing a line of text."""
-    from benchlib.crawl.payloads import one_page_pdf
-
-    return one_page_pdf(f"BT /F1 18 Tf 72 760 Td ({title}) Tj ET".encode("latin-1"), (595, 842))
-
-
 @dataclasses.dataclass
 class Response:
     """One HTTP response to write (with its request record when with_request)."""
@@ -1779,11 +1748,11 @@ def shard_extras(shard: int, rng: random.Random) -> list[Response]:
     """Non-HTML responses, a 404 and a 301 for one shard."""
     extras = [
         Response(f"https://docs.pyguide.example/_images/diagram-{shard + 1}.png", "non_html", "200 OK",
-                 "image/png", make_png(16 + 8 * shard, 12, rng)),
+                 "image/png", payloads.png(rng, 16 + 8 * shard, 12, step=8)),
         Response(f"https://www.zhishi-baike.example/static/img/banner{shard + 1}.png", "non_html",
-                 "200 OK", "image/png", make_png(24, 8 + 4 * shard, rng)),
-        Response(f"https://wiki.packaging-notes.example/files/handout-{shard + 1}.pdf", "non_html",
-                 "200 OK", "application/pdf", make_pdf(f"Packaging workshop handout {shard + 1}")),
+                 "200 OK", "image/png", payloads.png(rng, 24, 8 + 4 * shard, step=8)),
+        Response(f"https://wiki.packaging-notes.example/files/handout-{shard + 1}.pdf", "non_html", "200 OK",
+                 "application/pdf", payloads.pdf(f"Packaging workshop handout {shard + 1}", (595, 842), 760)),
         Response(f"https://shop.gadgetbarn.example/api/v1/stock?page={shard + 1}", "non_html", "200 OK",
                  "application/json", json.dumps({
                      "page": shard + 1, "per_page": 3, "items": [
@@ -1988,8 +1957,7 @@ def similarity_report(pages: list[Page], groups: list[list[Page]]) -> float:
     """Highest main-text Jaccard between two pages that are not in the same duplicate group."""
     grouped = {id(p): n for n, group in enumerate(groups) for p in group}
     texts = [p for p in pages if p.main_text]
-    sets = [{s for s in shingles(p.main_text, p.lang) if zlib.crc32("\x1f".join(s).encode()) % 4 == 0}
-            for p in texts]
+    sets = [{s for s in main_shingles(p) if zlib.crc32("\x1f".join(s).encode()) % 4 == 0} for p in texts]
     index: dict = {}
     for i, sh in enumerate(sets):
         for s in sh:
@@ -2006,7 +1974,7 @@ def similarity_report(pages: list[Page], groups: list[list[Page]]) -> float:
         pa, pb = texts[a], texts[b]
         if grouped.get(id(pa), -1) == grouped.get(id(pb), -2):
             continue
-        worst = max(worst, jaccard(shingles(pa.main_text, pa.lang), shingles(pb.main_text, pb.lang)))
+        worst = max(worst, jaccard(main_shingles(pa), main_shingles(pb)))
     return worst
 
 
@@ -2050,10 +2018,10 @@ def build_expected(pages, logs, exact_groups, near_groups, out: Path, worst_unre
         "encodings": {"gbk": [], "invalid_utf8": []}, "non_html": [], "http_404": [], "http_301": [],
     }
     for group in near_groups:
-        base = shingles(group[0].main_text, group[0].lang)
+        base = main_shingles(group[0])
         categories["near_dup_similarity"].append({
             "lang": group[0].lang, "urls": [p.url for p in group],
-            "jaccard_to_first": [round(jaccard(base, shingles(p.main_text, p.lang)), 3) for p in group[1:]],
+            "jaccard_to_first": [round(jaccard(base, main_shingles(p)), 3) for p in group[1:]],
             "shingles": "word 5-grams (en) or character 5-grams (zh) of the main text",
         })
     page_info = {}
