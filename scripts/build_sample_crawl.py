@@ -47,16 +47,13 @@ import io
 import json
 import random
 import re
-import struct
 import sys
-import uuid
 import zlib
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
-from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 SEED = 20260301
@@ -66,6 +63,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 from benchlib.crawl import payloads  # noqa: E402
 from benchlib.crawl.debian import cached_deb, read_deb  # noqa: E402
 from benchlib.crawl.similarity import jaccard, shingles  # noqa: E402
+from benchlib.crawl.warc import ShardWriter, iso  # noqa: E402
 DEFAULT_OUT = REPO_ROOT / "data" / "sample-crawl"
 DEFAULT_ORIGINALS = DEFAULT_OUT / "originals"
 DEFAULT_CACHE = Path.home() / ".cache" / "lm-assets" / "sample-crawl-debs"
@@ -1819,97 +1817,66 @@ def shard_responses(pages, shard: int, rng: random.Random) -> list[Response]:
     return responses
 
 
-def http_date(moment: datetime) -> str:
-    return moment.strftime("%a, %d %b %Y %H:%M:%S GMT")
+REQUEST_HEADERS = (
+    ("User-Agent", "lm-assets-sample-crawler/1.0 (+https://lm-assets.example/crawler)"),
+    ("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"),
+    ("Accept-Language", "en,zh-CN;q=0.8"),
+)
 
 
-def warc_date(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+class SampleShardWriter(ShardWriter):
+    """The sample crawl's record layout: warcio's own warcinfo record, and WARC-Date ahead of WARC-Record-ID."""
 
+    def warc_headers(self, record_id: str, date: datetime) -> dict[str, str]:
+        return {"WARC-Date": iso(date), "WARC-Record-ID": record_id}
 
-class ShardWriter:
-    """Writes one shard and logs where every record went."""
-
-    def __init__(self, path: Path, shard: int, rng: random.Random, seed: int):
-        self.path, self.shard, self.rng, self.seed = path, shard, rng, seed
-        self.clock = datetime(2026, 3, 2 + shard, 6, 0, 0, tzinfo=timezone.utc)
-        self.log: list[dict] = []
-
-    def record_id(self) -> str:
-        return f"<urn:uuid:{uuid.UUID(int=self.rng.getrandbits(128), version=4)}>"
-
-    def tick(self) -> datetime:
-        self.clock += timedelta(seconds=self.rng.randint(2, 75))
-        return self.clock
-
-    def write_all(self, responses: list[Response], corrupt: Response | None):
-        with open(self.path, "wb") as out:
-            writer = WARCWriter(out, gzip=True)
-            self.write_warcinfo(writer, out)
-            for response in responses:
-                self.write_response(writer, out, response)
-            if corrupt is not None:
-                self.write_corrupt(out, corrupt)
-
-    def write_warcinfo(self, writer, out):
-        info = {
-            "software": "lm-assets scripts/build_sample_crawl.py",
-            "format": "WARC File Format 1.0",
-            "isPartOf": "lm-assets-sample-crawl",
-            "description": "Synthetic sample crawl for testing the lm-assets data pipeline",
-            "seed": str(self.seed),
-        }
-        record = writer.create_warcinfo_record(self.path.name, info)
+    def warcinfo_record(self, info: dict[str, str], date: datetime):
+        record = self.writer.create_warcinfo_record(self.path.name, info)
         record.rec_headers.replace_header("WARC-Record-ID", self.record_id())
-        record.rec_headers.replace_header("WARC-Date", warc_date(self.clock))
-        self.log.append({"index": 0, "offset": out.tell(), "type": "warcinfo", "kind": "warcinfo", "url": None})
-        writer.write_record(record)
+        record.rec_headers.replace_header("WARC-Date", iso(date))
+        return record
 
-    def make_response_record(self, writer, response: Response, moment: datetime, record_id: str):
-        headers = [("Date", http_date(moment)), ("Server", response.server),
-                   ("Content-Type", response.content_type),
-                   ("Content-Length", str(len(response.body)))]
-        headers += list(response.extra_headers)
-        http_headers = StatusAndHeaders(response.status, headers, protocol="HTTP/1.1")
-        return writer.create_warc_record(
-            response.url, "response", payload=io.BytesIO(response.body), http_headers=http_headers,
-            warc_headers_dict={"WARC-Date": warc_date(moment), "WARC-Record-ID": record_id})
-
-    def write_response(self, writer, out, response: Response):
-        moment = self.tick()
-        response_id = self.record_id()
-        if response.with_request:
-            host = response.url.split("/")[2]
-            path = "/" + response.url.split("/", 3)[3] if response.url.count("/") >= 3 else "/"
-            request_headers = StatusAndHeaders(f"GET {path} HTTP/1.1", [
-                ("Host", host),
-                ("User-Agent", "lm-assets-sample-crawler/1.0 (+https://lm-assets.example/crawler)"),
-                ("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"),
-                ("Accept-Language", "en,zh-CN;q=0.8"),
-            ], is_http_request=True)
-            request = writer.create_warc_record(
-                response.url, "request", payload=io.BytesIO(b""), http_headers=request_headers,
-                warc_headers_dict={"WARC-Date": warc_date(moment), "WARC-Record-ID": self.record_id(),
-                                   "WARC-Concurrent-To": response_id})
-            self.log.append({"index": len(self.log), "offset": out.tell(), "type": "request",
-                             "kind": "request", "url": response.url})
-            writer.write_record(request)
-        record = self.make_response_record(writer, response, moment, response_id)
-        self.log.append({"index": len(self.log), "offset": out.tell(), "type": "response",
-                         "kind": response.kind, "url": response.url})
-        writer.write_record(record)
-
-    def write_corrupt(self, out, response: Response):
-        """Write a complete gzip member for the record, then keep only its first 60%."""
+    def truncated_response(self, url: str, body: bytes, date: datetime, headers: list, kind: str, status: str,
+                           keep: float):
+        """A response whose gzip member is cut after `keep` of its bytes."""
         buffer = io.BytesIO()
-        writer = WARCWriter(buffer, gzip=True)
-        writer.write_record(self.make_response_record(writer, response, self.tick(), self.record_id()))
+        WARCWriter(buffer, gzip=True).write_record(self.response_record(url, body, date, headers, status,
+                                                                        self.record_id()))
         member = buffer.getvalue()
-        kept = int(len(member) * 0.6)
-        self.log.append({"index": len(self.log), "offset": out.tell(), "type": "response",
-                         "kind": "corrupt", "url": response.url,
-                         "member_bytes": len(member), "kept_bytes": kept})
-        out.write(member[:kept])
+        kept = int(len(member) * keep)
+        self.log.append({"index": len(self.log), "offset": self.file.tell(), "type": "response", "kind": kind,
+                         "url": url, "member_bytes": len(member), "kept_bytes": kept})
+        self.file.write(member[:kept])
+
+
+def http_headers(response: Response, moment: datetime) -> list[tuple[str, str]]:
+    return [("Date", moment.strftime("%a, %d %b %Y %H:%M:%S GMT")), ("Server", response.server),
+            ("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
+            *response.extra_headers]
+
+
+def write_shard(path: Path, shard: int, responses: list[Response], corrupt: Response | None,
+                rng: random.Random, seed: int) -> list[dict]:
+    """Write one shard, the responses a few seconds apart; returns where every record went."""
+    clock = datetime(2026, 3, 2 + shard, 6, 0, 0, tzinfo=timezone.utc)
+    info = {
+        "software": "lm-assets scripts/build_sample_crawl.py",
+        "format": "WARC File Format 1.0",
+        "isPartOf": "lm-assets-sample-crawl",
+        "description": "Synthetic sample crawl for testing the lm-assets data pipeline",
+        "seed": str(seed),
+    }
+    writer = SampleShardWriter(path, rng, info, clock, request_headers=REQUEST_HEADERS)
+    for response in responses:
+        clock += timedelta(seconds=rng.randint(2, 75))
+        writer.response(response.url, response.body, clock, http_headers(response, clock), response.kind,
+                        response.status, response.with_request)
+    if corrupt is not None:
+        clock += timedelta(seconds=rng.randint(2, 75))
+        writer.truncated_response(corrupt.url, corrupt.body, clock, http_headers(corrupt, clock), corrupt.kind,
+                                  corrupt.status, 0.6)
+    writer.close()
+    return writer.log
 
 
 # --------------------------------------------------------------------------
@@ -2368,9 +2335,8 @@ def build(out: Path, cache: Path, originals: Path, seed: int):
         if shard == NUM_SHARDS - 1:
             corrupt = Response(corrupt_page.url, "corrupt", "200 OK", corrupt_page.content_type,
                                corrupt_page.body, corrupt_page.site.server)
-        writer = ShardWriter(out / name, shard, rng, seed)
-        writer.write_all(responses, corrupt)
-        logs[name] = (writer.log, responses + ([corrupt] if corrupt else []))
+        log = write_shard(out / name, shard, responses, corrupt, rng, seed)
+        logs[name] = (log, responses + ([corrupt] if corrupt else []))
 
     expected = build_expected(pages, logs, planner.exact_groups, planner.near_groups, out, worst, seed)
     (out / "expected.json").write_text(json.dumps(expected, ensure_ascii=False, indent=1) + "\n",
