@@ -35,7 +35,8 @@ Usage:
     .venv/bin/python scripts/build_sample_crawl.py --out data/sample-crawl --check
 
 --check re-reads the shards with warcio and compares them with expected.json
-without rebuilding.  The build needs only the standard library and warcio.
+without rebuilding.  The build needs only the standard library, warcio and
+bench/benchlib/crawl/ (its .deb reader, payloads, shingles and WARC shard writer).
 """
 from __future__ import annotations
 
@@ -56,14 +57,15 @@ from pathlib import Path
 from warcio.archiveiterator import ArchiveIterator
 from warcio.warcwriter import WARCWriter
 
-SEED = 20260301
-NUM_SHARDS = 3
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "bench"))
-from benchlib.crawl import payloads  # noqa: E402
-from benchlib.crawl.debian import cached_deb, read_deb  # noqa: E402
-from benchlib.crawl.similarity import jaccard, shingles  # noqa: E402
-from benchlib.crawl.warc import ShardWriter, iso  # noqa: E402
+from benchlib.crawl import payloads
+from benchlib.crawl.debian import cached_deb, read_deb
+from benchlib.crawl.similarity import jaccard, shingles
+from benchlib.crawl.warc import ShardWriter, iso
+
+SEED = 20260301
+NUM_SHARDS = 3
 DEFAULT_OUT = REPO_ROOT / "data" / "sample-crawl"
 DEFAULT_ORIGINALS = DEFAULT_OUT / "originals"
 DEFAULT_CACHE = Path.home() / ".cache" / "lm-assets" / "sample-crawl-debs"
