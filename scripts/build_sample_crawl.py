@@ -35,7 +35,8 @@ Usage:
     .venv/bin/python scripts/build_sample_crawl.py --out data/sample-crawl --check
 
 --check re-reads the shards with warcio and compares them with expected.json
-without rebuilding.  The build needs only the standard library and warcio.
+without rebuilding.  The build needs only the standard library, warcio and
+bench/benchlib/crawl/ (its .deb reader, payloads, shingles and WARC shard writer).
 """
 from __future__ import annotations
 
@@ -47,24 +48,24 @@ import io
 import json
 import random
 import re
-import struct
-import subprocess
 import sys
-import tarfile
-import uuid
 import zlib
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
-from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from benchlib.crawl import payloads
+from benchlib.crawl.debian import cached_deb, read_deb
+from benchlib.crawl.similarity import jaccard, shingles
+from benchlib.crawl.warc import ShardWriter, iso
 
 SEED = 20260301
 NUM_SHARDS = 3
-REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "bench"))  # benchlib: the payload writers the benchmark crawls share
 DEFAULT_OUT = REPO_ROOT / "data" / "sample-crawl"
 DEFAULT_ORIGINALS = DEFAULT_OUT / "originals"
 DEFAULT_CACHE = Path.home() / ".cache" / "lm-assets" / "sample-crawl-debs"
@@ -95,63 +96,6 @@ DEBIAN_SOURCES = {
 }
 
 CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-WORD_RE = re.compile(r"\w+", re.UNICODE)
-
-
-# --------------------------------------------------------------------------
-# Fetching and unpacking Debian packages
-# --------------------------------------------------------------------------
-
-
-def deb_filename_version(version: str) -> str:
-    return version.replace(":", "%3a")
-
-
-def fetch_deb(package: str, version: str, cache: Path) -> Path:
-    """Return the cached .deb for package, downloading it with apt-get if needed."""
-    cache.mkdir(parents=True, exist_ok=True)
-    pinned = sorted(cache.glob(f"{package}_{deb_filename_version(version)}_*.deb"))
-    if pinned:
-        return pinned[0]
-    for spec in (f"{package}={version}", package):
-        result = subprocess.run(
-            ["apt-get", "download", spec], cwd=cache, capture_output=True, text=True
-        )
-        found = sorted(cache.glob(f"{package}_*.deb"))
-        if result.returncode == 0 and found:
-            if spec == package:
-                print(
-                    f"warning: {package} {version} unavailable, using {found[-1].name}; "
-                    "the output will differ from the committed crawl",
-                    file=sys.stderr,
-                )
-            return found[-1]
-    raise SystemExit(
-        f"cannot fetch {package}: run `apt-get update` or put the .deb in {cache}"
-    )
-
-
-def read_deb(deb: Path, wanted) -> dict[str, bytes]:
-    """Read the files of a .deb (an ar archive holding data.tar.*) selected by wanted(path)."""
-    data = deb.read_bytes()
-    if not data.startswith(b"!<arch>\n"):
-        raise ValueError(f"{deb} is not a Debian package")
-    pos, tar_bytes = 8, None
-    while pos + 60 <= len(data):
-        name = data[pos : pos + 16].decode().strip().rstrip("/")
-        size = int(data[pos + 48 : pos + 58].decode().strip())
-        if name.startswith("data.tar"):
-            tar_bytes = data[pos + 60 : pos + 60 + size]
-        pos += 60 + size + (size % 2)
-    if tar_bytes is None:
-        raise ValueError(f"{deb} has no data.tar member")
-    files = {}
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:*") as tar:
-        for member in tar:
-            path = member.name.lstrip("./")
-            if member.isfile() and wanted(path):
-                files[path] = tar.extractfile(member).read()
-    return files
 
 
 # --------------------------------------------------------------------------
@@ -560,18 +504,18 @@ def load_originals(path: Path, lang: str) -> list[Article]:
     return articles
 
 
-def load_all_articles(cache: Path, originals: Path) -> dict[str, list[Article]]:
+def load_all_articles(debs: dict[str, Path], originals: Path) -> dict[str, list[Article]]:
     python_files = read_deb(
-        fetch_deb("python3.11-doc", DEBIAN_SOURCES["python3.11-doc"]["version"], cache),
+        debs["python3.11-doc"],
         lambda p: p.startswith("usr/share/doc/python3.11/html/")
         and p.endswith(".html") and p.count("/") <= 6,
     )
     debmake_files = read_deb(
-        fetch_deb("debmake-doc", DEBIAN_SOURCES["debmake-doc"]["version"], cache),
+        debs["debmake-doc"],
         lambda p: p.startswith("usr/share/doc/debmake-doc/html/") and p.endswith(".html"),
     )
     kicad_files = read_deb(
-        fetch_deb("kicad-doc-zh", DEBIAN_SOURCES["kicad-doc-zh"]["version"], cache),
+        debs["kicad-doc-zh"],
         lambda p: p.startswith("usr/share/doc/kicad/help/zh/") and p.endswith(".html"),
     )
     return {
@@ -1405,16 +1349,9 @@ def near_duplicate_blocks(article: Article, rng: random.Random) -> list:
     return edited
 
 
-def shingles(text: str, lang: str, n: int = 5) -> set:
-    if lang == "en":
-        tokens = WORD_RE.findall(text.lower())
-    else:
-        tokens = [c for c in text if not c.isspace()]
-    return {tuple(tokens[i : i + n]) for i in range(max(1, len(tokens) - n + 1))}
-
-
-def jaccard(a: set, b: set) -> float:
-    return len(a & b) / max(1, len(a | b))
+def main_shingles(page: Page) -> set:
+    """Word 5-grams of the lower-cased main text (en), or character 5-grams of the main text (zh)."""
+    return shingles(page.main_text.lower() if page.lang == "en" else page.main_text, page.lang == "zh")
 
 
 # --------------------------------------------------------------------------
@@ -1792,31 +1729,6 @@ def render_pages(pages: list[Page], rng: random.Random):
 # --------------------------------------------------------------------------
 
 
-def make_png(width: int, height: int, rng: random.Random) -> bytes:
-    """A small valid RGB PNG with a colour gradient."""
-    base = [rng.randrange(256) for _ in range(3)]
-    rows = []
-    for y in range(height):
-        row = bytearray([0])  # filter type: none
-        for x in range(width):
-            row += bytes(((base[0] + 8 * x) % 256, (base[1] + 8 * y) % 256, base[2]))
-        rows.append(bytes(row))
-
-    def chunk(tag: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(b"".join(rows), 9)) + chunk(b"IEND", b""))
-
-
-def make_pdf(title: str) -> bytes:
-    """A minimal one-page PDF showing a line of text."""
-    from benchlib.crawl.payloads import one_page_pdf
-
-    return one_page_pdf(f"BT /F1 18 Tf 72 760 Td ({title}) Tj ET".encode("latin-1"), (595, 842))
-
-
 @dataclasses.dataclass
 class Response:
     """One HTTP response to write (with its request record when with_request)."""
@@ -1836,11 +1748,11 @@ def shard_extras(shard: int, rng: random.Random) -> list[Response]:
     """Non-HTML responses, a 404 and a 301 for one shard."""
     extras = [
         Response(f"https://docs.pyguide.example/_images/diagram-{shard + 1}.png", "non_html", "200 OK",
-                 "image/png", make_png(16 + 8 * shard, 12, rng)),
+                 "image/png", payloads.png(rng, 16 + 8 * shard, 12, step=8)),
         Response(f"https://www.zhishi-baike.example/static/img/banner{shard + 1}.png", "non_html",
-                 "200 OK", "image/png", make_png(24, 8 + 4 * shard, rng)),
-        Response(f"https://wiki.packaging-notes.example/files/handout-{shard + 1}.pdf", "non_html",
-                 "200 OK", "application/pdf", make_pdf(f"Packaging workshop handout {shard + 1}")),
+                 "200 OK", "image/png", payloads.png(rng, 24, 8 + 4 * shard, step=8)),
+        Response(f"https://wiki.packaging-notes.example/files/handout-{shard + 1}.pdf", "non_html", "200 OK",
+                 "application/pdf", payloads.pdf(f"Packaging workshop handout {shard + 1}", (595, 842), 760)),
         Response(f"https://shop.gadgetbarn.example/api/v1/stock?page={shard + 1}", "non_html", "200 OK",
                  "application/json", json.dumps({
                      "page": shard + 1, "per_page": 3, "items": [
@@ -1907,97 +1819,66 @@ def shard_responses(pages, shard: int, rng: random.Random) -> list[Response]:
     return responses
 
 
-def http_date(moment: datetime) -> str:
-    return moment.strftime("%a, %d %b %Y %H:%M:%S GMT")
+REQUEST_HEADERS = (
+    ("User-Agent", "lm-assets-sample-crawler/1.0 (+https://lm-assets.example/crawler)"),
+    ("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"),
+    ("Accept-Language", "en,zh-CN;q=0.8"),
+)
 
 
-def warc_date(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+class SampleShardWriter(ShardWriter):
+    """The sample crawl's record layout: warcio's own warcinfo record, and WARC-Date ahead of WARC-Record-ID."""
 
+    def warc_headers(self, record_id: str, date: datetime) -> dict[str, str]:
+        return {"WARC-Date": iso(date), "WARC-Record-ID": record_id}
 
-class ShardWriter:
-    """Writes one shard and logs where every record went."""
-
-    def __init__(self, path: Path, shard: int, rng: random.Random, seed: int):
-        self.path, self.shard, self.rng, self.seed = path, shard, rng, seed
-        self.clock = datetime(2026, 3, 2 + shard, 6, 0, 0, tzinfo=timezone.utc)
-        self.log: list[dict] = []
-
-    def record_id(self) -> str:
-        return f"<urn:uuid:{uuid.UUID(int=self.rng.getrandbits(128), version=4)}>"
-
-    def tick(self) -> datetime:
-        self.clock += timedelta(seconds=self.rng.randint(2, 75))
-        return self.clock
-
-    def write_all(self, responses: list[Response], corrupt: Response | None):
-        with open(self.path, "wb") as out:
-            writer = WARCWriter(out, gzip=True)
-            self.write_warcinfo(writer, out)
-            for response in responses:
-                self.write_response(writer, out, response)
-            if corrupt is not None:
-                self.write_corrupt(out, corrupt)
-
-    def write_warcinfo(self, writer, out):
-        info = {
-            "software": "lm-assets scripts/build_sample_crawl.py",
-            "format": "WARC File Format 1.0",
-            "isPartOf": "lm-assets-sample-crawl",
-            "description": "Synthetic sample crawl for testing the lm-assets data pipeline",
-            "seed": str(self.seed),
-        }
-        record = writer.create_warcinfo_record(self.path.name, info)
+    def warcinfo_record(self, info: dict[str, str], date: datetime):
+        record = self.writer.create_warcinfo_record(self.path.name, info)
         record.rec_headers.replace_header("WARC-Record-ID", self.record_id())
-        record.rec_headers.replace_header("WARC-Date", warc_date(self.clock))
-        self.log.append({"index": 0, "offset": out.tell(), "type": "warcinfo", "kind": "warcinfo", "url": None})
-        writer.write_record(record)
+        record.rec_headers.replace_header("WARC-Date", iso(date))
+        return record
 
-    def make_response_record(self, writer, response: Response, moment: datetime, record_id: str):
-        headers = [("Date", http_date(moment)), ("Server", response.server),
-                   ("Content-Type", response.content_type),
-                   ("Content-Length", str(len(response.body)))]
-        headers += list(response.extra_headers)
-        http_headers = StatusAndHeaders(response.status, headers, protocol="HTTP/1.1")
-        return writer.create_warc_record(
-            response.url, "response", payload=io.BytesIO(response.body), http_headers=http_headers,
-            warc_headers_dict={"WARC-Date": warc_date(moment), "WARC-Record-ID": record_id})
-
-    def write_response(self, writer, out, response: Response):
-        moment = self.tick()
-        response_id = self.record_id()
-        if response.with_request:
-            host = response.url.split("/")[2]
-            path = "/" + response.url.split("/", 3)[3] if response.url.count("/") >= 3 else "/"
-            request_headers = StatusAndHeaders(f"GET {path} HTTP/1.1", [
-                ("Host", host),
-                ("User-Agent", "lm-assets-sample-crawler/1.0 (+https://lm-assets.example/crawler)"),
-                ("Accept", "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"),
-                ("Accept-Language", "en,zh-CN;q=0.8"),
-            ], is_http_request=True)
-            request = writer.create_warc_record(
-                response.url, "request", payload=io.BytesIO(b""), http_headers=request_headers,
-                warc_headers_dict={"WARC-Date": warc_date(moment), "WARC-Record-ID": self.record_id(),
-                                   "WARC-Concurrent-To": response_id})
-            self.log.append({"index": len(self.log), "offset": out.tell(), "type": "request",
-                             "kind": "request", "url": response.url})
-            writer.write_record(request)
-        record = self.make_response_record(writer, response, moment, response_id)
-        self.log.append({"index": len(self.log), "offset": out.tell(), "type": "response",
-                         "kind": response.kind, "url": response.url})
-        writer.write_record(record)
-
-    def write_corrupt(self, out, response: Response):
-        """Write a complete gzip member for the record, then keep only its first 60%."""
+    def truncated_response(self, url: str, body: bytes, date: datetime, headers: list, kind: str, status: str,
+                           keep: float):
+        """A response whose gzip member is cut after `keep` of its bytes."""
         buffer = io.BytesIO()
-        writer = WARCWriter(buffer, gzip=True)
-        writer.write_record(self.make_response_record(writer, response, self.tick(), self.record_id()))
+        WARCWriter(buffer, gzip=True).write_record(self.response_record(url, body, date, headers, status,
+                                                                        self.record_id()))
         member = buffer.getvalue()
-        kept = int(len(member) * 0.6)
-        self.log.append({"index": len(self.log), "offset": out.tell(), "type": "response",
-                         "kind": "corrupt", "url": response.url,
-                         "member_bytes": len(member), "kept_bytes": kept})
-        out.write(member[:kept])
+        kept = int(len(member) * keep)
+        self.log.append({"index": len(self.log), "offset": self.file.tell(), "type": "response", "kind": kind,
+                         "url": url, "member_bytes": len(member), "kept_bytes": kept})
+        self.file.write(member[:kept])
+
+
+def http_headers(response: Response, moment: datetime) -> list[tuple[str, str]]:
+    return [("Date", moment.strftime("%a, %d %b %Y %H:%M:%S GMT")), ("Server", response.server),
+            ("Content-Type", response.content_type), ("Content-Length", str(len(response.body))),
+            *response.extra_headers]
+
+
+def write_shard(path: Path, shard: int, responses: list[Response], corrupt: Response | None,
+                rng: random.Random, seed: int) -> list[dict]:
+    """Write one shard, the responses a few seconds apart; returns where every record went."""
+    clock = datetime(2026, 3, 2 + shard, 6, 0, 0, tzinfo=timezone.utc)
+    info = {
+        "software": "lm-assets scripts/build_sample_crawl.py",
+        "format": "WARC File Format 1.0",
+        "isPartOf": "lm-assets-sample-crawl",
+        "description": "Synthetic sample crawl for testing the lm-assets data pipeline",
+        "seed": str(seed),
+    }
+    writer = SampleShardWriter(path, rng, info, clock, request_headers=REQUEST_HEADERS)
+    for response in responses:
+        clock += timedelta(seconds=rng.randint(2, 75))
+        writer.response(response.url, response.body, clock, http_headers(response, clock), response.kind,
+                        response.status, response.with_request)
+    if corrupt is not None:
+        clock += timedelta(seconds=rng.randint(2, 75))
+        writer.truncated_response(corrupt.url, corrupt.body, clock, http_headers(corrupt, clock), corrupt.kind,
+                                  corrupt.status, 0.6)
+    writer.close()
+    return writer.log
 
 
 # --------------------------------------------------------------------------
@@ -2045,8 +1926,7 @@ def similarity_report(pages: list[Page], groups: list[list[Page]]) -> float:
     """Highest main-text Jaccard between two pages that are not in the same duplicate group."""
     grouped = {id(p): n for n, group in enumerate(groups) for p in group}
     texts = [p for p in pages if p.main_text]
-    sets = [{s for s in shingles(p.main_text, p.lang) if zlib.crc32("\x1f".join(s).encode()) % 4 == 0}
-            for p in texts]
+    sets = [{s for s in main_shingles(p) if zlib.crc32("\x1f".join(s).encode()) % 4 == 0} for p in texts]
     index: dict = {}
     for i, sh in enumerate(sets):
         for s in sh:
@@ -2063,7 +1943,7 @@ def similarity_report(pages: list[Page], groups: list[list[Page]]) -> float:
         pa, pb = texts[a], texts[b]
         if grouped.get(id(pa), -1) == grouped.get(id(pb), -2):
             continue
-        worst = max(worst, jaccard(shingles(pa.main_text, pa.lang), shingles(pb.main_text, pb.lang)))
+        worst = max(worst, jaccard(main_shingles(pa), main_shingles(pb)))
     return worst
 
 
@@ -2107,10 +1987,10 @@ def build_expected(pages, logs, exact_groups, near_groups, out: Path, worst_unre
         "encodings": {"gbk": [], "invalid_utf8": []}, "non_html": [], "http_404": [], "http_301": [],
     }
     for group in near_groups:
-        base = shingles(group[0].main_text, group[0].lang)
+        base = main_shingles(group[0])
         categories["near_dup_similarity"].append({
             "lang": group[0].lang, "urls": [p.url for p in group],
-            "jaccard_to_first": [round(jaccard(base, shingles(p.main_text, p.lang)), 3) for p in group[1:]],
+            "jaccard_to_first": [round(jaccard(base, main_shingles(p)), 3) for p in group[1:]],
             "shingles": "word 5-grams (en) or character 5-grams (zh) of the main text",
         })
     page_info = {}
@@ -2231,34 +2111,29 @@ def build_expected(pages, logs, exact_groups, near_groups, out: Path, worst_unre
 # --------------------------------------------------------------------------
 
 
-def licence_texts(cache: Path) -> dict[str, str]:
+def licence_texts(debs: dict[str, Path]) -> dict[str, str]:
     """Licence texts quoted from the packages themselves."""
-    python = read_deb(fetch_deb("python3.11-doc", DEBIAN_SOURCES["python3.11-doc"]["version"], cache),
-                      lambda p: p.endswith("html/license.html"))
+    python = read_deb(debs["python3.11-doc"], lambda p: p.endswith("html/license.html"))
     markup = next(iter(python.values())).decode("utf-8")
     blocks = extract_blocks(markup)
     start = next(i for i, (t, x) in enumerate(blocks) if t.startswith("h") and x.startswith("PSF LICENSE AGREEMENT"))
     end = next(i for i in range(start + 1, len(blocks)) if blocks[i][0].startswith("h"))
     psf = "\n".join(x for _, x in blocks[start + 1 : end])
-    debmake = read_deb(fetch_deb("debmake-doc", DEBIAN_SOURCES["debmake-doc"]["version"], cache),
-                       lambda p: p == "usr/share/doc/debmake-doc/copyright")
+    debmake = read_deb(debs["debmake-doc"], lambda p: p == "usr/share/doc/debmake-doc/copyright")
     copyright_file = next(iter(debmake.values())).decode("utf-8")
     expat = copyright_file.split("Files:     png/", 1)[0].split("Files:     *", 1)[1].strip()
     return {"psf": psf, "expat": expat}
 
 
-def write_provenance(out: Path, cache: Path, expected: dict, source_counts: dict, seed: int):
-    texts = licence_texts(cache)
-    debs = {}
-    for name, meta in DEBIAN_SOURCES.items():
-        deb = fetch_deb(name, meta["version"], cache)
-        debs[name] = (deb.name, hashlib.sha256(deb.read_bytes()).hexdigest())
+def write_provenance(out: Path, debs: dict[str, Path], expected: dict, source_counts: dict, seed: int):
+    texts = licence_texts(debs)
     stats = expected["stats"]
     files = "\n".join(f"| `{n}` | {f['bytes']:,} | `{f['sha256'][:16]}…` |" for n, f in expected["files"].items())
     deb_rows = "\n".join(
         f"| `{name}` | {meta['version']} | {meta['licence']} | {meta['what']} | {source_counts.get(name, 0)} |"
         for name, meta in DEBIAN_SOURCES.items())
-    deb_hashes = "\n".join(f"- `{file}` sha256 `{digest}`" for file, digest in debs.values())
+    deb_hashes = "\n".join(f"- `{deb.name}` sha256 `{hashlib.sha256(deb.read_bytes()).hexdigest()}`"
+                           for deb in debs.values())
     psf = "\n".join("    " + line for line in texts["psf"].splitlines())
     expat = "\n".join("    " + line.strip() for line in texts["expat"].splitlines())
     body = f"""# Sample crawl: provenance
@@ -2436,7 +2311,8 @@ def check(out: Path) -> list[str]:
 
 def build(out: Path, cache: Path, originals: Path, seed: int):
     rng = random.Random(seed)
-    articles = load_all_articles(cache, originals)
+    debs = {name: cached_deb(name, cache, meta["version"]) for name, meta in DEBIAN_SOURCES.items()}
+    articles = load_all_articles(debs, originals)
     planner = Planner(articles, rng)
     planner.plan_duplicates()
     planner.plan_boilerplate_heavy()
@@ -2461,9 +2337,8 @@ def build(out: Path, cache: Path, originals: Path, seed: int):
         if shard == NUM_SHARDS - 1:
             corrupt = Response(corrupt_page.url, "corrupt", "200 OK", corrupt_page.content_type,
                                corrupt_page.body, corrupt_page.site.server)
-        writer = ShardWriter(out / name, shard, rng, seed)
-        writer.write_all(responses, corrupt)
-        logs[name] = (writer.log, responses + ([corrupt] if corrupt else []))
+        log = write_shard(out / name, shard, responses, corrupt, rng, seed)
+        logs[name] = (log, responses + ([corrupt] if corrupt else []))
 
     expected = build_expected(pages, logs, planner.exact_groups, planner.near_groups, out, worst, seed)
     (out / "expected.json").write_text(json.dumps(expected, ensure_ascii=False, indent=1) + "\n",
@@ -2472,7 +2347,7 @@ def build(out: Path, cache: Path, originals: Path, seed: int):
     for page in pages:
         source = page.source.split(":", 1)[0] if ":" in page.source else page.source
         source_counts[source] = source_counts.get(source, 0) + 1
-    write_provenance(out, cache, expected, source_counts, seed)
+    write_provenance(out, debs, expected, source_counts, seed)
     return expected
 
 

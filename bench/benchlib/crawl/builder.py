@@ -35,7 +35,7 @@ from . import payloads
 from .copies import Record, exact_copy, host, near_copy
 from .debian import SourcePage
 from .html_edits import WORD_CHAR, mostly_cjk, visible_text
-from .similarity import same_text_groups, similar_pairs
+from .similarity import same_text_groups, shingles, similar_pairs
 from .warc import ShardWriter
 
 TRUTH_FORMAT = "lm-bench-crawl-truth/1"
@@ -89,16 +89,6 @@ def load_page(source: SourcePage) -> Page:
     return Page(source.site, source.url, body, html, text, cjk, units)
 
 
-def shingle_set(page: Page) -> set:
-    """Word 5-grams, or 5-character grams of the text without white space on a mostly-CJK page."""
-    text = page.text.lower()
-    if page.cjk:
-        chars = "".join(text.split())
-        return {chars[i : i + SHINGLE] for i in range(max(1, len(chars) - SHINGLE + 1))}
-    words = re.findall(r"\w+", text)
-    return {tuple(words[i : i + SHINGLE]) for i in range(max(1, len(words) - SHINGLE + 1))}
-
-
 def source_pages(sites: list[Site], spec: CrawlSpec) -> list[Page]:
     sources = [page for site in sites for page in site.pages]
     if not sources:
@@ -111,7 +101,8 @@ def source_pages(sites: list[Site], spec: CrawlSpec) -> list[Page]:
 
 def natural_duplicates(pages: list[Page], threshold: float) -> tuple[list[list[str]], list[list]]:
     groups = same_text_groups([page.url for page in pages], [page.text for page in pages])
-    pairs = similar_pairs([shingle_set(page) for page in pages], [page.cjk for page in pages], threshold)
+    sets = [shingles(page.text.lower(), page.cjk, SHINGLE) for page in pages]
+    pairs = similar_pairs(sets, [page.cjk for page in pages], threshold)
     near = sorted(
         [min(pages[i].url, pages[j].url), max(pages[i].url, pages[j].url), round(jaccard, 4)]
         for i, j, jaccard in pairs

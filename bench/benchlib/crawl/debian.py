@@ -1,18 +1,23 @@
 """Pages from Debian documentation packages: each package is one site, its HTML files its pages.
 
 A package's .deb comes from a cache folder, or from `apt-get download` into it; it is unpacked once with
-`dpkg-deb -x` under `<cache>/unpacked/`. The site's root is the common folder of the package's HTML files
-(regular files; symlinks are skipped), and a page's URL is `https://<package>.example/<path under the root>`.
+`dpkg-deb -x` under `<cache>/unpacked/`, or some of its files are read in Python (`read_deb`). The site's root
+is the common folder of the package's HTML files (regular files; symlinks are skipped), and a page's URL is
+`https://<package>.example/<path under the root>`.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import os
 import re
 import shutil
 import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -89,9 +94,18 @@ def run(command: list[str], cwd: Path | None = None) -> subprocess.CompletedProc
         raise RuntimeError(f"{command[0]} is not installed: put the .deb files in the cache folder instead") from missing
 
 
-def cached_deb(name: str, cache: Path) -> Path:
-    """The newest `<name>_*.deb` in `cache`, downloaded with apt-get (after one `apt-get update`) if none is."""
+def cached_deb(name: str, cache: Path, version: str | None = None) -> Path:
+    """`<name>_<version>_*.deb` from `cache`, downloaded with apt-get if it is not there. Without a `version`, or
+    when apt-get cannot find it (with a warning), the newest `<name>_*.deb` in `cache`, downloaded (after one
+    `apt-get update`) if none is."""
     cache.mkdir(parents=True, exist_ok=True)
+    if version is not None:
+        pinned = f"{name}_{version.replace(':', '%3a')}_*.deb"
+        if not list(cache.glob(pinned)):
+            run(["apt-get", "download", f"{name}={version}"], cwd=cache)
+        found = sorted(cache.glob(pinned))
+        if found:
+            return found[0]
     found = list(cache.glob(f"{name}_*.deb"))
     if not found:
         done = run(["apt-get", "download", name], cwd=cache)
@@ -101,7 +115,10 @@ def cached_deb(name: str, cache: Path) -> Path:
         found = list(cache.glob(f"{name}_*.deb"))
         if done.returncode != 0 or not found:
             raise RuntimeError(f"apt-get download {name} failed: {done.stderr.strip()[-2000:]}")
-    return max(found, key=functools.cmp_to_key(compare_versions))
+    newest = max(found, key=functools.cmp_to_key(compare_versions))
+    if version is not None:
+        print(f"warning: {name} {version} unavailable, using {newest.name}", file=sys.stderr)
+    return newest
 
 
 def compare_versions(a: Path, b: Path) -> int:
@@ -132,3 +149,27 @@ def unpacked(deb: Path, cache: Path) -> Path:
     (partial / ".complete").write_text("ok\n")
     partial.rename(target)
     return target
+
+
+def read_deb(deb: Path, wanted: Callable[[str], bool]) -> dict[str, bytes]:
+    """The regular files of `deb` (an ar archive holding data.tar.*) whose paths, without a leading `./`,
+    `wanted` accepts; read in Python, so no dpkg is needed."""
+    data = deb.read_bytes()
+    if not data.startswith(b"!<arch>\n"):
+        raise ValueError(f"{deb} is not a Debian package")
+    position, tar_bytes = 8, None
+    while position + 60 <= len(data):
+        member = data[position : position + 16].decode().strip().rstrip("/")
+        size = int(data[position + 48 : position + 58].decode().strip())
+        if member.startswith("data.tar"):
+            tar_bytes = data[position + 60 : position + 60 + size]
+        position += 60 + size + (size % 2)
+    if tar_bytes is None:
+        raise ValueError(f"{deb} has no data.tar member")
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:*") as tar:
+        for member in tar:
+            path = member.name.lstrip("./")
+            if member.isfile() and wanted(path):
+                files[path] = tar.extractfile(member).read()
+    return files

@@ -9,21 +9,25 @@ import struct
 import zlib
 
 
-def png(rng: random.Random) -> bytes:
-    """A valid 8x8 PNG of one colour."""
+def png(rng: random.Random, width: int = 8, height: int = 8, step: int = 0) -> bytes:
+    """A valid RGB PNG: a random colour whose red grows by `step` a column and green by `step` a row."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    row = b"\x00" + bytes(rng.randrange(256) for _ in range(3)) * 8
-    header = struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(row * 8, 9)) + chunk(b"IEND", b"")
+    red, green, blue = (rng.randrange(256) for _ in range(3))
+    rows = b"".join(
+        b"\x00" + b"".join(bytes(((red + step * x) % 256, (green + step * y) % 256, blue)) for x in range(width))
+        for y in range(height)
+    )
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
 
 
-def pdf(title: str) -> bytes:
-    """A one-page PDF that shows `title`."""
+def pdf(title: str, media_box: tuple[int, int] = (612, 792), top: int = 720) -> bytes:
+    """A one-page PDF that shows `title` with its baseline `top` points up the page."""
     text = re.sub(r"[^A-Za-z0-9 .,_-]", "", title)[:60] or "Document"
-    return one_page_pdf(f"BT /F1 18 Tf 72 720 Td ({text}) Tj ET".encode(), (612, 792))
+    return one_page_pdf(f"BT /F1 18 Tf 72 {top} Td ({text}) Tj ET".encode(), media_box)
 
 
 def one_page_pdf(content: bytes, media_box: tuple[int, int]) -> bytes:

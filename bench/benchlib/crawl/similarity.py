@@ -1,10 +1,27 @@
-"""The duplicates a set of pages already holds, before any are injected: same text, or Jaccard >= a threshold."""
+"""The duplicates a set of pages already holds, before any are injected: same text, or Jaccard >= a threshold
+of their shingles."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Hashable, Sequence
+
+WORD = re.compile(r"\w+")
+
+
+def shingles(text: str, cjk: bool, n: int = 5) -> set:
+    """Word n-grams, or when `cjk` n-character strings of the text without white space."""
+    if cjk:
+        chars = "".join(text.split())
+        return {chars[i : i + n] for i in range(max(1, len(chars) - n + 1))}
+    words = WORD.findall(text)
+    return {tuple(words[i : i + n]) for i in range(max(1, len(words) - n + 1))}
+
+
+def jaccard(a: set, b: set) -> float:
+    return len(a & b) / max(1, len(a | b))
 
 
 def same_text_groups(urls: Sequence[str], texts: Sequence[str]) -> list[list[str]]:
