@@ -142,17 +142,22 @@ def page_report(page) -> dict:
         "() => Array.from(document.images).map(i => ({alt: i.alt, complete: i.complete, "
         "width: i.naturalWidth, height: i.naturalHeight}))"
     )
-    # Whether anything is wider than what holds it: the page scrolls sideways, or an image is cut by its box.
+    # Whether anything is wider than what holds it: the page scrolls sideways, an image is cut by its box, or a
+    # table runs past the metadata cell it is shown in (named by its header row).
     overflow = page.evaluate(
         "() => ({page: document.documentElement.scrollWidth > document.documentElement.clientWidth, "
         "images: Array.from(document.images).filter(i => i.parentElement && "
-        "i.getBoundingClientRect().right > i.parentElement.getBoundingClientRect().right + 1).map(i => i.alt)})"
+        "i.getBoundingClientRect().right > i.parentElement.getBoundingClientRect().right + 1).map(i => i.alt), "
+        "tables: Array.from(document.querySelectorAll('td table')).filter(t => "
+        "t.getBoundingClientRect().right > t.parentElement.closest('td').getBoundingClientRect().right + 1)"
+        ".map(t => (t.rows[0] ? t.rows[0].innerText : '').replace(/\\s+/g, ' ').trim())})"
     )
     text = page.evaluate("() => document.body.innerText")
     return {
         "images": len(images),
         "scrolls_sideways": overflow["page"],
         "images_cut": sorted(set(overflow["images"])),
+        "tables_cut": sorted(set(overflow["tables"])),
         "nan_shown": " nan " in f" {text} ".replace("|", " ").replace("\n", " "),
         "rendered": sum(1 for i in images if i["complete"] and i["width"] > 0 and i["height"] > 0),
         "alts": sorted({i["alt"] for i in images if i["alt"]}),

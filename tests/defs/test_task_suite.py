@@ -66,6 +66,8 @@ def test_every_task_is_scored_beside_its_chance_and_summarized(storage_root):
     for name in TASKS:
         assert suite[f"main/{name}/acc"].value == pytest.approx(by_asset[f"{name}_score"]["main/acc"].value)
         assert f"| {name} |" in suite["suite"].value
+    header = [cell.strip() for cell in suite["suite"].value.splitlines()[0].strip("|").split("|")]
+    assert header == ["benchmark", "acc", "acc norm", "chance", "chance band", "vs band", "n", "shots"]
 
 
 def test_a_task_without_its_data_fails_naming_the_release(storage_root, tmp_path):
