@@ -155,6 +155,14 @@ class DistillObjective:
         self.teacher_s += time.perf_counter() - started
         return logits
 
+    def micro_batch_loss(self, logits: torch.Tensor, y: torch.Tensor, x, doc, rows_and_sides) -> tuple:
+        """The objective's loss of a training micro-batch and the figures it adds up (`Trainer`'s interface)."""
+        return self.loss(logits, y, x, doc, rows_and_sides[0])
+
+    def step_metrics(self, parts: torch.Tensor) -> dict[str, float]:
+        """A step's figures from its micro-batches' summed loss parts, and the teacher's seconds."""
+        return parts_dict(parts) | {"teacher_s": self.take_teacher_seconds()}
+
     def loss(self, logits: torch.Tensor, y: torch.Tensor, x: torch.Tensor, doc: torch.Tensor | None, rows):
         """The loss of one micro-batch (rows `rows` of the training split) and its parts."""
         c = self.cfg

@@ -160,8 +160,9 @@ class DpoObjective:
     """DPO's loss and figures for `Trainer` (`lm_assets.training.engine`): `cfg` the run's `DpoConfig`."""
 
     def __init__(self, cfg: DpoConfig, model: torch.nn.Module, device: torch.device, dp_rank: int, dp: int,
-                 dp_group, micro_batch_size: int, eos_id: int | None):  # fmt: skip
+                 dp_group, micro_batch_size: int, eos_id: int | None, train_split: str = "train"):  # fmt: skip
         self.cfg = cfg
+        self.train_split = train_split
         self.model = model  # the module the engine wraps: forwards without the engine's hooks
         self.device = device
         self.dp_rank, self.dp, self.dp_group = dp_rank, dp, dp_group
@@ -227,6 +228,15 @@ class DpoObjective:
         return out
 
     # -- a micro-batch ---------------------------------------------------------------------------
+
+    def micro_batch_loss(self, logits: torch.Tensor, y: torch.Tensor, x, doc, rows_and_sides) -> tuple:
+        """The objective's loss of a training micro-batch and the figures it adds up (`Trainer`'s interface)."""
+        rows, sides = rows_and_sides
+        return self.loss(logits, y, sides, rows, self.train_split, x, doc)
+
+    def step_metrics(self, sums: torch.Tensor) -> dict[str, float]:
+        """A step's figures from its micro-batches' summed `pair_stats`."""
+        return stats_dict(sums)
 
     def loss(self, logits: torch.Tensor, y: torch.Tensor, sides: torch.Tensor, rows, split: str, x, doc,
              ref_logits: torch.Tensor | None = None):  # fmt: skip

@@ -78,6 +78,7 @@ from lm_assets.training.checkpoint import CheckpointManager, random_seed, run_la
 from lm_assets.training.config import SpikeConfig, TrainConfig, apply_overrides, to_dict
 from lm_assets.training.data import PackedDataset, StepPrefetcher
 from lm_assets.training.forensics import SpikeForensics
+from lm_assets.training.model import cross_entropy
 
 log = logging.getLogger("lm_assets.training")
 
@@ -287,6 +288,20 @@ def _dataset_vocab_size(manifest: dict) -> int | None:
     return None
 
 
+
+class NextTokenObjective:
+    """Pretraining's and fine-tuning's objective: the mean next-token cross-entropy, nothing added up beside it.
+    DPO (`dpo.DpoObjective`) and distillation (`distill.DistillObjective`) answer the same two calls."""
+
+    def __init__(self, kernel: kernels.Kernels):
+        self.kernels = kernel
+
+    def micro_batch_loss(self, logits: torch.Tensor, y: torch.Tensor, x, doc, rows_and_sides) -> tuple:
+        return cross_entropy(logits, y, kernel=self.kernels), None
+
+    def step_metrics(self, sums) -> dict[str, float]:
+        return {}
+
 class Trainer:
     """Runs `cfg` in this process (one rank of a job launched by torchrun or deepspeed).
 
@@ -324,6 +339,7 @@ class Trainer:
         self.dims = dims
         self.dpo = self._dpo_objective(dims)
         self.distill = self._distill_objective(dims)
+        self.objective = self.dpo or self.distill or NextTokenObjective(self.kernels)
         self._init_progress()
         self.forensics = None
         if cfg.checkpoint.dir:  # what a spiked step trained on: <checkpoint.dir>/spikes.jsonl
@@ -445,7 +461,7 @@ class Trainer:
             raise ValueError(f"objective=dpo needs preference data (a pair to a row, with sides); {cfg.data} has none")
         dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
         return DpoObjective(cfg.dpo, self.engine.module, self.engine.device, self.state.dp_rank, dims.dp,
-                            dp_group, cfg.micro_batch_size, self.eos_id)  # fmt: skip
+                            dp_group, cfg.micro_batch_size, self.eos_id, cfg.split)  # fmt: skip
 
     def _distill_objective(self, dims):
         """Distillation's objective when `objective=distill`, else None."""
@@ -460,8 +476,7 @@ class Trainer:
 
     def _init_progress(self) -> None:
         """Where the run stands before its first step: counters, spike detection, the last metrics."""
-        self._dpo_sums = None
-        self._distill_sums = None
+        self._step_sums = None  # what the objective adds up over the last step's micro-batches
         self.dpo_val_start: dict | None = None  # DPO's validation figures before the first update
         self.spikes = SpikeDetector(self.cfg.spike)
         self.step = 0  # completed steps == the next step's index
@@ -624,19 +639,12 @@ class Trainer:
         if self.pipeline:
             engine.train_batch(iter(((x, doc) if doc is not None else x, y) for x, doc, y, _ in batches))
         else:
-            losses = []
-            self._dpo_sums = self._distill_sums = None
-            for i, (x, doc, y, pairs) in enumerate(batches):
-                if self.distill is not None:
-                    loss, parts = self.distill.loss(engine(x, doc), y, x, doc, pairs[0])
-                    loss = self.loss_fn.scaled(loss)
-                    self._distill_sums = parts if self._distill_sums is None else self._distill_sums + parts
-                elif self.dpo is None:
-                    loss = self.loss_fn(engine(x, doc), y)
-                else:
-                    loss, sums = self.dpo.loss(engine(x, doc), y, pairs[1], pairs[0], self.cfg.split, x, doc)
-                    loss = self.loss_fn.scaled(loss)
-                    self._dpo_sums = sums if self._dpo_sums is None else self._dpo_sums + sums
+            losses, sums = [], None
+            for i, (x, doc, y, rows_and_sides) in enumerate(batches):
+                loss, parts = self.objective.micro_batch_loss(engine(x, doc), y, x, doc, rows_and_sides)
+                loss = self.loss_fn.scaled(loss)
+                if parts is not None:
+                    sums = parts if sums is None else sums + parts
                 engine.backward(loss)
                 losses.append(loss.detach().float())
                 if i < len(batches) - 1:
@@ -644,9 +652,9 @@ class Trainer:
             mean = torch.stack(losses).mean()
             dp_group = self.state.mpu.get_data_parallel_group() if self.state.mpu is not None else None
             dist.all_reduce(mean, group=dp_group)
-            for sums in (self._dpo_sums, self._distill_sums):
-                if sums is not None and self.dims.dp > 1:
-                    dist.all_reduce(sums, group=dp_group)
+            if sums is not None and self.dims.dp > 1:
+                dist.all_reduce(sums, group=dp_group)
+            self._step_sums = sums
             self._pending_loss = float(mean) / self.dims.dp
             engine.step()
 
@@ -674,14 +682,8 @@ class Trainer:
         }
         if last["reason"] is not None:
             metrics["spike_reason"] = last["reason"]
-        if self._dpo_sums is not None:
-            from lm_assets.training.dpo import stats_dict
-
-            metrics |= stats_dict(self._dpo_sums)
-        if self._distill_sums is not None:
-            from lm_assets.training.distill import parts_dict
-
-            metrics |= parts_dict(self._distill_sums) | {"teacher_s": self.distill.take_teacher_seconds()}
+        if self._step_sums is not None:
+            metrics |= self.objective.step_metrics(self._step_sums)
         if self.cfg.precision == "fp16":
             scale = getattr(engine.optimizer, "cur_scale", None) or getattr(engine.optimizer, "loss_scale", None)
             metrics["loss_scale"] = _finite_or_none(scale)
