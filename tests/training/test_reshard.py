@@ -161,7 +161,7 @@ def test_resume_in_another_layout_continues_the_run(case, data, tmp_path):
 
     rc, after, stderr = launch(n_resumed, base(data, 10, **resumed_layout, **{"checkpoint.dir": resumed_dir}))
     assert rc == 0, stderr[-4000:]
-    assert f"[rank 0] INFO training: resumed step 5 from layout {change}\n" in stderr, stderr[-4000:]
+    assert f"[rank 0] INFO lm_assets.training: resumed step 5 from layout {change}\n" in stderr, stderr[-4000:]
     assert [m["step"] for m in after] == list(range(6, 11))
     assert [m["tokens"] for m in after] == [m["tokens"] for m in reference[5:]]
     assert [m["lr"] for m in after] == [m["lr"] for m in reference[5:]]
