@@ -143,13 +143,17 @@ def page_report(page) -> dict:
         "width: i.naturalWidth, height: i.naturalHeight}))"
     )
     # Whether anything is wider than what holds it: the page scrolls sideways, an image is cut by its box, or a
-    # table runs past the metadata cell it is shown in (named by its header row).
+    # table runs past the metadata cell it is shown in or the pane that clips it (named by its header row).
     overflow = page.evaluate(
         "() => ({page: document.documentElement.scrollWidth > document.documentElement.clientWidth, "
         "images: Array.from(document.images).filter(i => i.parentElement && "
         "i.getBoundingClientRect().right > i.parentElement.getBoundingClientRect().right + 1).map(i => i.alt), "
-        "tables: Array.from(document.querySelectorAll('td table')).filter(t => "
-        "t.getBoundingClientRect().right > t.parentElement.closest('td').getBoundingClientRect().right + 1)"
+        "tables: Array.from(document.querySelectorAll('td table')).filter(t => { "
+        "  let box = t.parentElement; "
+        "  while (box && box !== document.body && getComputedStyle(box).overflowX === 'visible') box = box.parentElement; "
+        "  const right = Math.min(t.parentElement.closest('td').getBoundingClientRect().right, "
+        "                         box ? box.getBoundingClientRect().right : Infinity); "
+        "  return t.getBoundingClientRect().right > right + 1; })"
         ".map(t => (t.rows[0] ? t.rows[0].innerText : '').replace(/\\s+/g, ' ').trim())})"
     )
     text = page.evaluate("() => document.body.innerText")

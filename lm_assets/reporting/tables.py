@@ -40,3 +40,26 @@ def markdown_table_text(df: pl.DataFrame, max_rows: int = 20) -> str:
     if df.height > max_rows:
         lines.append(f"\n_{df.height - max_rows} more rows_")
     return "\n".join(lines)
+
+
+def readable(name: str) -> str:
+    """An identifier as table text, in words that wrap: high_school_geography → high school geography."""
+    return name.replace("_", " ")
+
+
+# The UI's metadata tables at a 1600-pixel window: 14 px monospace cells, 12 px headers, 8 px padding each side,
+# and a value column about 460 pixels wide where the keys are long.
+CELL_CHAR_PX, HEADER_CHAR_PX, COLUMN_PADDING_PX, METADATA_COLUMN_PX = 8.4, 7.0, 16, 460
+
+
+def table_width_px(df: pl.DataFrame) -> float:
+    """About how wide the UI draws `df` as a markdown table: each column as wide as its longest unbreakable word
+    (a header or a cell; text wraps at spaces and dashes), plus padding."""
+    width = 0.0
+    for name in df.columns:
+        cells = [word for value in df[name].to_list() for word in re.split(r"[\s–-]+", table_cell(value))]
+        widest_cell = max((len(word) for word in cells), default=0) * CELL_CHAR_PX
+        widest_header = max(len(word) for word in name.split()) * HEADER_CHAR_PX
+        width += max(widest_cell, widest_header) + COLUMN_PADDING_PX
+    return width
+

@@ -3,6 +3,7 @@
 import math
 
 import dagster as dg
+import polars as pl
 
 from lm_assets.defs.common.reporting import markdown_table
 from lm_assets.defs.evaluation.assets import score_metadata
@@ -10,7 +11,7 @@ from lm_assets.defs.evaluation.common import accuracy_chart, trend_table
 from lm_assets.defs.evaluation.safety import safety_series
 from lm_assets.defs.evaluation.tasks import recorded_groups
 from lm_assets.reporting.evaluation import position_table
-from lm_assets.reporting.tables import table_cell
+from lm_assets.reporting.tables import METADATA_COLUMN_PX, table_cell, table_width_px
 
 
 def test_a_cell_reads_0_for_zero_and_a_dash_for_nothing():
@@ -42,6 +43,24 @@ def test_the_trend_shows_a_group_not_recorded_on_a_checkpoint_as_a_dash():
     table = rows(trend_table(history, result, recorded_groups(result)).value)
     assert table == {"acc": ["0.5", "0.4"], "anatomy": ["0", "0.3"], "virology": ["–", "0.5"]}
     assert "nan" not in trend_table(history, result, recorded_groups(result)).value
+
+
+def test_the_trend_keeps_the_latest_checkpoints_that_fit_the_metadata_column():
+    subjects = {"high_school_government_and_politics": 0.3, "abstract_algebra": 0.2}
+    steps = range(10, 130, 10)
+    history = {f"main-step_{s:08d}": {"main/acc": dg.MetadataValue.float(s / 1000)} for s in steps}
+    history["main-step_00000005"] = None  # the one scored now, re-evaluated after the others
+    value = trend_table(history, scored(0.25, subjects) | {"benchmark": "mmlu"}, subjects).value
+    header = [cell.strip() for cell in value.splitlines()[0].strip("|").split("|")]
+    shown = header[1:]
+    assert header[0] == "group" and shown[-1] == "main 5" and 2 <= len(shown) < len(history)
+    assert shown[:-1] == [f"main {s}" for s in steps][-(len(shown) - 1):]  # the latest of the others
+    assert f"_the latest {len(shown)} of {len(history)} evaluated checkpoints" in value
+    assert "| high school government and politics |" in value
+    table = pl.DataFrame({"group": ["acc", "high school government and politics"], **{c: [0.1, 0.2] for c in shown}})
+    assert table_width_px(table) <= METADATA_COLUMN_PX
+    few = {"main-step_00000010": {"main/acc": dg.MetadataValue.float(0.5)}, "main-step_00000020": None}
+    assert "_the latest" not in trend_table(few, scored(0.4, {"anatomy": 0.3}) | {"benchmark": "cmmlu"}, {}).value
 
 
 def test_a_position_no_document_reaches_has_no_perplexity():

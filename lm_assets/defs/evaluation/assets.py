@@ -61,6 +61,7 @@ from lm_assets.evaluation.prompts import DEFAULT_FEWSHOT
 from lm_assets.evaluation.samples import SAMPLE_PROMPTS, SampleSettings
 from lm_assets.evaluation.stats import question_blind_chance
 from lm_assets.reporting.evaluation import band_text, inline_samples_table, position_table, samples_table
+from lm_assets.reporting.tables import readable
 from lm_assets.storage.layout import (
     PACKED_FOLDER,
     RATINGS_FOLDER,
@@ -109,11 +110,11 @@ CHANCE_BAND = (
 def score_metadata(result: dict, checkpoint: str) -> dict:
     overall = result["overall"]
     subjects = pl.DataFrame(
-        [{"subject": s, "category": e["category"], "n": e["n"], "acc": round(e["acc"], 4), "acc_norm": round(e["acc_norm"], 4)}
-         for s, e in result["subjects"].items()]
+        [{"subject": readable(s), "category": readable(e["category"]), "n": e["n"], "acc": round(e["acc"], 4),
+          "acc_norm": round(e["acc_norm"], 4)} for s, e in result["subjects"].items()]
     )
     categories = pl.DataFrame(
-        [{"category": c, "n": e["n"], "acc": round(e["acc"], 4), "acc_norm": round(e["acc_norm"], 4)}
+        [{"category": readable(c), "n": e["n"], "acc": round(e["acc"], 4), "acc_norm": round(e["acc_norm"], 4)}
          for c, e in result["categories"].items()]
     )
     # Four decimals, as lm-evaluation-harness prints them; the per-question parquet holds the rest.

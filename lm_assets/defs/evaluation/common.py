@@ -17,11 +17,11 @@ from lm_assets.defs.common.partitions import checkpoint_partitions
 from lm_assets.defs.common.reporting import (
     checkpoint_check_spec,
     latest_metadata,
-    markdown_table,
     series_value,
 )
 from lm_assets.evaluation.stats import CHANCE_LEVEL
 from lm_assets.reporting.evaluation import accuracy_chart_markdown, band_text
+from lm_assets.reporting.tables import METADATA_COLUMN_PX, markdown_table_text, readable, table_width_px
 from lm_assets.storage.keys import UnsafeKeyError
 from lm_assets.storage.layout import (
     TOKENIZER_KEYS,
@@ -100,9 +100,10 @@ def evaluated(instance: dg.DagsterInstance, asset: str, current: str) -> dict[st
 
 
 def trend_table(history: dict[str, dict | None], result: dict, groups: dict[str, float]) -> dg.MetadataValue:
-    """acc (the first row) and accuracy per recorded category and subject (`groups`, the rest) on every evaluated
-    checkpoint (columns) of `history` (`evaluated`), this one's from `result` and `groups`, read from the same
-    metadata keys each was recorded under, so that a score of 0 reads 0 and a score not recorded reads –."""
+    """acc (the first row) and accuracy per recorded category and subject (`groups`, the rest) on the evaluated
+    checkpoints (columns) of `history` (`evaluated`), this one's from `result` and `groups`, read from the same
+    metadata keys each was recorded under, so that a score of 0 reads 0 and a score not recorded reads –. The
+    latest checkpoints that fit the UI's metadata column are shown, this one always; a line says how many more."""
     columns: dict[str, dict[str, float]] = {}
     for checkpoint, metadata in history.items():
         run = parse_checkpoint_key(checkpoint)[0]
@@ -116,10 +117,26 @@ def trend_table(history: dict[str, dict | None], result: dict, groups: dict[str,
         columns[checkpoint] = column
     names = sorted({name for column in columns.values() for name in column} - {"acc"})
     names = ["acc", *names] if any("acc" in column for column in columns.values()) else names
-    table = pl.DataFrame({"group": names, **{c: [None if (v := col.get(n)) is None else round(v, 4) for n in names]
-                                              for c, col in columns.items()}},
-                         schema_overrides={c: pl.Float64 for c in columns})  # fmt: skip
-    return markdown_table(table, max_rows=120)
+
+    def table_of(shown: list[str]) -> pl.DataFrame:
+        return pl.DataFrame({"group": [readable(n) for n in names],
+                             **{checkpoint_label(c): [None if (v := columns[c].get(n)) is None else round(v, 4) for n in names]
+                                for c in shown}}, schema_overrides={checkpoint_label(c): pl.Float64 for c in shown})  # fmt: skip
+
+    shown = list(columns)
+    while len(shown) > 1 and table_width_px(table_of(shown)) > METADATA_COLUMN_PX:
+        shown.remove(next(c for c in shown if history[c] is not None))  # the earliest other checkpoint
+    text = markdown_table_text(table_of(shown), max_rows=120)
+    if len(shown) < len(columns):
+        text += f"\n\n_the latest {len(shown)} of {len(columns)} evaluated checkpoints; each partition shows its own_"
+    return dg.MetadataValue.md(text)
+
+
+def checkpoint_label(checkpoint: str) -> str:
+    """A checkpoint as a column header that wraps: `main 20` for main-step_00000020."""
+    run, tag = parse_checkpoint_key(checkpoint)
+    step = re.fullmatch(r"step_(\d+)", tag)
+    return f"{run} {int(step.group(1))}" if step else f"{run} {tag}"
 
 
 def accuracy_points(history: dict[str, dict | None], current: str, result: dict) -> tuple[list, list]:

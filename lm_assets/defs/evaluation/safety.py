@@ -10,6 +10,7 @@ from pydantic import Field
 
 from lm_assets.defs.common.environment import default_of
 from lm_assets.defs.common.reporting import markdown_table, run_series
+from lm_assets.reporting.tables import readable
 from lm_assets.defs.common.resources import StorageResource
 from lm_assets.defs.common.toxicity import ToxicityResource
 from lm_assets.defs.curation.assets import ToxicityRulesConfig
@@ -88,7 +89,7 @@ def safety_score(context: dg.AssetExecutionContext, config: SafetyScoreConfig, s
     store.write_parquet(key, rows)
     summary = result["summary"]
     scores, unplotted = safety_series(summary, result["chat"])
-    table = pl.DataFrame([{"language": lang, **{k: (_round(v) if isinstance(v, float) else v) for k, v in s.items()}}
+    table = pl.DataFrame([{"language": lang, **{readable(k): (_round(v) if isinstance(v, float) else v) for k, v in s.items()}}
                           for lang, s in summary.items()])  # fmt: skip
     lead = ("refusal_rate" if result["chat"] else "harmful_toxic_share")
     metadata = {
@@ -181,7 +182,8 @@ def bbq_asset(name: str, task: str, folder: str, language: str, release: str):
         em, ran_on = load_checkpoint_model(store, context.partition_key, config)
         scored = score_questions(em, questions)
         summary = bbq_summary(docs, scored, unknowns)
-        table = pl.DataFrame([{"category": c, "questions": e["n"], **{k: _round(v) for k, v in e.items() if k != "n"}}
+        table = pl.DataFrame([{"category": readable(c), "questions": e["n"],
+                               **{readable(k): _round(v) for k, v in e.items() if k != "n"}}
                               for c, e in summary["by_category"].items()])  # fmt: skip
         answers = pl.DataFrame([{**row, "context": d["context"], "question": d["question"], "label": d["label"],
                                  "loglikelihoods": s["loglikelihoods"]}

@@ -1,7 +1,7 @@
 """The zero- and few-shot task suite as assets, one partition per checkpoint: HellaSwag, ARC-Easy,
 ARC-Challenge, PIQA, WinoGrande and BoolQ in English, CMMLU, XStoryCloze-zh and XCOPA-zh in Chinese, each
 scored as lm-evaluation-harness 0.4.13 scores its task of that name (`lm_assets/evaluation/tasks.py`), and
-`benchmark_suite`, every score of a checkpoint beside its chance level."""
+`benchmark_suite`, every score of a checkpoint beside its chance band."""
 
 import dagster as dg
 import polars as pl
@@ -27,6 +27,7 @@ from lm_assets.defs.evaluation.common import (
 )
 from lm_assets.evaluation.tasks import TASKS, Task
 from lm_assets.reporting.evaluation import against_band, band_text
+from lm_assets.reporting.tables import readable
 
 SAMPLES = default_of("LM_ASSETS_EVAL_TASKS_DIR")
 SAMPLE_FOLDERS = {"hellaswag": "hellaswag", "arc_easy": "arc/ARC-Easy", "arc_challenge": "arc/ARC-Challenge",
@@ -73,7 +74,7 @@ def task_metadata(task: Task, result: dict, checkpoint: str, data: str) -> dict:
         "seconds": dg.MetadataValue.text(f"{result['seconds']:.2f}"),
     }
     if len(result["subjects"]) > 1:
-        table = pl.DataFrame([{"subject": s, "n": e["n"], **{m: round(e[m], 4) for m in task.metrics}}
+        table = pl.DataFrame([{"subject": readable(s), "n": e["n"], **{m: round(e[m], 4) for m in task.metrics}}
                               for s, e in result["subjects"].items()])  # fmt: skip
         metadata["by_subject"] = markdown_table(table, max_rows=100)
     return metadata
@@ -122,9 +123,9 @@ SUITE_INPUTS = ("mmlu_score", "ceval_score", *SCORE_ASSETS)
 @dg.asset(
     partitions_def=checkpoint_partitions, group_name="evaluation", kinds={"polars"},
     deps=[dg.AssetKey(name) for name in SUITE_INPUTS],
-    description="Every benchmark score of the checkpoint in one table, each beside its chance level, its chance band "
-    "(exact binomial, inside [0, 1]; vs band: acc above, inside or below it), its number of questions (n) and of "
-    "shots: what a model card lists, and what a team compares before it picks a checkpoint.",
+    description="Every benchmark score of the checkpoint in one table, each beside its chance band (the accuracy a "
+    "guesser reaches, exact binomial, inside [0, 1]; vs band: acc above, inside or below it), its number of questions "
+    "(n) and of shots: what a model card lists, and what a team compares before it picks a checkpoint.",
 )
 def benchmark_suite(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     checkpoint = context.partition_key
@@ -136,12 +137,9 @@ def benchmark_suite(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
             continue
         acc = series_value(metadata, checkpoint, "acc")
         acc_norm = series_value(metadata, checkpoint, "acc_norm")
-        # MMLU's and C-Eval's chance is their question-blind band (which moves per checkpoint); the suite's tasks
-        # carry 1 / choices.
-        chance = float(metadata["chance"].value) if "chance" in metadata else None
         band = metadata["chance_band"].value if "chance_band" in metadata else None
         # Headers of two words wrap, so that the table fits the UI's metadata column at 1600 px.
-        rows.append({"benchmark": asset.removesuffix("_score"), "acc": acc, "acc norm": acc_norm, "chance": chance,
+        rows.append({"benchmark": asset.removesuffix("_score"), "acc": acc, "acc norm": acc_norm,
                      "chance band": band, "vs band": against_band(acc, band),
                      "n": int(metadata["questions"].value), "shots": int(metadata["num_fewshot"].value)})  # fmt: skip
     if not rows:
