@@ -29,9 +29,12 @@ def export(tmp_path_factory):
     (chat.parent / CHAT_TEMPLATE_NAME).write_text(CHAT_TEMPLATE)
     cfg = from_preset("tiny", 416, max_seq_len=128)
     net = Transformer(cfg, seed=3).eval()
-    with torch.no_grad():  # trained-looking weights: not the near-zero init, so that errors would show
+    # Trained-looking weights: not the near-zero init, so that errors would show. Seeded, so that the greedy
+    # tokens compared below are the same in every process, whatever ran before in it.
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
         for p in net.parameters():
-            p.normal_(0, 0.1)
+            p.normal_(0, 0.1, generator=generator)
     export_hf(net, cfg, folder / "hf", tokenizer_model_path=chat)
     return folder / "hf"
 

@@ -134,7 +134,10 @@ def test_stray_bytes_between_records_cost_no_record(tmp_path, gzipped):
     urls = [f"https://a.example/{i}" for i in range(4)]
     assert shard.documents["url"].to_list() == urls
     assert shard.quarantine.height == 0 and shard.records == 4
-    assert set(warcio_urls(path)) <= set(urls)  # every record warcio reads (it stops at the stray bytes)
+    # Every record warcio reads (it stops at the stray bytes, or now and then reads them and the next gzip member,
+    # whose bytes vary with warcio's record dates and ids, as a record of junk with no URL of ours).
+    read_by_warcio = {url for url in warcio_urls(path) if url and url.startswith("https://")}
+    assert read_by_warcio <= set(urls)
 
 
 def test_a_damaged_record_and_stray_bytes_after_it_cost_that_record_only(tmp_path):
