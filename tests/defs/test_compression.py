@@ -21,9 +21,10 @@ def storage_with_checkpoint(tmp_path):
     tok = train_tokenizer(TEXTS, TokenizerConfig(vocab_size=400, num_threads=1), tmp_path / "tok")
     cfg = from_preset("tiny", 400, max_seq_len=128)
     net = Transformer(cfg, seed=5).eval()
+    generator = torch.Generator().manual_seed(5)  # the same weights in every process, whatever ran before in it
     with torch.no_grad():
         for p in net.parameters():
-            p.normal_(0, 0.1)
+            p.normal_(0, 0.1, generator=generator)
         net.head.output.weight.mul_(30)  # decisive logits: no near-tie for float rounding to flip
     hf = tmp_path / "storage" / checkpoint_run_folder("main") / "step_00000004" / "hf"
     export_hf(net, cfg, hf, tokenizer_model_path=tok.path)
