@@ -23,7 +23,6 @@ def test_humaneval_score_of_a_checkpoint(tmp_path):
     from lm_assets.corpus.tokens.tokenizer import TokenizerConfig, train_tokenizer
     from lm_assets.defs.common.partitions import checkpoint_partitions
     from lm_assets.defs.common.resources import StorageResource, s3_resource_from_env
-    from lm_assets.defs.common.toxicity import ToxicityResource
     from lm_assets.defs.evaluation.assets import humaneval_score
     from lm_assets.storage.layout import checkpoint_key, checkpoint_run_folder, question_results_key
     from lm_assets.training.config import from_preset

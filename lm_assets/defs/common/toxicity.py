@@ -17,7 +17,7 @@ from lm_assets.defs.common.config import ENUM_FIELDS_AS_VALUES, Device, choices
 from lm_assets.defs.common.environment import from_environment, unset_means
 from lm_assets.defs.common.sample_defaults import launchpad_default
 
-SCORER_DEFAULTS = ToxicityConfig()
+TOXICITY_DEFAULTS = ToxicityConfig()
 ToxicityBackend = choices("ToxicityBackend", BACKENDS)
 DetoxifyModel = choices("DetoxifyModel", DETOXIFY_MODELS)
 BACKEND_VARIABLE = "LM_ASSETS_TOXICITY_BACKEND"
@@ -33,10 +33,10 @@ class ToxicityResource(dg.ConfigurableResource):
         default=None,
         description="auto (detoxify where torch sees a CUDA device, profanity_check on a CPU, where Detoxify would "
         "take nearly all of curation's time), detoxify or profanity_check; "
-        + unset_means(BACKEND_VARIABLE, launchpad_default("toxicity", "backend", SCORER_DEFAULTS.backend)),
+        + unset_means(BACKEND_VARIABLE, launchpad_default("toxicity", "backend", TOXICITY_DEFAULTS.backend)),
     )
     detoxify_model_type: DetoxifyModel = Field(
-        default=SCORER_DEFAULTS.detoxify_model_type,
+        default=TOXICITY_DEFAULTS.detoxify_model_type,
         description="Detoxify's release model (original, unbiased, multilingual), downloaded unless "
         "detoxify_checkpoint is set",
     )
@@ -51,12 +51,12 @@ class ToxicityResource(dg.ConfigurableResource):
         + unset_means("LM_ASSETS_DETOXIFY_HF_CONFIG", "from the Hugging Face Hub"),
     )
     device: Device = Field(
-        default=SCORER_DEFAULTS.device,
+        default=TOXICITY_DEFAULTS.device,
         description="torch device Detoxify runs on: auto (cuda when torch sees a GPU, else cpu), cpu or cuda (the "
         "first GPU CUDA_VISIBLE_DEVICES leaves)",
     )
     prescreen_threshold: float | None = Field(
-        default=SCORER_DEFAULTS.prescreen_threshold,
+        default=TOXICITY_DEFAULTS.prescreen_threshold,
         description="detoxify only: lines alt-profanity-check scores below this count as clean without the BERT "
         "model; unset: the model reads every line",
     )
@@ -65,16 +65,16 @@ class ToxicityResource(dg.ConfigurableResource):
         """The scorer's settings as a run started now uses them, the environment read now."""
         # Unset: the variable, else the backend of the profile $LM_ASSETS_LAUNCHPAD_DEFAULTS selects, else auto.
         backend = str(from_environment(self.backend, BACKEND_VARIABLE,
-                                       launchpad_default("toxicity", "backend", SCORER_DEFAULTS.backend)))
+                                       launchpad_default("toxicity", "backend", TOXICITY_DEFAULTS.backend)))
         if backend not in BACKENDS:
             raise ValueError(f"${BACKEND_VARIABLE}={backend!r}: use one of {', '.join(BACKENDS)}")
         return {
             "backend": backend,
             "detoxify_model_type": str(self.detoxify_model_type),
             "detoxify_checkpoint": from_environment(self.detoxify_checkpoint, "LM_ASSETS_DETOXIFY_CHECKPOINT",
-                                                    SCORER_DEFAULTS.detoxify_checkpoint),
+                                                    TOXICITY_DEFAULTS.detoxify_checkpoint),
             "detoxify_hf_config_path": from_environment(self.detoxify_hf_config_path, "LM_ASSETS_DETOXIFY_HF_CONFIG",
-                                                        SCORER_DEFAULTS.detoxify_hf_config_path),
+                                                        TOXICITY_DEFAULTS.detoxify_hf_config_path),
             "device": str(self.device),
             "prescreen_threshold": self.prescreen_threshold,
         }

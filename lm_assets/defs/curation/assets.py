@@ -25,7 +25,6 @@ from lm_assets.corpus.curation.pipeline import CURATION_BATCH_ROWS, FILTERS, STE
 from lm_assets.corpus.curation.policy import POLICIES, check_targets, language_name
 from lm_assets.corpus.curation.rules import DEFAULT_PRESET, PRESETS, RulesConfig, preset, rule_reasons
 from lm_assets.corpus.curation.rules import STAGE as RULES_STAGE
-from lm_assets.corpus.curation.toxicity import ToxicityConfig
 from lm_assets.corpus.quality.classifier import QualityClassifier
 from lm_assets.corpus.quality.registry import (
     classifier_description,
@@ -47,7 +46,7 @@ from lm_assets.defs.common.reporting import (
     cut_text,
 )
 from lm_assets.defs.common.resources import StorageResource
-from lm_assets.defs.common.toxicity import ToxicityResource
+from lm_assets.defs.common.toxicity import TOXICITY_DEFAULTS, ToxicityResource
 from lm_assets.defs.common.stages import (
     CURATED_SCHEMA,
     EXTRACTED_SCHEMA,
@@ -173,7 +172,6 @@ def extract_shard(
 # curated_shard ----------------------------------------------------------------------------------
 CURATION_DEFAULTS = CurationConfig()
 LANGID_DEFAULTS = CURATION_DEFAULTS.langid
-TOXICITY_DEFAULTS = ToxicityConfig()
 CurationStep = choices("CurationStep", STEPS)
 QualityPreset = choices("QualityPreset", PRESETS)
 QualityPolicy = choices("QualityPolicy", POLICIES)
